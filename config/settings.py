@@ -1,0 +1,226 @@
+"""Everything an operator tunes, in one model.
+
+Read once at start-up from ``FAIRPOST_*`` environment variables (nested with
+``__``) and an optional TOML file named by ``FAIRPOST_CONFIG_FILE``; the
+environment wins over the file. AWS access is deliberately absent: boto3
+reads ``AWS_DEFAULT_REGION``, ``AWS_ENDPOINT_URL*`` and the credentials chain
+itself.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import urlsplit, urlunsplit
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    SettingsError,
+)
+
+from config.errors import ConfigError
+from config.limits import Limits, parse_limits
+from config.tenant_id import TENANT_ID_RULE, is_valid_tenant_id
+
+ENV_PREFIX = "FAIRPOST_"
+CONFIG_FILE_VAR = ENV_PREFIX + "CONFIG_FILE"
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TenantSettings(_Section):
+    """Per-tenant overrides; anything left out falls back to the defaults."""
+
+    limits: Limits | None = None
+    weight: int | None = Field(default=None, ge=1, le=1000)
+    inflight_cap: int | None = Field(default=None, ge=1, le=10_000)
+    ses_tenant_name: str | None = None
+    configuration_set: str | None = None
+    default_sender: str | None = None
+
+
+class DispatcherSettings(_Section):
+    concurrency: int = Field(default=100, ge=1, le=10_000)
+    """Jobs one dispatcher process works on at once, all tenants together."""
+    batch_size: int = Field(default=10, ge=1, le=100)
+    """Jobs claimed per Redis round trip."""
+    lease_seconds: float = Field(default=30.0, gt=0, le=3600)
+    """How long a claim holds before another replica may take the job back."""
+    inflight_ttl_seconds: float = Field(default=1800.0, gt=0, le=14 * 86400)
+    """How long a job handed to SQS holds its tenant's in-flight slot unless
+    the sender touches it again; a floor against slots lost with their
+    messages, not the normal way slots come back."""
+
+
+class SenderSettings(_Section):
+    concurrency: int = Field(default=16, ge=1, le=1000)
+    """SES calls in flight at once in one process."""
+    wait_seconds: int = Field(default=20, ge=0, le=20)
+    """SQS long-poll wait."""
+    visibility_timeout: int = Field(default=60, ge=5, le=43_200)
+    """Seconds a received message stays hidden while it is being sent."""
+    max_attempts: int = Field(default=5, ge=1, le=100)
+    """Transient failures before a job becomes a dead letter."""
+    backoff_base_seconds: float = Field(default=2.0, gt=0, le=3600)
+    backoff_max_seconds: float = Field(default=900.0, gt=0, le=43_200)
+    max_jitter_seconds: float = Field(default=1.0, ge=0, le=60)
+    """Added to a quota wait so paused groups do not all wake at once."""
+
+
+class Settings(BaseSettings):
+    """fairpost's settings. Build with :func:`load_settings`."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        env_nested_delimiter="__",
+        extra="forbid",
+        frozen=True,
+    )
+
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    key_prefix: str = Field(default="fairpost", pattern=r"^[A-Za-z0-9:._-]{1,64}$")
+    queue_name: str = Field(default="fairpost-mail.fifo", pattern=r"^[A-Za-z0-9_-]{1,75}\.fifo$")
+    config_file: Path | None = None
+
+    global_limits: Limits = parse_limits("14/second; 50000/day")
+    tenant_limits: Limits = parse_limits("5/second; 10000/day")
+    default_weight: int = Field(default=1, ge=1, le=1000)
+    inflight_cap: int = Field(default=20, ge=1, le=10_000)
+    tenants: dict[str, TenantSettings] = Field(default_factory=dict)
+
+    max_message_bytes: int = Field(default=200_000, ge=1024, le=900_000)
+    """Largest mail (subject, bodies, headers, addresses) the SDK accepts."""
+
+    dispatcher: DispatcherSettings = DispatcherSettings()
+    sender: SenderSettings = SenderSettings()
+
+    http_port: int | None = Field(default=None, ge=1, le=65535)
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    shutdown_grace: float = Field(default=8.0, ge=0, le=300)
+
+    @field_validator("tenants")
+    @classmethod
+    def _tenant_ids(cls, value: dict[str, TenantSettings]) -> dict[str, TenantSettings]:
+        for tenant_id in value:
+            if not is_valid_tenant_id(tenant_id):
+                raise ValueError(f"tenant id {tenant_id!r} must be {TENANT_ID_RULE}")
+        return value
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_scheme(cls, value: str) -> str:
+        if urlsplit(value).scheme not in {"redis", "rediss", "unix"}:
+            raise ValueError("must be a redis://, rediss:// or unix:// URL")
+        return value
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, env_settings, _TomlFileSource(settings_cls))
+
+    # -- derived views ----------------------------------------------------
+
+    def tenant(self, tenant_id: str) -> TenantSettings:
+        return self.tenants.get(tenant_id) or _NO_OVERRIDES
+
+    def limits_for(self, tenant_id: str) -> Limits:
+        return self.tenant(tenant_id).limits or self.tenant_limits
+
+    def weight_for(self, tenant_id: str) -> int:
+        return self.tenant(tenant_id).weight or self.default_weight
+
+    def inflight_cap_for(self, tenant_id: str) -> int:
+        return self.tenant(tenant_id).inflight_cap or self.inflight_cap
+
+    def redacted(self) -> dict[str, Any]:
+        """The effective settings, safe to print: passwords masked."""
+        data = self.model_dump(mode="json")
+        data["redis_url"] = mask_url(self.redis_url)
+        return data
+
+
+_NO_OVERRIDES = TenantSettings()
+
+
+class _TomlFileSource(PydanticBaseSettingsSource):
+    """Reads the TOML file named by ``FAIRPOST_CONFIG_FILE`` (or ``config_file``)."""
+
+    def __init__(self, settings_cls: type[BaseSettings]) -> None:
+        super().__init__(settings_cls)
+        path = os.environ.get(CONFIG_FILE_VAR)
+        self._data: dict[str, Any] = _read_toml(Path(path)) if path else {}
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
+        return self._data.get(field_name), field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        return dict(self._data)
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as handle:
+            data = tomllib.load(handle)
+    except FileNotFoundError:
+        raise ConfigError([(CONFIG_FILE_VAR, f"file {str(path)!r} does not exist")]) from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError([(CONFIG_FILE_VAR, f"{str(path)!r} is not valid TOML: {exc}")]) from None
+    # The file may wrap everything in a [fairpost] table, or not.
+    inner = data.get("fairpost", data)
+    if not isinstance(inner, dict):
+        raise ConfigError([(CONFIG_FILE_VAR, "[fairpost] must be a table")])
+    return inner
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Build the settings, or raise :class:`ConfigError` naming each bad variable."""
+    unknown = sorted(
+        name
+        for name in os.environ
+        if name.startswith(ENV_PREFIX)
+        and name[len(ENV_PREFIX) :].split("__")[0].lower() not in Settings.model_fields
+    )
+    if unknown:
+        raise ConfigError([(name, "is not a fairpost setting (check the spelling)") for name in unknown])
+    try:
+        return Settings(**overrides)
+    except SettingsError as exc:
+        # Raised before validation, when a nested variable is not valid JSON.
+        raise ConfigError([(ENV_PREFIX + "*", str(exc))]) from None
+    except ValidationError as exc:
+        raise ConfigError([(_variable_name(err["loc"]), _rule(err)) for err in exc.errors()]) from None
+
+
+def _variable_name(loc: tuple[int | str, ...]) -> str:
+    return ENV_PREFIX + "__".join(str(part) for part in loc).upper()
+
+
+def _rule(err: Any) -> str:
+    message = str(err["msg"]).removeprefix("Value error, ")
+    if err["type"] == "extra_forbidden":
+        return "is not a fairpost setting (check the spelling)"
+    return message
+
+
+def mask_url(url: str) -> str:
+    """``redis://user:secret@host`` → ``redis://user:***@host``."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    user = parts.username or ""
+    host = parts.hostname or ""
+    netloc = f"{user}:***@{host}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))

@@ -1,0 +1,93 @@
+"""Every Redis key fairpost writes, built in one place.
+
+All keys share one hash tag, ``{prefix}``, because the Lua scripts touch
+keys of many tenants at once (the fair pick, the global and tenant quota in
+one call): on Redis Cluster they must live in one slot.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+PRIORITIES = ("high", "normal", "low")
+
+
+@dataclass(frozen=True)
+class Keys:
+    prefix: str = "fairpost"
+
+    @property
+    def root(self) -> str:
+        return "{" + self.prefix + "}"
+
+    # -- jobs ----------------------------------------------------------------
+    def job(self, job_id: str) -> str:
+        """Hash: the job record (state, tenant, kind, payload, timestamps)."""
+        return f"{self.root}:job:{job_id}"
+
+    def job_prefix(self) -> str:
+        """What :meth:`job` puts before the id, for Lua scripts that build keys."""
+        return f"{self.root}:job:"
+
+    def queue(self, tenant: str, priority: str) -> str:
+        """List: ids of the tenant's waiting jobs of one priority, head first."""
+        return f"{self.root}:q:{tenant}:{priority}"
+
+    def queue_prefix(self) -> str:
+        return f"{self.root}:q:"
+
+    # -- the fair pick -------------------------------------------------------
+    def ring(self) -> str:
+        """List: tenants with waiting jobs and a free in-flight slot, in turn order."""
+        return f"{self.root}:ring"
+
+    def ring_members(self) -> str:
+        """Set: the tenants in :meth:`ring`, to keep each there once."""
+        return f"{self.root}:ring:members"
+
+    def blocked(self) -> str:
+        """Set: tenants with waiting jobs but no free in-flight slot."""
+        return f"{self.root}:blocked"
+
+    def deficit(self) -> str:
+        """Hash: tenant → deficit-round-robin credit."""
+        return f"{self.root}:deficit"
+
+    def weights(self) -> str:
+        """Hash: tenant → weight, for tenants that differ from the default."""
+        return f"{self.root}:weights"
+
+    def caps(self) -> str:
+        """Hash: tenant → in-flight cap, for tenants that differ from the default."""
+        return f"{self.root}:caps"
+
+    def inflight(self, tenant: str) -> str:
+        """Sorted set: the tenant's claimed or handed-off jobs, scored by expiry (ms)."""
+        return f"{self.root}:inflight:{tenant}"
+
+    def inflight_prefix(self) -> str:
+        return f"{self.root}:inflight:"
+
+    def leases(self) -> str:
+        """Sorted set: claimed jobs not yet handed off, scored by lease deadline (ms)."""
+        return f"{self.root}:leases"
+
+    def wake(self) -> str:
+        """List: tokens that wake an idle dispatcher blocked on BLPOP."""
+        return f"{self.root}:wake"
+
+    def tenants(self) -> str:
+        """Set: every tenant that ever enqueued, for stats."""
+        return f"{self.root}:tenants"
+
+    def dead(self) -> str:
+        """Sorted set: dead-lettered job ids, scored by when they died (ms)."""
+        return f"{self.root}:dead"
+
+    # -- quotas --------------------------------------------------------------
+    def quota(self, scope: str, seconds: int) -> str:
+        """Hash: the buckets of one sliding window; scope is "global" or "t:<tenant>"."""
+        return f"{self.root}:quota:{scope}:{seconds}"
+
+    def quota_prefix(self) -> str:
+        return f"{self.root}:quota:"

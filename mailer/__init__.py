@@ -1,0 +1,1 @@
+"""fairpost's mail side: the SDK, the mail worker and the sender."""

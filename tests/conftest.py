@@ -1,0 +1,64 @@
+"""Fixtures: a real redis-server and moto's server, each on a free port.
+
+Servers start once per session; every test gets a flushed Redis and a reset
+moto, and the AWS variables boto3 reads point at moto.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from tests.support.servers import MotoServer, RedisServer, moto_server, redis_server
+
+
+@pytest.fixture(scope="session")
+def redis_srv() -> Iterator[RedisServer]:
+    with redis_server() as server:
+        yield server
+
+
+@pytest.fixture
+def redis_url(redis_srv: RedisServer) -> Iterator[str]:
+    client = redis.Redis.from_url(redis_srv.url())
+    client.flushall()
+    client.close()
+    yield redis_srv.url()
+
+
+@pytest.fixture
+def redis_client(redis_url: str) -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="session")
+def moto_srv() -> Iterator[MotoServer]:
+    with moto_server() as server:
+        yield server
+
+
+@pytest.fixture
+def aws_env(moto_srv: MotoServer, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """Point boto3 at moto through the standard variables; returns the endpoint."""
+    moto_srv.reset()
+    monkeypatch.setenv("AWS_ENDPOINT_URL", moto_srv.url)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    for name in ("AWS_PROFILE", "AWS_ENDPOINT_URL_SQS", "AWS_ENDPOINT_URL_SESV2"):
+        monkeypatch.delenv(name, raising=False)
+    yield moto_srv.url
+
+
+@pytest.fixture(autouse=True)
+def _no_stray_fairpost_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The developer's own FAIRPOST_* variables must not leak into tests."""
+    import os
+
+    for name in list(os.environ):
+        if name.startswith("FAIRPOST_"):
+            monkeypatch.delenv(name)
