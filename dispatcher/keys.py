@@ -61,6 +61,10 @@ class Keys:
         """Hash: tenant → in-flight cap, for tenants that differ from the default."""
         return f"{self.root}:caps"
 
+    def paused(self) -> str:
+        """Set: tenants an operator paused; they keep their queue but leave the ring."""
+        return f"{self.root}:paused"
+
     def inflight(self, tenant: str) -> str:
         """Sorted set: the tenant's claimed or handed-off jobs, scored by expiry (ms)."""
         return f"{self.root}:inflight:{tenant}"

@@ -1,0 +1,85 @@
+-- Claim up to N jobs fairly: deficit round robin over the ring, each claim a lease.
+-- KEYS[1..6] ring context (ring.lua), KEYS[7] deficits (hash), KEYS[8] weights (hash),
+-- KEYS[9] leases (zset)
+-- ARGV[1..3] ring context, ARGV[4] N, ARGV[5] default weight, ARGV[6] lease ms,
+-- ARGV[7] job key prefix
+-- Returns a flat list: id, tenant, kind, payload, attempts, created_ms for each job.
+local ctx = ring_context(KEYS, ARGV)
+local deficits, weights, leases = KEYS[7], KEYS[8], KEYS[9]
+local wanted, default_weight = tonumber(ARGV[4]), tonumber(ARGV[5])
+local lease_ms, job_prefix = tonumber(ARGV[6]), ARGV[7]
+local now = now_ms()
+local out = {}
+local claimed = 0
+-- Each step claims a job or takes a tenant out of the ring, so this is
+-- bounded by N plus the ring's length; the guard only caps one call's work.
+local steps = 0
+while claimed < wanted and steps < wanted * 4 + 64 do
+  steps = steps + 1
+  local tenant = redis.call('LINDEX', ctx.ring, 0)
+  if not tenant then
+    break
+  end
+  local leave = false
+  if redis.call('SISMEMBER', ctx.paused, tenant) == 1 then
+    leave = true
+  elseif live_inflight(ctx, tenant, now) >= cap_of(ctx, tenant) then
+    redis.call('SADD', ctx.blocked, tenant)
+    leave = true
+  else
+    local job_id = nil
+    local priority = nil
+    for _, p in ipairs(PRIORITIES) do
+      job_id = redis.call('LPOP', queue_key(ctx, tenant, p))
+      if job_id then
+        priority = p
+        break
+      end
+    end
+    if not job_id then
+      redis.call('HDEL', deficits, tenant)
+      leave = true
+    else
+      local job_key = job_prefix .. job_id
+      local rec = redis.call('HMGET', job_key, 'state', 'kind', 'payload', 'attempts', 'created_ms')
+      -- A missing record or one not queued (cancelled, finished) is dropped.
+      if rec[1] == 'queued' then
+        local deficit = tonumber(redis.call('HGET', deficits, tenant)) or 0
+        if deficit <= 0 then
+          -- The tenant's turn starts: its quantum is its weight.
+          deficit = tonumber(redis.call('HGET', weights, tenant)) or default_weight
+        end
+        deficit = deficit - 1
+        local deadline = now + lease_ms
+        redis.call('HSET', job_key, 'state', 'claimed', 'claimed_ms', now)
+        redis.call('ZADD', leases, deadline, job_id)
+        redis.call('ZADD', ctx.inflight_prefix .. tenant, deadline, job_id)
+        table.insert(out, job_id)
+        table.insert(out, tenant)
+        table.insert(out, rec[2] or '')
+        table.insert(out, rec[3] or '')
+        table.insert(out, rec[4] or '0')
+        table.insert(out, rec[5] or '0')
+        claimed = claimed + 1
+        if not has_waiting(ctx, tenant) then
+          redis.call('HDEL', deficits, tenant)
+          leave = true
+        elseif redis.call('ZCARD', ctx.inflight_prefix .. tenant) >= cap_of(ctx, tenant) then
+          redis.call('HSET', deficits, tenant, deficit)
+          redis.call('SADD', ctx.blocked, tenant)
+          leave = true
+        elseif deficit <= 0 then
+          redis.call('HDEL', deficits, tenant)
+          redis.call('LMOVE', ctx.ring, ctx.ring, 'LEFT', 'RIGHT')
+        else
+          redis.call('HSET', deficits, tenant, deficit)
+        end
+      end
+    end
+  end
+  if leave then
+    redis.call('LPOP', ctx.ring)
+    redis.call('SREM', ctx.members, tenant)
+  end
+end
+return out

@@ -1,0 +1,35 @@
+-- A job ended (sent, dead, or done): record it and free its in-flight slot.
+-- KEYS[1..6] ring context (ring.lua), KEYS[7] job hash, KEYS[8] leases (zset),
+-- KEYS[9] dead letters (zset)
+-- ARGV[1..3] ring context, ARGV[4] job id, ARGV[5] final state ('sent' or 'dead'),
+-- ARGV[6] seconds to keep the record (0: forever), ARGV[7..] field, value pairs
+-- Returns 1; 0 if the job was already sent (nothing changed); -1 if unknown.
+local ctx = ring_context(KEYS, ARGV)
+local job_key, job_id, final, keep = KEYS[7], ARGV[4], ARGV[5], tonumber(ARGV[6])
+local rec = redis.call('HMGET', job_key, 'tenant', 'state')
+local tenant, state = rec[1], rec[2]
+if not tenant then
+  return -1
+end
+local now = now_ms()
+redis.call('ZREM', ctx.inflight_prefix .. tenant, job_id)
+redis.call('ZREM', KEYS[8], job_id)
+if state == 'sent' then
+  activate(ctx, tenant, now)
+  return 0
+end
+redis.call('HSET', job_key, 'state', final, 'finished_ms', now)
+if #ARGV >= 7 then
+  redis.call('HSET', job_key, unpack(ARGV, 7))
+end
+if final == 'dead' then
+  redis.call('ZADD', KEYS[9], now, job_id)
+else
+  -- A sent job keeps its metadata only.
+  redis.call('HDEL', job_key, 'payload')
+end
+if keep > 0 then
+  redis.call('EXPIRE', job_key, keep)
+end
+activate(ctx, tenant, now)
+return 1

@@ -1,0 +1,49 @@
+"""What a job is, and the states it goes through."""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from dataclasses import dataclass
+
+from dispatcher.keys import PRIORITIES
+
+
+class JobState(enum.StrEnum):
+    QUEUED = "queued"
+    """Waiting in its tenant's queue in Redis."""
+    CLAIMED = "claimed"
+    """Taken by a dispatcher under a lease; comes back if the lease expires."""
+    DISPATCHED = "dispatched"
+    """Handed to its worker's downstream (for mail: the SQS FIFO queue)."""
+    SENT = "sent"
+    """Finished: delivered."""
+    DEAD = "dead"
+    """Finished: undelivered, kept with the reason."""
+
+
+FINAL_STATES = frozenset({JobState.SENT, JobState.DEAD})
+
+
+def new_job_id() -> str:
+    """A random id, safe as an SQS dedup id and a Redis key part."""
+    return uuid.uuid4().hex
+
+
+def check_priority(priority: str) -> str:
+    if priority not in PRIORITIES:
+        raise ValueError(f"priority must be one of {', '.join(PRIORITIES)}")
+    return priority
+
+
+@dataclass(frozen=True)
+class Job:
+    """A claimed job, as a worker receives it."""
+
+    id: str
+    tenant: str
+    kind: str
+    payload: str
+    """The job's own data, opaque to the dispatcher (JSON for mail)."""
+    attempts: int
+    created_ms: int

@@ -1,0 +1,154 @@
+"""The dispatch loop: claim fairly, route by kind, bound concurrency.
+
+One loop per process. It claims a batch (the fair pick happens in Redis,
+so replicas share one order), hands each kind's jobs to its worker in a
+task, and blocks on Redis when there is nothing to claim.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+
+from dispatcher.jobs import Job, JobState
+from dispatcher.store import JobStore
+from dispatcher.worker import Dead, Done, HandedOff, Outcome, Retry, Worker
+
+log = logging.getLogger("fairpost.dispatcher")
+
+# A worker that keeps failing (its downstream is down) must not be fed the
+# same jobs in a tight loop: their return to the queue is delayed.
+_RETRY_DELAY_MIN = 0.5
+_RETRY_DELAY_MAX = 30.0
+
+
+class Dispatcher:
+    def __init__(
+        self,
+        store: JobStore,
+        workers: Sequence[Worker],
+        *,
+        concurrency: int = 100,
+        batch_size: int = 10,
+        reap_interval: float = 1.0,
+        finished_ttl_seconds: int = 7 * 86400,
+    ) -> None:
+        self.store = store
+        self.workers: Mapping[str, Worker] = {w.kind: w for w in workers}
+        self.concurrency = concurrency
+        self.batch_size = batch_size
+        self.reap_interval = reap_interval
+        self.finished_ttl_seconds = finished_ttl_seconds
+        self._busy = 0
+        self._slot_freed = asyncio.Event()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._held: set[str] = set()
+        self._retry_delay = _RETRY_DELAY_MIN
+        self.claimed_total = 0
+
+    @property
+    def busy(self) -> int:
+        """Jobs claimed by this process and not yet handed back."""
+        return self._busy
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Dispatch until ``stop`` is set; then stop claiming and return.
+
+        Jobs still with workers are not waited for here: see :meth:`drain`.
+        """
+        next_reap = 0.0
+        while not stop.is_set():
+            if time.monotonic() >= next_reap:
+                reaped = await self.store.reap()
+                if reaped:
+                    log.warning("returned %d expired claims to their queues", reaped)
+                next_reap = time.monotonic() + self.reap_interval
+            free = self.concurrency - self._busy
+            if free <= 0:
+                self._slot_freed.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._slot_freed.wait(), self.reap_interval)
+                continue
+            jobs = await self.store.claim(min(self.batch_size, free))
+            if not jobs:
+                await self.store.wait_for_work(max(0.0, min(self.reap_interval, next_reap - time.monotonic())))
+                continue
+            self.claimed_total += len(jobs)
+            self._start(jobs)
+
+    async def drain(self, grace: float) -> None:
+        """Let running workers finish within ``grace`` seconds, then cancel them
+        and give every job still held back to its queue."""
+        if self._tasks:
+            _, pending = await asyncio.wait(self._tasks, timeout=grace)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+        if self._held:
+            returned = await self.store.requeue(sorted(self._held))
+            log.info("returned %d claimed jobs to their queues", returned)
+            self._held.clear()
+
+    # -- internals ---------------------------------------------------------
+
+    def _start(self, jobs: list[Job]) -> None:
+        by_kind: dict[str, list[Job]] = defaultdict(list)
+        for job in jobs:
+            by_kind[job.kind].append(job)
+        for kind, group in by_kind.items():
+            worker = self.workers.get(kind)
+            size = worker.max_batch if worker else len(group)
+            for start in range(0, len(group), size):
+                batch = group[start : start + size]
+                self._busy += len(batch)
+                self._held.update(job.id for job in batch)
+                task = asyncio.create_task(self._work(worker, kind, batch), name=f"dispatch-{kind}")
+                self._tasks.add(task)
+                task.add_done_callback(lambda t, n=len(batch): self._done(t, n))
+
+    def _done(self, task: asyncio.Task[None], count: int) -> None:
+        self._tasks.discard(task)
+        self._busy -= count
+        self._slot_freed.set()
+        if not task.cancelled() and task.exception() is not None:
+            log.error("dispatch task failed", exc_info=task.exception())
+
+    async def _work(self, worker: Worker | None, kind: str, jobs: list[Job]) -> None:
+        outcomes: Sequence[Outcome]
+        if worker is None:
+            outcomes = [Dead(f"no worker registered for job kind {kind!r}")] * len(jobs)
+        else:
+            try:
+                outcomes = await worker.handle(jobs)
+            except Exception as exc:
+                log.exception("worker %r failed on %d jobs", kind, len(jobs))
+                outcomes = [Retry(f"{type(exc).__name__}: {exc}")] * len(jobs)
+            if len(outcomes) != len(jobs):
+                raise RuntimeError(f"worker {kind!r} returned {len(outcomes)} outcomes for {len(jobs)} jobs")
+        await self._settle(jobs, outcomes)
+
+    async def _settle(self, jobs: list[Job], outcomes: Sequence[Outcome]) -> None:
+        handed = [job.id for job, o in zip(jobs, outcomes, strict=True) if isinstance(o, HandedOff)]
+        retry = [job.id for job, o in zip(jobs, outcomes, strict=True) if isinstance(o, Retry)]
+        await self.store.handed_off(handed)
+        for job, outcome in zip(jobs, outcomes, strict=True):
+            if isinstance(outcome, Done):
+                await self.store.finish(job.id, JobState.SENT, keep_seconds=self.finished_ttl_seconds)
+            elif isinstance(outcome, Dead):
+                log.warning("job dead: %s", outcome.reason, extra={"job_id": job.id, "tenant": job.tenant})
+                await self.store.finish(
+                    job.id, JobState.DEAD, keep_seconds=self.finished_ttl_seconds,
+                    fields={"dead_reason": outcome.reason, "last_error": outcome.reason},
+                )
+        self._held.difference_update(job.id for job in jobs if job.id not in retry)
+        if retry:
+            await asyncio.sleep(self._retry_delay)
+            self._retry_delay = min(self._retry_delay * 2, _RETRY_DELAY_MAX)
+            await self.store.requeue(retry)
+            self._held.difference_update(retry)
+        elif handed:
+            self._retry_delay = _RETRY_DELAY_MIN

@@ -1,0 +1,209 @@
+"""Per-tenant job queues in Redis: enqueue, fair claim, hand-off, finish.
+
+Every state change is one Lua script (the ``.lua`` files beside this
+module), so a replica that dies between two calls leaves nothing half-done:
+what it claimed comes back when its lease expires.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+import redis.asyncio
+
+from dispatcher.jobs import Job, JobState
+from dispatcher.keys import Keys
+from dispatcher.scripts import lua_source
+
+# Sync and async clients take the same script calls; the store only needs one.
+AnyRedis = redis.Redis | redis.asyncio.Redis
+
+
+def _script_source(name: str) -> str:
+    # ring.lua holds the context and helpers every script shares.
+    return lua_source("dispatcher", "ring") + "\n" + lua_source("dispatcher", name)
+
+
+@dataclass(frozen=True)
+class StoreLimits:
+    """The defaults a tenant without an override gets."""
+
+    default_weight: int = 1
+    default_cap: int = 20
+    lease_ms: int = 30_000
+    inflight_ttl_ms: int = 1_800_000
+
+
+@dataclass(frozen=True)
+class NewJob:
+    """A job to enqueue; ``fields`` are extra record fields (strings)."""
+
+    id: str
+    tenant: str
+    kind: str
+    payload: str
+    priority: str = "normal"
+    fields: Mapping[str, str] | None = None
+
+
+class ScriptCalls:
+    """Builds the KEYS and ARGV of each script; shared by the sync and async stores."""
+
+    def __init__(self, keys: Keys, limits: StoreLimits) -> None:
+        self.keys = keys
+        self.limits = limits
+
+    def ring_keys(self) -> list[str]:
+        k = self.keys
+        return [k.ring(), k.ring_members(), k.blocked(), k.caps(), k.wake(), k.paused()]
+
+    def ring_args(self) -> list[str | int]:
+        return [self.keys.queue_prefix(), self.keys.inflight_prefix(), self.limits.default_cap]
+
+    def enqueue(self, job: NewJob) -> tuple[list[str], list[str | int]]:
+        fields: list[str | int] = ["kind", job.kind, "payload", job.payload]
+        for name, value in (job.fields or {}).items():
+            fields += [name, value]
+        keys = [*self.ring_keys(), self.keys.job(job.id), self.keys.tenants()]
+        return keys, [*self.ring_args(), job.id, job.tenant, job.priority, *fields]
+
+
+class JobStore:
+    """The asyncio side of the queues: what the dispatcher and sender use."""
+
+    def __init__(self, client: redis.asyncio.Redis, keys: Keys, limits: StoreLimits) -> None:
+        self.redis = client
+        self.keys = keys
+        self.limits = limits
+        self._calls = ScriptCalls(keys, limits)
+        self._enqueue = client.register_script(_script_source("enqueue"))
+        self._claim = client.register_script(_script_source("claim"))
+        self._requeue = client.register_script(_script_source("requeue"))
+        self._reap = client.register_script(_script_source("reap"))
+        self._finish = client.register_script(_script_source("finish"))
+        self._handoff = client.register_script(lua_source("dispatcher", "handoff"))
+
+    async def enqueue(self, jobs: Sequence[NewJob]) -> list[bool]:
+        """Enqueue jobs in one pipelined round trip; False where the id already existed."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for job in jobs:
+                keys, args = self._calls.enqueue(job)
+                await self._enqueue(keys=keys, args=args, client=pipe)
+            results = await pipe.execute()
+        return [bool(r) for r in results]
+
+    async def claim(self, count: int) -> list[Job]:
+        """Claim up to ``count`` jobs, fairly across tenants, each under a lease."""
+        c = self._calls
+        flat: list[Any] = await self._claim(
+            keys=[*c.ring_keys(), self.keys.deficit(), self.keys.weights(), self.keys.leases()],
+            args=[*c.ring_args(), count, self.limits.default_weight, self.limits.lease_ms,
+                  self.keys.job_prefix()],
+        )
+        return [
+            Job(id=_s(flat[i]), tenant=_s(flat[i + 1]), kind=_s(flat[i + 2]), payload=_s(flat[i + 3]),
+                attempts=int(flat[i + 4]), created_ms=int(flat[i + 5]))
+            for i in range(0, len(flat), 6)
+        ]
+
+    async def handed_off(self, job_ids: Sequence[str]) -> int:
+        """Record that jobs reached their downstream; returns the server time (ms)."""
+        if not job_ids:
+            return 0
+        k = self.keys
+        now: int = await self._handoff(
+            keys=[k.leases()],
+            args=[k.job_prefix(), k.queue_prefix(), k.inflight_prefix(), self.limits.inflight_ttl_ms,
+                  *job_ids],
+        )
+        return int(now)
+
+    async def requeue(self, job_ids: Sequence[str]) -> int:
+        """Give claimed jobs back to the head of their queues."""
+        if not job_ids:
+            return 0
+        c = self._calls
+        count: int = await self._requeue(
+            keys=[*c.ring_keys(), self.keys.leases()],
+            args=[*c.ring_args(), self.keys.job_prefix(), *job_ids],
+        )
+        return int(count)
+
+    async def reap(self, max_leases: int = 500) -> int:
+        """Return expired leases to their queues; unblock tenants whose slots expired."""
+        c = self._calls
+        count: int = await self._reap(
+            keys=[*c.ring_keys(), self.keys.leases()],
+            args=[*c.ring_args(), self.keys.job_prefix(), max_leases],
+        )
+        return int(count)
+
+    async def finish(
+        self, job_id: str, state: JobState, *, keep_seconds: int = 0, fields: Mapping[str, str | int] | None = None
+    ) -> int:
+        """End a job as sent or dead and free its tenant's in-flight slot.
+
+        Returns 1, 0 when the job was already sent (nothing changed), -1 if unknown.
+        """
+        c = self._calls
+        extra: list[str | int] = []
+        for name, value in (fields or {}).items():
+            extra += [name, value]
+        result: int = await self._finish(
+            keys=[*c.ring_keys(), self.keys.job(job_id), self.keys.leases(), self.keys.dead()],
+            args=[*c.ring_args(), job_id, state.value, keep_seconds, *extra],
+        )
+        return int(result)
+
+    async def touch_inflight(self, tenant: str, job_ids: Sequence[str], until_ms: int) -> None:
+        """Keep in-flight slots of jobs still waiting in SQS (a long quota pause)."""
+        if job_ids:
+            await self.redis.zadd(self.keys.inflight(tenant), dict.fromkeys(job_ids, until_ms), xx=True, gt=True)
+
+    async def wait_for_work(self, timeout: float) -> bool:
+        """Block on Redis until something may be claimable, or ``timeout`` seconds pass."""
+        # BLPOP's timeout is in seconds with sub-second precision on Redis ≥ 6.
+        result = await self.redis.blpop([self.keys.wake()], timeout=max(timeout, 0.01))
+        return result is not None
+
+    async def job(self, job_id: str) -> dict[str, str]:
+        raw: dict[Any, Any] = await self.redis.hgetall(self.keys.job(job_id))
+        return {_s(k): _s(v) for k, v in raw.items()}
+
+    async def sync_tenant_settings(self, weights: Mapping[str, int], caps: Mapping[str, int]) -> None:
+        """Publish per-tenant weights and caps where the scripts read them."""
+        async with self.redis.pipeline(transaction=True) as pipe:
+            if weights:
+                pipe.hset(self.keys.weights(), mapping=dict(weights))
+            if caps:
+                pipe.hset(self.keys.caps(), mapping=dict(caps))
+            await pipe.execute()
+
+
+def _s(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class SyncJobStore:
+    """The blocking side of the queues, for the SDK's :class:`MailClient`."""
+
+    def __init__(self, client: redis.Redis, keys: Keys, limits: StoreLimits) -> None:
+        self.redis = client
+        self.keys = keys
+        self._calls = ScriptCalls(keys, limits)
+        self._enqueue = client.register_script(_script_source("enqueue"))
+
+    def enqueue(self, jobs: Sequence[NewJob]) -> list[bool]:
+        with self.redis.pipeline(transaction=False) as pipe:
+            for job in jobs:
+                keys, args = self._calls.enqueue(job)
+                self._enqueue(keys=keys, args=args, client=pipe)
+            results = pipe.execute()
+        return [bool(r) for r in results]
+
+    def job(self, job_id: str) -> dict[str, str]:
+        raw: dict[Any, Any] = self.redis.hgetall(self.keys.job(job_id))  # type: ignore[assignment]
+        return {_s(k): _s(v) for k, v in raw.items()}

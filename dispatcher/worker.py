@@ -1,0 +1,55 @@
+"""What a worker is: the dispatcher hands it claimed jobs of one kind, in batches."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from dispatcher.jobs import Job
+
+
+@dataclass(frozen=True)
+class HandedOff:
+    """The job reached the worker's downstream (for mail, SQS): it keeps its
+    tenant's in-flight slot until something downstream finishes it."""
+
+
+@dataclass(frozen=True)
+class Done:
+    """The job is finished; its slot is free."""
+
+
+@dataclass(frozen=True)
+class Retry:
+    """The worker could not take the job now; it goes back to the head of its queue."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class Dead:
+    """The job can never succeed; it is kept as a dead letter with the reason."""
+
+    reason: str
+
+
+Outcome = HandedOff | Done | Retry | Dead
+
+
+class Worker(Protocol):
+    """Handles jobs of one kind. Register one per kind with the dispatcher."""
+
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def max_batch(self) -> int:
+        """The most jobs :meth:`handle` takes at once."""
+        ...
+
+    async def handle(self, jobs: Sequence[Job]) -> Sequence[Outcome]:
+        """Return one outcome per job, in order. Raising is treated as Retry for all."""
+        ...
+
+

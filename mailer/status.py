@@ -1,0 +1,62 @@
+"""A job's status, as the SDK and ``fairpost status`` show it."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from dispatcher.errors import UnknownJob
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    job_id: str
+    tenant_id: str
+    state: str
+    """queued, claimed, dispatched, sent or dead."""
+    priority: str
+    recipients: int
+    attempts: int
+    """SES calls that failed transiently. Throttled receives are not attempts."""
+    throttled: int
+    """Times the mail waited for its quota."""
+    created_at: datetime | None
+    dispatched_at: datetime | None
+    sent_at: datetime | None
+    finished_at: datetime | None
+    ses_message_id: str | None
+    last_error: str | None
+    dead_reason: str | None
+
+    @classmethod
+    def from_record(cls, job_id: str, record: dict[str, str]) -> JobStatus:
+        if not record:
+            raise UnknownJob(job_id)
+        return cls(
+            job_id=job_id,
+            tenant_id=record.get("tenant", ""),
+            state=record.get("state", ""),
+            priority=record.get("priority", "normal"),
+            recipients=int(record.get("recipients", "0")),
+            attempts=int(record.get("attempts", "0")),
+            throttled=int(record.get("throttled", "0")),
+            created_at=_time(record.get("created_ms")),
+            dispatched_at=_time(record.get("dispatched_ms")),
+            sent_at=_time(record.get("sent_ms")),
+            finished_at=_time(record.get("finished_ms")),
+            ses_message_id=record.get("ses_message_id") or None,
+            last_error=record.get("last_error") or None,
+            dead_reason=record.get("dead_reason") or None,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        for name, value in data.items():
+            if isinstance(value, datetime):
+                data[name] = value.isoformat()
+        return data
+
+
+def _time(ms: str | None) -> datetime | None:
+    return datetime.fromtimestamp(int(ms) / 1000, tz=UTC) if ms else None
