@@ -58,7 +58,7 @@ def parse_limits(text: str) -> tuple[Window, ...]:
         if match is None:
             raise ValueError(
                 f"{part.strip()!r} is not a limit: expected COUNT/UNIT or COUNT per N UNITs, "
-                "UNIT one of second, minute, hour, day (e.g. \"14/second; 50000/day\")"
+                'UNIT one of second, minute, hour, day (e.g. "14/second; 50000/day")'
             )
         count = int(match["count"])
         seconds = int(match["multiple"] or 1) * _UNIT_SECONDS[match["unit"].lower()]

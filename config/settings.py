@@ -62,6 +62,10 @@ class DispatcherSettings(_Section):
 class SenderSettings(_Section):
     concurrency: int = Field(default=16, ge=1, le=1000)
     """SES calls in flight at once in one process."""
+    receivers: int = Field(default=2, ge=1, le=64)
+    """SQS receive loops in one process; each long-polls for up to 10 messages."""
+    pause_seconds: float = Field(default=60.0, gt=0, le=3600)
+    """How long the sender stops when SES says sending is paused or credentials fail."""
     wait_seconds: int = Field(default=20, ge=0, le=20)
     """SQS long-poll wait."""
     visibility_timeout: int = Field(default=60, ge=5, le=43_200)
@@ -97,6 +101,9 @@ class Settings(BaseSettings):
 
     max_message_bytes: int = Field(default=200_000, ge=1024, le=900_000)
     """Largest mail (subject, bodies, headers, addresses) the SDK accepts."""
+
+    job_ttl: int = Field(default=7 * 86400, ge=60, le=365 * 86400)
+    """Seconds a finished job's record is kept (FAIRPOST_JOB_TTL)."""
 
     dispatcher: DispatcherSettings = DispatcherSettings()
     sender: SenderSettings = SenderSettings()

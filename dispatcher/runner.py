@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections import defaultdict
@@ -75,7 +76,9 @@ class Dispatcher:
                 continue
             jobs = await self.store.claim(min(self.batch_size, free))
             if not jobs:
-                await self.store.wait_for_work(max(0.0, min(self.reap_interval, next_reap - time.monotonic())))
+                await self.store.wait_for_work(
+                    max(0.0, min(self.reap_interval, next_reap - time.monotonic()))
+                )
                 continue
             self.claimed_total += len(jobs)
             self._start(jobs)
@@ -108,7 +111,7 @@ class Dispatcher:
                 self._held.update(job.id for job in batch)
                 task = asyncio.create_task(self._work(worker, kind, batch), name=f"dispatch-{kind}")
                 self._tasks.add(task)
-                task.add_done_callback(lambda t, n=len(batch): self._done(t, n))
+                task.add_done_callback(functools.partial(self._done, count=len(batch)))
 
     def _done(self, task: asyncio.Task[None], count: int) -> None:
         self._tasks.discard(task)
@@ -141,7 +144,9 @@ class Dispatcher:
             elif isinstance(outcome, Dead):
                 log.warning("job dead: %s", outcome.reason, extra={"job_id": job.id, "tenant": job.tenant})
                 await self.store.finish(
-                    job.id, JobState.DEAD, keep_seconds=self.finished_ttl_seconds,
+                    job.id,
+                    JobState.DEAD,
+                    keep_seconds=self.finished_ttl_seconds,
                     fields={"dead_reason": outcome.reason, "last_error": outcome.reason},
                 )
         self._held.difference_update(job.id for job in jobs if job.id not in retry)

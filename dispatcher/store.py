@@ -100,12 +100,23 @@ class JobStore:
         c = self._calls
         flat: list[Any] = await self._claim(
             keys=[*c.ring_keys(), self.keys.deficit(), self.keys.weights(), self.keys.leases()],
-            args=[*c.ring_args(), count, self.limits.default_weight, self.limits.lease_ms,
-                  self.keys.job_prefix()],
+            args=[
+                *c.ring_args(),
+                count,
+                self.limits.default_weight,
+                self.limits.lease_ms,
+                self.keys.job_prefix(),
+            ],
         )
         return [
-            Job(id=_s(flat[i]), tenant=_s(flat[i + 1]), kind=_s(flat[i + 2]), payload=_s(flat[i + 3]),
-                attempts=int(flat[i + 4]), created_ms=int(flat[i + 5]))
+            Job(
+                id=_s(flat[i]),
+                tenant=_s(flat[i + 1]),
+                kind=_s(flat[i + 2]),
+                payload=_s(flat[i + 3]),
+                attempts=int(flat[i + 4]),
+                created_ms=int(flat[i + 5]),
+            )
             for i in range(0, len(flat), 6)
         ]
 
@@ -116,8 +127,13 @@ class JobStore:
         k = self.keys
         now: int = await self._handoff(
             keys=[k.leases()],
-            args=[k.job_prefix(), k.queue_prefix(), k.inflight_prefix(), self.limits.inflight_ttl_ms,
-                  *job_ids],
+            args=[
+                k.job_prefix(),
+                k.queue_prefix(),
+                k.inflight_prefix(),
+                self.limits.inflight_ttl_ms,
+                *job_ids,
+            ],
         )
         return int(now)
 
@@ -142,7 +158,12 @@ class JobStore:
         return int(count)
 
     async def finish(
-        self, job_id: str, state: JobState, *, keep_seconds: int = 0, fields: Mapping[str, str | int] | None = None
+        self,
+        job_id: str,
+        state: JobState,
+        *,
+        keep_seconds: int = 0,
+        fields: Mapping[str, str | int] | None = None,
     ) -> int:
         """End a job as sent or dead and free its tenant's in-flight slot.
 
@@ -161,12 +182,14 @@ class JobStore:
     async def touch_inflight(self, tenant: str, job_ids: Sequence[str], until_ms: int) -> None:
         """Keep in-flight slots of jobs still waiting in SQS (a long quota pause)."""
         if job_ids:
-            await self.redis.zadd(self.keys.inflight(tenant), dict.fromkeys(job_ids, until_ms), xx=True, gt=True)
+            await self.redis.zadd(
+                self.keys.inflight(tenant), dict.fromkeys(job_ids, until_ms), xx=True, gt=True
+            )
 
-    async def wait_for_work(self, timeout: float) -> bool:
-        """Block on Redis until something may be claimable, or ``timeout`` seconds pass."""
+    async def wait_for_work(self, seconds: float) -> bool:
+        """Block on Redis until something may be claimable, or ``seconds`` pass."""
         # BLPOP's timeout is in seconds with sub-second precision on Redis ≥ 6.
-        result = await self.redis.blpop([self.keys.wake()], timeout=max(timeout, 0.01))
+        result = await self.redis.blpop([self.keys.wake()], timeout=max(seconds, 0.01))
         return result is not None
 
     async def job(self, job_id: str) -> dict[str, str]:
@@ -177,9 +200,9 @@ class JobStore:
         """Publish per-tenant weights and caps where the scripts read them."""
         async with self.redis.pipeline(transaction=True) as pipe:
             if weights:
-                pipe.hset(self.keys.weights(), mapping=dict(weights))
+                pipe.hset(self.keys.weights(), mapping={t: str(w) for t, w in weights.items()})
             if caps:
-                pipe.hset(self.keys.caps(), mapping=dict(caps))
+                pipe.hset(self.keys.caps(), mapping={t: str(c) for t, c in caps.items()})
             await pipe.execute()
 
 
@@ -205,5 +228,5 @@ class SyncJobStore:
         return [bool(r) for r in results]
 
     def job(self, job_id: str) -> dict[str, str]:
-        raw: dict[Any, Any] = self.redis.hgetall(self.keys.job(job_id))  # type: ignore[assignment]
+        raw: dict[Any, Any] = self.redis.hgetall(self.keys.job(job_id))
         return {_s(k): _s(v) for k, v in raw.items()}

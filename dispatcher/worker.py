@@ -51,5 +51,3 @@ class Worker(Protocol):
     async def handle(self, jobs: Sequence[Job]) -> Sequence[Outcome]:
         """Return one outcome per job, in order. Raising is treated as Retry for all."""
         ...
-
-

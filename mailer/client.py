@@ -45,7 +45,11 @@ def _mail_from(item: Mail | Mapping[str, object], index: int) -> Mail:
 
 
 def _new_jobs(
-    settings: Settings, tenant_id: str, mails: Iterable[Mail | Mapping[str, object]], priority: str, many: bool
+    settings: Settings,
+    tenant_id: str,
+    mails: Iterable[Mail | Mapping[str, object]],
+    priority: str,
+    many: bool,
 ) -> list[NewJob]:
     tenant = check_tenant_id(tenant_id)
     try:
@@ -55,10 +59,18 @@ def _new_jobs(
     jobs = []
     for index, item in enumerate(mails):
         mail = _mail_from(item, index)
-        valid, payload = validate(mail, max_bytes=settings.max_message_bytes, prefix=f"mails[{index}]." if many else "")
+        valid, payload = validate(
+            mail, max_bytes=settings.max_message_bytes, prefix=f"mails[{index}]." if many else ""
+        )
         jobs.append(
-            NewJob(id=new_job_id(), tenant=tenant, kind=MAIL_KIND, payload=payload, priority=priority,
-                   fields={"recipients": str(valid.recipients)})
+            NewJob(
+                id=new_job_id(),
+                tenant=tenant,
+                kind=MAIL_KIND,
+                payload=payload,
+                priority=priority,
+                fields={"recipients": str(valid.recipients)},
+            )
         )
     return jobs
 
@@ -98,12 +110,25 @@ class MailClient:
         priority: str = "normal",
     ) -> str:
         """Validate and enqueue one mail; return its job id. Raises :class:`InvalidMail`."""
-        mail = Mail(sender=sender, to=to, subject=subject, text=text, html=html, cc=cc, bcc=bcc,
-                    reply_to=reply_to, headers=headers)  # fmt: skip
+        mail = Mail(
+            sender=sender,
+            to=to,
+            subject=subject,
+            text=text,
+            html=html,
+            cc=cc,
+            bcc=bcc,
+            reply_to=reply_to,
+            headers=headers,
+        )
         return self.send_many(tenant_id, [mail], priority=priority, _many=False)[0]
 
     def send_many(
-        self, tenant_id: str, mails: Iterable[Mail | Mapping[str, object]], *, priority: str = "normal",
+        self,
+        tenant_id: str,
+        mails: Iterable[Mail | Mapping[str, object]],
+        *,
+        priority: str = "normal",
         _many: bool = True,
     ) -> list[str]:
         """Validate every mail, then enqueue them all in one pipelined round trip.
@@ -132,7 +157,9 @@ class MailClient:
 class AsyncMailClient:
     """Enqueue mail from asyncio code; the same methods as :class:`MailClient`."""
 
-    def __init__(self, settings: Settings | None = None, *, redis_client: redis.asyncio.Redis | None = None) -> None:
+    def __init__(
+        self, settings: Settings | None = None, *, redis_client: redis.asyncio.Redis | None = None
+    ) -> None:
         self.settings = settings or load_settings()
         self._owns_redis = redis_client is None
         self._redis = redis_client or redis.asyncio.Redis.from_url(self.settings.redis_url)
@@ -157,12 +184,25 @@ class AsyncMailClient:
         headers: Mapping[str, str] | None = None,
         priority: str = "normal",
     ) -> str:
-        mail = Mail(sender=sender, to=to, subject=subject, text=text, html=html, cc=cc, bcc=bcc,
-                    reply_to=reply_to, headers=headers)  # fmt: skip
+        mail = Mail(
+            sender=sender,
+            to=to,
+            subject=subject,
+            text=text,
+            html=html,
+            cc=cc,
+            bcc=bcc,
+            reply_to=reply_to,
+            headers=headers,
+        )
         return (await self.send_many(tenant_id, [mail], priority=priority, _many=False))[0]
 
     async def send_many(
-        self, tenant_id: str, mails: Iterable[Mail | Mapping[str, object]], *, priority: str = "normal",
+        self,
+        tenant_id: str,
+        mails: Iterable[Mail | Mapping[str, object]],
+        *,
+        priority: str = "normal",
         _many: bool = True,
     ) -> list[str]:
         jobs = _new_jobs(self.settings, tenant_id, mails, priority, _many)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from email.utils import formataddr, parseaddr
 from typing import Any
@@ -27,13 +27,13 @@ class Mail:
     """One mail. Addresses may carry a display name: ``"Ada <ada@example.com>"``."""
 
     sender: str
-    to: tuple[str, ...] | list[str] | str
+    to: Sequence[str] | str
     subject: str
     text: str | None = None
     html: str | None = None
-    cc: tuple[str, ...] | list[str] | str = ()
-    bcc: tuple[str, ...] | list[str] | str = ()
-    reply_to: tuple[str, ...] | list[str] | str = ()
+    cc: Sequence[str] | str = ()
+    bcc: Sequence[str] | str = ()
+    reply_to: Sequence[str] | str = ()
     headers: Mapping[str, str] | None = field(default=None)
 
 
@@ -59,9 +59,15 @@ class ValidMail:
     def to_json(self) -> str:
         return json.dumps(
             {
-                "from": self.sender, "to": self.to, "cc": self.cc, "bcc": self.bcc,
-                "reply_to": self.reply_to, "subject": self.subject, "text": self.text,
-                "html": self.html, "headers": self.headers,
+                "from": self.sender,
+                "to": self.to,
+                "cc": self.cc,
+                "bcc": self.bcc,
+                "reply_to": self.reply_to,
+                "subject": self.subject,
+                "text": self.text,
+                "html": self.html,
+                "headers": self.headers,
             },
             separators=(",", ":"),
             ensure_ascii=False,
@@ -72,9 +78,15 @@ class ValidMail:
         """Rebuild a mail written by :meth:`to_json`. Raises ValueError/KeyError/TypeError if malformed."""
         data: dict[str, Any] = json.loads(text)
         return cls(
-            sender=str(data["from"]), to=tuple(data["to"]), cc=tuple(data["cc"]), bcc=tuple(data["bcc"]),
-            reply_to=tuple(data["reply_to"]), subject=str(data["subject"]), text=data["text"],
-            html=data["html"], headers=dict(data["headers"]),
+            sender=str(data["from"]),
+            to=tuple(data["to"]),
+            cc=tuple(data["cc"]),
+            bcc=tuple(data["bcc"]),
+            reply_to=tuple(data["reply_to"]),
+            subject=str(data["subject"]),
+            text=data["text"],
+            html=data["html"],
+            headers=dict(data["headers"]),
         )
 
 
@@ -96,7 +108,9 @@ def validate(mail: Mail, *, max_bytes: int, prefix: str = "") -> tuple[ValidMail
     if total == 0:
         raise InvalidMail(prefix + "to", "at least one recipient is required in to, cc or bcc")
     if total > MAX_RECIPIENTS:
-        raise InvalidMail(prefix + "to", f"at most {MAX_RECIPIENTS} recipients in to + cc + bcc (SES's limit), got {total}")
+        raise InvalidMail(
+            prefix + "to", f"at most {MAX_RECIPIENTS} recipients in to + cc + bcc (SES's limit), got {total}"
+        )
     subject = _header_value(mail.subject, prefix + "subject")
     if not subject.strip():
         raise InvalidMail(prefix + "subject", "must not be empty")
@@ -112,7 +126,10 @@ def validate(mail: Mail, *, max_bytes: int, prefix: str = "") -> tuple[ValidMail
     payload = valid.to_json()
     size = len(payload.encode())
     if size > max_bytes:
-        raise InvalidMail(prefix + "size", f"the mail is {size} bytes; the limit is {max_bytes} (FAIRPOST_MAX_MESSAGE_BYTES)")
+        raise InvalidMail(
+            prefix + "size",
+            f"the mail is {size} bytes; the limit is {max_bytes} (FAIRPOST_MAX_MESSAGE_BYTES)",
+        )
     return valid, payload
 
 
@@ -155,6 +172,8 @@ def _headers(value: Mapping[str, str] | None, field_name: str) -> dict[str, str]
     out: dict[str, str] = {}
     for name, header in value.items():
         if not isinstance(name, str) or not name or not set(name) <= _HEADER_NAME_CHARS:
-            raise InvalidMail(f"{field_name}[{name!r}]", "a header name is printable ASCII without spaces or ':'")
+            raise InvalidMail(
+                f"{field_name}[{name!r}]", "a header name is printable ASCII without spaces or ':'"
+            )
         out[name] = _header_value(header, f"{field_name}[{name!r}]")
     return out

@@ -1,0 +1,36 @@
+"""AWS clients, configured on purpose.
+
+Endpoints, region and credentials come from the standard variables boto3
+reads (``AWS_ENDPOINT_URL_SQS``, ``AWS_DEFAULT_REGION``, …); fairpost adds
+none. botocore's own retries are limited: left at their defaults they
+retry a throttled SES send by themselves, hiding the throttle from the
+quota engine and the metrics.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from botocore.config import Config
+
+# SES: one attempt; the sender decides what a failure means (refund, back off).
+SES_CONFIG = Config(retries={"max_attempts": 1, "mode": "standard"}, connect_timeout=5, read_timeout=30)
+
+# SQS: a couple of quick retries for connection blips; the read timeout must
+# outlast a 20-second long poll.
+SQS_CONFIG = Config(
+    retries={"max_attempts": 3, "mode": "standard"},
+    connect_timeout=5,
+    read_timeout=30,
+    max_pool_connections=50,
+)
+
+# aioboto3 clients are untyped; this alias marks where they are used.
+SqsClient = Any
+SesClient = Any
+
+
+def session() -> Any:
+    import aioboto3
+
+    return aioboto3.Session()

@@ -1,0 +1,46 @@
+"""``fairpost init-aws``: the SQS FIFO queue, created idempotently with the right attributes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from config import Settings
+
+RETENTION_SECONDS = 14 * 86400
+"""SQS's maximum: a throttled backlog must not outlive it (the in-flight cap
+keeps only a few seconds' worth of each tenant in SQS anyway)."""
+
+
+def wanted_attributes(settings: Settings) -> dict[str, str]:
+    return {
+        "FifoQueue": "true",
+        "DeduplicationScope": "messageGroup",
+        "FifoThroughputLimit": "perMessageGroupId",
+        "ContentBasedDeduplication": "false",
+        "VisibilityTimeout": str(settings.sender.visibility_timeout),
+        "ReceiveMessageWaitTimeSeconds": "20",
+        "MessageRetentionPeriod": str(RETENTION_SECONDS),
+        "MaximumMessageSize": str(1024 * 1024),
+    }
+
+
+def init_queue(sqs: Any, settings: Settings) -> tuple[str, dict[str, tuple[str, str]]]:
+    """Create the queue if missing (boto3, blocking). Returns its URL and the
+    attributes that differ from what fairpost wants: name → (have, want)."""
+    wanted = wanted_attributes(settings)
+    try:
+        url: str = sqs.get_queue_url(QueueName=settings.queue_name)["QueueUrl"]
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") not in {
+            "AWS.SimpleQueueService.NonExistentQueue",
+            "QueueDoesNotExist",
+        }:
+            raise
+        url = sqs.create_queue(QueueName=settings.queue_name, Attributes=wanted)["QueueUrl"]
+    have = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+    differ = {
+        name: (have.get(name, "(unset)"), want) for name, want in wanted.items() if have.get(name) != want
+    }
+    return url, differ

@@ -1,0 +1,411 @@
+"""The sender: SQS → quota → SES, pausing an over-quota tenant by visibility timeout.
+
+For each received batch, messages are grouped by tenant (``MessageGroupId``)
+in order. Each group asks the quota engine, in one atomic call, for the
+recipients of its mails; what fits is sent and deleted, what does not gets
+its visibility extended to the moment the quota frees, which in a FIFO
+queue pauses that tenant alone. Nothing sleeps holding a message, nothing
+is put back on a queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from config import Settings
+from dispatcher.jobs import JobState
+from dispatcher.keys import Keys
+from dispatcher.store import JobStore
+from mailer import ses
+from mailer.aws import SesClient, SqsClient
+from mailer.envelope import Envelope, PoisonMessage, decode
+from mailer.quota import QuotaEngine
+
+log = logging.getLogger("fairpost.sender")
+
+MAX_VISIBILITY = 43_000
+"""SQS allows 12 h (43,200 s) of visibility from a receive; keep a margin.
+A longer wait (a daily quota) is served in steps: the message comes back,
+is refused again, and is extended again."""
+
+_THROTTLE_BACKOFF_MIN = 0.5
+_THROTTLE_BACKOFF_MAX = 30.0
+
+
+@dataclass
+class Received:
+    """One SQS message and what became of it."""
+
+    message_id: str
+    receipt: str
+    group: str
+    body: str
+    envelope: Envelope | None = None
+    delete: bool = False
+    visibility: float | None = None
+
+
+@dataclass
+class SenderStats:
+    received: int = 0
+    sent: int = 0
+    throttled_by_quota: int = 0
+    throttled_by_ses: int = 0
+    dead: int = 0
+    retried: int = 0
+    receives: int = 0
+    empty_receives: int = 0
+    by_reason: dict[str, int] = field(default_factory=dict)
+
+
+class Sender:
+    def __init__(
+        self,
+        *,
+        sqs: SqsClient,
+        ses_client: SesClient,
+        queue_url: str,
+        store: JobStore,
+        quota: QuotaEngine,
+        settings: Settings,
+    ) -> None:
+        self.sqs = sqs
+        self.ses = ses_client
+        self.queue_url = queue_url
+        self.store = store
+        self.quota = quota
+        self.settings = settings
+        self.keys: Keys = store.keys
+        self.stats = SenderStats()
+        self._ses_slots = asyncio.Semaphore(settings.sender.concurrency)
+        # Monotonic times before which no receive is made.
+        self._hold_until = 0.0
+        self._throttle_backoff = _THROTTLE_BACKOFF_MIN
+        self._held: dict[str, Received] = {}
+
+    # -- the loop ------------------------------------------------------------
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Receive and send until ``stop`` is set."""
+        loops = [
+            asyncio.create_task(self._receive_loop(stop), name=f"sender-receive-{i}")
+            for i in range(self.settings.sender.receivers)
+        ]
+        try:
+            await asyncio.gather(*loops)
+        finally:
+            for task in loops:
+                task.cancel()
+            await asyncio.gather(*loops, return_exceptions=True)
+
+    async def _receive_loop(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            if await self._wait_for_gate(stop):
+                continue
+            messages = await self._receive(stop)
+            if messages:
+                await self.process(messages)
+
+    async def _wait_for_gate(self, stop: asyncio.Event) -> bool:
+        """Wait while the sender is held (global quota spent, SES throttling or paused).
+
+        Returns True if it waited, so the caller looks at the world again.
+        """
+        wait = self._hold_until - time.monotonic()
+        global_wait = await self.quota.global_retry_after(self.settings.global_limits)
+        wait = max(wait, global_wait)
+        if wait <= 0:
+            return False
+        # Receiving now would only park every message it got: wait it out.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=wait)
+        return True
+
+    async def _receive(self, stop: asyncio.Event) -> list[Received]:
+        attempt_id = uuid.uuid4().hex
+        request: dict[str, Any] = {
+            "QueueUrl": self.queue_url,
+            "MaxNumberOfMessages": 10,
+            "WaitTimeSeconds": self.settings.sender.wait_seconds,
+            "VisibilityTimeout": self.settings.sender.visibility_timeout,
+            "MessageSystemAttributeNames": ["MessageGroupId"],
+            # The same id on a retried receive makes SQS return the same messages
+            # instead of hiding them until their visibility ends.
+            "ReceiveRequestAttemptId": attempt_id,
+        }
+        for attempt in range(3):
+            receive = asyncio.ensure_future(self.sqs.receive_message(**request))
+            stopped = asyncio.ensure_future(stop.wait())
+            done, _ = await asyncio.wait({receive, stopped}, return_when=asyncio.FIRST_COMPLETED)
+            stopped.cancel()
+            if receive not in done:
+                # Shutting down mid-poll: anything SQS hands this poll now
+                # comes back after its visibility timeout; nothing is lost.
+                receive.cancel()
+                return []
+            try:
+                response = receive.result()
+            except Exception as exc:
+                log.warning("SQS receive failed (attempt %d): %s", attempt + 1, exc)
+                await asyncio.sleep(0.2 * 2**attempt)
+                continue
+            self.stats.receives += 1
+            raw = response.get("Messages", [])
+            if not raw:
+                self.stats.empty_receives += 1
+            return [
+                Received(
+                    message_id=m["MessageId"],
+                    receipt=m["ReceiptHandle"],
+                    group=m.get("Attributes", {}).get("MessageGroupId", ""),
+                    body=m.get("Body", ""),
+                )
+                for m in raw
+            ]
+        return []
+
+    # -- one batch -------------------------------------------------------------
+
+    async def process(self, messages: list[Received]) -> None:
+        """Handle one received batch to the end: every message is deleted or
+        given a new visibility before this returns."""
+        self.stats.received += len(messages)
+        for msg in messages:
+            self._held[msg.receipt] = msg
+        try:
+            groups: dict[str, list[Received]] = {}
+            for msg in messages:
+                try:
+                    msg.envelope = decode(msg.body)
+                except PoisonMessage as exc:
+                    await self._poison(msg, str(exc))
+                    continue
+                groups.setdefault(msg.envelope.tenant, []).append(msg)
+            await asyncio.gather(*(self._process_group(tenant, group) for tenant, group in groups.items()))
+            await self._settle_sqs(messages)
+        finally:
+            for msg in messages:
+                self._held.pop(msg.receipt, None)
+
+    async def _process_group(self, tenant: str, group: list[Received]) -> None:
+        envelopes = [m.envelope for m in group if m.envelope is not None]
+        states = await self._job_states([e.job_id for e in envelopes])
+        todo: list[Received] = []
+        for msg in group:
+            assert msg.envelope is not None
+            state = states.get(msg.envelope.job_id)
+            if state in (JobState.SENT, JobState.DEAD):
+                # Sent already (a redelivery after a crash) or cancelled/dead: never again.
+                msg.delete = True
+            else:
+                todo.append(msg)
+        if not todo:
+            return
+        costs = [m.envelope.mail.recipients for m in todo if m.envelope]
+        grant = await self.quota.acquire(
+            tenant, costs, self.settings.global_limits, self.settings.limits_for(tenant)
+        )
+        granted, refused = todo[: grant.granted], todo[grant.granted :]
+        if refused:
+            await self._park(tenant, refused, grant.retry_after, grant.blocked_by, grant.at_ms)
+        results = await asyncio.gather(*(self._send_one(tenant, m, grant.at_ms) for m in granted))
+        if any(r.verdict is ses.Verdict.PAUSED for r in results):
+            self._hold(self.settings.sender.pause_seconds)
+
+    async def _park(
+        self, tenant: str, refused: list[Received], retry_after: float, blocked_by: str | None, at_ms: int
+    ) -> None:
+        if retry_after < 0:
+            # More recipients than a window allows: it can never fit.
+            for msg in refused[:1]:
+                assert msg.envelope is not None
+                await self._dead(msg, "the mail has more recipients than a quota window allows")
+            refused = refused[1:]
+            retry_after = 1.0
+        if not refused:
+            return
+        wait = min(retry_after + random.uniform(0, self.settings.sender.max_jitter_seconds), MAX_VISIBILITY)
+        if blocked_by == "global":
+            self._hold(retry_after)
+        self.stats.throttled_by_quota += len(refused)
+        for msg in refused:
+            msg.visibility = wait
+        ids = [m.envelope.job_id for m in refused if m.envelope]
+        async with self.store.redis.pipeline(transaction=False) as pipe:
+            for job_id in ids:
+                pipe.hincrby(self.keys.job(job_id), "throttled", 1)
+            await pipe.execute()
+        # The jobs keep their tenant's in-flight slots while they wait in SQS.
+        ttl_ms = int(self.settings.dispatcher.inflight_ttl_seconds * 1000)
+        await self.store.touch_inflight(tenant, ids, at_ms + int(wait * 1000) + ttl_ms)
+        log.info(
+            "tenant over quota (%s): %d mails wait %.2fs",
+            blocked_by,
+            len(refused),
+            wait,
+            extra={"tenant": tenant},
+        )
+
+    async def _send_one(self, tenant: str, msg: Received, at_ms: int) -> ses.SendResult:
+        env = msg.envelope
+        assert env is not None
+        async with self._ses_slots:
+            result = await ses.send(self.ses, env, self.settings.tenant(tenant))
+        extra = {"job_id": env.job_id, "tenant": tenant}
+        if result.verdict is ses.Verdict.SENT:
+            self._throttle_backoff = _THROTTLE_BACKOFF_MIN
+            await self.store.finish(
+                env.job_id,
+                JobState.SENT,
+                keep_seconds=self._finished_ttl(),
+                fields={"ses_message_id": result.message_id or "", "sent_ms": int(time.time() * 1000)},
+            )
+            msg.delete = True
+            self.stats.sent += 1
+            return result
+        # SES did not send it: the quota units go back.
+        await self.quota.refund(
+            tenant, env.mail.recipients, at_ms, self.settings.global_limits, self.settings.limits_for(tenant)
+        )
+        self.stats.by_reason[result.verdict.value] = self.stats.by_reason.get(result.verdict.value, 0) + 1
+        if result.verdict is ses.Verdict.THROTTLED:
+            self.stats.throttled_by_ses += 1
+            delay = self._throttle_backoff
+            self._throttle_backoff = min(self._throttle_backoff * 2, _THROTTLE_BACKOFF_MAX)
+            self._hold(delay)
+            msg.visibility = delay + random.uniform(0, self.settings.sender.max_jitter_seconds)
+            await self.store.redis.hincrby(self.keys.job(env.job_id), "throttled", 1)
+            log.warning("SES throttled; sender backs off %.1fs", delay, extra=extra)
+        elif result.verdict is ses.Verdict.PAUSED:
+            msg.visibility = self.settings.sender.pause_seconds
+            log.error(
+                "SES refuses to send (%s); sender paused %.0fs",
+                result.error,
+                self.settings.sender.pause_seconds,
+                extra=extra,
+            )
+        elif result.verdict is ses.Verdict.PERMANENT:
+            await self._dead(msg, result.error or "rejected by SES")
+        else:
+            attempts = int(await self.store.redis.hincrby(self.keys.job(env.job_id), "attempts", 1))
+            await self.store.redis.hset(self.keys.job(env.job_id), "last_error", result.error or "")
+            if attempts >= self.settings.sender.max_attempts:
+                await self._dead(msg, f"gave up after {attempts} attempts: {result.error}")
+            else:
+                self.stats.retried += 1
+                s = self.settings.sender
+                msg.visibility = min(s.backoff_base_seconds * 2 ** (attempts - 1), s.backoff_max_seconds)
+                log.warning("SES send failed (attempt %d): %s", attempts, result.error, extra=extra)
+        return result
+
+    # -- endings -----------------------------------------------------------------
+
+    async def _dead(self, msg: Received, reason: str) -> None:
+        assert msg.envelope is not None
+        env = msg.envelope
+        result = await self.store.finish(
+            env.job_id,
+            JobState.DEAD,
+            keep_seconds=self._finished_ttl(),
+            fields={"dead_reason": reason, "last_error": reason},
+        )
+        if result == -1:
+            # No record (expired, or the Redis lost it): keep the mail as a dead letter anyway.
+            await self._record_dead(env.job_id, env.tenant, reason, msg.body)
+        msg.delete = True
+        self.stats.dead += 1
+        log.warning("dead letter: %s", reason, extra={"job_id": env.job_id, "tenant": env.tenant})
+
+    async def _poison(self, msg: Received, reason: str) -> None:
+        job_id = f"poison-{msg.message_id}"
+        await self._record_dead(job_id, msg.group, f"unreadable SQS message: {reason}", msg.body)
+        msg.delete = True
+        self.stats.dead += 1
+        log.error("poison message dead-lettered: %s", reason, extra={"job_id": job_id, "tenant": msg.group})
+
+    async def _record_dead(self, job_id: str, tenant: str, reason: str, raw_body: str) -> None:
+        now_ms = int(time.time() * 1000)
+        key = self.keys.job(job_id)
+        async with self.store.redis.pipeline(transaction=True) as pipe:
+            pipe.hset(
+                key,
+                mapping={
+                    "tenant": tenant,
+                    "kind": "mail",
+                    "state": JobState.DEAD.value,
+                    "priority": "normal",
+                    "created_ms": now_ms,
+                    "finished_ms": now_ms,
+                    "dead_reason": reason,
+                    "last_error": reason,
+                    "raw_body": raw_body[:262_144],
+                    "attempts": 0,
+                },
+            )
+            pipe.zadd(self.keys.dead(), {job_id: now_ms})
+            pipe.expire(key, self._finished_ttl())
+            await pipe.execute()
+
+    async def _settle_sqs(self, messages: Sequence[Received]) -> None:
+        deletes = [m for m in messages if m.delete]
+        changes = [m for m in messages if not m.delete and m.visibility is not None]
+        for chunk in _chunks(deletes, 10):
+            entries = [{"Id": str(i), "ReceiptHandle": m.receipt} for i, m in enumerate(chunk)]
+            response = await self.sqs.delete_message_batch(QueueUrl=self.queue_url, Entries=entries)
+            for fail in response.get("Failed", []):
+                # The message will come back; its job record says sent, so it is not sent twice.
+                log.warning("SQS delete failed: %s", fail.get("Message", fail.get("Code")))
+        for chunk in _chunks(changes, 10):
+            visibilities: list[dict[str, Any]] = [
+                {
+                    "Id": str(i),
+                    "ReceiptHandle": m.receipt,
+                    "VisibilityTimeout": max(0, round(m.visibility or 0)),
+                }
+                for i, m in enumerate(chunk)
+            ]
+            response = await self.sqs.change_message_visibility_batch(
+                QueueUrl=self.queue_url, Entries=visibilities
+            )
+            for fail in response.get("Failed", []):
+                log.warning("SQS visibility change failed: %s", fail.get("Message", fail.get("Code")))
+
+    async def release_held(self) -> int:
+        """Shutdown: give every message received but not finished back to SQS at once."""
+        held = list(self._held.values())
+        for m in held:
+            if not m.delete:
+                m.visibility = 0
+        await self._settle_sqs(held)
+        return sum(1 for m in held if not m.delete)
+
+    # -- helpers -------------------------------------------------------------------
+
+    async def _job_states(self, job_ids: list[str]) -> dict[str, str]:
+        async with self.store.redis.pipeline(transaction=False) as pipe:
+            for job_id in job_ids:
+                pipe.hget(self.keys.job(job_id), "state")
+            values = await pipe.execute()
+        states = {}
+        for job_id, value in zip(job_ids, values, strict=True):
+            if value is not None:
+                states[job_id] = value.decode() if isinstance(value, bytes) else str(value)
+        return states
+
+    def _hold(self, seconds: float) -> None:
+        self._hold_until = max(self._hold_until, time.monotonic() + seconds)
+
+    def _finished_ttl(self) -> int:
+        return self.settings.job_ttl
+
+
+def _chunks(items: Sequence[Received], size: int) -> list[Sequence[Received]]:
+    return [items[i : i + size] for i in range(0, len(items), size)]
