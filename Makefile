@@ -1,0 +1,61 @@
+# fairpost: every target sets up what it needs (scripts/bootstrap.sh) first.
+#
+#   make demo     the demo, with its own Redis and AWS emulator
+#   make test     lint, types, Dockerfile lint, then the whole test suite
+#   make lint     ruff (check and format) and hadolint only
+#   make types    mypy only
+#   make bench    the benchmarks
+#   make clean    caches and build output (make distclean: the virtualenvs too)
+#
+# Pass pytest options with PYTEST_ARGS, e.g. make test PYTEST_ARGS='-m "not slow" -x'.
+
+SHELL := bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+MAKEFLAGS += --no-builtin-rules
+
+BIN := .venv/bin
+BOOTSTRAP := bash scripts/bootstrap.sh
+PYTEST_ARGS ?=
+
+.PHONY: help demo test lint types pytest bench clean distclean bootstrap-test bootstrap-demo
+
+help:
+	@sed -n '3,8p' $(firstword $(MAKEFILE_LIST)) | sed 's/^# *//'
+
+bootstrap-test:
+	$(BOOTSTRAP) test
+
+bootstrap-demo:
+	$(BOOTSTRAP) demo
+
+demo: bootstrap-demo
+	$(BIN)/fairpost demo
+
+test: lint types pytest
+
+lint: bootstrap-test
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/hadolint Dockerfile
+
+types: bootstrap-test
+	$(BIN)/mypy
+
+# Exit code 5 means pytest collected no tests: a broken testpaths or marker
+# selection, never a pass. Say so instead of failing with a bare code.
+pytest: bootstrap-test
+	$(BIN)/pytest $(PYTEST_ARGS) || { rc=$$?; \
+	  if [[ $$rc == 5 ]]; then echo 'make: pytest collected no tests (exit 5); check testpaths and -m/-k in PYTEST_ARGS' >&2; fi; \
+	  exit $$rc; }
+
+bench: bootstrap-test
+	$(BIN)/python -m bench
+
+clean:
+	rm -rf build dist .mypy_cache .ruff_cache .pytest_cache .hypothesis *.egg-info
+	find . -path ./.venv -prune -o -path ./.localstack-venv -prune -o -path ./.git -prune -o \
+	  -type d -name __pycache__ -exec rm -rf {} +
+
+distclean: clean
+	rm -rf .venv .localstack-venv
