@@ -50,7 +50,9 @@ while claimed < wanted and steps < wanted * 4 + 64 do
           deficit = tonumber(redis.call('HGET', weights, tenant)) or default_weight
         end
         deficit = deficit - 1
-        local deadline = now + lease_ms
+        -- The fraction keeps claim order among equal deadlines, so expired
+        -- claims go back to their queue in the order they left it.
+        local deadline = now + lease_ms + claimed / 1000
         redis.call('HSET', job_key, 'state', 'claimed', 'claimed_ms', now)
         redis.call('ZADD', leases, deadline, job_id)
         redis.call('ZADD', ctx.inflight_prefix .. tenant, deadline, job_id)

@@ -7,7 +7,9 @@
 local ctx = ring_context(KEYS, ARGV)
 local now = now_ms()
 local expired = redis.call('ZRANGEBYSCORE', KEYS[7], '-inf', now, 'LIMIT', 0, tonumber(ARGV[5]))
-for _, job_id in ipairs(expired) do
+-- Newest first: each goes to the head of its queue, so the oldest ends up first.
+for i = #expired, 1, -1 do
+  local job_id = expired[i]
   redis.call('ZREM', KEYS[7], job_id)
   return_to_queue(ctx, ARGV[4] .. job_id, job_id, now)
 end

@@ -2,11 +2,12 @@
 -- them, or the dispatcher is shutting down. Jobs whose lease is already gone
 -- (reaped, handed off) are left alone.
 -- KEYS[1..6] ring context (ring.lua), KEYS[7] leases (zset)
--- ARGV[1..3] ring context, ARGV[4] job key prefix, ARGV[5..] job ids
+-- ARGV[1..3] ring context, ARGV[4] job key prefix, ARGV[5..] job ids in claim order
 local ctx = ring_context(KEYS, ARGV)
 local now = now_ms()
 local count = 0
-for i = 5, #ARGV do
+-- Last first: each goes to the head of its queue, so the first ends up first.
+for i = #ARGV, 5, -1 do
   local job_id = ARGV[i]
   if redis.call('ZREM', KEYS[7], job_id) == 1 then
     return_to_queue(ctx, ARGV[4] .. job_id, job_id, now)

@@ -47,7 +47,8 @@ class Dispatcher:
         self._busy = 0
         self._slot_freed = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
-        self._held: set[str] = set()
+        # Claimed and not yet settled, in claim order (dict as an ordered set).
+        self._held: dict[str, None] = {}
         self._retry_delay = _RETRY_DELAY_MIN
         self.claimed_total = 0
 
@@ -92,7 +93,7 @@ class Dispatcher:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
         if self._held:
-            returned = await self.store.requeue(sorted(self._held))
+            returned = await self.store.requeue(list(self._held))
             log.info("returned %d claimed jobs to their queues", returned)
             self._held.clear()
 
@@ -108,7 +109,7 @@ class Dispatcher:
             for start in range(0, len(group), size):
                 batch = group[start : start + size]
                 self._busy += len(batch)
-                self._held.update(job.id for job in batch)
+                self._held.update(dict.fromkeys(job.id for job in batch))
                 task = asyncio.create_task(self._work(worker, kind, batch), name=f"dispatch-{kind}")
                 self._tasks.add(task)
                 task.add_done_callback(functools.partial(self._done, count=len(batch)))
@@ -149,11 +150,14 @@ class Dispatcher:
                     keep_seconds=self.finished_ttl_seconds,
                     fields={"dead_reason": outcome.reason, "last_error": outcome.reason},
                 )
-        self._held.difference_update(job.id for job in jobs if job.id not in retry)
+        for job in jobs:
+            if job.id not in retry:
+                self._held.pop(job.id, None)
         if retry:
             await asyncio.sleep(self._retry_delay)
             self._retry_delay = min(self._retry_delay * 2, _RETRY_DELAY_MAX)
             await self.store.requeue(retry)
-            self._held.difference_update(retry)
+            for job_id in retry:
+                self._held.pop(job_id, None)
         elif handed:
             self._retry_delay = _RETRY_DELAY_MIN

@@ -1,0 +1,224 @@
+"""The fair dispatcher against a real redis-server: fairness, caps, leases, routing."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+from collections.abc import AsyncIterator, Sequence
+
+import pytest
+import redis.asyncio
+
+from dispatcher.jobs import Job, JobState
+from dispatcher.keys import Keys
+from dispatcher.runner import Dispatcher
+from dispatcher.store import JobStore, NewJob, StoreLimits
+from dispatcher.worker import Dead, Done, HandedOff, Outcome
+
+KEYS = Keys("test")
+
+
+@pytest.fixture
+async def aredis(redis_url: str) -> AsyncIterator[redis.asyncio.Redis]:
+    client = redis.asyncio.Redis.from_url(redis_url)
+    yield client
+    await client.aclose()
+
+
+def make_store(client: redis.asyncio.Redis, **limits: int) -> JobStore:
+    defaults = {"default_weight": 1, "default_cap": 100_000, "lease_ms": 30_000}
+    defaults.update(limits)
+    return JobStore(client, KEYS, StoreLimits(**defaults))
+
+
+def jobs_for(tenant: str, count: int, kind: str = "test", priority: str = "normal") -> list[NewJob]:
+    return [
+        NewJob(id=f"{tenant}-{i}", tenant=tenant, kind=kind, payload="{}", priority=priority)
+        for i in range(count)
+    ]
+
+
+async def test_weighted_shares_hold_over_many_picks(aredis: redis.asyncio.Redis) -> None:
+    store = make_store(aredis)
+    await store.sync_tenant_settings({"heavy": 3, "mid": 2}, {})
+    for tenant in ("heavy", "mid", "light"):
+        await store.enqueue(jobs_for(tenant, 2_000))
+    picked: collections.Counter[str] = collections.Counter()
+    for _ in range(120):
+        for job in await store.claim(10):
+            picked[job.tenant] += 1
+    total = sum(picked.values())
+    assert total == 1_200
+    for tenant, weight in (("heavy", 3), ("mid", 2), ("light", 1)):
+        assert picked[tenant] / total == pytest.approx(weight / 6, abs=0.02), picked
+
+
+async def test_a_deep_backlog_does_not_delay_a_tenant_with_one_job(aredis: redis.asyncio.Redis) -> None:
+    store = make_store(aredis)
+    await store.enqueue(jobs_for("big", 10_000))
+    await store.enqueue(jobs_for("small", 1))
+    first = await store.claim(2)
+    assert "small" in [job.tenant for job in first]
+
+
+async def test_inflight_cap_keeps_the_backlog_in_redis(aredis: redis.asyncio.Redis) -> None:
+    store = make_store(aredis, default_cap=5)
+    await store.enqueue(jobs_for("acme", 20))
+    claimed = await store.claim(10)
+    assert len(claimed) == 5
+    assert await store.claim(10) == []
+    assert await aredis.sismember(KEYS.blocked(), "acme")
+    # Handed off to SQS, the slots stay taken: still nothing to claim.
+    await store.handed_off([job.id for job in claimed])
+    assert await store.claim(10) == []
+    # One job finishes: exactly one slot comes back.
+    assert await store.finish(claimed[0].id, JobState.SENT) == 1
+    again = await store.claim(10)
+    assert [job.id for job in again] == ["acme-5"]
+
+
+async def test_per_tenant_cap_override(aredis: redis.asyncio.Redis) -> None:
+    store = make_store(aredis, default_cap=2)
+    await store.sync_tenant_settings({}, {"vip": 7})
+    await store.enqueue(jobs_for("vip", 10) + jobs_for("std", 10))
+    claimed = await store.claim(50)
+    counts = collections.Counter(job.tenant for job in claimed)
+    assert counts == {"vip": 7, "std": 2}
+
+
+async def test_expired_lease_returns_jobs_to_the_head_in_order(aredis: redis.asyncio.Redis) -> None:
+    store = make_store(aredis, lease_ms=100, default_cap=3)
+    await store.enqueue(jobs_for("acme", 5))
+    claimed = await store.claim(10)
+    assert [job.id for job in claimed] == ["acme-0", "acme-1", "acme-2"]
+    # The claimer "dies": nothing is handed off. Reap until the lease has run out.
+    deadline = asyncio.get_running_loop().time() + 5
+    while await store.reap() == 0:
+        assert asyncio.get_running_loop().time() < deadline, "lease never expired"
+        await asyncio.sleep(0.02)
+    assert await aredis.lrange(KEYS.queue("acme", "normal"), 0, -1) == [
+        b"acme-0",
+        b"acme-1",
+        b"acme-2",
+        b"acme-3",
+        b"acme-4",
+    ]
+    again = await store.claim(10)
+    assert [job.id for job in again] == ["acme-0", "acme-1", "acme-2"]
+
+
+async def test_handoff_after_lease_expiry_does_not_dispatch_twice(aredis: redis.asyncio.Redis) -> None:
+    store = make_store(aredis, lease_ms=50)
+    await store.enqueue(jobs_for("acme", 1))
+    [job] = await store.claim(1)
+    deadline = asyncio.get_running_loop().time() + 5
+    while await store.reap() == 0:
+        assert asyncio.get_running_loop().time() < deadline
+        await asyncio.sleep(0.02)
+    # The slow claimer's hand-off lands after all: the job must leave the queue again.
+    await store.handed_off([job.id])
+    assert await aredis.llen(KEYS.queue("acme", "normal")) == 0
+    assert (await store.job(job.id))["state"] == JobState.DISPATCHED
+    assert await store.claim(1) == []
+
+
+async def test_high_priority_goes_first_within_a_tenant(aredis: redis.asyncio.Redis) -> None:
+    store = make_store(aredis)
+    await store.enqueue(jobs_for("acme", 50, priority="low"))
+    await store.enqueue([NewJob(id="urgent", tenant="acme", kind="test", payload="{}", priority="high")])
+    [first] = await store.claim(1)
+    assert first.id == "urgent"
+
+
+async def test_paused_tenant_is_skipped(aredis: redis.asyncio.Redis) -> None:
+    store = make_store(aredis)
+    await aredis.sadd(KEYS.paused(), "quiet")
+    await store.enqueue(jobs_for("quiet", 3) + jobs_for("loud", 3))
+    claimed = await store.claim(10)
+    assert {job.tenant for job in claimed} == {"loud"}
+
+
+class RecordingWorker:
+    """A second job kind, registered in code: it finishes jobs itself."""
+
+    kind = "report"
+    max_batch = 4
+
+    def __init__(self) -> None:
+        self.batches: list[list[str]] = []
+
+    async def handle(self, jobs: Sequence[Job]) -> Sequence[Outcome]:
+        self.batches.append([job.id for job in jobs])
+        return [Done() if not job.id.endswith("-bad") else Dead("bad report") for job in jobs]
+
+
+async def run_until(dispatcher: Dispatcher, condition: object, timeout: float = 10) -> None:
+    stop = asyncio.Event()
+    task = asyncio.create_task(dispatcher.run(stop))
+    try:
+        deadline = asyncio.get_running_loop().time() + timeout
+        while not await condition():  # type: ignore[operator]
+            assert asyncio.get_running_loop().time() < deadline, "condition not reached"
+            assert not task.done(), task
+            await asyncio.sleep(0.02)
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 5)
+        await dispatcher.drain(1)
+
+
+async def test_jobs_are_routed_by_kind_and_unknown_kinds_die(aredis: redis.asyncio.Redis) -> None:
+    store = make_store(aredis)
+    worker = RecordingWorker()
+    dispatcher = Dispatcher(store, [worker], batch_size=10)
+    await store.enqueue(jobs_for("acme", 6, kind="report"))
+    await store.enqueue([NewJob(id="r-bad", tenant="acme", kind="report", payload="{}")])
+    await store.enqueue([NewJob(id="mystery", tenant="acme", kind="fax", payload="{}")])
+
+    async def all_done() -> bool:
+        states = [(await store.job(i)).get("state") for i in ["acme-5", "r-bad", "mystery"]]
+        return all(s in (JobState.SENT, JobState.DEAD) for s in states)
+
+    await run_until(dispatcher, all_done)
+    assert sorted(i for batch in worker.batches for i in batch) == sorted(
+        [f"acme-{i}" for i in range(6)] + ["r-bad"]
+    )
+    assert all(len(batch) <= 4 for batch in worker.batches)
+    mystery = await store.job("mystery")
+    assert mystery["state"] == JobState.DEAD
+    assert "no worker registered for job kind 'fax'" in mystery["dead_reason"]
+    assert (await store.job("r-bad"))["dead_reason"] == "bad report"
+    assert await aredis.zscore(KEYS.dead(), "mystery") is not None
+    # Finished jobs free their slots.
+    assert await aredis.zcard(KEYS.inflight("acme")) == 0
+
+
+class HandOffWorker:
+    kind = "mail"
+    max_batch = 10
+
+    async def handle(self, jobs: Sequence[Job]) -> Sequence[Outcome]:
+        return [HandedOff() for _ in jobs]
+
+
+async def test_idle_dispatcher_blocks_and_wakes_on_enqueue(aredis: redis.asyncio.Redis) -> None:
+    store = make_store(aredis)
+    dispatcher = Dispatcher(store, [HandOffWorker()], reap_interval=1.0)
+    await aredis.config_resetstat()
+    stop = asyncio.Event()
+    task = asyncio.create_task(dispatcher.run(stop))
+    try:
+        # Give it an idle second: it must sit in BLPOP, not loop over claims.
+        await asyncio.sleep(1.0)
+        stats = await aredis.info("commandstats")
+        evals = sum(v["calls"] for k, v in stats.items() if k.startswith("cmdstat_evalsha"))
+        assert evals <= 6, f"{evals} script calls in one idle second: polling"
+        start = asyncio.get_running_loop().time()
+        await store.enqueue(jobs_for("acme", 1, kind="mail"))
+        deadline = start + 2
+        while (await store.job("acme-0")).get("state") != JobState.DISPATCHED:
+            assert asyncio.get_running_loop().time() < deadline, "enqueue did not wake the dispatcher"
+            await asyncio.sleep(0.01)
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 5)
