@@ -152,11 +152,11 @@ class RecordingWorker:
         return [Done() if not job.id.endswith("-bad") else Dead("bad report") for job in jobs]
 
 
-async def run_until(dispatcher: Dispatcher, condition: object, timeout: float = 10) -> None:
+async def run_until(dispatcher: Dispatcher, condition: object, within: float = 10) -> None:
     stop = asyncio.Event()
     task = asyncio.create_task(dispatcher.run(stop))
     try:
-        deadline = asyncio.get_running_loop().time() + timeout
+        deadline = asyncio.get_running_loop().time() + within
         while not await condition():  # type: ignore[operator]
             assert asyncio.get_running_loop().time() < deadline, "condition not reached"
             assert not task.done(), task

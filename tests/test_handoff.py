@@ -130,8 +130,8 @@ async def test_entries_that_keep_failing_go_back_to_redis(sqs: Any, queue_url: s
     class AlwaysFailing(CountingSqs):
         async def send_message_batch(self, QueueUrl: str, Entries: list[dict[str, str]]) -> dict[str, Any]:
             self.batches.append([e["Id"] for e in Entries])
-            return {"Successful": [], "Failed": [{"Id": e["Id"], "Code": "InternalError", "SenderFault": False}
-                                                 for e in Entries]}  # fmt: skip
+            failed = [{"Id": e["Id"], "Code": "InternalError", "SenderFault": False} for e in Entries]
+            return {"Successful": [], "Failed": failed}
 
     failing = AlwaysFailing(sqs)
     outcomes = await MailWorker(failing, queue_url).handle([mail_job("job0", "acme")])

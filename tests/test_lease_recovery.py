@@ -6,7 +6,6 @@ import asyncio
 import collections
 import os
 import signal
-import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,7 +18,6 @@ from dispatcher.keys import Keys
 from dispatcher.runner import Dispatcher
 from dispatcher.store import JobStore, NewJob, StoreLimits
 from dispatcher.worker import Done, Outcome
-from tests.support.servers import wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 KEYS = Keys("kill")
