@@ -41,16 +41,17 @@ async def test_sigkilled_dispatcher_loses_no_job(redis_url: str, redis_client: r
     ids = [f"{tenant}-{i}" for tenant in ("a", "b", "c") for i in range(30)]
     await store.enqueue([NewJob(id=i, tenant=i[0], kind="test", payload="{}") for i in ids])
 
-    victim = subprocess.Popen(
-        [sys.executable, "-m", "tests.support.hanging_dispatcher", redis_url, KEYS.prefix, "500"], cwd=ROOT
+    victim = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "tests.support.hanging_dispatcher", redis_url, KEYS.prefix, "500", cwd=ROOT
     )
     try:
-        wait_until(
-            lambda: redis_client.zcard(KEYS.leases()) >= 20, timeout=15, what="the victim to claim jobs"
-        )
+        deadline = asyncio.get_running_loop().time() + 15
+        while await client.zcard(KEYS.leases()) < 20:
+            assert asyncio.get_running_loop().time() < deadline, "the victim never claimed jobs"
+            await asyncio.sleep(0.02)
     finally:
         os.kill(victim.pid, signal.SIGKILL)
-        victim.wait(timeout=5)
+        await asyncio.wait_for(victim.wait(), 5)
     held = redis_client.zcard(KEYS.leases())
     assert held >= 20
 
