@@ -223,11 +223,16 @@ def _rule(err: Any) -> str:
 
 
 def mask_url(url: str) -> str:
-    """``redis://user:secret@host`` → ``redis://user:***@host``."""
+    """``redis://user:secret@host`` → ``redis://user:***@host``; also ``?password=secret``."""
     parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    user = parts.username or ""
-    host = parts.hostname or ""
-    netloc = f"{user}:***@{host}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+    netloc = parts.netloc
+    if parts.password is not None:
+        # Keep the host part verbatim (an IPv6 host keeps its brackets).
+        userinfo, _, hostport = netloc.rpartition("@")
+        netloc = userinfo.split(":", 1)[0] + ":***@" + hostport
+    # redis-py also takes the password as a query argument.
+    query = "&".join(
+        item.split("=", 1)[0] + "=***" if item.split("=", 1)[0].lower() == "password" else item
+        for item in parts.query.split("&")
+    )
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))

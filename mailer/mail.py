@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from email.utils import formataddr, parseaddr
+from email.utils import formataddr, getaddresses
 from typing import Any
 
 from email_validator import EmailNotValidError, validate_email
@@ -138,9 +138,12 @@ def _address(value: object, field_name: str) -> str:
         raise InvalidMail(field_name, f"must be an e-mail address string, got {type(value).__name__}")
     if "\r" in value or "\n" in value:
         raise InvalidMail(field_name, "must not contain CR or LF")
-    name, addr = parseaddr(value)
-    if not addr:
-        raise InvalidMail(field_name, f"{value!r} is not a valid e-mail address")
+    # getaddresses, not parseaddr: parseaddr keeps the first of "a@x, b@y" (or of
+    # "a@x <b@y>") and silently drops the rest.
+    parsed = getaddresses([value])
+    if len(parsed) != 1 or not parsed[0][1]:
+        raise InvalidMail(field_name, f"{value!r} is not one valid e-mail address")
+    name, addr = parsed[0]
     try:
         checked = validate_email(addr, check_deliverability=False)
     except EmailNotValidError as exc:
