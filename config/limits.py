@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, PlainSerializer
 from pydantic_settings import NoDecode
@@ -89,3 +89,26 @@ Limits = Annotated[
     PlainSerializer(format_limits, return_type=str),
 ]
 """A pydantic field type: written as a string, held as windows."""
+
+
+AUTO = "auto"
+"""``FAIRPOST_GLOBAL_LIMITS=auto``: the global windows come from SES ``GetAccount``."""
+
+
+def _coerce_global(value: Any) -> Any:
+    if isinstance(value, str) and value.strip().lower() == AUTO:
+        return AUTO
+    return _coerce(value)
+
+
+def _format_global(value: tuple[Window, ...] | Literal["auto"]) -> str:
+    return AUTO if isinstance(value, str) else format_limits(value)
+
+
+GlobalLimits = Annotated[
+    tuple[Window, ...] | Literal["auto"],
+    NoDecode,
+    BeforeValidator(_coerce_global),
+    PlainSerializer(_format_global, return_type=str),
+]
+"""Like :data:`Limits`, or the word ``"auto"``."""

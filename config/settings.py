@@ -24,7 +24,7 @@ from pydantic_settings import (
 )
 
 from config.errors import ConfigError
-from config.limits import Limits, parse_limits
+from config.limits import GlobalLimits, Limits, parse_limits
 from config.tenant_id import TENANT_ID_RULE, is_valid_tenant_id
 
 ENV_PREFIX = "FAIRPOST_"
@@ -93,7 +93,12 @@ class Settings(BaseSettings):
     queue_name: str = Field(default="fairpost-mail.fifo", pattern=r"^[A-Za-z0-9_-]{1,75}\.fifo$")
     config_file: Path | None = None
 
-    global_limits: Limits = parse_limits("14/second; 50000/day")
+    global_limits: GlobalLimits = parse_limits("14/second; 50000/day")
+    """All tenants together; "auto": derived from SES GetAccount (see ``ses_safety_factor``)."""
+    ses_safety_factor: float = Field(default=0.9, gt=0, le=1)
+    """With ``global_limits = "auto"``: the share of SES's quotas fairpost may use."""
+    ses_account_refresh: float = Field(default=300.0, ge=1, le=86400)
+    """With ``global_limits = "auto"``: seconds between GetAccount calls."""
     tenant_limits: Limits = parse_limits("5/second; 10000/day")
     default_weight: int = Field(default=1, ge=1, le=1000)
     inflight_cap: int = Field(default=20, ge=1, le=10_000)
@@ -111,6 +116,10 @@ class Settings(BaseSettings):
     http_port: int | None = Field(default=None, ge=1, le=65535)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     shutdown_grace: float = Field(default=8.0, ge=0, le=300)
+    replica_id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9._-]{1,64}$")
+    """Names this replica's heartbeat; default: the host name (the container id in Docker)."""
+    metrics_tenant_labels: int = Field(default=50, ge=0, le=10_000)
+    """Tenants, beyond those configured in ``tenants``, that get their own metrics label."""
 
     @field_validator("tenants")
     @classmethod

@@ -95,3 +95,20 @@ class Keys:
 
     def quota_prefix(self) -> str:
         return f"{self.root}:quota:"
+
+    # -- operations (live overrides, health) -----------------------------------
+    def limit_overrides(self) -> str:
+        """Hash: live quota overrides, "global" or "t:<tenant>" → limits text ("100/minute")."""
+        return f"{self.root}:overrides:limits"
+
+    def auto_limits(self) -> str:
+        """String: the global limits a daemon derived from SES GetAccount, for the CLI to show."""
+        return f"{self.root}:overrides:auto"
+
+    def heartbeat(self, replica: str) -> str:
+        """String with a TTL: a replica's last heartbeat (JSON); gone when it stops beating."""
+        return f"{self.root}:heartbeat:{replica}"
+
+    def replicas(self) -> str:
+        """Sorted set: replica ids scored by when their heartbeat expires (ms)."""
+        return f"{self.root}:replicas"

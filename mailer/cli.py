@@ -91,6 +91,147 @@ def cmd_check_config(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def _unreachable_redis(settings: Settings, exc: Exception) -> int:
+    from config import mask_url
+
+    print(f"fairpost: cannot use Redis at {mask_url(settings.redis_url)}: {exc}", file=sys.stderr)
+    return 1
+
+
+def cmd_stats(args: argparse.Namespace, settings: Settings) -> int:
+    import redis
+    import redis.asyncio
+
+    from dispatcher.keys import Keys
+    from mailer.stats import collect_stats, render_table, render_text
+
+    async def run() -> None:
+        client = redis.asyncio.Redis.from_url(settings.redis_url)
+        keys = Keys(settings.key_prefix)
+        try:
+            stats = await collect_stats(client, keys, settings, tenants=args.tenant)
+            if not args.watch:
+                if args.json:
+                    _print_json(stats.to_json())
+                else:
+                    print(render_text(stats))
+                return
+            if args.json:  # one JSON object per line, for scripts
+                while True:
+                    print(json.dumps(stats.to_json(), sort_keys=True), flush=True)
+                    await asyncio.sleep(args.interval)
+                    stats = await collect_stats(client, keys, settings, tenants=args.tenant)
+            from rich.live import Live
+
+            with Live(render_table(stats), auto_refresh=False) as live:
+                while True:
+                    await asyncio.sleep(args.interval)
+                    stats = await collect_stats(client, keys, settings, tenants=args.tenant)
+                    live.update(render_table(stats), refresh=True)
+        finally:
+            await client.aclose()
+
+    try:
+        asyncio.run(run())
+    except KeyboardInterrupt:
+        return 0
+    except (redis.RedisError, OSError) as exc:
+        return _unreachable_redis(settings, exc)
+    return 0
+
+
+def cmd_quota_show(args: argparse.Namespace, settings: Settings) -> int:
+    import redis
+
+    from mailer.overrides import QuotaAdmin
+
+    try:
+        with QuotaAdmin(settings) as admin:
+            shown = admin.show(args.tenant)
+    except (redis.RedisError, OSError) as exc:
+        return _unreachable_redis(settings, exc)
+    if args.json:
+        _print_json({"global": shown[0].to_json(), "tenants": {e.scope: e.to_json() for e in shown[1:]}})
+        return 0
+    for eff in shown:
+        limits = eff.to_json()["limits"] or "auto (no daemon has read SES yet)"
+        name = "(global)" if eff is shown[0] else eff.scope
+        print(f"{name:20} {limits:40} from {eff.source}{'  PAUSED' if eff.paused else ''}")
+    return 0
+
+
+def cmd_quota_set(args: argparse.Namespace, settings: Settings) -> int:
+    import redis
+
+    from config.limits import format_limits
+    from mailer.overrides import QuotaAdmin
+
+    if len(args.values) != (1 if args.global_ else 2):
+        print("fairpost: usage: quota set TENANT LIMITS | quota set --global LIMITS", file=sys.stderr)
+        return 2
+    try:
+        with QuotaAdmin(settings) as admin:
+            if args.global_:
+                windows = admin.set_global_limits(args.values[0])
+                scope = "global limits"
+            else:
+                windows = admin.set_tenant_limits(args.values[0], args.values[1])
+                scope = f"tenant {args.values[0]}"
+    except (redis.RedisError, OSError) as exc:
+        return _unreachable_redis(settings, exc)
+    print(f"{scope}: {format_limits(windows)} (an override: every replica applies it within 5 s)")
+    return 0
+
+
+def cmd_quota_reset(args: argparse.Namespace, settings: Settings) -> int:
+    import redis
+
+    from mailer.overrides import QuotaAdmin
+
+    if (args.tenant is None) == (not args.global_):
+        print("fairpost: usage: quota reset TENANT | quota reset --global", file=sys.stderr)
+        return 2
+    try:
+        with QuotaAdmin(settings) as admin:
+            if args.global_:
+                removed, scope = admin.reset_global_limits(), "global limits"
+            else:
+                removed, scope = admin.reset_tenant_limits(args.tenant), f"tenant {args.tenant}"
+    except (redis.RedisError, OSError) as exc:
+        return _unreachable_redis(settings, exc)
+    print(f"{scope}: back to the settings" if removed else f"{scope}: had no override")
+    return 0
+
+
+def cmd_tenant_pause(args: argparse.Namespace, settings: Settings) -> int:
+    import redis
+
+    from mailer.overrides import QuotaAdmin
+
+    try:
+        with QuotaAdmin(settings) as admin:
+            changed = admin.pause(args.tenant) if args.action == "pause" else admin.resume(args.tenant)
+    except (redis.RedisError, OSError) as exc:
+        return _unreachable_redis(settings, exc)
+    state = "paused" if args.action == "pause" else "resumed"
+    print(f"tenant {args.tenant}: {state}" + ("" if changed else f" (it was {state} already)"))
+    return 0
+
+
+def cmd_health(args: argparse.Namespace, settings: Settings) -> int:
+    from mailer.health import check_heartbeat, check_http
+
+    if settings.http_port is not None and args.replica is None:
+        health = check_http(settings.http_port, timeout=args.timeout)
+    else:
+        health = check_heartbeat(settings, args.replica, timeout=args.timeout)
+    if args.json:
+        _print_json(health.to_json())
+    else:
+        print(("healthy: " if health.ok else "unhealthy: ") + health.detail)
+    return 0 if health.ok else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="fairpost",
@@ -134,6 +275,50 @@ def build_parser() -> argparse.ArgumentParser:
     check = sub.add_parser("check-config", help="validate and print the effective settings (secrets masked)")
     check.add_argument("--json", action="store_true")
     check.set_defaults(handler=cmd_check_config)
+
+    stats = sub.add_parser(
+        "stats", help="per tenant and global: backlog, in flight, sent per window against the limit, pauses"
+    )
+    stats.add_argument("--json", action="store_true")
+    stats.add_argument(
+        "--watch", action="store_true", help="a live table (with --json: a JSON line per update)"
+    )
+    stats.add_argument("--interval", type=float, default=1.0, help="seconds between updates with --watch")
+    stats.add_argument("--tenant", action="append", help="only these tenants (repeat for several)")
+    stats.set_defaults(handler=cmd_stats)
+
+    quota = sub.add_parser("quota", help="show or change quotas live (overrides in Redis, no restart)")
+    quota_sub = quota.add_subparsers(dest="quota_command", required=True, metavar="ACTION")
+    qshow = quota_sub.add_parser("show", help="the limits in force and where they come from")
+    qshow.add_argument("tenant", nargs="?")
+    qshow.add_argument("--json", action="store_true")
+    qshow.set_defaults(handler=cmd_quota_show)
+    qset = quota_sub.add_parser(
+        "set", help='override a tenant\'s limits (quota set acme "100/minute; 5000/day") or the global ones'
+    )
+    qset.add_argument("values", nargs="+", metavar="[TENANT] LIMITS")
+    qset.add_argument("--global", dest="global_", action="store_true", help="set the global limits")
+    qset.set_defaults(handler=cmd_quota_set)
+    qreset = quota_sub.add_parser("reset", help="drop an override: the settings apply again")
+    qreset.add_argument("tenant", nargs="?")
+    qreset.add_argument("--global", dest="global_", action="store_true", help="reset the global limits")
+    qreset.set_defaults(handler=cmd_quota_reset)
+
+    tenant = sub.add_parser("tenant", help="pause or resume a tenant live")
+    tenant_sub = tenant.add_subparsers(dest="action", required=True, metavar="ACTION")
+    for action, text in (("pause", "stop claiming and sending its mail"), ("resume", "let it send again")):
+        cmd = tenant_sub.add_parser(action, help=text)
+        cmd.add_argument("tenant")
+        cmd.set_defaults(handler=cmd_tenant_pause)
+
+    health = sub.add_parser(
+        "health",
+        help="exit 0 if this replica is alive, 1 if not (HTTP /healthz, or its heartbeat in Redis)",
+    )
+    health.add_argument("--json", action="store_true")
+    health.add_argument("--replica", help="check this replica's heartbeat (default: this host's)")
+    health.add_argument("--timeout", type=float, default=3.0)
+    health.set_defaults(handler=cmd_health)
 
     demo = sub.add_parser(
         "demo", help="run fairpost on an embedded Redis and AWS emulator with a sample load"

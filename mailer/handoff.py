@@ -16,6 +16,7 @@ from dispatcher.worker import Dead, HandedOff, Outcome, Retry
 from mailer import envelope
 from mailer.aws import SqsClient
 from mailer.client import MAIL_KIND
+from mailer.metrics import Metrics
 
 log = logging.getLogger("fairpost.handoff")
 
@@ -28,9 +29,10 @@ class MailWorker:
     kind = MAIL_KIND
     max_batch = SQS_MAX_BATCH
 
-    def __init__(self, sqs: SqsClient, queue_url: str) -> None:
+    def __init__(self, sqs: SqsClient, queue_url: str, *, metrics: Metrics | None = None) -> None:
         self.sqs = sqs
         self.queue_url = queue_url
+        self.metrics = metrics or Metrics()
 
     async def handle(self, jobs: Sequence[Job]) -> Sequence[Outcome]:
         outcomes: dict[str, Outcome] = {}
@@ -50,6 +52,12 @@ class MailWorker:
             }
         for batch in _batches(list(entries.values())):
             outcomes.update(await self._send_batch(batch))
+        for job in jobs:
+            outcome = outcomes[job.id]
+            if isinstance(outcome, HandedOff):
+                self.metrics.dispatched(job.tenant)
+            elif isinstance(outcome, Dead):
+                self.metrics.dead(job.tenant, "sqs_rejected" if job.id in entries else "too_large")
         return [outcomes[job.id] for job in jobs]
 
     async def _send_batch(self, batch: list[dict[str, str]]) -> dict[str, Outcome]:

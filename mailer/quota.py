@@ -156,6 +156,14 @@ class QuotaEngine:
         reply = await self._run("peek", "", global_windows, (), now_ms, [1])
         return max(0, reply[1]) / 1000
 
+    async def retry_after(
+        self, tenant: str, tenant_windows: Sequence[Window], *, cost: int = 1, now_ms: int | None = None
+    ) -> float:
+        """Seconds until ``cost`` units fit in every window of ``tenant``; 0.0 if they fit now;
+        :data:`NEVER` if they never can. Takes nothing (for stats)."""
+        reply = await self._run("peek", tenant, (), tenant_windows, now_ms, [cost])
+        return NEVER if reply[1] < 0 else reply[1] / 1000
+
     async def _run(
         self,
         op: str,

@@ -11,7 +11,6 @@ is put back on a queue.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 import time
@@ -27,6 +26,8 @@ from dispatcher.store import JobStore
 from mailer import ses
 from mailer.aws import SesClient, SqsClient
 from mailer.envelope import Envelope, PoisonMessage, decode
+from mailer.metrics import Metrics
+from mailer.overrides import PAUSED_RECHECK_SECONDS, LimitSource, StaticLimits
 from mailer.quota import QuotaEngine
 
 log = logging.getLogger("fairpost.sender")
@@ -35,6 +36,9 @@ MAX_VISIBILITY = 43_000
 """SQS allows 12 h (43,200 s) of visibility from a receive; keep a margin.
 A longer wait (a daily quota) is served in steps: the message comes back,
 is refused again, and is extended again."""
+
+_THROTTLE_REASON = {"global": "global_quota", "tenant": "tenant_quota", "paused": "paused"}
+"""The quota engine's ``blocked_by`` (or an operator's pause) → the metrics label."""
 
 _THROTTLE_BACKOFF_MIN = 0.5
 _THROTTLE_BACKOFF_MAX = 30.0
@@ -76,6 +80,8 @@ class Sender:
         store: JobStore,
         quota: QuotaEngine,
         settings: Settings,
+        limits: LimitSource | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self.sqs = sqs
         self.ses = ses_client
@@ -83,6 +89,9 @@ class Sender:
         self.store = store
         self.quota = quota
         self.settings = settings
+        # Quota limits and pauses: the settings, or live overrides (mailer.overrides).
+        self.limits: LimitSource = limits or StaticLimits(settings)
+        self.metrics = metrics or Metrics()
         self.keys: Keys = store.keys
         self.stats = SenderStats()
         self._ses_slots = asyncio.Semaphore(settings.sender.concurrency)
@@ -90,6 +99,9 @@ class Sender:
         self._hold_until = 0.0
         self._throttle_backoff = _THROTTLE_BACKOFF_MIN
         self._held: dict[str, Received] = {}
+        # Messages parked for quota or a pause: tenant → receipt → monotonic time it returns.
+        self._parked: dict[str, dict[str, float]] = {}
+        self._regate = asyncio.Event()
 
     # -- the loop ------------------------------------------------------------
 
@@ -120,14 +132,25 @@ class Sender:
         Returns True if it waited, so the caller looks at the world again.
         """
         wait = self._hold_until - time.monotonic()
-        global_wait = await self.quota.global_retry_after(self.settings.global_limits)
+        global_wait = await self.quota.global_retry_after(self.limits.global_limits())
         wait = max(wait, global_wait)
         if wait <= 0:
             return False
-        # Receiving now would only park every message it got: wait it out.
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), timeout=wait)
+        # Receiving now would only park every message it got: wait it out
+        # (or until the global limits change: see regate).
+        self._regate.clear()
+        waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(self._regate.wait())]
+        try:
+            await asyncio.wait(waits, timeout=wait, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waits:
+                waiter.cancel()
         return True
+
+    def regate(self) -> None:
+        """The global limits changed: look at the gate again now, not when the old limits freed it."""
+        self._hold_until = 0.0
+        self._regate.set()
 
     async def _receive(self, stop: asyncio.Event) -> list[Received]:
         attempt_id = uuid.uuid4().hex
@@ -155,10 +178,12 @@ class Sender:
                 response = receive.result()
             except Exception as exc:
                 log.warning("SQS receive failed (attempt %d): %s", attempt + 1, exc)
+                self.metrics.receive_failed()
                 await asyncio.sleep(0.2 * 2**attempt)
                 continue
             self.stats.receives += 1
             raw = response.get("Messages", [])
+            self.metrics.received(len(raw))
             if not raw:
                 self.stats.empty_receives += 1
             return [
@@ -191,9 +216,17 @@ class Sender:
                 groups.setdefault(msg.envelope.tenant, []).append(msg)
             await asyncio.gather(*(self._process_group(tenant, group) for tenant, group in groups.items()))
             await self._settle_sqs(messages)
-        finally:
-            for msg in messages:
-                self._held.pop(msg.receipt, None)
+        except asyncio.CancelledError:
+            # Shutdown cancelled the batch: it stays held, for release_held to hand back.
+            raise
+        except BaseException:
+            self._release(messages)
+            raise
+        self._release(messages)
+
+    def _release(self, messages: list[Received]) -> None:
+        for msg in messages:
+            self._held.pop(msg.receipt, None)
 
     async def _process_group(self, tenant: str, group: list[Received]) -> None:
         envelopes = [m.envelope for m in group if m.envelope is not None]
@@ -209,9 +242,13 @@ class Sender:
                 todo.append(msg)
         if not todo:
             return
+        if self.limits.is_paused(tenant):
+            # An operator paused the tenant: its mail already in SQS waits too.
+            await self._park(tenant, todo, PAUSED_RECHECK_SECONDS, "paused", int(time.time() * 1000))
+            return
         costs = [m.envelope.mail.recipients for m in todo if m.envelope]
         grant = await self.quota.acquire(
-            tenant, costs, self.settings.global_limits, self.settings.limits_for(tenant)
+            tenant, costs, self.limits.global_limits(), self.limits.limits_for(tenant)
         )
         granted, refused = todo[: grant.granted], todo[grant.granted :]
         if refused:
@@ -227,7 +264,9 @@ class Sender:
             # More recipients than a window allows: it can never fit.
             for msg in refused[:1]:
                 assert msg.envelope is not None
-                await self._dead(msg, "the mail has more recipients than a quota window allows")
+                await self._dead(
+                    msg, "the mail has more recipients than a quota window allows", "too_many_recipients"
+                )
             refused = refused[1:]
             retry_after = 1.0
         if not refused:
@@ -236,8 +275,14 @@ class Sender:
         if blocked_by == "global":
             self._hold(retry_after)
         self.stats.throttled_by_quota += len(refused)
+        self.metrics.throttled(tenant, _THROTTLE_REASON.get(blocked_by or "", "tenant_quota"), len(refused))
+        now = time.monotonic()
+        parked = self._parked.setdefault(tenant, {})
+        for receipt in [r for r, until in parked.items() if until <= now]:
+            del parked[receipt]
         for msg in refused:
             msg.visibility = wait
+            parked[msg.receipt] = now + wait
         ids = [m.envelope.job_id for m in refused if m.envelope]
         async with self.store.redis.pipeline(transaction=False) as pipe:
             for job_id in ids:
@@ -258,7 +303,9 @@ class Sender:
         env = msg.envelope
         assert env is not None
         async with self._ses_slots:
+            started = time.monotonic()
             result = await ses.send(self.ses, env, self.settings.tenant(tenant))
+            self.metrics.ses_call(result.verdict.value, time.monotonic() - started)
         extra = {"job_id": env.job_id, "tenant": tenant}
         if result.verdict is ses.Verdict.SENT:
             self._throttle_backoff = _THROTTLE_BACKOFF_MIN
@@ -270,14 +317,16 @@ class Sender:
             )
             msg.delete = True
             self.stats.sent += 1
+            self.metrics.sent(tenant, env.created_ms)
             return result
         # SES did not send it: the quota units go back.
         await self.quota.refund(
-            tenant, env.mail.recipients, at_ms, self.settings.global_limits, self.settings.limits_for(tenant)
+            tenant, env.mail.recipients, at_ms, self.limits.global_limits(), self.limits.limits_for(tenant)
         )
         self.stats.by_reason[result.verdict.value] = self.stats.by_reason.get(result.verdict.value, 0) + 1
         if result.verdict is ses.Verdict.THROTTLED:
             self.stats.throttled_by_ses += 1
+            self.metrics.throttled(tenant, "ses")
             delay = self._throttle_backoff
             self._throttle_backoff = min(self._throttle_backoff * 2, _THROTTLE_BACKOFF_MAX)
             self._hold(delay)
@@ -293,14 +342,15 @@ class Sender:
                 extra=extra,
             )
         elif result.verdict is ses.Verdict.PERMANENT:
-            await self._dead(msg, result.error or "rejected by SES")
+            await self._dead(msg, result.error or "rejected by SES", "rejected")
         else:
             attempts = int(await self.store.redis.hincrby(self.keys.job(env.job_id), "attempts", 1))
             await self.store.redis.hset(self.keys.job(env.job_id), "last_error", result.error or "")
             if attempts >= self.settings.sender.max_attempts:
-                await self._dead(msg, f"gave up after {attempts} attempts: {result.error}")
+                await self._dead(msg, f"gave up after {attempts} attempts: {result.error}", "attempts")
             else:
                 self.stats.retried += 1
+                self.metrics.retried(tenant)
                 s = self.settings.sender
                 msg.visibility = min(s.backoff_base_seconds * 2 ** (attempts - 1), s.backoff_max_seconds)
                 log.warning("SES send failed (attempt %d): %s", attempts, result.error, extra=extra)
@@ -308,7 +358,8 @@ class Sender:
 
     # -- endings -----------------------------------------------------------------
 
-    async def _dead(self, msg: Received, reason: str) -> None:
+    async def _dead(self, msg: Received, reason: str, kind: str) -> None:
+        """``kind`` is the metrics label (mailer.metrics.DEAD_REASONS)."""
         assert msg.envelope is not None
         env = msg.envelope
         result = await self.store.finish(
@@ -322,6 +373,7 @@ class Sender:
             await self._record_dead(env.job_id, env.tenant, reason, msg.body)
         msg.delete = True
         self.stats.dead += 1
+        self.metrics.dead(env.tenant, kind)
         log.warning("dead letter: %s", reason, extra={"job_id": env.job_id, "tenant": env.tenant})
 
     async def _poison(self, msg: Received, reason: str) -> None:
@@ -329,6 +381,7 @@ class Sender:
         await self._record_dead(job_id, msg.group, f"unreadable SQS message: {reason}", msg.body)
         msg.delete = True
         self.stats.dead += 1
+        self.metrics.dead(msg.group, "poison")
         log.error("poison message dead-lettered: %s", reason, extra={"job_id": job_id, "tenant": msg.group})
 
     async def _record_dead(self, job_id: str, tenant: str, reason: str, raw_body: str) -> None:
@@ -378,6 +431,25 @@ class Sender:
             for fail in response.get("Failed", []):
                 log.warning("SQS visibility change failed: %s", fail.get("Message", fail.get("Code")))
 
+    async def unpark(self, tenant: str | None = None) -> int:
+        """Limits changed or a tenant was resumed (mailer.overrides): bring the tenant's
+        parked messages (every tenant's for ``None``) back now, to be weighed against
+        the new limits, instead of at the time the old ones gave. Returns how many."""
+        now = time.monotonic()
+        tenants = list(self._parked) if tenant is None else [tenant]
+        receipts: list[str] = []
+        for name in tenants:
+            parked = self._parked.pop(name, {})
+            receipts += [r for r, until in parked.items() if until > now]
+        for start in range(0, len(receipts), 10):
+            entries = [
+                {"Id": str(i), "ReceiptHandle": r, "VisibilityTimeout": 0}
+                for i, r in enumerate(receipts[start : start + 10])
+            ]
+            # A failure is a message that came back (or went) already: nothing to do.
+            await self.sqs.change_message_visibility_batch(QueueUrl=self.queue_url, Entries=entries)
+        return len(receipts)
+
     async def release_held(self) -> int:
         """Shutdown: give every message received but not finished back to SQS at once."""
         held = list(self._held.values())
@@ -385,7 +457,9 @@ class Sender:
             if not m.delete:
                 m.visibility = 0
         await self._settle_sqs(held)
-        return sum(1 for m in held if not m.delete)
+        released = sum(1 for m in held if not m.delete)
+        self.metrics.handed_back(released)
+        return released
 
     # -- helpers -------------------------------------------------------------------
 
