@@ -14,7 +14,7 @@ from typing import Any
 from botocore.config import Config
 
 # SES: one attempt; the sender decides what a failure means (refund, back off).
-SES_CONFIG = Config(retries={"max_attempts": 1, "mode": "standard"}, connect_timeout=5, read_timeout=30)
+SES_CONFIG = Config(retries={"total_max_attempts": 1, "mode": "standard"}, connect_timeout=5, read_timeout=30)
 
 # SQS: a couple of quick retries for connection blips; the read timeout must
 # outlast a 20-second long poll.

@@ -3,22 +3,22 @@
 -- KEYS[1..n]   one hash per window (Keys.quota): the global windows first, then
 --              the tenant's; field = bucket index, value = units counted in it
 -- ARGV[1]      operation: "acquire", "peek" (acquire without writing),
---              "refund" or "usage"
+--              "refund", "restamp" or "usage"
 -- ARGV[2]      time in ms: for acquire, peek and usage the moment to evaluate
 --              at, "" for the server's TIME (anything else is a test hook);
---              for refund the at_ms of the grant being given back
+--              for refund and restamp the at_ms of the grant
 -- ARGV[3]      buckets per window (every caller must use the same value)
 -- ARGV[4]      how many of the KEYS are global windows
 -- ARGV[5..4+2n] for each key in order: window seconds, window limit
 -- ARGV[5+2n..] acquire / peek: the costs of the mails, in order
---              refund: the one cost to give back
+--              refund / restamp: the one cost to give back / to move
 --
 -- Returns
 --   acquire / peek: {granted, retry_ms, blocked, now_ms}
 --       retry_ms: ms until mail number granted+1 fits (0 if all granted,
 --       -1 if it can never fit); blocked: 0 none, 1 global, 2 tenant
 --   usage:  {now_ms, count of window 1, count of window 2, ...}
---   refund: {}
+--   refund, restamp: {}
 --
 -- Bucket math. A window of W ms is cut into buckets of width w = floor(W / B)
 -- ms (at least 1); bucket i holds the units granted in [i*w, (i+1)*w). At time
@@ -81,6 +81,35 @@ if op == "refund" then
             else
                 redis.call("HSET", win.key, name, field(left))
             end
+        end
+    end
+    return {}
+end
+
+if op == "restamp" then
+    -- A send SES accepted: its units move from the grant's bucket to the
+    -- moment the call returned. SES counts a mail when it arrives, which is
+    -- somewhere between the two; counting it from the grant until a window
+    -- after the return covers wherever it landed, so a slow call followed by
+    -- a fast one cannot put two windows' worth of mail into one at SES.
+    local cost = tonumber(ARGV[rest])
+    local returned = server_now_ms()
+    for _, win in ipairs(windows) do
+        local name = field(win.current)
+        local held = tonumber(redis.call("HGET", win.key, name))
+        if held then
+            local left = math.max(0, held - cost)
+            if left == 0 then
+                redis.call("HDEL", win.key, name)
+            else
+                redis.call("HSET", win.key, name, field(left))
+            end
+        end
+        local index = math.floor(returned / win.width)
+        redis.call("HINCRBY", win.key, field(index), cost)
+        local ttl = (index + 1) * win.width + win.window_ms - 1 - returned
+        if redis.call("PTTL", win.key) < ttl then
+            redis.call("PEXPIRE", win.key, ttl)
         end
     end
     return {}

@@ -132,6 +132,23 @@ class QuotaEngine:
             raise ValueError(f"a refund is at least 1 recipient, not {cost}")
         await self._run("refund", tenant, global_windows, tenant_windows, at_ms, [cost])
 
+    async def restamp(
+        self,
+        tenant: str,
+        cost: int,
+        at_ms: int,
+        global_windows: Sequence[Window],
+        tenant_windows: Sequence[Window],
+    ) -> None:
+        """Count a sent mail's units from when SES answered instead of from the grant.
+
+        SES counts a mail on arrival, somewhere between the grant and the
+        answer; from the grant until a window after the answer covers it.
+        """
+        if cost < 1:
+            raise ValueError(f"a restamp is at least 1 recipient, not {cost}")
+        await self._run("restamp", tenant, global_windows, tenant_windows, at_ms, [cost])
+
     async def usage(
         self,
         scope_tenant: str | None,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import random
 import time
 import uuid
@@ -170,9 +171,11 @@ class Sender:
             done, _ = await asyncio.wait({receive, stopped}, return_when=asyncio.FIRST_COMPLETED)
             stopped.cancel()
             if receive not in done:
-                # Shutting down mid-poll: anything SQS hands this poll now
-                # comes back after its visibility timeout; nothing is lost.
-                receive.cancel()
+                # Shutting down mid-poll: the poll ends within its wait time
+                # (the daemon's grace period cancels it otherwise, and then its
+                # messages come back after their visibility timeout). What it
+                # brings is handed straight back for another replica.
+                await self._hand_back(await asyncio.gather(receive, return_exceptions=True))
                 return []
             try:
                 response = receive.result()
@@ -196,6 +199,17 @@ class Sender:
                 for m in raw
             ]
         return []
+
+    async def _hand_back(self, results: Sequence[Any]) -> None:
+        response = results[0]
+        if isinstance(response, BaseException):
+            return
+        messages = [
+            Received(message_id=m["MessageId"], receipt=m["ReceiptHandle"], group="", body="", visibility=0)
+            for m in response.get("Messages", [])
+        ]
+        if messages:
+            await self._settle_sqs(messages)
 
     # -- one batch -------------------------------------------------------------
 
@@ -309,6 +323,8 @@ class Sender:
         extra = {"job_id": env.job_id, "tenant": tenant}
         if result.verdict is ses.Verdict.SENT:
             self._throttle_backoff = _THROTTLE_BACKOFF_MIN
+            windows = self.limits.global_limits(), self.limits.limits_for(tenant)
+            await self.quota.restamp(tenant, env.mail.recipients, at_ms, *windows)
             await self.store.finish(
                 env.job_id,
                 JobState.SENT,
@@ -421,7 +437,9 @@ class Sender:
                 {
                     "Id": str(i),
                     "ReceiptHandle": m.receipt,
-                    "VisibilityTimeout": max(0, round(m.visibility or 0)),
+                    # SQS counts whole seconds: round up, or a short wait becomes
+                    # no wait at all and the message comes straight back.
+                    "VisibilityTimeout": min(MAX_VISIBILITY, max(0, math.ceil(m.visibility or 0))),
                 }
                 for i, m in enumerate(chunk)
             ]

@@ -1,0 +1,116 @@
+"""Run fairpost's dispatcher and sender in the test's event loop, against real services."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import boto3
+import redis.asyncio
+
+from config import Settings
+from dispatcher.keys import Keys
+from dispatcher.runner import Dispatcher
+from dispatcher.store import JobStore
+from mailer.aws import SES_CONFIG, SQS_CONFIG, session
+from mailer.client import store_limits
+from mailer.handoff import MailWorker
+from mailer.queue_setup import init_queue
+from mailer.quota import QuotaEngine
+from mailer.sender import Sender
+
+
+@dataclass
+class ReceiveLog:
+    """What the sender's SQS receives returned, with when (monotonic)."""
+
+    calls: list[float] = field(default_factory=list)
+    bodies: list[tuple[float, str]] = field(default_factory=list)
+
+
+class RecordingSqs:
+    """Passes every call to the real client; records receives (no behaviour changed)."""
+
+    def __init__(self, real: Any, log: ReceiveLog, before_receive: Callable[[], Any] | None = None) -> None:
+        self._real = real
+        self._log = log
+        self._before_receive = before_receive
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+    async def receive_message(self, **kwargs: Any) -> Any:
+        if self._before_receive is not None:
+            await self._before_receive()
+        self._log.calls.append(time.monotonic())
+        response = await self._real.receive_message(**kwargs)
+        now = time.monotonic()
+        for message in response.get("Messages", []):
+            self._log.bodies.append((now, message["Body"]))
+        return response
+
+
+@dataclass
+class Running:
+    settings: Settings
+    store: JobStore
+    quota: QuotaEngine
+    sender: Sender
+    dispatcher: Dispatcher
+    receives: ReceiveLog
+    queue_url: str
+
+
+@asynccontextmanager
+async def pipeline(
+    settings: Settings, *, before_receive: Callable[[], Any] | None = None
+) -> AsyncIterator[Running]:
+    """Dispatcher and sender running until the block ends; then a clean shutdown."""
+    url, _ = init_queue(boto3.client("sqs"), settings)
+    client = redis.asyncio.Redis.from_url(settings.redis_url)
+    keys = Keys(settings.key_prefix)
+    store = JobStore(client, keys, store_limits(settings))
+    await store.sync_tenant_settings(
+        {t: o.weight for t, o in settings.tenants.items() if o.weight},
+        {t: o.inflight_cap for t, o in settings.tenants.items() if o.inflight_cap},
+    )
+    quota = QuotaEngine(client, keys)
+    log = ReceiveLog()
+    aws = session()
+    async with aws.client("sqs", config=SQS_CONFIG) as sqs, aws.client("sesv2", config=SES_CONFIG) as ses:
+        recording = RecordingSqs(sqs, log, before_receive)
+        dispatcher = Dispatcher(store, [MailWorker(sqs, url)], reap_interval=0.2)
+        sender = Sender(
+            sqs=recording, ses_client=ses, queue_url=url, store=store, quota=quota, settings=settings
+        )
+        stop = asyncio.Event()
+        tasks = [asyncio.create_task(dispatcher.run(stop)), asyncio.create_task(sender.run(stop))]
+        try:
+            yield Running(settings, store, quota, sender, dispatcher, log, url)
+        finally:
+            stop.set()
+            for task in tasks:
+                if task.done() and task.exception():
+                    raise task.exception()  # type: ignore[misc]
+            await asyncio.wait(tasks, timeout=30)
+            await dispatcher.drain(1)
+            await sender.release_held()
+    await client.aclose()
+
+
+async def wait_for(predicate: Callable[[], Any], *, within: float, what: str, interval: float = 0.05) -> None:
+    """Await ``predicate()`` (sync or async) until truthy, or fail after ``within`` seconds."""
+    deadline = time.monotonic() + within
+    while True:
+        result = predicate()
+        if asyncio.iscoroutine(result):
+            result = await result
+        if result:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {within}s waiting for {what}")
+        await asyncio.sleep(interval)

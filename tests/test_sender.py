@@ -1,0 +1,239 @@
+"""The sender end to end: SDK → Redis → dispatcher → SQS (moto, over HTTP) → quota → SES.
+
+SES is the recording fake in tests/support/ses_server.py (moto's SES v2 cannot
+answer errors or report the arrival time of each send).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import boto3
+import pytest
+
+from config import Settings, load_settings
+from dispatcher.jobs import JobState
+from mailer import AsyncMailClient
+from mailer.envelope import encode
+from mailer.mail import Mail, validate
+from tests.support.pipeline import pipeline, wait_for
+from tests.support.ses_server import Faults, SesServer
+
+
+@pytest.fixture
+def ses(aws_env: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[SesServer]:
+    with SesServer() as server:
+        monkeypatch.setenv("AWS_ENDPOINT_URL_SESV2", server.url)
+        yield server
+
+
+def settings_for(redis_url: str, **overrides: Any) -> Settings:
+    base: dict[str, Any] = {
+        "redis_url": redis_url,
+        "global_limits": "1000/second",
+        "tenant_limits": "1000/second",
+        "sender": {"wait_seconds": 1, "receivers": 1, "backoff_base_seconds": 1, "pause_seconds": 1,
+                   "max_jitter_seconds": 0.2},
+    }  # fmt: skip
+    base.update(overrides)
+    return load_settings(**base)
+
+
+def mail(i: int, recipients: int = 1) -> Mail:
+    return Mail(
+        sender="app@example.com",
+        to=[f"user{i}.{r}@example.org" for r in range(recipients)],
+        subject=f"m{i}",
+        text="hi",
+    )
+
+
+async def test_a_tenant_over_quota_pauses_alone(redis_url: str, ses: SesServer) -> None:
+    settings = settings_for(
+        redis_url, tenants={"noisy": {"limits": "4/second"}}, tenant_limits="100/second", inflight_cap=10
+    )
+    async with pipeline(settings) as run, AsyncMailClient(settings) as client:
+        started = time.monotonic()
+        noisy = await client.send_many("noisy", [mail(i) for i in range(16)])
+        quiet = [
+            await client.send(
+                f"quiet{t}", sender="app@example.com", to=["x@example.org"], subject="q", text="q"
+            )
+            for t in range(3)
+        ]
+        await wait_for(lambda: all_sent(client, quiet), within=10, what="the quiet tenants' mail")
+        quiet_latency = time.monotonic() - started
+        await wait_for(lambda: all_sent(client, noisy), within=20, what="the noisy tenant's mail")
+    by_tenant = ses.max_in_window_by(1.0, key=lambda m: m.tag("fairpost-tenant"))
+    assert by_tenant["noisy"] <= 4
+    assert quiet_latency < 3.0, f"quiet tenants waited {quiet_latency:.1f}s behind the noisy one"
+    # Each noisy mail is received about once per quota window it waits, not in a loop.
+    noisy_receives = sum(1 for _, body in run.receives.bodies if '"tenant":"noisy"' in body)
+    assert noisy_receives <= 16 * 3, noisy_receives
+    # Every mail went out exactly once.
+    assert sorted(m.job_id or "" for m in ses.sent) == sorted(noisy + quiet)
+
+
+async def all_sent(client: AsyncMailClient, ids: list[str]) -> bool:
+    states = [(await client.status(i)).state for i in ids]
+    return all(state == JobState.SENT for state in states)
+
+
+async def test_the_global_quota_pauses_everyone_and_nothing_is_received_meanwhile(
+    redis_url: str, ses: SesServer
+) -> None:
+    settings = settings_for(redis_url, global_limits="5/second", inflight_cap=10)
+    violations: list[float] = []
+    holder: dict[str, Any] = {}
+
+    async def check_gate() -> None:
+        wait = await holder["run"].quota.global_retry_after(settings.global_limits)
+        if wait > 0:
+            violations.append(wait)
+
+    async with pipeline(settings, before_receive=check_gate) as run, AsyncMailClient(settings) as client:
+        holder["run"] = run
+        ids = []
+        for tenant in ("a", "b", "c"):
+            ids += await client.send_many(tenant, [mail(i) for i in range(6)])
+        await wait_for(lambda: all_sent(client, ids), within=20, what="all mail")
+    assert ses.max_in_window(1.0) <= 5
+    assert violations == [], "the sender received while the global quota was spent"
+    assert sorted(m.job_id or "" for m in ses.sent) == sorted(ids)
+
+
+async def test_quotas_count_recipients(redis_url: str, ses: SesServer) -> None:
+    settings = settings_for(redis_url, tenant_limits="6/second")
+    async with pipeline(settings), AsyncMailClient(settings) as client:
+        ids = await client.send_many("acme", [mail(i, recipients=3) for i in range(6)])
+        await wait_for(lambda: all_sent(client, ids), within=15, what="all mail")
+    assert ses.max_in_window(1.0) <= 6
+    assert ses.recipients_sent == 18
+
+
+@pytest.mark.parametrize(
+    ("fault", "final", "attempts"),
+    [
+        (Faults.TOO_MANY_REQUESTS, JobState.SENT, 0),
+        (Faults.LIMIT_EXCEEDED, JobState.SENT, 0),
+        (Faults.SENDING_PAUSED, JobState.SENT, 0),
+        (Faults.ACCOUNT_SUSPENDED, JobState.SENT, 0),
+        (Faults.INTERNAL_FAILURE, JobState.SENT, 1),
+        (Faults.PLAIN_503, JobState.SENT, 1),
+        (Faults.DROP_CONNECTION, JobState.SENT, 1),
+        (Faults.MESSAGE_REJECTED, JobState.DEAD, 0),
+        (Faults.MAIL_FROM_DOMAIN_NOT_VERIFIED, JobState.DEAD, 0),
+        (Faults.BAD_REQUEST, JobState.DEAD, 0),
+    ],
+    ids=lambda v: getattr(v, "code", None) or str(v),
+)
+async def test_each_ses_error_class_ends_as_designed(
+    redis_url: str, ses: SesServer, fault: Any, final: str, attempts: int
+) -> None:
+    # One mail a minute: unless the failed call's units are refunded, the
+    # retry would wait a minute and the test would time out.
+    settings = settings_for(redis_url, tenant_limits="1/minute")
+    ses.fail_next(1, fault)
+    async with pipeline(settings) as run, AsyncMailClient(settings) as client:
+        job_id = await client.send(
+            "acme", sender="app@example.com", to=["ada@example.org"], subject="s", text="t"
+        )
+        await wait_for(lambda: state_is(client, job_id, final), within=20, what=f"the job to end {final}")
+        status = await client.status(job_id)
+        # Whatever happened, the tenant's in-flight slot came back and nothing is left in SQS.
+        await wait_for(lambda: queue_is_empty(run.queue_url), within=10, what="an empty queue")
+        assert await run.store.redis.zcard(run.store.keys.inflight("acme")) == 0
+        # Only what SES accepted still counts against the quota.
+        usage = await run.quota.usage("acme", settings.limits_for("acme"))
+        assert [used for _, used in usage] == [1 if final == JobState.SENT else 0]
+    assert status.attempts == attempts
+    if final == JobState.DEAD:
+        assert status.dead_reason and fault.code in status.dead_reason
+        assert ses.sent_count == 0
+    else:
+        assert [m.job_id for m in ses.sent] == [job_id]
+        assert status.ses_message_id == ses.sent[0].message_id
+    if fault in (Faults.TOO_MANY_REQUESTS, Faults.LIMIT_EXCEEDED):
+        assert status.throttled >= 1
+
+
+async def state_is(client: AsyncMailClient, job_id: str, state: str) -> bool:
+    return (await client.status(job_id)).state == state
+
+
+def queue_is_empty(url: str) -> bool:
+    attrs: dict[str, str] = boto3.client("sqs").get_queue_attributes(
+        QueueUrl=url, AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
+    )["Attributes"]
+    return (
+        attrs["ApproximateNumberOfMessages"] == "0" and attrs["ApproximateNumberOfMessagesNotVisible"] == "0"
+    )
+
+
+async def test_transient_errors_dead_letter_after_max_attempts(redis_url: str, ses: SesServer) -> None:
+    settings = settings_for(
+        redis_url,
+        sender={
+            "wait_seconds": 1,
+            "receivers": 1,
+            "backoff_base_seconds": 1,
+            "max_attempts": 2,
+            "max_jitter_seconds": 0,
+        },
+    )
+    ses.fail_next(5, Faults.INTERNAL_FAILURE)
+    async with pipeline(settings), AsyncMailClient(settings) as client:
+        job_id = await client.send(
+            "acme", sender="app@example.com", to=["ada@example.org"], subject="s", text="t"
+        )
+        await wait_for(lambda: state_is(client, job_id, JobState.DEAD), within=20, what="a dead letter")
+        status = await client.status(job_id)
+    assert status.attempts == 2
+    assert status.dead_reason and "after 2 attempts" in status.dead_reason
+    assert ses.sent_count == 0
+
+
+async def test_a_job_already_sent_is_not_sent_again(redis_url: str, ses: SesServer) -> None:
+    settings = settings_for(redis_url)
+    async with pipeline(settings) as run, AsyncMailClient(settings) as client:
+        job_id = await client.send(
+            "acme", sender="app@example.com", to=["ada@example.org"], subject="s", text="t"
+        )
+        await wait_for(lambda: state_is(client, job_id, JobState.SENT), within=10, what="the first send")
+        # Its SQS message comes back (a crash between SES and the delete, say).
+        record = await run.store.job(job_id)
+        _, payload = validate(mail(0), max_bytes=100_000)
+        body = encode(job_id, "acme", int(record["created_ms"]), payload)
+        sqs = boto3.client("sqs")
+        sqs.send_message(QueueUrl=run.queue_url, MessageBody=body, MessageGroupId="acme",
+                         MessageDeduplicationId=job_id + "-again")  # fmt: skip
+        await wait_for(lambda: queue_is_empty(run.queue_url), within=10, what="the redelivery to be consumed")
+    assert [m.job_id for m in ses.sent] == [job_id]
+
+
+async def test_a_poison_message_is_dead_lettered_and_does_not_block_its_group(
+    redis_url: str, ses: SesServer
+) -> None:
+    settings = settings_for(redis_url)
+    async with pipeline(settings) as run, AsyncMailClient(settings) as client:
+        sqs = boto3.client("sqs")
+        for i, body in enumerate(["not json", '{"v": 99}', '{"v": 1, "job_id": "x"}']):
+            sqs.send_message(QueueUrl=run.queue_url, MessageBody=body, MessageGroupId="acme",
+                             MessageDeduplicationId=f"poison{i}")  # fmt: skip
+        job_id = await client.send(
+            "acme", sender="app@example.com", to=["ada@example.org"], subject="s", text="t"
+        )
+        await wait_for(
+            lambda: state_is(client, job_id, JobState.SENT), within=10, what="the good mail behind poison"
+        )
+        dead = [str(d, "utf-8") for d in await run.store.redis.zrange(run.store.keys.dead(), 0, -1)]  # type: ignore[arg-type]
+        assert len(dead) == 3
+        records = [await run.store.job(d) for d in dead]
+        reasons = sorted(r["dead_reason"] for r in records)
+        raw = sorted(r["raw_body"] for r in records)
+    assert any("not JSON" in r for r in reasons)
+    assert any("unknown envelope version 99" in r for r in reasons)
+    assert any("missing or malformed" in r for r in reasons)
+    assert raw == sorted(["not json", '{"v": 99}', '{"v": 1, "job_id": "x"}'])
