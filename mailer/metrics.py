@@ -33,6 +33,7 @@ from prometheus_client import (
     Counter,
     Gauge,
     Histogram,
+    disable_created_metrics,
     generate_latest,
 )
 from prometheus_client.gc_collector import GCCollector
@@ -83,9 +84,14 @@ class Metrics:
     """Every metric of one daemon, in its own registry (none is global)."""
 
     def __init__(self, labels: TenantLabels | None = None, *, process_metrics: bool = False) -> None:
+        """``process_metrics``: for the daemon, which owns its process: add process,
+        platform and GC metrics, and drop the ``*_created`` series (process-wide)."""
         self.registry = CollectorRegistry()
         self.labels = labels or TenantLabels()
         if process_metrics:
+            # The daemon owns its process: its memory, CPU and file descriptors are
+            # worth a series; each counter's "_created" twin is not.
+            disable_created_metrics()  # type: ignore[no-untyped-call]  # unannotated upstream
             ProcessCollector(registry=self.registry)
             PlatformCollector(registry=self.registry)
             GCCollector(registry=self.registry)
