@@ -3,7 +3,7 @@
 -- KEYS[9] leases (zset)
 -- ARGV[1..3] ring context, ARGV[4] N, ARGV[5] default weight, ARGV[6] lease ms,
 -- ARGV[7] job key prefix
--- Returns a flat list: id, tenant, kind, payload, attempts, created_ms for each job.
+-- Returns a flat list: id, tenant, kind, payload, attempts, created_ms, replays for each job.
 local ctx = ring_context(KEYS, ARGV)
 local deficits, weights, leases = KEYS[7], KEYS[8], KEYS[9]
 local wanted, default_weight = tonumber(ARGV[4]), tonumber(ARGV[5])
@@ -41,7 +41,8 @@ while claimed < wanted and steps < wanted * 4 + 64 do
       leave = true
     else
       local job_key = job_prefix .. job_id
-      local rec = redis.call('HMGET', job_key, 'state', 'kind', 'payload', 'attempts', 'created_ms')
+      local rec = redis.call('HMGET', job_key, 'state', 'kind', 'payload', 'attempts', 'created_ms',
+        'replays')
       -- A missing record or one not queued (cancelled, finished) is dropped.
       if rec[1] == 'queued' then
         local deficit = tonumber(redis.call('HGET', deficits, tenant)) or 0
@@ -62,6 +63,7 @@ while claimed < wanted and steps < wanted * 4 + 64 do
         table.insert(out, rec[3] or '')
         table.insert(out, rec[4] or '0')
         table.insert(out, rec[5] or '0')
+        table.insert(out, rec[6] or '0')
         claimed = claimed + 1
         if not has_waiting(ctx, tenant) then
           redis.call('HDEL', deficits, tenant)

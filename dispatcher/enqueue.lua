@@ -1,17 +1,50 @@
--- Enqueue one job: its record and its id at the tail of its tenant's queue.
--- KEYS[1..6] ring context (ring.lua), KEYS[7] job hash, KEYS[8] all-tenants set
+-- Enqueue one job: its record and its id at the tail of its tenant's queue or,
+-- when its send time is still to come, in the scheduled set until then.
+-- KEYS[1..6] ring context (ring.lua), KEYS[7] job hash, KEYS[8] all-tenants set,
+-- KEYS[9] scheduled jobs (zset), KEYS[10] the job's content (string),
+-- KEYS[11] (optional) the idempotency key (string)
 -- ARGV[1..3] ring context, ARGV[4] job id, ARGV[5] tenant, ARGV[6] priority,
--- ARGV[7..] the record's other fields, as field, value pairs
--- Returns 1, or 0 if a job with this id already exists (nothing written).
+-- ARGV[7] send time in ms (0: now), ARGV[8] idempotency key TTL in seconds,
+-- ARGV[9] the content ('': none), ARGV[10..] the record's other fields, as field, value pairs
+-- Returns {1, job id} when written; {0, job id} if a job with this id already
+-- exists; {2, first job id} if the idempotency key was used already. Only the
+-- first writes anything.
 local ctx = ring_context(KEYS, ARGV)
 local job_key, job_id, tenant, priority = KEYS[7], ARGV[4], ARGV[5], ARGV[6]
+local idem_key = KEYS[11]
+if idem_key then
+  local first = redis.call('GET', idem_key)
+  if first then
+    return {2, first}
+  end
+end
 if redis.call('EXISTS', job_key) == 1 then
-  return 0
+  return {0, job_id}
 end
 local now = now_ms()
-redis.call('HSET', job_key, 'tenant', tenant, 'priority', priority, 'state', 'queued',
-  'created_ms', now, 'attempts', 0, unpack(ARGV, 7))
-redis.call('RPUSH', queue_key(ctx, tenant, priority), job_id)
+local send_at = tonumber(ARGV[7])
+local state = 'queued'
+if send_at > now then
+  state = 'scheduled'
+end
+redis.call('HSET', job_key, 'tenant', tenant, 'priority', priority, 'state', state,
+  'created_ms', now, 'attempts', 0, unpack(ARGV, 10))
+if ARGV[9] ~= '' then
+  redis.call('SET', KEYS[10], ARGV[9])
+end
+if idem_key then
+  redis.call('SET', idem_key, job_id, 'EX', tonumber(ARGV[8]))
+end
 redis.call('SADD', KEYS[8], tenant)
-activate(ctx, tenant, now)
-return 1
+if state == 'scheduled' then
+  redis.call('HSET', job_key, 'send_at_ms', send_at)
+  redis.call('ZADD', KEYS[9], send_at, job_id)
+  -- The new earliest: wake an idle dispatcher, so that it waits for this one.
+  if redis.call('ZRANGE', KEYS[9], 0, 0)[1] == job_id then
+    wake_dispatchers(ctx)
+  end
+else
+  redis.call('RPUSH', queue_key(ctx, tenant, priority), job_id)
+  activate(ctx, tenant, now)
+end
+return {1, job_id}

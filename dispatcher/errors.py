@@ -17,3 +17,23 @@ class UnknownJob(DispatchError):
     def __init__(self, job_id: str) -> None:
         self.job_id = job_id
         super().__init__(f"no job with id {job_id!r}")
+
+
+class TooLateToCancel(DispatchError):
+    """The job was handed to its downstream (or finished) already: it can no longer be cancelled."""
+
+    def __init__(self, job_id: str, state: str) -> None:
+        self.job_id = job_id
+        self.state = state
+        super().__init__(f"job {job_id!r} is {state}: too late to cancel")
+
+
+class NotReplayable(DispatchError):
+    """The job cannot be replayed: it is not a dead letter, or nothing of it is left to send."""
+
+    caller_fault = True
+
+    def __init__(self, job_id: str, why: str) -> None:
+        self.job_id = job_id
+        self.why = why
+        super().__init__(f"job {job_id!r} cannot be replayed: {why}")

@@ -1,6 +1,6 @@
 -- A job ended (sent, dead, or done): record it and free its in-flight slot.
 -- KEYS[1..6] ring context (ring.lua), KEYS[7] job hash, KEYS[8] leases (zset),
--- KEYS[9] dead letters (zset)
+-- KEYS[9] dead letters (zset), KEYS[10] the job's content (string, may not exist)
 -- ARGV[1..3] ring context, ARGV[4] job id, ARGV[5] final state ('sent' or 'dead'),
 -- ARGV[6] seconds to keep the record (0: forever), ARGV[7..] field, value pairs
 -- Returns 1; 0 if the job was already sent (nothing changed); -1 if unknown.
@@ -24,9 +24,15 @@ if #ARGV >= 7 then
 end
 if final == 'dead' then
   redis.call('ZADD', KEYS[9], now, job_id)
+  if keep > 0 then
+    -- Dead letters older than their records' TTL are gone: drop their ids too.
+    redis.call('ZREMRANGEBYSCORE', KEYS[9], '-inf', now - keep * 1000)
+    redis.call('EXPIRE', KEYS[10], keep)
+  end
 else
   -- A sent job keeps its metadata only.
   redis.call('HDEL', job_key, 'payload')
+  redis.call('DEL', KEYS[10])
 end
 if keep > 0 then
   redis.call('EXPIRE', job_key, keep)

@@ -10,6 +10,8 @@ from dispatcher.keys import PRIORITIES
 
 
 class JobState(enum.StrEnum):
+    SCHEDULED = "scheduled"
+    """Waiting for its send time; then it enters its tenant's queue."""
     QUEUED = "queued"
     """Waiting in its tenant's queue in Redis."""
     CLAIMED = "claimed"
@@ -47,3 +49,5 @@ class Job:
     """The job's own data, opaque to the dispatcher (JSON for mail)."""
     attempts: int
     created_ms: int
+    replays: int = 0
+    """Times an operator replayed it from the dead letters (0: never)."""

@@ -88,6 +88,22 @@ class Keys:
         """Sorted set: dead-lettered job ids, scored by when they died (ms)."""
         return f"{self.root}:dead"
 
+    # -- job lifecycle (scheduled send, idempotency, claim checks) -------------
+    def scheduled(self) -> str:
+        """Sorted set: ids of jobs waiting for their send time, scored by it (ms)."""
+        return f"{self.root}:scheduled"
+
+    def idempotency(self, tenant: str, key: str) -> str:
+        """String with a TTL: the id of the job first sent with this idempotency key."""
+        return f"{self.root}:idem:{tenant}:{key}"
+
+    def content(self, job_id: str) -> str:
+        """String: a job's content kept beside its record (a mail too big for SQS: a claim check)."""
+        return f"{self.root}:content:{job_id}"
+
+    def content_prefix(self) -> str:
+        return f"{self.root}:content:"
+
     # -- quotas --------------------------------------------------------------
     def quota(self, scope: str, seconds: int) -> str:
         """Hash: the buckets of one sliding window; scope is "global" or "t:<tenant>"."""

@@ -16,6 +16,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 
 from dispatcher.jobs import Job, JobState
+from dispatcher.lifecycle import Lifecycle
 from dispatcher.store import JobStore
 from dispatcher.worker import Dead, Done, HandedOff, Outcome, Retry, Worker
 
@@ -51,6 +52,7 @@ class Dispatcher:
         self._held: dict[str, None] = {}
         self._retry_delay = _RETRY_DELAY_MIN
         self.claimed_total = 0
+        self.lifecycle = Lifecycle(store.redis, store.keys, store.limits)
 
     @property
     def busy(self) -> int:
@@ -63,12 +65,15 @@ class Dispatcher:
         Jobs still with workers are not waited for here: see :meth:`drain`.
         """
         next_reap = 0.0
+        next_promote = 0.0
         while not stop.is_set():
             if time.monotonic() >= next_reap:
                 reaped = await self.store.reap()
                 if reaped:
                     log.warning("returned %d expired claims to their queues", reaped)
                 next_reap = time.monotonic() + self.reap_interval
+            if time.monotonic() >= next_promote:
+                next_promote = time.monotonic() + await self._promote_due()
             free = self.concurrency - self._busy
             if free <= 0:
                 self._slot_freed.clear()
@@ -77,9 +82,11 @@ class Dispatcher:
                 continue
             jobs = await self.store.claim(min(self.batch_size, free))
             if not jobs:
-                await self.store.wait_for_work(
-                    max(0.0, min(self.reap_interval, next_reap - time.monotonic()))
-                )
+                until = min(next_reap, next_promote) - time.monotonic()
+                woken = await self.store.wait_for_work(max(0.0, min(self.reap_interval, until)))
+                if woken:
+                    # Perhaps a scheduled job that is due before the one we waited for.
+                    next_promote = 0.0
                 continue
             self.claimed_total += len(jobs)
             self._start(jobs)
@@ -98,6 +105,15 @@ class Dispatcher:
             self._held.clear()
 
     # -- internals ---------------------------------------------------------
+
+    async def _promote_due(self) -> float:
+        """Move due scheduled jobs into their queues; returns the seconds until
+        the next one is due, at most the reap interval (another process may
+        schedule an earlier one meanwhile: its enqueue wakes an idle dispatcher)."""
+        moved, due_in = await self.lifecycle.promote_due()
+        if moved:
+            log.debug("%d scheduled jobs are due", moved)
+        return self.reap_interval if due_in is None else min(due_in, self.reap_interval)
 
     def _start(self, jobs: list[Job]) -> None:
         by_kind: dict[str, list[Job]] = defaultdict(list)

@@ -47,6 +47,13 @@ class NewJob:
     payload: str
     priority: str = "normal"
     fields: Mapping[str, str] | None = None
+    send_at_ms: int = 0
+    """When it may be sent (Redis server time, ms); 0 or a past time: now."""
+    idempotency_key: str | None = None
+    """A second job of the tenant with this key, within ``idempotency_ttl``, is not written."""
+    idempotency_ttl: int = 86_400
+    content: bytes | None = None
+    """Stored beside the record under :meth:`Keys.content` (a claim check)."""
 
 
 class ScriptCalls:
@@ -63,12 +70,17 @@ class ScriptCalls:
     def ring_args(self) -> list[str | int]:
         return [self.keys.queue_prefix(), self.keys.inflight_prefix(), self.limits.default_cap]
 
-    def enqueue(self, job: NewJob) -> tuple[list[str], list[str | int]]:
-        fields: list[str | int] = ["kind", job.kind, "payload", job.payload]
+    def enqueue(self, job: NewJob) -> tuple[list[str], list[str | int | bytes]]:
+        fields: list[str | int | bytes] = ["kind", job.kind, "payload", job.payload]
         for name, value in (job.fields or {}).items():
             fields += [name, value]
-        keys = [*self.ring_keys(), self.keys.job(job.id), self.keys.tenants()]
-        return keys, [*self.ring_args(), job.id, job.tenant, job.priority, *fields]
+        k = self.keys
+        keys = [*self.ring_keys(), k.job(job.id), k.tenants(), k.scheduled(), k.content(job.id)]
+        if job.idempotency_key is not None:
+            keys.append(k.idempotency(job.tenant, job.idempotency_key))
+        head: list[str | int | bytes] = [job.id, job.tenant, job.priority, job.send_at_ms]
+        head += [job.idempotency_ttl, job.content or b""]
+        return keys, [*self.ring_args(), *head, *fields]
 
 
 class JobStore:
@@ -87,13 +99,19 @@ class JobStore:
         self._handoff = client.register_script(lua_source("dispatcher", "handoff"))
 
     async def enqueue(self, jobs: Sequence[NewJob]) -> list[bool]:
-        """Enqueue jobs in one pipelined round trip; False where the id already existed."""
+        """Enqueue jobs in one pipelined round trip; False where nothing was written
+        (the id existed, or the idempotency key was used already)."""
+        return [written for written, _ in await self.submit(jobs)]
+
+    async def submit(self, jobs: Sequence[NewJob]) -> list[tuple[bool, str]]:
+        """Like :meth:`enqueue`, with the id each job resolved to: its own, or the
+        first job's for a repeated idempotency key."""
         async with self.redis.pipeline(transaction=False) as pipe:
             for job in jobs:
                 keys, args = self._calls.enqueue(job)
                 await self._enqueue(keys=keys, args=args, client=pipe)
             results = await pipe.execute()
-        return [bool(r) for r in results]
+        return [_submitted(r) for r in results]
 
     async def claim(self, count: int) -> list[Job]:
         """Claim up to ``count`` jobs, fairly across tenants, each under a lease."""
@@ -116,8 +134,9 @@ class JobStore:
                 payload=_s(flat[i + 3]),
                 attempts=int(flat[i + 4]),
                 created_ms=int(flat[i + 5]),
+                replays=int(flat[i + 6]),
             )
-            for i in range(0, len(flat), 6)
+            for i in range(0, len(flat), 7)
         ]
 
     async def handed_off(self, job_ids: Sequence[str]) -> int:
@@ -174,7 +193,13 @@ class JobStore:
         for name, value in (fields or {}).items():
             extra += [name, value]
         result: int = await self._finish(
-            keys=[*c.ring_keys(), self.keys.job(job_id), self.keys.leases(), self.keys.dead()],
+            keys=[
+                *c.ring_keys(),
+                self.keys.job(job_id),
+                self.keys.leases(),
+                self.keys.dead(),
+                self.keys.content(job_id),
+            ],
             args=[*c.ring_args(), job_id, state.value, keep_seconds, *extra],
         )
         return int(result)
@@ -210,6 +235,11 @@ def _s(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+def _submitted(result: Any) -> tuple[bool, str]:
+    code, job_id = result
+    return int(code) == 1, _s(job_id)
+
+
 class SyncJobStore:
     """The blocking side of the queues, for the SDK's :class:`MailClient`."""
 
@@ -220,12 +250,15 @@ class SyncJobStore:
         self._enqueue = client.register_script(_script_source("enqueue"))
 
     def enqueue(self, jobs: Sequence[NewJob]) -> list[bool]:
+        return [written for written, _ in self.submit(jobs)]
+
+    def submit(self, jobs: Sequence[NewJob]) -> list[tuple[bool, str]]:
         with self.redis.pipeline(transaction=False) as pipe:
             for job in jobs:
                 keys, args = self._calls.enqueue(job)
                 self._enqueue(keys=keys, args=args, client=pipe)
             results = pipe.execute()
-        return [bool(r) for r in results]
+        return [_submitted(r) for r in results]
 
     def job(self, job_id: str) -> dict[str, str]:
         raw: dict[Any, Any] = self.redis.hgetall(self.keys.job(job_id))

@@ -1,0 +1,36 @@
+-- Cancel a job not yet handed to its downstream: scheduled, queued or claimed
+-- (a claimed job may still reach SQS, but its record says dead, so the sender
+-- drops it unsent). It becomes a dead letter with the given reason.
+-- KEYS[1..6] ring context (ring.lua), KEYS[7] job hash, KEYS[8] scheduled (zset),
+-- KEYS[9] leases (zset), KEYS[10] dead letters (zset), KEYS[11] the job's content
+-- ARGV[1..3] ring context, ARGV[4] job id, ARGV[5] seconds to keep the record
+-- (0: forever), ARGV[6] the reason
+-- Returns {1, state it had} when cancelled; {0, state, dead reason} when it is
+-- too late (dispatched, sent or dead); {-1} if there is no such job.
+local ctx = ring_context(KEYS, ARGV)
+local job_key, job_id, keep, reason = KEYS[7], ARGV[4], tonumber(ARGV[5]), ARGV[6]
+local rec = redis.call('HMGET', job_key, 'tenant', 'state', 'priority', 'dead_reason')
+local tenant, state, priority = rec[1], rec[2], rec[3]
+if not tenant then
+  return {-1}
+end
+if state == 'scheduled' then
+  redis.call('ZREM', KEYS[8], job_id)
+elseif state == 'queued' then
+  redis.call('LREM', queue_key(ctx, tenant, priority), 1, job_id)
+elseif state == 'claimed' then
+  redis.call('ZREM', KEYS[9], job_id)
+  redis.call('ZREM', ctx.inflight_prefix .. tenant, job_id)
+else
+  return {0, state, rec[4] or ''}
+end
+local now = now_ms()
+redis.call('HSET', job_key, 'state', 'dead', 'finished_ms', now, 'dead_reason', reason,
+  'cancelled_from', state)
+redis.call('ZADD', KEYS[10], now, job_id)
+if keep > 0 then
+  redis.call('EXPIRE', job_key, keep)
+  redis.call('EXPIRE', KEYS[11], keep)
+end
+activate(ctx, tenant, now)
+return {1, state}
