@@ -11,6 +11,7 @@ from collections.abc import Iterator
 import pytest
 import redis
 
+from tests.support.localstack import LocalStackServer, localstack_server
 from tests.support.servers import MotoServer, RedisServer, moto_server, redis_server
 
 
@@ -38,6 +39,13 @@ def redis_client(redis_url: str) -> Iterator[redis.Redis]:
 @pytest.fixture(scope="session")
 def moto_srv() -> Iterator[MotoServer]:
     with moto_server() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def localstack_srv() -> Iterator[LocalStackServer]:
+    """LocalStack's SQS (FIFO-faithful, DESIGN.md), started once, on first use."""
+    with localstack_server() as server:
         yield server
 
 
