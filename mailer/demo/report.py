@@ -1,0 +1,502 @@
+"""The demo's verdict: per-tenant numbers, the invariants checked on its own data, and the chart.
+
+Every figure here is computed from the job records (enqueue and send times)
+and from what SQS and the SES emulator report at the end, not from the
+daemon's own counters: the demo checks the daemon, it does not trust it.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from config import Window
+from mailer.demo.monitor import JobBook, JobInfo
+from mailer.demo.scenario import Scenario
+
+__all__ = [
+    "Check",
+    "EndState",
+    "Report",
+    "WindowPeak",
+    "build_report",
+    "max_in_window",
+    "write_chart",
+    "write_jobs_csv",
+]
+
+_WAITING = frozenset({"queued", "claimed", "dispatched"})
+
+
+@dataclass(frozen=True)
+class WindowPeak:
+    limit: str
+    """The window as written in the settings, e.g. ``8/second``."""
+    seconds: int
+    allowed: int
+    highest: int
+    """The most recipients sent in any interval of ``seconds`` (sliding, to the ms)."""
+    at_seconds: float | None
+    """Where that interval ends, in seconds since the load started."""
+
+    @property
+    def ok(self) -> bool:
+        return self.highest <= self.allowed
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool | None
+    """None: could not be checked."""
+    detail: str
+
+
+@dataclass
+class TenantReport:
+    planned: int
+    enqueued: int
+    sent: int
+    recipients: int
+    waiting: int
+    """Still queued in Redis or waiting in SQS when the demo ended (not lost: held)."""
+    dead: int
+    missing: int
+    windows: list[WindowPeak]
+    latency_p50_seconds: float | None
+    latency_p99_seconds: float | None
+    rate_while_sending: float | None
+    """Recipients per second between its first and last send."""
+
+
+@dataclass
+class Report:
+    scenario: str
+    description: str
+    replicas: int
+    load_seconds: float
+    run_seconds: float
+    interrupted: bool
+    global_limits: str
+    tenants: dict[str, TenantReport]
+    global_windows: list[WindowPeak]
+    global_sent: int
+    global_recipients: int
+    checks: list[Check] = field(default_factory=list)
+    files: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return all(check.ok is not False for check in self.checks)
+
+    def failed(self) -> list[Check]:
+        return [check for check in self.checks if check.ok is False]
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["ok"] = self.ok
+        for peaks in [data["global_windows"], *(t["windows"] for t in data["tenants"].values())]:
+            for peak in peaks:
+                peak["ok"] = peak["highest"] <= peak["allowed"]
+        return data
+
+    def write_json(self, path: Path) -> None:
+        path.write_text(json.dumps(self.to_json(), indent=2) + "\n", encoding="utf-8")
+
+
+def max_in_window(events: Sequence[tuple[int, int]], window_ms: int) -> tuple[int, int | None]:
+    """The largest sum of costs over any interval ``(t - window_ms, t]``, and that ``t``.
+
+    ``events`` are ``(time_ms, cost)``; the interval is the quota engine's window.
+    """
+    ordered = sorted(events)
+    best, best_at, total, lo = 0, None, 0, 0
+    for at, cost in ordered:
+        total += cost
+        while ordered[lo][0] <= at - window_ms:
+            total -= ordered[lo][1]
+            lo += 1
+        if total > best:
+            best, best_at = total, at
+    return best, best_at
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """Nearest-rank percentile (q in 0..100)."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+def _peaks(jobs: Sequence[JobInfo], windows: Sequence[Window], origin_ms: int) -> list[WindowPeak]:
+    events = [(job.sent_ms, job.recipients) for job in jobs if job.sent_ms is not None]
+    peaks = []
+    for window in windows:
+        highest, at = max_in_window(events, window.seconds * 1000)
+        peaks.append(
+            WindowPeak(
+                limit=str(window),
+                seconds=window.seconds,
+                allowed=window.limit,
+                highest=highest,
+                at_seconds=None if at is None else round((at - origin_ms) / 1000, 3),
+            )
+        )
+    return peaks
+
+
+def _tenant_report(scenario: Scenario, tenant: str, book: JobBook, origin_ms: int) -> TenantReport:
+    jobs = book.of(tenant)
+    sent = [job for job in jobs if job.state == "sent" and job.sent_ms is not None]
+    latencies = [
+        (job.sent_ms - job.created_ms) / 1000
+        for job in sent
+        if job.sent_ms is not None and job.created_ms is not None
+    ]
+    recipients = sum(job.recipients for job in sent)
+    rate = None
+    if len(sent) >= 2:
+        times = sorted(job.sent_ms for job in sent if job.sent_ms is not None)
+        span = (times[-1] - times[0]) / 1000
+        rate = round(recipients / span, 2) if span > 0 else None
+    return TenantReport(
+        planned=scenario.planned(tenant),
+        enqueued=len(jobs),
+        sent=len(sent),
+        recipients=recipients,
+        waiting=sum(1 for job in jobs if job.state in _WAITING),
+        dead=sum(1 for job in jobs if job.state == "dead"),
+        missing=sum(1 for job in jobs if job.state == "missing"),
+        windows=_peaks(sent, scenario.limits_for(tenant), origin_ms),
+        latency_p50_seconds=_round(percentile(latencies, 50)),
+        latency_p99_seconds=_round(percentile(latencies, 99)),
+        rate_while_sending=rate,
+    )
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
+
+
+@dataclass(frozen=True)
+class EndState:
+    """What the emulators hold when the demo ends."""
+
+    sqs_messages: int | None
+    """Messages left in the queue (visible, in flight, delayed); None if unknown."""
+    ses_mails: int | None
+    """Mails SES accepted during the run; None if the emulator cannot say."""
+    ses_recipients: int | None
+    ses_duplicates: dict[str, int] | None = None
+    """Subjects SES accepted more than once (each demo mail's subject is unique)."""
+
+
+def build_report(
+    scenario: Scenario,
+    book: JobBook,
+    *,
+    replicas: int,
+    origin_ms: int,
+    run_seconds: float,
+    interrupted: bool,
+    end: EndState,
+) -> Report:
+    tenants = {t: _tenant_report(scenario, t, book, origin_ms) for t in scenario.tenants}
+    all_sent = book.sent()
+    report = Report(
+        scenario=scenario.name,
+        description=scenario.description,
+        replicas=replicas,
+        load_seconds=scenario.duration,
+        run_seconds=round(run_seconds, 1),
+        interrupted=interrupted,
+        global_limits="; ".join(str(w) for w in scenario.global_limits),
+        tenants=tenants,
+        global_windows=_peaks(all_sent, scenario.global_limits, origin_ms),
+        global_sent=len(all_sent),
+        global_recipients=sum(job.recipients for job in all_sent),
+    )
+    report.checks = _checks(report, book, end)
+    return report
+
+
+def _checks(report: Report, book: JobBook, end: EndState) -> list[Check]:
+    checks = []
+    over = [
+        f"{scope}: {peak.highest} recipients in a {peak.limit} window ending at {peak.at_seconds}s"
+        for scope, peaks in [("global", report.global_windows)]
+        + [(f"tenant {t}", r.windows) for t, r in report.tenants.items()]
+        for peak in peaks
+        if not peak.ok
+    ]
+    checks.append(
+        Check(
+            "never over quota",
+            not over,
+            "; ".join(over) or "no sliding window over its limit, globally or for any tenant",
+        )
+    )
+
+    lost = []
+    for tenant, t in report.tenants.items():
+        if t.dead:
+            lost.append(f"tenant {tenant}: {t.dead} dead letters")
+        if t.missing:
+            lost.append(f"tenant {tenant}: {t.missing} job records gone")
+        if t.enqueued != t.planned and not report.interrupted:
+            lost.append(f"tenant {tenant}: enqueued {t.enqueued} of {t.planned}")
+    in_sqs = sum(1 for job in book.jobs.values() if job.state == "dispatched")
+    if end.sqs_messages is not None and in_sqs > end.sqs_messages:
+        lost.append(f"{in_sqs} jobs handed to SQS and unsent, but only {end.sqs_messages} messages in SQS")
+    waiting = sum(t.waiting for t in report.tenants.values())
+    checks.append(
+        Check(
+            "nothing lost",
+            not lost,
+            "; ".join(lost)
+            or (
+                f"every job sent ({report.global_sent})"
+                if not waiting
+                else f"{report.global_sent} sent; {waiting} still waiting their turn (none lost)"
+            ),
+        )
+    )
+
+    if end.ses_mails is None:
+        checks.append(Check("sent at most once", None, "the SES emulator does not report sent mail"))
+    else:
+        dup = []
+        if end.ses_mails != report.global_sent:
+            dup.append(f"SES accepted {end.ses_mails} mails for {report.global_sent} sent jobs")
+        if end.ses_duplicates:
+            twice = ", ".join(f"{s!r} {n} times" for s, n in sorted(end.ses_duplicates.items())[:10])
+            dup.append(f"sent more than once: {twice}")
+        if end.ses_recipients is not None and end.ses_recipients != report.global_recipients:
+            dup.append(f"SES counted {end.ses_recipients} recipients, the jobs {report.global_recipients}")
+        checks.append(
+            Check(
+                "sent at most once",
+                not dup,
+                "; ".join(dup) or f"SES accepted {end.ses_mails} mails, one per sent job",
+            )
+        )
+    return checks
+
+
+# -- the chart -------------------------------------------------------------------
+
+_SMOOTH_SECONDS = 4.0
+_STEP_SECONDS = 0.25
+
+
+def rate_series(events: Sequence[tuple[float, int]], end: float) -> tuple[list[float], list[float]]:
+    """Recipients per second, averaged over a window ``(x - 2 s, x + 2 s]`` around each
+    sample ``x``, for the samples whose whole window lies within ``[0, end]``.
+
+    An average over whole windows never shows a tenant that kept its
+    per-second quota above it.
+    """
+    xs: list[float] = []
+    ys: list[float] = []
+    ordered = sorted(events)
+    lo = hi = 0
+    total = 0
+    half = _SMOOTH_SECONDS / 2
+    for i in range(int((end - 2 * half) / _STEP_SECONDS) + 1):
+        x = half + i * _STEP_SECONDS
+        while hi < len(ordered) and ordered[hi][0] <= x + half:
+            total += ordered[hi][1]
+            hi += 1
+        while lo < hi and ordered[lo][0] <= x - half:
+            total -= ordered[lo][1]
+            lo += 1
+        xs.append(x)
+        ys.append(total / _SMOOTH_SECONDS)
+    return xs, ys
+
+
+def write_jobs_csv(book: JobBook, origin_ms: int, path: Path) -> None:
+    """Every job: the data behind the chart, for anyone who wants to look again."""
+    with path.open("w", encoding="utf-8", newline="") as handle:
+        out = csv.writer(handle)
+        out.writerow(["job_id", "tenant", "recipients", "state", "enqueued_s", "sent_s"])
+        for job_id, job in book.jobs.items():
+            out.writerow(
+                [
+                    job_id,
+                    job.tenant,
+                    job.recipients,
+                    job.state,
+                    "" if job.created_ms is None else (job.created_ms - origin_ms) / 1000,
+                    "" if job.sent_ms is None else (job.sent_ms - origin_ms) / 1000,
+                ]
+            )
+
+
+def _colors(scenario: Scenario) -> dict[str, str]:
+    """Red for a lone bursting tenant, distinct colours for everyone else."""
+    import matplotlib
+
+    tenants = list(scenario.tenants)
+    bursty = [t for t in tenants if scenario.tenants[t].burst]
+    table = "tab10" if len(tenants) <= 9 else "tab20"
+    cmap = matplotlib.colormaps[table]
+    palette = [
+        matplotlib.colors.to_hex(cmap(i))
+        for i in range(cmap.N)
+        if table != "tab10" or i != 3  # tab10's red is kept for the noisy tenant
+    ]
+    colors: dict[str, str] = {}
+    for tenant in tenants:
+        if bursty == [tenant]:
+            colors[tenant] = "#d62728"
+        else:
+            colors[tenant] = palette[len(colors) % len(palette)]
+    return colors
+
+
+def _label(scenario: Scenario, tenant: str, report: Report | None) -> str:
+    load = scenario.tenants[tenant]
+    parts = []
+    if load.burst:
+        parts.append(f"burst of {load.burst:,}")
+    if load.rate:
+        parts.append(f"{load.rate:g} mail{'' if load.rate == 1 else 's'}/s")
+    if load.recipients > 1:
+        parts.append(f"{load.recipients} recipients each")
+    label = f"{tenant} ({', '.join(parts)})" if parts else tenant
+    numbers = report.tenants.get(tenant) if report else None
+    if numbers and numbers.windows and numbers.latency_p99_seconds is not None:
+        peak = numbers.windows[0]
+        label += f"\n    peak {peak.highest}/{peak.allowed} per {peak.limit.split('/', 1)[1]}"
+        label += f", p99 latency {numbers.latency_p99_seconds:.2f}s"
+    return label
+
+
+def write_chart(
+    scenario: Scenario,
+    book: JobBook,
+    origin_ms: int,
+    end_seconds: float,
+    path: Path,
+    report: Report | None = None,
+) -> None:
+    """Each tenant's send rate over time with its quota, everyone stacked against the
+    global quota, and each mail's enqueue→SES latency: the picture of isolation."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tenants = list(scenario.tenants)
+    colors = _colors(scenario)
+    lone = [t for t in tenants if scenario.tenants[t].burst]
+
+    def when(ms: int) -> float:
+        return (ms - origin_ms) / 1000
+
+    rates: dict[str, tuple[list[float], list[float]]] = {}
+    for tenant in tenants:
+        events = [(when(j.sent_ms), j.recipients) for j in book.sent(tenant) if j.sent_ms is not None]
+        rates[tenant] = rate_series(events, end_seconds)
+
+    fig, (ax_rate, ax_total, ax_lat) = plt.subplots(
+        3, 1, figsize=(13, 9), sharex=True, gridspec_kw={"height_ratios": [3, 1.4, 1.6]}
+    )
+    title = f"fairpost demo: {scenario.name}"
+    if scenario.description:
+        title += f": {scenario.description}"
+    fig.suptitle(title, fontsize=12)
+
+    # Per-tenant send rate, with each distinct tenant quota drawn.
+    for tenant in tenants:
+        xs, ys = rates[tenant]
+        heavy = len(lone) == 1 and tenant in lone
+        label = _label(scenario, tenant, report)
+        ax_rate.plot(xs, ys, color=colors[tenant], linewidth=2.6 if heavy else 1.4, label=label)
+    quotas = sorted({scenario.limits_for(t)[0] for t in tenants}, key=lambda w: w.limit / w.seconds)
+    for window in quotas:
+        per_second = window.limit / window.seconds
+        ax_rate.axhline(per_second, color="black", linestyle="--", linewidth=1)
+        ax_rate.annotate(
+            f"tenant quota {window}",
+            (0.005, per_second),
+            xycoords=("axes fraction", "data"),
+            xytext=(0, 3),
+            textcoords="offset points",
+            fontsize=9,
+        )
+    top = max(w.limit / w.seconds for w in quotas)
+    ax_rate.set_ylim(0, top * 1.3)
+    ax_rate.set_ylabel(f"recipients/s\n({_SMOOTH_SECONDS:g}-s average)")
+    ax_rate.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=9, frameon=False, labelspacing=0.8)
+    ax_rate.set_title("send rate per tenant", fontsize=10, loc="left")
+    for tenant in lone:
+        load = scenario.tenants[tenant]
+        for ax in (ax_rate, ax_total, ax_lat):
+            ax.axvline(load.burst_at, color=colors[tenant], linestyle=":", linewidth=1.2)
+        ax_rate.annotate(
+            f"{tenant} enqueues {load.burst:,} mails at once",
+            (load.burst_at, top * 1.22),
+            xytext=(4, 0),
+            textcoords="offset points",
+            fontsize=9,
+            color=colors[tenant],
+        )
+
+    # All tenants together, stacked, against the global quota.
+    xs = rates[tenants[0]][0]
+    ax_total.stackplot(xs, *(rates[t][1] for t in tenants), colors=[colors[t] for t in tenants], alpha=0.85)
+    global_window = scenario.global_limits[0]
+    global_rate = global_window.limit / global_window.seconds
+    ax_total.axhline(global_rate, color="black", linestyle="--", linewidth=1)
+    ax_total.annotate(
+        f"global quota {global_window}",
+        (0.005, global_rate),
+        xycoords=("axes fraction", "data"),
+        xytext=(0, -11),
+        textcoords="offset points",
+        fontsize=9,
+    )
+    ax_total.set_ylim(0, global_rate * 1.15)
+    ax_total.set_ylabel("recipients/s")
+    ax_total.set_title("all tenants, stacked", fontsize=10, loc="left")
+
+    # Latency from enqueue to SES, per mail.
+    for tenant in tenants:
+        points = [
+            (when(j.sent_ms), (j.sent_ms - j.created_ms) / 1000)
+            for j in book.sent(tenant)
+            if j.sent_ms is not None and j.created_ms is not None
+        ]
+        if points:
+            xs_lat, ys_lat = [p[0] for p in points], [max(p[1], 0.01) for p in points]
+            ax_lat.scatter(xs_lat, ys_lat, s=5, color=colors[tenant])
+    ax_lat.set_yscale("log")
+    ax_lat.set_ylabel("enqueue → SES (s)")
+    ax_lat.set_title("latency of each mail", fontsize=10, loc="left")
+    ax_lat.set_xlabel("seconds since the load started")
+
+    for ax in (ax_rate, ax_total, ax_lat):
+        ax.axvspan(scenario.duration, max(end_seconds, scenario.duration), color="0.92", zorder=0)
+        ax.grid(alpha=0.3)
+        ax.set_xlim(0, end_seconds)
+    ax_lat.annotate(
+        "drain",
+        (scenario.duration, 0.03),
+        xycoords=("data", "axes fraction"),
+        xytext=(4, 0),
+        textcoords="offset points",
+        fontsize=8,
+        color="0.35",
+    )
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

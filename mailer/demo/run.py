@@ -1,0 +1,478 @@
+"""``fairpost demo``: set up, run the scenario against real daemon replicas, judge, clean up."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+import urllib.request
+import uuid
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import redis
+import redis.asyncio
+from rich.console import Console
+
+from config import Settings
+from dispatcher.keys import Keys
+from mailer.client import AsyncMailClient
+from mailer.demo.load import SENDER_DOMAIN, generate_load
+from mailer.demo.monitor import JobBook, snapshot
+from mailer.demo.report import EndState, build_report, write_chart, write_jobs_csv
+from mailer.demo.scenario import DemoError, Scenario, load_scenario
+from mailer.demo.services import (
+    ManagedProcess,
+    demo_env,
+    replica_ready,
+    start_moto,
+    start_redis,
+    start_replica,
+)
+from mailer.demo.view import LiveView, Phase, print_summary
+
+__all__ = ["run_demo"]
+
+_TICK = 0.25
+_REPLICA_START_TIMEOUT = 30.0
+_SHUTDOWN_GRACE = 3.0
+"""The replicas' FAIRPOST_SHUTDOWN_GRACE; they get a few seconds more before SIGKILL."""
+_AWS_ENDPOINT_VARS = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_SQS", "AWS_ENDPOINT_URL_SESV2")
+_EMULATOR_REGION = "us-east-1"
+
+
+@dataclass
+class Backends:
+    """Where the demo's Redis and AWS are, and what it must undo there."""
+
+    redis_url: str
+    key_prefix: str
+    queue_name: str
+    aws_env: dict[str, str]
+    """Variables the replicas get on top of the demo's own environment."""
+    aws_drop: tuple[str, ...]
+    """Variables the replicas must not inherit (the user's real AWS profile)."""
+    ses_endpoint: str | None
+    private_redis: bool
+    private_aws: bool
+    cleanups: list[str] = field(default_factory=list)
+
+    def boto3_client(self, service: str) -> Any:
+        import boto3
+
+        env = {**os.environ, **self.aws_env}
+        if not self.private_aws:
+            return boto3.client(service)
+        return boto3.client(
+            service,
+            endpoint_url=env["AWS_ENDPOINT_URL"],
+            region_name=env["AWS_DEFAULT_REGION"],
+            aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
+        )
+
+
+def run_demo(args: argparse.Namespace, settings: Settings) -> int:
+    """The ``demo`` command: returns the exit code (1 names the invariant that failed)."""
+    scenario = load_scenario(args.scenario).with_duration(args.duration)
+    replicas: int = args.replicas
+    if not 1 <= replicas <= 16:
+        raise DemoError(f"--replicas must be between 1 and 16, not {replicas}")
+    output = Path(args.output)
+    output.mkdir(parents=True, exist_ok=True)
+    # Off a terminal (CI, a pipe), rich would wrap at 80 columns.
+    console = Console(highlight=False, width=None if sys.stdout.isatty() else 120)
+    # SIGTERM cleans up like Ctrl-C: every child runs in its own session and
+    # would outlive a demo killed outright.
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        with contextlib.ExitStack() as stack:
+            workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="fairpost-demo-")))
+            console.print(f"fairpost demo: scenario [bold]{scenario.name}[/] ({scenario.description})")
+            backends = _backends(settings, workdir, stack, console)
+            demo_settings, config_file = _demo_settings(backends, scenario, workdir)
+            _init_aws(backends, demo_settings)
+            stack.callback(_undo, backends, demo_settings)
+            env = demo_env(os.environ, config_file, backends.aws_env)
+            for name in backends.aws_drop:
+                env.pop(name, None)
+            demo = Demo(console, scenario, demo_settings, backends, replicas, workdir, env, output)
+            return asyncio.run(demo.run())
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+# -- set-up ------------------------------------------------------------------------
+
+
+def _backends(settings: Settings, workdir: Path, stack: contextlib.ExitStack, console: Console) -> Backends:
+    run_id = uuid.uuid4().hex[:8]
+    if "redis_url" in settings.model_fields_set:
+        # Someone else's Redis: keys under a prefix of our own, deleted at the end.
+        redis_url, prefix, private_redis = settings.redis_url, f"fairpost-demo-{run_id}", False
+        console.print(f"  Redis: {settings.redacted()['redis_url']} (FAIRPOST_REDIS_URL), keys {{{prefix}}}")
+    else:
+        proc, redis_url = start_redis(workdir)
+        stack.callback(proc.stop)
+        prefix, private_redis = "fairpost", True
+        console.print(f"  Redis: private redis-server on {redis_url}")
+
+    configured = [name for name in _AWS_ENDPOINT_VARS if os.environ.get(name)]
+    if configured:
+        endpoint = os.environ.get("AWS_ENDPOINT_URL_SESV2") or os.environ.get("AWS_ENDPOINT_URL")
+        console.print(f"  AWS: {', '.join(configured)} from the environment")
+        return Backends(
+            redis_url=redis_url,
+            key_prefix=prefix,
+            queue_name=f"fairpost-demo-{run_id}.fifo",
+            aws_env={},
+            aws_drop=(),
+            ses_endpoint=endpoint,
+            private_redis=private_redis,
+            private_aws=False,
+        )
+    proc, moto_url = start_moto(workdir)
+    stack.callback(proc.stop)
+    console.print(f"  AWS: private moto server (SQS, SES) on {moto_url}")
+    return Backends(
+        redis_url=redis_url,
+        key_prefix=prefix,
+        queue_name="fairpost-demo.fifo",
+        aws_env={
+            "AWS_ENDPOINT_URL": moto_url,
+            "AWS_DEFAULT_REGION": _EMULATOR_REGION,
+            "AWS_ACCESS_KEY_ID": "demo",
+            "AWS_SECRET_ACCESS_KEY": "demo",
+        },
+        # Nothing of a real AWS account may reach the replicas talking to the emulator.
+        aws_drop=("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL_SQS", "AWS_ENDPOINT_URL_SESV2"),
+        ses_endpoint=moto_url,
+        private_redis=private_redis,
+        private_aws=True,
+    )
+
+
+def _demo_settings(backends: Backends, scenario: Scenario, workdir: Path) -> tuple[Settings, Path]:
+    """The settings every replica runs with, and the TOML file that carries them."""
+    config: dict[str, Any] = {
+        "redis_url": backends.redis_url,
+        "key_prefix": backends.key_prefix,
+        "queue_name": backends.queue_name,
+        **scenario.config(),
+        "shutdown_grace": _SHUTDOWN_GRACE,
+        "log_level": "INFO",
+        "sender": {
+            # Paused groups wake within 50 ms of their quota freeing: at per-second
+            # quotas, the default jitter of up to 1 s would leave visible gaps.
+            "max_jitter_seconds": 0.05,
+            # A replica told to stop lets its current long poll end: short polls
+            # let the demo's replicas stop in about a second, not the whole grace.
+            "wait_seconds": 2,
+        },
+    }
+    path = workdir / "fairpost.toml"
+    path.write_text(to_toml(config), encoding="utf-8")
+    return Settings(**config), path
+
+
+def to_toml(data: Mapping[str, Any], table: str = "") -> str:
+    """A TOML document of strings, numbers, booleans and nested tables."""
+    lines = []
+    tables = []
+    for key, value in data.items():
+        if isinstance(value, Mapping):
+            tables.append((key, value))
+        else:
+            lines.append(f"{key} = {_toml_value(value)}")
+    header = f"[{table}]\n" if table and (lines or not tables) else ""
+    text = header + "".join(line + "\n" for line in lines)
+    for key, value in tables:
+        text += ("\n" if text else "") + to_toml(value, f"{table}.{key}" if table else key)
+    return text
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)
+    raise TypeError(f"cannot write {type(value).__name__} as TOML")
+
+
+def _init_aws(backends: Backends, settings: Settings) -> None:
+    from botocore.exceptions import ClientError
+
+    from mailer.queue_setup import init_queue
+
+    init_queue(backends.boto3_client("sqs"), settings)
+    if not backends.private_aws:
+        backends.cleanups.append("queue")
+    try:
+        backends.boto3_client("sesv2").create_email_identity(EmailIdentity=SENDER_DOMAIN)
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") != "AlreadyExistsException":
+            raise
+
+
+def _undo(backends: Backends, settings: Settings) -> None:
+    """Remove what the demo left in services it did not start."""
+    if "queue" in backends.cleanups:
+        with contextlib.suppress(Exception):
+            sqs = backends.boto3_client("sqs")
+            sqs.delete_queue(QueueUrl=sqs.get_queue_url(QueueName=settings.queue_name)["QueueUrl"])
+    if not backends.private_redis:
+        with contextlib.suppress(redis.RedisError), redis.Redis.from_url(settings.redis_url) as client:
+            keys = list(client.scan_iter(match=Keys(settings.key_prefix).root + "*", count=1000))
+            for start in range(0, len(keys), 500):
+                client.delete(*keys[start : start + 500])
+
+
+# -- the run -----------------------------------------------------------------------
+
+
+class Demo:
+    def __init__(
+        self,
+        console: Console,
+        scenario: Scenario,
+        settings: Settings,
+        backends: Backends,
+        replicas: int,
+        workdir: Path,
+        env: dict[str, str],
+        output: Path,
+    ) -> None:
+        self.console = console
+        self.scenario = scenario
+        self.settings = settings
+        self.backends = backends
+        self.replica_count = replicas
+        self.workdir = workdir
+        self.env = env
+        self.output = output
+        self.keys = Keys(settings.key_prefix)
+        self.book = JobBook()
+        self.signals = 0
+        self.stop = asyncio.Event()
+        self.replicas: list[ManagedProcess] = []
+
+    async def run(self) -> int:
+        loop = asyncio.get_running_loop()
+
+        def on_signal() -> None:
+            self.signals += 1
+            self.stop.set()
+
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, on_signal)
+        try:
+            return await self._run()
+        finally:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(sig)
+            # remove_signal_handler restores SIG_DFL for SIGTERM: keep it cleaning up.
+            signal.signal(signal.SIGTERM, signal.default_int_handler)
+
+    async def _run(self) -> int:
+        client = redis.asyncio.Redis.from_url(self.settings.redis_url)
+        try:
+            return await self._with_replicas(client)
+        finally:
+            await self._stop_replicas()
+            await client.aclose()
+
+    async def _with_replicas(self, client: redis.asyncio.Redis) -> int:
+        loop = asyncio.get_running_loop()
+        started_at = time.monotonic()
+        baseline = await asyncio.to_thread(self._ses_counts)
+        for i in range(self.replica_count):
+            self.replicas.append(start_replica(i + 1, self.workdir, self.env))
+        sdk = AsyncMailClient(self.settings, redis_client=client)
+        tenants = list(self.scenario.tenants)
+        windows = {t: self.scenario.limits_for(t) for t in tenants}
+        error: str | None = None
+        with LiveView(self.console, self.scenario, self.replica_count) as view:
+            await self._wait_ready(view)
+            if self.stop.is_set():
+                return 130
+            origin_ms = await _redis_ms(client)
+            started = loop.time()
+            load = asyncio.create_task(
+                generate_load(sdk, self.scenario, self.book, started, self.stop), name="demo-load"
+            )
+            total = self.scenario.duration + self.scenario.drain
+            try:
+                while True:
+                    elapsed = loop.time() - started
+                    error = self._trouble(load)
+                    if error:
+                        break
+                    await self.book.refresh(client, self.keys)
+                    drained = load.done() and self.book.open_count == 0
+                    if elapsed >= self.scenario.duration and (drained or elapsed >= total):
+                        break
+                    name = "load" if elapsed < self.scenario.duration else "drain"
+                    snap = await snapshot(client, self.keys, tenants, windows, self.scenario.global_limits)
+                    view.update(Phase(name, elapsed, total), snap, self.book)
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self.stop.wait(), timeout=_TICK)
+                    if self.stop.is_set():
+                        break
+            finally:
+                load.cancel()
+                await asyncio.gather(load, return_exceptions=True)
+            end_seconds = loop.time() - started
+            view.message(
+                "stopping the replicas (SIGTERM; they hand back what they hold)"
+                if not error
+                else f"[bold red]{error}[/]"
+            )
+        await self._stop_replicas()
+        logs = self._save_logs()
+        await self.book.refresh(client, self.keys, everything=True)
+        end = await asyncio.to_thread(self._end_state, baseline)
+        report = build_report(
+            self.scenario,
+            self.book,
+            replicas=self.replica_count,
+            origin_ms=origin_ms,
+            run_seconds=time.monotonic() - started_at,
+            interrupted=self.stop.is_set() or error is not None,
+            end=end,
+        )
+        chart = self.output / "rates.png"
+        summary = self.output / "summary.json"
+        await asyncio.to_thread(write_chart, self.scenario, self.book, origin_ms, end_seconds, chart, report)
+        jobs = self.output / "jobs.csv"
+        write_jobs_csv(self.book, origin_ms, jobs)
+        report.files = {"summary": str(summary), "chart": str(chart), "jobs": str(jobs), "logs": str(logs)}
+        report.write_json(summary)
+        print_summary(self.console, report)
+        if error:
+            return 1
+        if self.stop.is_set():
+            self.console.print("interrupted", style="yellow")
+            return 130
+        for check in report.failed():
+            self.console.print(f"[bold red]invariant failed: {check.name}[/]: {check.detail}")
+        return 0 if report.ok else 1
+
+    def _save_logs(self) -> Path:
+        """Keep the replicas' logs beside the summary: the temporary directory goes."""
+        logs = self.output / "logs"
+        logs.mkdir(exist_ok=True)
+        for proc in self.replicas:
+            with contextlib.suppress(OSError):
+                shutil.copyfile(proc.log_path, logs / proc.log_path.name)
+        return logs
+
+    def _trouble(self, load: asyncio.Task[None]) -> str | None:
+        for proc in self.replicas:
+            if not proc.running():
+                code = proc.process.returncode
+                return f"{proc.name} exited (code {code}); its log ends:\n{proc.log_tail()}"
+        if load.done() and not load.cancelled() and load.exception() is not None:
+            return f"the load generator failed: {load.exception()!r}"
+        return None
+
+    async def _wait_ready(self, view: LiveView) -> None:
+        view.message(f"starting {self.replica_count} daemon replicas (fairpost run)…")
+        deadline = time.monotonic() + _REPLICA_START_TIMEOUT
+        while not all(replica_ready(p) for p in self.replicas):
+            for proc in self.replicas:
+                if not proc.running():
+                    raise DemoError(f"{proc.name} exited at start:\n{proc.log_tail()}")
+            if time.monotonic() > deadline:
+                raise DemoError(f"the replicas did not start within {_REPLICA_START_TIMEOUT:.0f}s")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.stop.wait(), timeout=0.1)
+            if self.stop.is_set():
+                return
+        pids = ", ".join(str(p.pid) for p in self.replicas)
+        view.message(f"replicas running (pids {pids}); load for {self.scenario.duration:g}s")
+
+    async def _stop_replicas(self) -> None:
+        """SIGTERM, then SIGKILL after the grace (at once on a second Ctrl-C)."""
+        running = [p for p in self.replicas if p.running()]
+        for proc in running:
+            proc.signal(signal.SIGTERM)
+        signals = self.signals
+        deadline = time.monotonic() + _SHUTDOWN_GRACE + 4
+        while any(p.running() for p in running):
+            if time.monotonic() > deadline or self.signals > max(signals, 1):
+                for proc in running:
+                    proc.signal(signal.SIGKILL)
+            await asyncio.sleep(0.05)
+
+    # -- reading the emulators (blocking; run in a thread) --------------------------
+
+    def _ses_counts(self) -> SesCounts:
+        """What SES has accepted so far, as far as the emulator says."""
+        subjects: Counter[str] | None = None
+        recipients = None
+        if self.backends.ses_endpoint:
+            try:
+                url = self.backends.ses_endpoint.rstrip("/") + "/moto-api/data.json"
+                with urllib.request.urlopen(url, timeout=30) as response:
+                    data = json.load(response)
+                subjects = Counter(str(m.get("subject")) for m in data.get("ses", {}).get("Message", []))
+            except (OSError, ValueError, AttributeError):
+                subjects = None
+        with contextlib.suppress(Exception):
+            quota = self.backends.boto3_client("ses").get_send_quota()
+            recipients = int(quota["SentLast24Hours"])
+        return SesCounts(subjects, recipients)
+
+    def _end_state(self, baseline: SesCounts) -> EndState:
+        now = self._ses_counts()
+        ses_mails = duplicates = None
+        if now.subjects is not None and baseline.subjects is not None:
+            during = now.subjects - baseline.subjects
+            ses_mails = sum(during.values())
+            duplicates = {subject: n for subject, n in during.items() if n > 1}
+        sqs_messages = None
+        with contextlib.suppress(Exception):
+            sqs = self.backends.boto3_client("sqs")
+            url = sqs.get_queue_url(QueueName=self.settings.queue_name)["QueueUrl"]
+            names = [
+                "ApproximateNumberOfMessages",
+                "ApproximateNumberOfMessagesNotVisible",
+                "ApproximateNumberOfMessagesDelayed",
+            ]
+            attributes = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=names)["Attributes"]
+            sqs_messages = sum(int(attributes.get(n, 0)) for n in names)
+        return EndState(
+            sqs_messages=sqs_messages,
+            ses_mails=ses_mails,
+            ses_recipients=_delta(now.recipients, baseline.recipients),
+            ses_duplicates=duplicates,
+        )
+
+
+@dataclass(frozen=True)
+class SesCounts:
+    subjects: Counter[str] | None
+    """Accepted mails by subject (each demo mail's subject is unique), from moto's data."""
+    recipients: int | None
+    """SES's SentLast24Hours."""
+
+
+def _delta(now: int | None, before: int | None) -> int | None:
+    return None if now is None or before is None else now - before
+
+
+async def _redis_ms(client: redis.asyncio.Redis) -> int:
+    seconds, micros = await client.time()
+    return int(seconds) * 1000 + int(micros) // 1000
