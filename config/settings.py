@@ -104,11 +104,15 @@ class Settings(BaseSettings):
     inflight_cap: int = Field(default=20, ge=1, le=10_000)
     tenants: dict[str, TenantSettings] = Field(default_factory=dict)
 
-    max_message_bytes: int = Field(default=200_000, ge=1024, le=900_000)
-    """Largest mail (subject, bodies, headers, addresses) the SDK accepts."""
+    max_message_bytes: int = Field(default=200_000, ge=1024, le=40_000_000)
+    """Largest mail (subject, bodies, headers, addresses; with attachments: the
+    whole MIME message) the SDK accepts. Up to SES v2's 40 MB: a mail too big
+    for an SQS message travels as a claim check (its content stays in Redis)."""
 
     job_ttl: int = Field(default=7 * 86400, ge=60, le=365 * 86400)
     """Seconds a finished job's record is kept (FAIRPOST_JOB_TTL)."""
+    idempotency_ttl: int = Field(default=86400, ge=1, le=365 * 86400)
+    """Seconds an idempotency key keeps returning its first job's id (FAIRPOST_IDEMPOTENCY_TTL)."""
 
     dispatcher: DispatcherSettings = DispatcherSettings()
     sender: SenderSettings = SenderSettings()

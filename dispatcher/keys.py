@@ -109,6 +109,10 @@ class Keys:
         """Hash: the buckets of one sliding window; scope is "global" or "t:<tenant>"."""
         return f"{self.root}:quota:{scope}:{seconds}"
 
+    def quota_share(self, part: str) -> str:
+        """The global quota's weighted-share state (tags, seen, weights, waiting)."""
+        return f"{self.root}:quota:share:{part}"
+
     def quota_prefix(self) -> str:
         return f"{self.root}:quota:"
 

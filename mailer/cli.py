@@ -14,6 +14,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from config import ConfigError, FairpostError, Settings, load_settings
+from mailer.lifecycle_cli import add_commands as add_lifecycle_commands
+from mailer.lifecycle_cli import parse_header, parse_send_at
 
 Command = Callable[[argparse.Namespace, Settings], int]
 
@@ -49,7 +51,13 @@ def cmd_init_aws(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_send(args: argparse.Namespace, settings: Settings) -> int:
     from mailer.client import MailClient
+    from mailer.mime import Attachment
 
+    try:
+        attachments = [Attachment.from_path(path) for path in args.attach or ()]
+    except OSError as exc:
+        print(f"fairpost: cannot read attachment: {exc}", file=sys.stderr)
+        return 1
     with MailClient(settings) as client:
         job_id = client.send(
             args.tenant,
@@ -61,6 +69,10 @@ def cmd_send(args: argparse.Namespace, settings: Settings) -> int:
             text=args.text,
             html=args.html,
             priority=args.priority,
+            headers=dict(args.header) if args.header else None,
+            attachments=attachments,
+            idempotency_key=args.idempotency_key,
+            send_at=args.send_at,
         )
     print(job_id)
     return 0
@@ -265,7 +277,20 @@ def build_parser() -> argparse.ArgumentParser:
     send.add_argument("--text")
     send.add_argument("--html")
     send.add_argument("--priority", choices=["high", "normal", "low"], default="normal")
+    send.add_argument(
+        "--header", action="append", type=parse_header, metavar="'NAME: VALUE'", help="repeat for several"
+    )
+    send.add_argument("--attach", action="append", metavar="PATH", help="a file to attach; repeatable")
+    send.add_argument(
+        "--idempotency-key", help="a repeat with this key (same tenant, within FAIRPOST_IDEMPOTENCY_TTL) "
+        "prints the first job's id and enqueues nothing"
+    )  # fmt: skip
+    send.add_argument(
+        "--send-at", type=parse_send_at, metavar="TIME", help="ISO 8601 with offset, or +DURATION (+15m)"
+    )
     send.set_defaults(handler=cmd_send)
+
+    add_lifecycle_commands(sub)
 
     status = sub.add_parser("status", help="show a job's state")
     status.add_argument("job_id")

@@ -7,19 +7,26 @@ record and its place in the tenant's queue) in one atomic step.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
 from types import TracebackType
-from typing import Self
+from typing import TYPE_CHECKING, Self
 
 import redis
 import redis.asyncio
 
 from config import Settings, load_settings
-from dispatcher.jobs import check_priority, new_job_id
+from dispatcher.jobs import check_priority
 from dispatcher.keys import Keys
+from dispatcher.lifecycle import Lifecycle, SyncLifecycle
 from dispatcher.store import JobStore, NewJob, StoreLimits, SyncJobStore
+from mailer.compose import mail_job
 from mailer.errors import InvalidMail
-from mailer.mail import Mail, check_tenant_id, validate
+from mailer.mail import Mail, check_tenant_id
+from mailer.mime import Attachment
 from mailer.status import JobStatus
+
+if TYPE_CHECKING:
+    from mailer.dead import DeadLetters
 
 MAIL_KIND = "mail"
 
@@ -50,28 +57,23 @@ def _new_jobs(
     mails: Iterable[Mail | Mapping[str, object]],
     priority: str,
     many: bool,
+    send_at: datetime | None = None,
 ) -> list[NewJob]:
     tenant = check_tenant_id(tenant_id)
     try:
         check_priority(priority)
     except ValueError as exc:
         raise InvalidMail("priority", str(exc)) from None
+    keys = Keys(settings.key_prefix)
     jobs = []
     for index, item in enumerate(mails):
         mail = _mail_from(item, index)
-        valid, payload = validate(
-            mail, max_bytes=settings.max_message_bytes, prefix=f"mails[{index}]." if many else ""
+        # Validation, send options and where the content goes: mailer.compose.
+        prefix = f"mails[{index}]." if many else ""
+        job = mail_job(
+            settings, keys, tenant, mail, priority=priority, kind=MAIL_KIND, prefix=prefix, send_at=send_at
         )
-        jobs.append(
-            NewJob(
-                id=new_job_id(),
-                tenant=tenant,
-                kind=MAIL_KIND,
-                payload=payload,
-                priority=priority,
-                fields={"recipients": str(valid.recipients)},
-            )
-        )
+        jobs.append(job)
     return jobs
 
 
@@ -88,6 +90,7 @@ class MailClient:
         self._owns_redis = redis_client is None
         self._redis = redis_client or redis.Redis.from_url(self.settings.redis_url)
         self._store = SyncJobStore(self._redis, Keys(self.settings.key_prefix), store_limits(self.settings))
+        self._lifecycle = SyncLifecycle(self._redis, self._store.keys, store_limits(self.settings))
 
     @classmethod
     def from_env(cls) -> MailClient:
@@ -108,6 +111,9 @@ class MailClient:
         reply_to: Sequence[str] | str = (),
         headers: Mapping[str, str] | None = None,
         priority: str = "normal",
+        attachments: Sequence[Attachment] = (),
+        idempotency_key: str | None = None,
+        send_at: datetime | None = None,
     ) -> str:
         """Validate and enqueue one mail; return its job id. Raises :class:`InvalidMail`."""
         mail = Mail(
@@ -120,6 +126,9 @@ class MailClient:
             bcc=bcc,
             reply_to=reply_to,
             headers=headers,
+            attachments=attachments,
+            idempotency_key=idempotency_key,
+            send_at=send_at,
         )
         return self.send_many(tenant_id, [mail], priority=priority, _many=False)[0]
 
@@ -129,19 +138,36 @@ class MailClient:
         mails: Iterable[Mail | Mapping[str, object]],
         *,
         priority: str = "normal",
+        send_at: datetime | None = None,
         _many: bool = True,
     ) -> list[str]:
         """Validate every mail, then enqueue them all in one pipelined round trip.
 
         If any mail is invalid, nothing is written and the error names it (``mails[3].to``).
+
+        Each mail may carry its own ``idempotency_key`` (a repeat within
+        FAIRPOST_IDEMPOTENCY_TTL gets the first job's id and enqueues nothing) and
+        ``send_at`` (timezone-aware; ``send_at`` here applies to mails without one).
         """
-        jobs = _new_jobs(self.settings, tenant_id, mails, priority, _many)
-        self._store.enqueue(jobs)
-        return [job.id for job in jobs]
+        jobs = _new_jobs(self.settings, tenant_id, mails, priority, _many, send_at)
+        return [job_id for _, job_id in self._store.submit(jobs)]
 
     def status(self, job_id: str) -> JobStatus:
         """The job's state; raises :class:`UnknownJob` if there is no such job."""
         return JobStatus.from_record(job_id, self._store.job(job_id))
+
+    def cancel(self, job_id: str) -> str:
+        """Stop a job not yet handed to SQS (scheduled, queued or claimed): it becomes a
+        dead letter with reason "cancelled". Returns the state it had. Raises
+        :class:`TooLateToCancel` once it is dispatched or finished, :class:`UnknownJob`
+        if there is no such job. Cancelling twice is not an error."""
+        return self._lifecycle.cancel(job_id, self.settings.job_ttl)
+
+    def dead_letters(self) -> DeadLetters:
+        """List, show, replay and purge dead letters, on this client's connection."""
+        from mailer.dead import DeadLetters
+
+        return DeadLetters(self.settings, redis_client=self._redis)
 
     def close(self) -> None:
         if self._owns_redis:
@@ -164,6 +190,7 @@ class AsyncMailClient:
         self._owns_redis = redis_client is None
         self._redis = redis_client or redis.asyncio.Redis.from_url(self.settings.redis_url)
         self._store = JobStore(self._redis, Keys(self.settings.key_prefix), store_limits(self.settings))
+        self._lifecycle = Lifecycle(self._redis, self._store.keys, self._store.limits)
 
     @classmethod
     def from_env(cls) -> AsyncMailClient:
@@ -183,6 +210,9 @@ class AsyncMailClient:
         reply_to: Sequence[str] | str = (),
         headers: Mapping[str, str] | None = None,
         priority: str = "normal",
+        attachments: Sequence[Attachment] = (),
+        idempotency_key: str | None = None,
+        send_at: datetime | None = None,
     ) -> str:
         mail = Mail(
             sender=sender,
@@ -194,6 +224,9 @@ class AsyncMailClient:
             bcc=bcc,
             reply_to=reply_to,
             headers=headers,
+            attachments=attachments,
+            idempotency_key=idempotency_key,
+            send_at=send_at,
         )
         return (await self.send_many(tenant_id, [mail], priority=priority, _many=False))[0]
 
@@ -203,14 +236,17 @@ class AsyncMailClient:
         mails: Iterable[Mail | Mapping[str, object]],
         *,
         priority: str = "normal",
+        send_at: datetime | None = None,
         _many: bool = True,
     ) -> list[str]:
-        jobs = _new_jobs(self.settings, tenant_id, mails, priority, _many)
-        await self._store.enqueue(jobs)
-        return [job.id for job in jobs]
+        jobs = _new_jobs(self.settings, tenant_id, mails, priority, _many, send_at)
+        return [job_id for _, job_id in await self._store.submit(jobs)]
 
     async def status(self, job_id: str) -> JobStatus:
         return JobStatus.from_record(job_id, await self._store.job(job_id))
+
+    async def cancel(self, job_id: str) -> str:
+        return await self._lifecycle.cancel(job_id, self.settings.job_ttl)
 
     async def aclose(self) -> None:
         if self._owns_redis:

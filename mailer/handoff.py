@@ -2,7 +2,8 @@
 
 ``MessageGroupId`` is the tenant, so SQS serves each tenant's mail in order
 and a paused tenant pauses alone; ``MessageDeduplicationId`` is the job id,
-so a job handed off twice (a lease that ran out mid-call) is stored once.
+so a job handed off twice (a lease that ran out mid-call) is stored once
+(a replayed dead letter gets ``<job id>-r<replays>``: a new life, a new id).
 """
 
 from __future__ import annotations
@@ -48,7 +49,9 @@ class MailWorker:
                 "Id": job.id,
                 "MessageBody": body,
                 "MessageGroupId": job.tenant,
-                "MessageDeduplicationId": job.id,
+                # A replayed job is a new hand-off: SQS must not drop it as a
+                # duplicate of its first life's message (5-minute dedup window).
+                "MessageDeduplicationId": f"{job.id}-r{job.replays}" if job.replays else job.id,
             }
         for batch in _batches(list(entries.values())):
             outcomes.update(await self._send_batch(batch))

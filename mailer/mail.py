@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from email.utils import formataddr, getaddresses
 from typing import Any
 
@@ -12,6 +13,7 @@ from email_validator import EmailNotValidError, validate_email
 
 from config.tenant_id import TENANT_ID_RULE, is_valid_tenant_id
 from mailer.errors import InvalidMail
+from mailer.mime import Attachment
 
 MAX_RECIPIENTS = 50
 """SES's limit on To + Cc + Bcc of one message."""
@@ -35,6 +37,12 @@ class Mail:
     bcc: Sequence[str] | str = ()
     reply_to: Sequence[str] | str = ()
     headers: Mapping[str, str] | None = field(default=None)
+    attachments: Sequence[Attachment] = ()
+    """Sent as a MIME message (``Content.Raw``); see :mod:`mailer.mime`."""
+    idempotency_key: str | None = None
+    """A second mail of the tenant with this key, within FAIRPOST_IDEMPOTENCY_TTL, is not enqueued."""
+    send_at: datetime | None = None
+    """Timezone-aware: the mail waits in Redis until then."""
 
 
 @dataclass(frozen=True)
@@ -50,6 +58,9 @@ class ValidMail:
     text: str | None
     html: str | None
     headers: dict[str, str]
+    raw: bytes | None = field(default=None, repr=False)
+    """The whole MIME message, when it travels as one (attachments, or a claim
+    check): the sender loads it from Redis and sends it as ``Content.Raw``."""
 
     @property
     def recipients(self) -> int:

@@ -49,7 +49,7 @@ log = logging.getLogger("fairpost.metrics")
 OTHER_TENANT = "~other"
 """The ``tenant`` label of every tenant beyond the bounded set."""
 
-THROTTLE_REASONS = ("tenant_quota", "global_quota", "ses", "paused")
+THROTTLE_REASONS = ("tenant_quota", "global_quota", "global_share", "ses", "paused")
 """``fairpost_mail_throttled_total{reason}``: who held the mail back."""
 
 DEAD_REASONS = ("rejected", "attempts", "too_many_recipients", "poison", "too_large", "sqs_rejected")

@@ -10,13 +10,20 @@
 -- ARGV[3]      buckets per window (every caller must use the same value)
 -- ARGV[4]      how many of the KEYS are global windows
 -- ARGV[5..4+2n] for each key in order: window seconds, window limit
--- ARGV[5+2n..] acquire / peek: the costs of the mails, in order
+-- ARGV[5+2n..] acquire / peek: the costs of the mails, in order; a "fair"
+--              acquire (below) puts the tenant id and its weight first
 --              refund / restamp: the one cost to give back / to move
+--
+-- A fair acquire ("acquire_fair") also takes four more KEYS after the
+-- windows, the share state of the global quota: start tags (zset), last
+-- seen (zset), weights (hash) and the tags of tenants waiting (zset).
 --
 -- Returns
 --   acquire / peek: {granted, retry_ms, blocked, now_ms}
 --       retry_ms: ms until mail number granted+1 fits (0 if all granted,
---       -1 if it can never fit); blocked: 0 none, 1 global, 2 tenant
+--       -1 if it can never fit); blocked: 0 none, 1 global, 2 tenant,
+--       3 share (the global quota has room, but this tenant is ahead of
+--       its weighted share while others wait for it)
 --   usage:  {now_ms, count of window 1, count of window 2, ...}
 --   refund, restamp: {}
 --
@@ -30,9 +37,14 @@
 -- when B divides W, as it does for whole seconds and the default B = 20).
 
 local op = ARGV[1]
+local fair_op = op == "acquire_fair"
+if fair_op then
+    op = "acquire"
+end
 local buckets = tonumber(ARGV[3])
 local global_count = tonumber(ARGV[4])
-local window_count = #KEYS
+-- A fair acquire passes its four share keys after the windows.
+local window_count = #KEYS - (fair_op and 4 or 0)
 
 local function server_now_ms()
     local time = redis.call("TIME")
@@ -144,6 +156,61 @@ if op == "usage" then
     return result
 end
 
+-- Weighted sharing of the global quota (start-time fair queuing). Each
+-- tenant asking for the global quota carries a start tag: the units it was
+-- granted divided by its weight. A tenant refused for want of global room
+-- waits; while someone waits, a tenant more than one fair share of the
+-- shortest global window ahead of the furthest-behind waiting tenant waits
+-- a window too, so contenders get units in proportion to their weights,
+-- whichever replica receives what. With nobody waiting, nobody is held back.
+local fair = nil
+if fair_op and global_count > 0 then
+    local base = window_count
+    fair = {
+        tags = KEYS[base + 1], seen = KEYS[base + 2], weights = KEYS[base + 3], waiting = KEYS[base + 4],
+        tenant = ARGV[rest], weight = tonumber(ARGV[rest + 1]),
+    }
+    rest = rest + 2
+    local ref = windows[1]
+    for i = 2, global_count do
+        if windows[i].window_ms < ref.window_ms then ref = windows[i] end
+    end
+    fair.ref = ref
+    fair.memory_ms = math.max(2000, 2 * ref.window_ms)
+    -- Forget tenants that stopped asking.
+    local gone = redis.call("ZRANGEBYSCORE", fair.seen, "-inf", "(" .. (now - fair.memory_ms))
+    for _, name in ipairs(gone) do
+        for _, key in ipairs({ fair.tags, fair.seen, fair.waiting }) do redis.call("ZREM", key, name) end
+        redis.call("HDEL", fair.weights, name)
+    end
+    local own = tonumber(redis.call("ZSCORE", fair.tags, fair.tenant))
+    local lowest = redis.call("ZRANGE", fair.tags, 0, 0, "WITHSCORES")
+    -- A newcomer starts level with the furthest behind: no credit for idling.
+    fair.tag = own or tonumber(lowest[2]) or 0
+    -- The furthest-behind waiting tenant other than this one, if any.
+    fair.floor = nil
+    local behind = redis.call("ZRANGE", fair.waiting, 0, 1, "WITHSCORES")
+    for j = 1, #behind, 2 do
+        if behind[j] ~= fair.tenant and fair.floor == nil then fair.floor = tonumber(behind[j + 1]) end
+    end
+    if fair.floor then
+        -- A tenant that was waiting keeps what it is owed; one that was not
+        -- (it had nothing to send) gets no credit for the quiet time.
+        if not redis.call("ZSCORE", fair.waiting, fair.tenant) then
+            fair.tag = math.max(fair.tag, fair.floor)
+        end
+        local weight_sum = fair.weight
+        local waiting = redis.call("ZRANGE", fair.waiting, 0, -1)
+        for _, name in ipairs(waiting) do
+            if name ~= fair.tenant then
+                weight_sum = weight_sum + (tonumber(redis.call("HGET", fair.weights, name)) or 1)
+            end
+        end
+        -- One fair share of the reference window, in tag units.
+        fair.lead = ref.limit / weight_sum
+    end
+end
+
 -- acquire / peek
 for _, win in ipairs(windows) do
     local live, stale, total = load(win)
@@ -184,8 +251,13 @@ local function fits_at(win, cost)
 end
 
 local granted, retry_ms, blocked = 0, 0, 0
+local stop_for_share = false
 for c = rest, #ARGV do
     local cost = tonumber(ARGV[c])
+    if fair and fair.floor and fair.tag - fair.floor > fair.lead then
+        stop_for_share = true
+        break
+    end
     local fits = true
     for _, win in ipairs(windows) do
         if win.total + cost > win.limit then fits = false end
@@ -197,6 +269,7 @@ for c = rest, #ARGV do
             win.added = win.added + cost
         end
         granted = granted + 1
+        if fair then fair.tag = fair.tag + cost / fair.weight end
     else
         -- Windows that fit now keep fitting (counts only fall without grants),
         -- so the mail fits once the latest of the refusing windows frees.
@@ -227,6 +300,30 @@ if op == "acquire" then
             local newest = win.live[#win.live].index
             local ttl = (newest + 1) * win.width + win.window_ms - 1 - now
             redis.call("PEXPIRE", win.key, ttl)
+        end
+    end
+end
+
+if stop_for_share then
+    blocked, retry_ms = 3, fair.ref.window_ms
+end
+
+if fair and op == "acquire" then
+    if blocked == 2 then
+        -- Held back by its own quota: it is not contending for the global one.
+        for _, key in ipairs({ fair.tags, fair.seen, fair.waiting }) do redis.call("ZREM", key, fair.tenant) end
+        redis.call("HDEL", fair.weights, fair.tenant)
+    else
+        redis.call("ZADD", fair.tags, fair.tag, fair.tenant)
+        redis.call("ZADD", fair.seen, now, fair.tenant)
+        redis.call("HSET", fair.weights, fair.tenant, fair.weight)
+        if blocked == 0 then
+            redis.call("ZREM", fair.waiting, fair.tenant)
+        else
+            redis.call("ZADD", fair.waiting, fair.tag, fair.tenant)
+        end
+        for _, key in ipairs({ fair.tags, fair.seen, fair.weights, fair.waiting }) do
+            redis.call("PEXPIRE", key, fair.memory_ms)
         end
     end
 end

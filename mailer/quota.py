@@ -39,7 +39,12 @@ _SCRIPT = resources.files("mailer").joinpath("quota.lua").read_text(encoding="ut
 NEVER = -1.0
 """``Grant.retry_after`` for a mail whose cost exceeds a window's limit: it can never fit."""
 
-_BLOCKED: dict[int, Literal["global", "tenant"] | None] = {0: None, 1: "global", 2: "tenant"}
+_BLOCKED: dict[int, Literal["global", "tenant", "share"] | None] = {
+    0: None,
+    1: "global",
+    2: "tenant",
+    3: "share",
+}
 
 
 @dataclass(frozen=True)
@@ -51,7 +56,8 @@ class Grant:
     the first refused, would fit in every window, given what is counted now;
     ``0.0`` if all were granted; :data:`NEVER` (``-1.0``) if its cost exceeds
     a window's limit, so that it can never be sent (dead-letter it).
-    ``blocked_by``: ``"global"`` or ``"tenant"``, the scope that refused the
+    ``blocked_by``: ``"global"``, ``"tenant"`` or ``"share"`` (ahead of its
+    weighted share of a global quota others wait for), the scope that refused the
     first refused mail (the one that frees later if both do; ``"global"`` on
     a tie); ``None`` if all were granted.
     ``at_ms``: the Redis server time (ms) the grant was taken at; pass it back
@@ -96,6 +102,7 @@ class QuotaEngine:
         global_windows: Sequence[Window],
         tenant_windows: Sequence[Window],
         *,
+        weight: int | None = None,
         now_ms: int | None = None,
     ) -> Grant:
         """Grant the longest prefix of ``costs`` that fits in every window, atomically.
@@ -104,12 +111,22 @@ class QuotaEngine:
         stops at the first mail that does not fit: later, smaller mails are
         not granted, so the order of a tenant's mail is kept. The granted
         units are counted at once in every global and tenant window.
+        With a ``weight``, tenants waiting for the global quota share it in
+        proportion to their weights (see quota.lua); a tenant ahead of its
+        share is refused with ``blocked_by == "share"`` for one window.
         ``now_ms`` is a test hook (see the class); leave it out in production.
         """
         for cost in costs:
             if cost < 1:
                 raise ValueError(f"a mail costs at least 1 recipient, not {cost}")
-        reply = await self._run("acquire", tenant, global_windows, tenant_windows, now_ms, costs)
+        if weight is None or not global_windows:
+            reply = await self._run("acquire", tenant, global_windows, tenant_windows, now_ms, costs)
+        else:
+            if weight < 1:
+                raise ValueError(f"a weight is at least 1, not {weight}")
+            reply = await self._run(
+                "acquire_fair", tenant, global_windows, tenant_windows, now_ms, [tenant, weight, *costs]
+            )
         granted, retry_ms, blocked, at_ms = reply
         retry_after = NEVER if retry_ms < 0 else retry_ms / 1000
         return Grant(granted=granted, retry_after=retry_after, blocked_by=_BLOCKED[blocked], at_ms=at_ms)
@@ -188,7 +205,7 @@ class QuotaEngine:
         global_windows: Sequence[Window],
         tenant_windows: Sequence[Window],
         time_ms: int | None,
-        tail: Sequence[int],
+        tail: Sequence[int | str],
     ) -> list[int]:
         keys: list[str] = []
         args: list[str | int] = [op, "" if time_ms is None else time_ms, self._buckets, len(global_windows)]
@@ -198,6 +215,8 @@ class QuotaEngine:
             for window in windows:
                 keys.append(self._keys.quota(scope, window.seconds))
                 args += [window.seconds, window.limit]
+        if op == "acquire_fair":
+            keys += [self._keys.quota_share(part) for part in ("tags", "seen", "weights", "waiting")]
         args += tail
         reply = await self._script(keys=keys, args=args)
         return [int(value) for value in reply]

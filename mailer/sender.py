@@ -11,6 +11,7 @@ is put back on a queue.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import math
 import random
@@ -38,7 +39,12 @@ MAX_VISIBILITY = 43_000
 A longer wait (a daily quota) is served in steps: the message comes back,
 is refused again, and is extended again."""
 
-_THROTTLE_REASON = {"global": "global_quota", "tenant": "tenant_quota", "paused": "paused"}
+_THROTTLE_REASON = {
+    "global": "global_quota",
+    "tenant": "tenant_quota",
+    "share": "global_share",
+    "paused": "paused",
+}
 """The quota engine's ``blocked_by`` (or an operator's pause) → the metrics label."""
 
 _THROTTLE_BACKOFF_MIN = 0.5
@@ -246,13 +252,16 @@ class Sender:
         envelopes = [m.envelope for m in group if m.envelope is not None]
         states = await self._job_states([e.job_id for e in envelopes])
         todo: list[Received] = []
+        seen: set[str] = set()
         for msg in group:
             assert msg.envelope is not None
             state = states.get(msg.envelope.job_id)
-            if state in (JobState.SENT, JobState.DEAD):
+            if state in (JobState.SENT, JobState.DEAD) or msg.envelope.job_id in seen:
                 # Sent already (a redelivery after a crash) or cancelled/dead: never again.
+                # Twice in one batch (a replayed job's old message): once is enough.
                 msg.delete = True
             else:
+                seen.add(msg.envelope.job_id)
                 todo.append(msg)
         if not todo:
             return
@@ -262,11 +271,16 @@ class Sender:
             return
         costs = [m.envelope.mail.recipients for m in todo if m.envelope]
         grant = await self.quota.acquire(
-            tenant, costs, self.limits.global_limits(), self.limits.limits_for(tenant)
+            tenant,
+            costs,
+            self.limits.global_limits(),
+            self.limits.limits_for(tenant),
+            weight=self.settings.weight_for(tenant),
         )
         granted, refused = todo[: grant.granted], todo[grant.granted :]
         if refused:
             await self._park(tenant, refused, grant.retry_after, grant.blocked_by, grant.at_ms)
+        granted = await self._load_content(tenant, granted, grant.at_ms)
         results = await asyncio.gather(*(self._send_one(tenant, m, grant.at_ms) for m in granted))
         if any(r.verdict is ses.Verdict.PAUSED for r in results):
             self._hold(self.settings.sender.pause_seconds)
@@ -371,6 +385,32 @@ class Sender:
                 msg.visibility = min(s.backoff_base_seconds * 2 ** (attempts - 1), s.backoff_max_seconds)
                 log.warning("SES send failed (attempt %d): %s", attempts, result.error, extra=extra)
         return result
+
+    async def _load_content(self, tenant: str, granted: list[Received], at_ms: int) -> list[Received]:
+        """Claim checks (envelope version 2): load each mail's MIME message from Redis,
+        only once its quota is granted. A mail whose content is gone (purged, or a key
+        that is not its own) is dead-lettered and its quota units are refunded."""
+        stored = [m for m in granted if m.envelope is not None and m.envelope.content_key]
+        if not stored:
+            return granted
+        async with self.store.redis.pipeline(transaction=False) as pipe:
+            for msg in stored:
+                assert msg.envelope is not None
+                pipe.get(self.keys.content(msg.envelope.job_id))
+            contents = await pipe.execute()
+        lost: set[str] = set()
+        for msg, content in zip(stored, contents, strict=True):
+            env = msg.envelope
+            assert env is not None
+            if content is None or env.content_key != self.keys.content(env.job_id):
+                lost.add(msg.receipt)
+                windows = self.limits.global_limits(), self.limits.limits_for(tenant)
+                await self.quota.refund(tenant, env.mail.recipients, at_ms, *windows)
+                await self._dead(msg, "the mail's content (a claim check) is gone from Redis", "poison")
+            else:
+                mail = dataclasses.replace(env.mail, raw=bytes(content))
+                msg.envelope = dataclasses.replace(env, mail=mail)
+        return [m for m in granted if m.receipt not in lost]
 
     # -- endings -----------------------------------------------------------------
 

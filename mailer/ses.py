@@ -94,16 +94,21 @@ def send_email_request(env: Envelope, tenant: TenantSettings) -> dict[str, Any]:
         destination["CcAddresses"] = list(mail.cc)
     if mail.bcc:
         destination["BccAddresses"] = list(mail.bcc)
+    content: dict[str, Any] = {"Simple": simple}
+    if mail.raw is not None:
+        # A MIME message (attachments, or a claim check): its headers, Reply-To
+        # included, are in it; Destination still names every recipient (Bcc too).
+        content = {"Raw": {"Data": mail.raw}}
     request: dict[str, Any] = {
         "FromEmailAddress": mail.sender,
         "Destination": destination,
-        "Content": {"Simple": simple},
+        "Content": content,
         "EmailTags": [
             {"Name": "fairpost-job-id", "Value": env.job_id},
             {"Name": "fairpost-tenant", "Value": env.tenant},
         ],
     }
-    if mail.reply_to:
+    if mail.reply_to and mail.raw is None:
         request["ReplyToAddresses"] = list(mail.reply_to)
     if tenant.ses_tenant_name:
         request["TenantName"] = tenant.ses_tenant_name

@@ -14,7 +14,7 @@ class JobStatus:
     job_id: str
     tenant_id: str
     state: str
-    """queued, claimed, dispatched, sent or dead."""
+    """scheduled, queued, claimed, dispatched, sent or dead."""
     priority: str
     recipients: int
     attempts: int
@@ -28,6 +28,11 @@ class JobStatus:
     ses_message_id: str | None
     last_error: str | None
     dead_reason: str | None
+    """Why it is dead: "cancelled", SES's rejection, attempts exhausted, ..."""
+    scheduled_for: datetime | None = None
+    """The ``send_at`` it was enqueued with, if any."""
+    replays: int = 0
+    """Times it was replayed from the dead letters."""
 
     @classmethod
     def from_record(cls, job_id: str, record: dict[str, str]) -> JobStatus:
@@ -48,6 +53,8 @@ class JobStatus:
             ses_message_id=record.get("ses_message_id") or None,
             last_error=record.get("last_error") or None,
             dead_reason=record.get("dead_reason") or None,
+            scheduled_for=_time(record.get("send_at_ms")),
+            replays=int(record.get("replays", "0")),
         )
 
     def to_json(self) -> dict[str, Any]:
