@@ -19,12 +19,16 @@ import mailer
 
 MAILER_API = [
     "AsyncMailClient",
+    "Attachment",
     "ConfigError",
+    "DeadLetters",
     "FairpostError",
     "InvalidMail",
     "JobStatus",
     "Mail",
     "MailClient",
+    "NotReplayable",
+    "TooLateToCancel",
     "UnknownJob",
 ]
 CONFIG_API = [
@@ -76,7 +80,13 @@ def test_no_other_public_name_leaks(package: ModuleType, names: list[str]) -> No
 def test_shared_errors_are_the_same_classes() -> None:
     assert mailer.ConfigError is config.ConfigError
     assert mailer.FairpostError is config.FairpostError
-    for error in (mailer.InvalidMail, mailer.UnknownJob, mailer.ConfigError):
+    for error in (
+        mailer.InvalidMail,
+        mailer.UnknownJob,
+        mailer.ConfigError,
+        mailer.TooLateToCancel,
+        mailer.NotReplayable,
+    ):
         assert issubclass(error, mailer.FairpostError)
 
 
