@@ -1,0 +1,294 @@
+"""The world a scenario runs in: Redis, LocalStack's SQS, a recording SES server, daemon replicas.
+
+One ``redis-server`` and one LocalStack serve the whole bench run; each
+scenario gets its own key prefix, its own FIFO queue and its own SES
+server, so no scenario sees another's state. Replicas are real ``fairpost
+run`` processes (through :mod:`bench.replica`, which counts their AWS calls),
+configured only by ``FAIRPOST_*`` variables, as an operator would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import boto3
+import redis
+
+from config import Settings
+from dispatcher.keys import Keys
+from mailer.queue_setup import init_queue
+from tests.support.ses_server import SesServer
+
+ROOT = Path(__file__).resolve().parents[1]
+REGION = "us-east-1"
+AWS_ENV = {
+    "AWS_DEFAULT_REGION": REGION,
+    "AWS_ACCESS_KEY_ID": "bench",
+    "AWS_SECRET_ACCESS_KEY": "bench",
+}
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+class BenchError(RuntimeError):
+    """The bench could not run a scenario (a service did not start, a replica died)."""
+
+
+@dataclass(frozen=True)
+class Backend:
+    """The shared services of one bench run."""
+
+    redis_port: int
+    sqs_url: str
+    workdir: Path
+
+    def redis_url(self, db: int = 0) -> str:
+        return f"redis://127.0.0.1:{self.redis_port}/{db}"
+
+    def sqs(self) -> Any:
+        return boto3.client(
+            "sqs",
+            endpoint_url=self.sqs_url,
+            region_name=REGION,
+            aws_access_key_id="bench",
+            aws_secret_access_key="bench",
+        )
+
+
+@dataclass
+class Counts:
+    """A replica's AWS call counts and CPU time at one moment (see bench.replica)."""
+
+    time: float
+    cpu_seconds: float
+    calls: dict[str, int]
+    received_by_group: dict[str, int]
+
+    def minus(self, earlier: Counts) -> Counts:
+        return Counts(
+            time=self.time - earlier.time,
+            cpu_seconds=self.cpu_seconds - earlier.cpu_seconds,
+            calls={k: v - earlier.calls.get(k, 0) for k, v in self.calls.items()},
+            received_by_group={
+                k: v - earlier.received_by_group.get(k, 0) for k, v in self.received_by_group.items()
+            },
+        )
+
+    def plus(self, other: Counts) -> Counts:
+        calls = dict(self.calls)
+        for k, v in other.calls.items():
+            calls[k] = calls.get(k, 0) + v
+        groups = dict(self.received_by_group)
+        for k, v in other.received_by_group.items():
+            groups[k] = groups.get(k, 0) + v
+        return Counts(max(self.time, other.time), self.cpu_seconds + other.cpu_seconds, calls, groups)
+
+    def sqs_calls(self) -> int:
+        return sum(v for k, v in self.calls.items() if k.startswith("sqs."))
+
+    @staticmethod
+    def zero() -> Counts:
+        return Counts(0.0, 0.0, {}, {})
+
+
+@dataclass
+class Replica:
+    name: str
+    process: subprocess.Popen[bytes]
+    log_path: Path
+    counts_path: Path
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU time of the process so far (from /proc)."""
+        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / _CLK_TCK
+
+    def _read_counts(self) -> dict[str, Any] | None:
+        try:
+            data: dict[str, Any] = json.loads(self.counts_path.read_text())
+        except (OSError, ValueError):
+            return None
+        return data
+
+    def snapshot(self, timeout: float = 5.0) -> Counts:
+        """Ask the replica for its counts now (SIGUSR1) and wait for them."""
+        before = self._read_counts()
+        seq = before["seq"] if before else 0
+        if self.alive():
+            self.process.send_signal(signal.SIGUSR1)
+        deadline = time.monotonic() + timeout
+        while True:
+            data = self._read_counts()
+            if data is not None and (data["seq"] > seq or not self.alive()):
+                break
+            if time.monotonic() > deadline:
+                raise BenchError(f"replica {self.name} gave no counts within {timeout}s")
+            time.sleep(0.005)
+        return Counts(data["time"], data["cpu_seconds"], data["calls"], data["received_by_group"])
+
+    def log_tail(self, chars: int = 3000) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-chars:]
+        except OSError:
+            return ""
+
+    def errors(self) -> list[str]:
+        """Log lines at error level (a daemon that logged none ran clean)."""
+        out = []
+        with contextlib.suppress(OSError):
+            for line in self.log_path.read_text(errors="replace").splitlines():
+                if '"level": "error"' in line or "Traceback" in line:
+                    out.append(line[:500])
+        return out
+
+
+@dataclass
+class World:
+    """One scenario's slice of the backend: key prefix, queue, SES server, replicas."""
+
+    backend: Backend
+    name: str
+    config: dict[str, Any]
+    ses: SesServer
+    replicas: list[Replica] = field(default_factory=list)
+    queue_url: str = ""
+
+    @property
+    def settings(self) -> Settings:
+        return Settings(**self.config)
+
+    @property
+    def keys(self) -> Keys:
+        return Keys(self.config["key_prefix"])
+
+    def env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("FAIRPOST_", "AWS_"))}
+        env.update(AWS_ENV)
+        env["AWS_ENDPOINT_URL_SQS"] = self.backend.sqs_url
+        env["AWS_ENDPOINT_URL_SESV2"] = self.ses.url
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+        for name, value in self.config.items():
+            var = "FAIRPOST_" + name.upper()
+            env[var] = json.dumps(value) if isinstance(value, Mapping) else str(value)
+        return env
+
+    def start_replicas(self, count: int, *, timeout: float = 30.0) -> list[Replica]:
+        env = self.env()
+        started = []
+        for i in range(count):
+            name = f"{self.name}-{len(self.replicas) + 1}"
+            replica_env = dict(env, FAIRPOST_REPLICA_ID=name)
+            counts_path = self.backend.workdir / f"{name}.counts.json"
+            replica_env["BENCH_COUNTS_FILE"] = str(counts_path)
+            log_path = self.backend.workdir / f"{name}.log"
+            with log_path.open("wb") as log:
+                process = subprocess.Popen(
+                    [sys.executable, "-m", "bench.replica"],
+                    env=replica_env,
+                    cwd=ROOT,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            replica = Replica(name, process, log_path, counts_path)
+            self.replicas.append(replica)
+            started.append(replica)
+            del i
+        client = redis.Redis.from_url(self.config["redis_url"])
+        try:
+            deadline = time.monotonic() + timeout
+            for replica in started:
+                key = self.keys.heartbeat(replica.name)
+                while not client.exists(key):
+                    if not replica.alive():
+                        raise BenchError(f"replica {replica.name} exited at start:\n{replica.log_tail()}")
+                    if time.monotonic() > deadline:
+                        raise BenchError(f"replica {replica.name} did not start:\n{replica.log_tail()}")
+                    time.sleep(0.05)
+        finally:
+            client.close()
+        return started
+
+    def snapshot(self) -> Counts:
+        """All replicas' counts summed (taken one after the other, within milliseconds)."""
+        total = Counts.zero()
+        for replica in self.replicas:
+            if replica.alive():
+                total = total.plus(replica.snapshot())
+        return total
+
+    def stop_replicas(self, grace: float = 20.0) -> dict[str, int]:
+        """SIGTERM every replica; SIGKILL what is left after ``grace``. Returns exit codes."""
+        for replica in self.replicas:
+            if replica.alive():
+                replica.process.send_signal(signal.SIGTERM)
+        codes = {}
+        deadline = time.monotonic() + grace
+        for replica in self.replicas:
+            try:
+                codes[replica.name] = replica.process.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                os.killpg(replica.process.pid, signal.SIGKILL)
+                codes[replica.name] = replica.process.wait(timeout=10)
+        return codes
+
+    def replica_errors(self) -> list[str]:
+        return [line for replica in self.replicas for line in replica.errors()]
+
+
+def base_config(backend: Backend, name: str) -> dict[str, Any]:
+    """What every scenario's daemons share; scenarios add limits, tenants and tuning."""
+    run = uuid.uuid4().hex[:6]
+    return {
+        "redis_url": backend.redis_url(),
+        "key_prefix": f"bench-{name}-{run}",
+        "queue_name": f"bench-{name}-{run}.fifo",
+        "shutdown_grace": 3,
+    }
+
+
+@contextlib.contextmanager
+def world(
+    backend: Backend, name: str, config: Mapping[str, Any], *, ses: SesServer | None = None
+) -> Iterator[World]:
+    """A scenario's world; replicas stopped, queue deleted and keys dropped at the end."""
+    full = base_config(backend, name)
+    full.update(config)
+    server = ses or SesServer()
+    with server:
+        w = World(backend, name, full, server)
+        sqs = backend.sqs()
+        w.queue_url, _ = init_queue(sqs, w.settings)
+        try:
+            yield w
+        finally:
+            w.stop_replicas()
+            with contextlib.suppress(Exception):
+                sqs.delete_queue(QueueUrl=w.queue_url)
+            client = redis.Redis.from_url(full["redis_url"])
+            try:
+                client.flushdb()
+            finally:
+                client.close()
+
+
+async def sleep_until(deadline: float) -> None:
+    """Sleep until the ``time.monotonic()`` deadline."""
+    delay = deadline - time.monotonic()
+    if delay > 0:
+        await asyncio.sleep(delay)

@@ -1,0 +1,401 @@
+"""The three ways to throttle a tenant (DESIGN.md), run on the same workload.
+
+One dispatcher with a few concurrency slots serves a throttled tenant's
+backlog, light tenants' mail and jobs of another kind (``task``: 20 ms of
+I/O each) for a fixed time, three ways:
+
+- ``sleep``: the mail worker waits in the worker until the quota frees
+  (:class:`SleepInWorker`), holding its slot;
+- ``put-back``: the mail worker hands a refused job straight back to its
+  queue (:class:`PutBack` with :class:`PutBackDispatcher`), to be dequeued
+  again;
+- ``fairpost``: the mail worker hands mail to the SQS FIFO queue and the
+  sender extends the visibility of what the quota refuses (the product).
+
+Reported for each: the other jobs' latency (``task`` jobs, enqueue to
+start: the figure; light tenants' mail, enqueue to SES: beside it, where
+fairpost's includes the SQS hop the naive ways do not make), the slots held (mean and peak, all and by
+the throttled tenant), the wasted work (dequeues or receives that ended
+in a refusal), what the throttled tenant got sent and the CPU the
+process spent. The first two
+strategies live here only: they are the naive ways fairpost is measured
+against, not options of the product.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import random
+import resource
+import time
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis.asyncio
+
+from bench.cluster import REGION, Backend
+from bench.figures import Figure, percentile
+from bench.load import mail
+from config import Settings
+from config.settings import TenantSettings
+from dispatcher.jobs import Job
+from dispatcher.keys import Keys
+from dispatcher.runner import Dispatcher
+from dispatcher.store import JobStore, NewJob
+from dispatcher.worker import Done, Outcome, Retry, Worker
+from mailer import ses
+from mailer.aws import SES_CONFIG, SQS_CONFIG, session
+from mailer.client import AsyncMailClient, store_limits
+from mailer.envelope import Envelope, decode, encode
+from mailer.handoff import MailWorker
+from mailer.queue_setup import init_queue
+from mailer.quota import QuotaEngine
+from mailer.sender import Sender
+from tests.support.ses_server import SesServer
+
+THROTTLED = "throttled"
+TASK_KIND = "task"
+TASK_SECONDS = 0.02
+SLOTS = 8
+QUOTA = 5
+LIGHT = {f"light{i}": 2.0 for i in range(3)}
+TASK_RATE = 10.0
+
+
+@dataclass
+class Tally:
+    """What the strategies count while they run."""
+
+    task_started: dict[str, float] = field(default_factory=dict)
+    throttled_in_worker: int = 0
+    sleeps: int = 0
+    put_back: int = 0
+
+
+class TaskWorker:
+    """Another kind of job sharing the dispatcher: 20 ms of I/O."""
+
+    kind = TASK_KIND
+    max_batch = 10
+
+    def __init__(self, tally: Tally) -> None:
+        self.tally = tally
+
+    async def handle(self, jobs: Sequence[Job]) -> Sequence[Outcome]:
+        now = time.monotonic()
+        for job in jobs:
+            self.tally.task_started[job.id] = now
+        await asyncio.sleep(TASK_SECONDS)
+        return [Done() for _ in jobs]
+
+
+class _DirectMail:
+    """Shared by the two naive strategies: quota, then SES straight from the worker."""
+
+    kind = "mail"
+    max_batch = 1
+
+    def __init__(self, quota: QuotaEngine, settings: Settings, ses_client: Any, tally: Tally) -> None:
+        self.quota = quota
+        self.settings = settings
+        self.ses = ses_client
+        self.tally = tally
+
+    def envelope(self, job: Job) -> Envelope:
+        return decode(encode(job.id, job.tenant, job.created_ms, job.payload))
+
+    async def acquire(self, env: Envelope) -> float:
+        """0.0 if granted, else the seconds until it would fit."""
+        grant = await self.quota.acquire(
+            env.tenant,
+            [env.mail.recipients],
+            self.settings.global_limits,  # type: ignore[arg-type]
+            self.settings.limits_for(env.tenant),
+        )
+        return 0.0 if grant.granted else max(grant.retry_after, 0.001)
+
+    async def send(self, env: Envelope) -> None:
+        await ses.send(self.ses, env, TenantSettings())
+
+
+class SleepInWorker(_DirectMail):
+    """Strategy 1: over quota, sleep in the worker (holding the slot) until it frees."""
+
+    async def handle(self, jobs: Sequence[Job]) -> Sequence[Outcome]:
+        for job in jobs:
+            env = self.envelope(job)
+            throttled = job.tenant == THROTTLED
+            self.tally.throttled_in_worker += throttled
+            try:
+                while (wait := await self.acquire(env)) > 0:
+                    self.tally.sleeps += 1
+                    await asyncio.sleep(wait)
+                await self.send(env)
+            finally:
+                self.tally.throttled_in_worker -= throttled
+        return [Done() for _ in jobs]
+
+
+class PutBack(_DirectMail):
+    """Strategy 2: over quota, give the job back to its queue (see PutBackDispatcher)."""
+
+    async def handle(self, jobs: Sequence[Job]) -> Sequence[Outcome]:
+        outcomes: list[Outcome] = []
+        for job in jobs:
+            env = self.envelope(job)
+            throttled = job.tenant == THROTTLED
+            self.tally.throttled_in_worker += throttled
+            try:
+                if await self.acquire(env) > 0:
+                    outcomes.append(Retry("over quota"))
+                    continue
+                await self.send(env)
+                outcomes.append(Done())
+            finally:
+                self.tally.throttled_in_worker -= throttled
+        return outcomes
+
+
+class PutBackDispatcher(Dispatcher):
+    """A dispatcher that puts a refused job back on its queue at once.
+
+    fairpost's own dispatcher waits (with backoff) before a ``Retry`` goes
+    back, holding the slot, because a worker that refuses is usually a
+    downstream that is down; the naive put-back strategy does not wait.
+    """
+
+    def __init__(self, *args: Any, tally: Tally, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.tally = tally
+
+    async def _settle(self, jobs: list[Job], outcomes: Sequence[Outcome]) -> None:
+        back = [j.id for j, o in zip(jobs, outcomes, strict=True) if isinstance(o, Retry)]
+        if back:
+            await self.store.requeue(back)
+            self.tally.put_back += len(back)
+            for job_id in back:
+                self._held.pop(job_id, None)
+        rest = [(j, o) for j, o in zip(jobs, outcomes, strict=True) if not isinstance(o, Retry)]
+        await super()._settle([j for j, _ in rest], [o for _, o in rest])
+
+
+class CountingMailWorker:
+    """fairpost's mail worker, counting the throttled tenant's jobs inside it."""
+
+    kind = "mail"
+
+    def __init__(self, inner: MailWorker, tally: Tally) -> None:
+        self.inner = inner
+        self.tally = tally
+        self.max_batch = inner.max_batch
+
+    async def handle(self, jobs: Sequence[Job]) -> Sequence[Outcome]:
+        throttled = sum(1 for j in jobs if j.tenant == THROTTLED)
+        self.tally.throttled_in_worker += throttled
+        try:
+            return await self.inner.handle(jobs)
+        finally:
+            self.tally.throttled_in_worker -= throttled
+
+
+@dataclass
+class Result:
+    name: str
+    light_latencies: list[float]
+    task_latencies: list[float]
+    slots_mean: float
+    slots_peak: int
+    throttled_slots_mean: float
+    throttled_slots_peak: int
+    wasted: int
+    wasted_what: str
+    throttled_sent: int
+    seconds: float
+    cpu_seconds: float
+
+    def line(self) -> str:
+        return (
+            f"{self.name}: light mail p99 {_ms(percentile(self.light_latencies, 99))}, "
+            f"task p99 {_ms(percentile(self.task_latencies, 99))}; slots held mean {self.slots_mean:.1f} "
+            f"(throttled tenant {self.throttled_slots_mean:.1f}), peak {self.slots_peak}/{SLOTS}; "
+            f"{self.wasted} wasted {self.wasted_what}; throttled tenant sent {self.throttled_sent} "
+            f"in {self.seconds:.0f} s (quota {QUOTA}/second); {self.cpu_seconds:.1f} s CPU"
+        )
+
+
+def _ms(seconds: float) -> str:
+    return "never" if math.isinf(seconds) else f"{seconds * 1000:.0f} ms"
+
+
+def _settings(backend: Backend, prefix: str) -> Settings:
+    return Settings(
+        redis_url=backend.redis_url(),
+        key_prefix=prefix,
+        queue_name=f"{prefix}.fifo",
+        global_limits="1000/second",
+        tenant_limits="100/second",
+        tenants={THROTTLED: TenantSettings(limits=f"{QUOTA}/second")},
+    )
+
+
+@contextlib.asynccontextmanager
+async def _aws(backend: Backend, ses_url: str) -> AsyncIterator[tuple[Any, Any]]:
+    creds = {"region_name": REGION, "aws_access_key_id": "bench", "aws_secret_access_key": "bench"}
+    aws = session()
+    async with (
+        aws.client("sqs", endpoint_url=backend.sqs_url, config=SQS_CONFIG, **creds) as sqs,
+        aws.client("sesv2", endpoint_url=ses_url, config=SES_CONFIG, **creds) as ses_client,
+    ):
+        yield sqs, ses_client
+
+
+async def one(backend: Backend, name: str, seconds: float, burst: int) -> Result:
+    prefix = f"bench-strategy-{name}-{uuid.uuid4().hex[:6]}"
+    settings = _settings(backend, prefix)
+    client = redis.asyncio.Redis.from_url(settings.redis_url)
+    keys = Keys(prefix)
+    store = JobStore(client, keys, store_limits(settings))
+    quota = QuotaEngine(client, keys)
+    tally = Tally()
+    queue_url = ""
+    if name == "fairpost":
+        queue_url, _ = init_queue(backend.sqs(), settings)
+    with SesServer() as ses_server:
+        async with _aws(backend, ses_server.url) as (sqs, ses_client):
+            workers: list[Worker] = [TaskWorker(tally)]
+            sender: Sender | None = None
+            if name == "sleep":
+                workers.append(SleepInWorker(quota, settings, ses_client, tally))
+                dispatcher = Dispatcher(store, workers, concurrency=SLOTS)
+            elif name == "put-back":
+                workers.append(PutBack(quota, settings, ses_client, tally))
+                dispatcher = PutBackDispatcher(store, workers, concurrency=SLOTS, tally=tally)
+            else:
+                workers.append(CountingMailWorker(MailWorker(sqs, queue_url), tally))
+                dispatcher = Dispatcher(store, workers, concurrency=SLOTS)
+                sender = Sender(
+                    sqs=sqs, ses_client=ses_client, queue_url=queue_url, store=store, quota=quota,
+                    settings=settings,
+                )  # fmt: skip
+            stop = asyncio.Event()
+            tasks = [asyncio.create_task(dispatcher.run(stop))]
+            if sender is not None:
+                tasks.append(asyncio.create_task(sender.run(stop)))
+            samples: list[tuple[int, int]] = []
+
+            async def sample() -> None:
+                while not stop.is_set():
+                    samples.append((dispatcher.busy, tally.throttled_in_worker))
+                    await asyncio.sleep(0.02)
+
+            tasks.append(asyncio.create_task(sample()))
+            cpu0 = _cpu()
+            enqueued_mail: dict[str, tuple[str, float]] = {}
+            enqueued_task: dict[str, float] = {}
+            async with AsyncMailClient(settings, redis_client=client) as sdk:
+                for job_id in await sdk.send_many(THROTTLED, [mail(i) for i in range(burst)]):
+                    enqueued_mail[job_id] = (THROTTLED, time.time())
+                rng = random.Random(11)
+                arrivals = []
+                for tenant, rate in [*LIGHT.items(), (TASK_KIND, TASK_RATE)]:
+                    t = rng.expovariate(rate)
+                    while t < seconds:
+                        arrivals.append((t, tenant))
+                        t += rng.expovariate(rate)
+                arrivals.sort()
+                start = time.monotonic()
+                for n, (offset, tenant) in enumerate(arrivals):
+                    delay = start + offset - time.monotonic()
+                    if delay > 0:
+                        await asyncio.sleep(delay)
+                    if tenant == TASK_KIND:
+                        job_id = uuid.uuid4().hex
+                        await store.enqueue([NewJob(job_id, "svc", TASK_KIND, "{}")])
+                        enqueued_task[job_id] = time.monotonic()
+                    else:
+                        job_id = (await sdk.send_many(tenant, [mail(burst + n)]))[0]
+                        enqueued_mail[job_id] = (tenant, time.time())
+                await asyncio.sleep(2.0)
+            cpu = _cpu() - cpu0
+            stop.set()
+            await asyncio.wait(tasks, timeout=25)
+            await dispatcher.drain(1.0)
+            if sender is not None:
+                await sender.release_held()
+            sent = ses_server.sent
+    await client.flushdb()
+    await client.aclose()
+    if queue_url:
+        with contextlib.suppress(Exception):
+            backend.sqs().delete_queue(QueueUrl=queue_url)
+
+    arrived = {m.job_id: m.wall_time for m in sent if m.job_id}
+    light = [
+        arrived.get(j, math.inf) - at for j, (tenant, at) in enqueued_mail.items() if tenant != THROTTLED
+    ]
+    tasks_lat = [tally.task_started.get(j, math.inf) - at for j, at in enqueued_task.items()]
+    if name == "fairpost":
+        assert sender is not None
+        wasted, what = sender.stats.throttled_by_quota, "receives (visibility extended)"
+    elif name == "put-back":
+        wasted, what = tally.put_back, "dequeues (put back)"
+    else:
+        wasted, what = tally.sleeps, "sleeps holding a slot (no dequeue wasted)"
+    return Result(
+        name=name,
+        light_latencies=light,
+        task_latencies=tasks_lat,
+        slots_mean=sum(s[0] for s in samples) / max(1, len(samples)),
+        slots_peak=max((s[0] for s in samples), default=0),
+        throttled_slots_mean=sum(s[1] for s in samples) / max(1, len(samples)),
+        throttled_slots_peak=max((s[1] for s in samples), default=0),
+        wasted=wasted,
+        wasted_what=what,
+        throttled_sent=sum(1 for m in sent if m.tag("fairpost-tenant") == THROTTLED),
+        seconds=seconds,
+        cpu_seconds=cpu,
+    )
+
+
+def _cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+async def run(backend: Backend, quick: bool) -> list[Figure]:
+    seconds, burst = (5.0, 40) if quick else (20.0, 150)
+    figures = []
+    for name in ("sleep", "put-back", "fairpost"):
+        r = await one(backend, name, seconds, burst)
+        figures.append(
+            Figure(
+                key=f"strategy_{name.replace('-', '_')}",
+                title=f"Strategy {name}: p99 latency of another job kind",
+                value=percentile(r.task_latencies, 99) * 1000,
+                unit=" ms",
+                detail=r.line(),
+                data={
+                    "light_p50_ms": percentile(r.light_latencies, 50) * 1000,
+                    "light_p99_ms": percentile(r.light_latencies, 99) * 1000,
+                    "task_p50_ms": percentile(r.task_latencies, 50) * 1000,
+                    "task_p99_ms": percentile(r.task_latencies, 99) * 1000,
+                    "slots_mean": r.slots_mean,
+                    "slots_peak": r.slots_peak,
+                    "throttled_slots_mean": r.throttled_slots_mean,
+                    "throttled_slots_peak": r.throttled_slots_peak,
+                    "wasted": r.wasted,
+                    "wasted_what": r.wasted_what,
+                    "throttled_sent": r.throttled_sent,
+                    "cpu_seconds": r.cpu_seconds,
+                    "slots": SLOTS,
+                    "seconds": seconds,
+                    "burst": burst,
+                    "quota_per_second": QUOTA,
+                },
+            )
+        )
+    return figures
