@@ -17,7 +17,10 @@ stops the replicas with SIGTERM (SIGKILL after a deadline), and writes into
   highest number of recipients sent in any sliding window of each of its
   limits (and globally), and p50/p99 latency from enqueue to SES;
 - ``rates.png``: each tenant's send rate over time with the quota lines,
-  everyone stacked against the global quota, and each mail's latency.
+  everyone stacked against the global quota, and each mail's latency;
+- ``jobs.csv``: every job's tenant, recipients, final state, and enqueue and
+  send times (seconds since the load started), the data behind the chart;
+- ``logs/``: the replicas' logs (JSON lines).
 
 It checks its own data and exits 1 naming the invariant that failed:
 *never over quota* (no sliding window over its limit, globally or per
@@ -50,9 +53,14 @@ path of a TOML file::
     weight = 2                       # optional: its fair-share weight
     inflight_cap = 4                 # optional: its own in-flight cap
 
-A tenant may have both a burst and a rate. Mail a scenario cannot send
+A tenant may have both a burst and a rate; a burst due after the load phase
+(``--duration`` shorter than ``burst_at``) is left out. Mail a scenario cannot send
 within ``duration + drain`` (a burst larger than its quota allows in that
-time) is reported as still waiting: it is held, not lost.
+time) is reported as still waiting: it is held, not lost. Keep a trickle well
+under its quota (the default's 3-recipient tenant uses 3 of its 8 a second):
+SQS visibility timeouts are whole seconds, so a tenant that touches its quota
+pauses for up to a second more than the quota needs, and a trickle that
+touches it on every mail falls behind.
 """
 
 from __future__ import annotations

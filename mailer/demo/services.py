@@ -23,7 +23,16 @@ import redis
 
 from mailer.demo.scenario import DemoError
 
-__all__ = ["ManagedProcess", "free_port", "start_moto", "start_redis", "start_replica"]
+__all__ = [
+    "ManagedProcess",
+    "demo_env",
+    "free_port",
+    "replica_ready",
+    "start_moto",
+    "start_redis",
+    "start_replica",
+    "stop_all",
+]
 
 _STARTUP_TIMEOUT = 20.0
 
@@ -38,7 +47,9 @@ def free_port() -> int:
 class ManagedProcess:
     """A child process whose output goes to a log file; :meth:`stop` is idempotent."""
 
-    def __init__(self, name: str, argv: list[str], log_path: Path, env: Mapping[str, str] | None = None):
+    def __init__(
+        self, name: str, argv: list[str], log_path: Path, env: Mapping[str, str] | None = None
+    ) -> None:
         self.name = name
         self.log_path = log_path
         with log_path.open("wb") as log:
