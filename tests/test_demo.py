@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -71,6 +72,56 @@ def test_smoke_scenario_end_to_end(tmp_path: Path) -> None:
     assert "[" in result.stdout and "load]" in result.stdout
     # Its temporary directory (Redis's files, the config, the logs) is gone.
     assert not list(scratch.iterdir())
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(60)
+def test_ctrl_c_stops_everything_it_started(tmp_path: Path) -> None:
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    fairpost = Path(sys.executable).with_name("fairpost")
+    proc = subprocess.Popen(
+        [str(fairpost), "demo", "--scenario", "default", "--output", str(tmp_path / "out")],
+        cwd=tmp_path,
+        env=_clean_env(scratch),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        lines = []
+        for line in proc.stdout:
+            lines.append(line)
+            if line.startswith("[") and "load]" in line:
+                break
+        started = "".join(lines)
+        pids = [int(p) for p in started.split("replicas running (pids ", 1)[1].split(")")[0].split(", ")]
+        children = [int(p) for p in _children(proc.pid)]
+        assert set(pids) <= set(children) and len(children) == len(pids) + 2  # + redis, moto
+        proc.send_signal(signal.SIGINT)
+        rest, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, started + rest
+    assert "interrupted" in rest
+    for pid in children:
+        assert not _alive(pid), f"process {pid} outlived the demo"
+    assert not list(scratch.iterdir())
+
+
+def _children(pid: int) -> list[str]:
+    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True)
+    return out.stdout.split()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def _clean_env(scratch: Path) -> dict[str, str]:
