@@ -1,0 +1,96 @@
+"""Redis memory per waiting job, measured: enqueue N jobs with the SDK and read
+``INFO memory`` before and after (and ``MEMORY USAGE`` of one record).
+
+    python -m bench.job_memory --redis-url redis://127.0.0.1:6379/0 --jobs 10000
+
+It writes under a key prefix of its own and deletes it afterwards; the
+figures in the README ("Job lifecycle") come from this script.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import redis
+
+from config import load_settings
+from dispatcher.keys import Keys
+from mailer.client import MailClient
+from mailer.mail import Mail
+
+VARIANTS = ("plain", "idempotency_key", "scheduled")
+
+
+def typical_mail(i: int, variant: str) -> Mail:
+    """One recipient, a short subject and a 200-character text: a typical notification."""
+    return Mail(
+        sender="Acme <no-reply@acme.example>",
+        to=[f"user{i}@example.org"],
+        subject=f"Your order #{100000 + i} has shipped",
+        text=("Hello, your order is on its way. " * 7)[:200],
+        idempotency_key=f"order-{i}-shipped" if variant == "idempotency_key" else None,
+        send_at=datetime.now(UTC) + timedelta(hours=1) if variant == "scheduled" else None,
+    )
+
+
+def _used(r: redis.Redis) -> int:
+    info: dict[str, Any] = r.info("memory")
+    return int(info["used_memory"])
+
+
+def _delete_prefix(r: redis.Redis, keys: Keys) -> None:
+    batch = []
+    for key in r.scan_iter(match=keys.root + "*", count=1000):
+        batch.append(key)
+        if len(batch) >= 1000:
+            r.delete(*batch)
+            batch.clear()
+    if batch:
+        r.delete(*batch)
+
+
+def measure(redis_url: str, jobs: int = 10_000, variant: str = "plain") -> dict[str, Any]:
+    """Enqueue ``jobs`` waiting jobs of one tenant; the memory they take, per job."""
+    keys = Keys(f"memtest-{uuid.uuid4().hex[:8]}")
+    settings = load_settings(redis_url=redis_url, key_prefix=keys.prefix)
+    r = redis.Redis.from_url(redis_url)
+    try:
+        before = _used(r)
+        with MailClient(settings, redis_client=r) as client:
+            ids: list[str] = []
+            for start in range(0, jobs, 500):
+                mails = [typical_mail(i, variant) for i in range(start, min(jobs, start + 500))]
+                ids += client.send_many("acme", mails)
+        after = _used(r)
+        record = int(r.memory_usage(keys.job(ids[0])) or 0)
+        payload = len(r.hget(keys.job(ids[0]), "payload") or b"")
+        return {
+            "variant": variant,
+            "jobs": jobs,
+            "bytes_per_job": round((after - before) / jobs),
+            "record_bytes": record,
+            "payload_bytes": payload,
+            "redis_version": r.info("server")["redis_version"],
+        }
+    finally:
+        _delete_prefix(r, keys)
+        r.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
+    parser.add_argument("--jobs", type=int, default=10_000)
+    args = parser.parse_args()
+    for variant in VARIANTS:
+        print(json.dumps(measure(args.redis_url, args.jobs, variant)))
+
+
+if __name__ == "__main__":
+    main()
