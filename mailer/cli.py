@@ -269,7 +269,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     send = sub.add_parser("send", help="enqueue one mail and print its job id")
     send.add_argument("--tenant", required=True)
-    send.add_argument("--from", dest="sender", required=True)
+    send.add_argument("--from", dest="sender", help="default: the tenant's default_sender setting")
     send.add_argument("--to", action="append", required=True, help="repeat for several recipients")
     send.add_argument("--cc", action="append")
     send.add_argument("--bcc", action="append")

@@ -6,6 +6,7 @@ record and its place in the tenant's queue) in one atomic step.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from types import TracebackType
@@ -66,8 +67,12 @@ def _new_jobs(
         raise InvalidMail("priority", str(exc)) from None
     keys = Keys(settings.key_prefix)
     jobs = []
+    default_sender = settings.tenant(tenant).default_sender
     for index, item in enumerate(mails):
         mail = _mail_from(item, index)
+        if not mail.sender and default_sender:
+            # The tenant's default_sender (FAIRPOST_TENANTS) fills a mail sent without one.
+            mail = dataclasses.replace(mail, sender=default_sender)
         # Validation, send options and where the content goes: mailer.compose.
         prefix = f"mails[{index}]." if many else ""
         job = mail_job(
@@ -101,7 +106,7 @@ class MailClient:
         self,
         tenant_id: str,
         *,
-        sender: str,
+        sender: str | None = None,
         to: Sequence[str] | str,
         subject: str,
         text: str | None = None,
@@ -115,9 +120,12 @@ class MailClient:
         idempotency_key: str | None = None,
         send_at: datetime | None = None,
     ) -> str:
-        """Validate and enqueue one mail; return its job id. Raises :class:`InvalidMail`."""
+        """Validate and enqueue one mail; return its job id. Raises :class:`InvalidMail`.
+
+        Without ``sender``, the tenant's ``default_sender`` setting is used.
+        """
         mail = Mail(
-            sender=sender,
+            sender=sender or "",
             to=to,
             subject=subject,
             text=text,
@@ -200,7 +208,7 @@ class AsyncMailClient:
         self,
         tenant_id: str,
         *,
-        sender: str,
+        sender: str | None = None,
         to: Sequence[str] | str,
         subject: str,
         text: str | None = None,
@@ -215,7 +223,7 @@ class AsyncMailClient:
         send_at: datetime | None = None,
     ) -> str:
         mail = Mail(
-            sender=sender,
+            sender=sender or "",
             to=to,
             subject=subject,
             text=text,

@@ -168,6 +168,8 @@ async def _run(settings: Settings, role: Role, client: redis.asyncio.Redis, stop
         for name, task in tasks.items():
             if task in done:
                 exc = None if task.cancelled() else task.exception()
+                if exc is None and not task.cancelled() and stop.is_set():
+                    continue  # it saw the signal and returned in the same turn: a clean stop
                 log.error("task %s stopped unexpectedly: %r", name, exc, exc_info=exc)
                 exit_code = 1
         stop.set()

@@ -552,3 +552,51 @@ def test_settings_accept_auto_only_for_the_global_limits(monkeypatch: pytest.Mon
     monkeypatch.setenv("FAIRPOST_TENANT_LIMITS", "auto")
     with pytest.raises(Exception, match="FAIRPOST_TENANT_LIMITS"):
         load_settings()
+
+
+# -- per-tenant SES options ---------------------------------------------------------------
+
+
+def test_per_tenant_ses_options_are_passed_on_every_send(
+    ops_env: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+    ses: SesServer,
+    tmp_path: Path,
+) -> None:
+    monkeypatch.setenv(
+        "FAIRPOST_TENANTS",
+        json.dumps(
+            {
+                "acme": {
+                    "ses_tenant_name": "acme-ses",
+                    "configuration_set": "cs-acme",
+                    "default_sender": "news@acme.example.com",
+                }
+            }
+        ),
+    )
+    with daemon_process(env_now(), tmp_path, replica="ses1"), MailClient() as client:
+        client.send("acme", to=["ada@example.org"], subject="no sender given", text="hi")
+        client.send("acme", sender="ceo@acme.example.com", to=["bob@example.org"], subject="own", text="hi")
+        client.send("beta", sender="app@example.com", to=["cy@example.org"], subject="plain", text="hi")
+        mails = {m.subject: m for m in ses.wait_for(3, timeout=15)}
+    assert mails["no sender given"].from_address == "news@acme.example.com"
+    assert mails["own"].from_address == "ceo@acme.example.com"
+    for subject in ("no sender given", "own"):
+        assert mails[subject].tenant_name == "acme-ses"
+        assert mails[subject].configuration_set_name == "cs-acme"
+    assert mails["plain"].tenant_name is None and mails["plain"].configuration_set_name is None
+
+
+def test_the_readme_documents_every_metric_and_setting() -> None:
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## Operating fairpost") :]
+    for name in DOCUMENTED_METRICS:
+        assert f"`{name}`" in section, name
+    settings = load_settings()
+    for name, value in settings.model_dump().items():
+        if isinstance(value, dict) and name != "tenants":
+            for inner in value:
+                assert f"`FAIRPOST_{name.upper()}__{inner.upper()}`" in section, (name, inner)
+        else:
+            assert f"`FAIRPOST_{name.upper()}`" in section, name
