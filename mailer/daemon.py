@@ -153,7 +153,8 @@ async def _run(settings: Settings, role: Role, client: redis.asyncio.Redis, stop
                 return Check(True, "Redis and SQS answer")
 
             async def refresh() -> None:
-                metrics.update(await collect_stats(client, keys, settings, quota=quota))
+                labelled = metrics.labels.labelled
+                metrics.update(await collect_stats(client, keys, settings, quota=quota, detail=labelled))
 
             http = HttpServer(metrics, port=settings.http_port, alive=alive, ready=ready, refresh=refresh)
             await http.start()

@@ -79,6 +79,10 @@ class TenantLabels:
             return tenant
         return OTHER_TENANT
 
+    def labelled(self, tenant: str) -> bool:
+        """Whether the tenant has (or now gets) a label of its own."""
+        return self(tenant) != OTHER_TENANT
+
 
 class Metrics:
     """Every metric of one daemon, in its own registry (none is global)."""

@@ -7,12 +7,16 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Iterator
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
+from rich.console import Console
 
 from config import load_settings
 from config.limits import Window, parse_limits
@@ -22,7 +26,7 @@ from mailer.client import MailClient
 from mailer.metrics import OTHER_TENANT, Metrics, TenantLabels
 from mailer.overrides import InvalidOverride, QuotaAdmin
 from mailer.ses_account import derive_limits
-from mailer.stats import ScopeStats, Stats, WindowUsage
+from mailer.stats import ScopeStats, Stats, WindowUsage, render_table, render_text
 from tests.support.daemon_process import daemon_process
 from tests.support.servers import free_port, wait_until
 from tests.support.ses_server import SesServer
@@ -600,3 +604,74 @@ def test_the_readme_documents_every_metric_and_setting() -> None:
                 assert f"`FAIRPOST_{name.upper()}__{inner.upper()}`" in section, (name, inner)
         else:
             assert f"`FAIRPOST_{name.upper()}`" in section, name
+
+
+# -- stats --watch ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def redis_env(monkeypatch: pytest.MonkeyPatch, redis_url: str) -> dict[str, str]:
+    monkeypatch.setenv("FAIRPOST_REDIS_URL", redis_url)
+    monkeypatch.setenv("FAIRPOST_KEY_PREFIX", PREFIX)
+    return dict(os.environ)
+
+
+def _read_until(process: subprocess.Popen[bytes], predicate: Callable[[bytes], bool]) -> bytes:
+    """Read the process's stdout until ``predicate(all output so far)``; bounded by the test timeout."""
+    assert process.stdout is not None
+    seen = b""
+    while not predicate(seen):
+        chunk = os.read(process.stdout.fileno(), 4096)
+        assert chunk, f"the process ended first: {seen!r}"
+        seen += chunk
+    return seen
+
+
+def test_stats_watch_json_prints_a_line_per_update(redis_env: dict[str, str]) -> None:
+    with MailClient() as client:
+        send(client, "acme", 2)
+    with subprocess.Popen(
+        [sys.executable, "-m", "mailer.cli", "stats", "--watch", "--json", "--interval", "0.1"],
+        env=redis_env,
+        stdout=subprocess.PIPE,
+    ) as process:
+        try:
+            out = _read_until(process, lambda seen: seen.count(b"\n") >= 3)
+        finally:
+            process.send_signal(signal.SIGINT)
+            assert process.wait(timeout=10) == 0
+    lines = [json.loads(line) for line in out.splitlines()[:3]]
+    assert all(line["tenants"]["acme"]["backlog"] == 2 for line in lines)
+    assert lines[0]["at_ms"] < lines[2]["at_ms"]
+
+
+def test_stats_watch_is_a_live_table(redis_env: dict[str, str]) -> None:
+    with MailClient() as client:
+        send(client, "acme", 2)
+    # FORCE_COLOR: rich draws the live table although stdout is a pipe.
+    with subprocess.Popen(
+        [sys.executable, "-m", "mailer.cli", "stats", "--watch", "--interval", "0.1"],
+        env={**redis_env, "FORCE_COLOR": "1", "COLUMNS": "150"},
+        stdout=subprocess.PIPE,
+    ) as process:
+        try:
+            out = _read_until(process, lambda seen: seen.count(b"acme") >= 2)
+        finally:
+            process.send_signal(signal.SIGINT)
+            assert process.wait(timeout=10) == 0
+    assert b"fairpost at" in out and b"backlog" in out
+
+
+def test_render_table_and_text_agree(redis_env: dict[str, str]) -> None:
+    stats = Stats(
+        at_ms=0,
+        global_=ScopeStats("global", 3, 1, [WindowUsage(1, 14, 2)], "settings"),
+        tenants=[ScopeStats("acme", 3, 1, [WindowUsage(60, 10, 10)], "override", retry_after=12.5)],
+        replicas=["r1"],
+    )
+    console = Console(record=True, width=150)
+    console.print(render_table(stats))
+    table = console.export_text()
+    text = render_text(stats)
+    for fragment in ("acme", "10/10 per minute", "throttled 12.5s", "override", "2/14 per second"):
+        assert fragment in table and fragment in text
