@@ -80,6 +80,10 @@ class Keys:
         """List: tokens that wake an idle dispatcher blocked on BLPOP."""
         return f"{self.root}:wake"
 
+    def sending(self, job_id: str) -> str:
+        """String with a TTL: a sender is sending this job now (mailer/send_claim.lua)."""
+        return f"{self.root}:sending:{job_id}"
+
     def tenants(self) -> str:
         """Set: every tenant that ever enqueued, for stats."""
         return f"{self.root}:tenants"

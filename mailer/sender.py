@@ -24,6 +24,7 @@ from typing import Any
 from config import Settings
 from dispatcher.jobs import JobState
 from dispatcher.keys import Keys
+from dispatcher.scripts import lua_source
 from dispatcher.store import JobStore
 from mailer import ses
 from mailer.aws import SesClient, SqsClient
@@ -46,6 +47,9 @@ _THROTTLE_REASON = {
     "paused": "paused",
 }
 """The quota engine's ``blocked_by`` (or an operator's pause) → the metrics label."""
+
+_CLAIMED_ELSEWHERE_WAIT = 5.0
+"""Seconds a message another sender is sending stays hidden before it is looked at again."""
 
 _THROTTLE_BACKOFF_MIN = 0.5
 _THROTTLE_BACKOFF_MAX = 30.0
@@ -102,6 +106,7 @@ class Sender:
         self.keys: Keys = store.keys
         self.stats = SenderStats()
         self._ses_slots = asyncio.Semaphore(settings.sender.concurrency)
+        self._send_claim = store.redis.register_script(lua_source("mailer", "send_claim"))
         # Monotonic times before which no receive is made.
         self._hold_until = 0.0
         self._throttle_backoff = _THROTTLE_BACKOFF_MIN
@@ -280,6 +285,7 @@ class Sender:
         granted, refused = todo[: grant.granted], todo[grant.granted :]
         if refused:
             await self._park(tenant, refused, grant.retry_after, grant.blocked_by, grant.at_ms)
+        granted = await self._claim_for_sending(tenant, granted, grant.at_ms)
         granted = await self._load_content(tenant, granted, grant.at_ms)
         results = await asyncio.gather(*(self._send_one(tenant, m, grant.at_ms) for m in granted))
         if any(r.verdict is ses.Verdict.PAUSED for r in results):
@@ -328,6 +334,14 @@ class Sender:
         )
 
     async def _send_one(self, tenant: str, msg: Received, at_ms: int) -> ses.SendResult:
+        assert msg.envelope is not None
+        try:
+            return await self._send_claimed(tenant, msg, at_ms)
+        finally:
+            # After the outcome is recorded: a sent job is then guarded by its state.
+            await self.store.redis.delete(self.keys.sending(msg.envelope.job_id))
+
+    async def _send_claimed(self, tenant: str, msg: Received, at_ms: int) -> ses.SendResult:
         env = msg.envelope
         assert env is not None
         async with self._ses_slots:
@@ -385,6 +399,30 @@ class Sender:
                 msg.visibility = min(s.backoff_base_seconds * 2 ** (attempts - 1), s.backoff_max_seconds)
                 log.warning("SES send failed (attempt %d): %s", attempts, result.error, extra=extra)
         return result
+
+    async def _claim_for_sending(self, tenant: str, granted: list[Received], at_ms: int) -> list[Received]:
+        """Take each job's sending marker; what another sender holds, or what ended
+        meanwhile, is not sent here (and its quota units go back)."""
+        if not granted:
+            return granted
+        ids = [m.envelope.job_id for m in granted if m.envelope]
+        keys = [self.keys.job(i) for i in ids] + [self.keys.sending(i) for i in ids]
+        lifetime_ms = self.settings.sender.visibility_timeout * 1000
+        codes: list[int] = await self._send_claim(keys=keys, args=[lifetime_ms])
+        claimed = []
+        for msg, code in zip(granted, codes, strict=True):
+            if code == 1:
+                claimed.append(msg)
+                continue
+            assert msg.envelope is not None
+            windows = self.limits.global_limits(), self.limits.limits_for(tenant)
+            await self.quota.refund(tenant, msg.envelope.mail.recipients, at_ms, *windows)
+            if code == 2:
+                msg.delete = True
+            else:
+                # Back soon: by then the other sender has recorded the outcome.
+                msg.visibility = _CLAIMED_ELSEWHERE_WAIT
+        return claimed
 
     async def _load_content(self, tenant: str, granted: list[Received], at_ms: int) -> list[Received]:
         """Claim checks (envelope version 2): load each mail's MIME message from Redis,

@@ -6,6 +6,7 @@ answer errors or report the arrival time of each send).
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -18,7 +19,9 @@ from dispatcher.jobs import JobState
 from mailer import AsyncMailClient
 from mailer.envelope import encode
 from mailer.mail import Mail, validate
-from tests.support.pipeline import pipeline, wait_for
+from mailer.queue_setup import init_queue
+from mailer.sender import Received
+from tests.support.pipeline import pipeline, sender_only, wait_for
 from tests.support.ses_server import Faults, SesServer
 
 
@@ -237,3 +240,28 @@ async def test_a_poison_message_is_dead_lettered_and_does_not_block_its_group(
     assert any("unknown envelope version 99" in r for r in reasons)
     assert any("missing or malformed" in r for r in reasons)
     assert raw == sorted(["not json", '{"v": 99}', '{"v": 1, "job_id": "x"}'])
+
+
+async def test_one_job_received_twice_at_once_is_sent_once(redis_url: str, ses: SesServer) -> None:
+    """Two receivers holding copies of one job's message (moto's unlocked receive,
+    a visibility that ran out mid-send) race; the sending marker lets one win."""
+    settings = settings_for(redis_url)
+    ses.latency = 0.5  # both copies are at SES's door together
+    url, _ = init_queue(boto3.client("sqs"), settings)
+    async with AsyncMailClient(settings) as client, sender_only(settings, url) as sender:
+        job_id = await client.send(
+            "acme", sender="app@example.com", to=["ada@example.org"], subject="s", text="t"
+        )
+        record = await sender.store.job(job_id)
+        body = encode(job_id, "acme", int(record["created_ms"]), record["payload"])
+        sqs = boto3.client("sqs")
+        for copy in ("a", "b"):
+            sqs.send_message(QueueUrl=url, MessageBody=body, MessageGroupId=f"copy-{copy}",
+                             MessageDeduplicationId=f"{job_id}-{copy}")  # fmt: skip
+        got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, VisibilityTimeout=60)["Messages"]
+        assert len(got) == 2
+        copies = [Received(message_id=m["MessageId"], receipt=m["ReceiptHandle"], group="", body=m["Body"])
+                  for m in got]  # fmt: skip
+        await asyncio.gather(sender.process([copies[0]]), sender.process([copies[1]]))
+        assert (await client.status(job_id)).state == JobState.SENT
+    assert [m.job_id for m in ses.sent] == [job_id]

@@ -114,3 +114,18 @@ async def wait_for(predicate: Callable[[], Any], *, within: float, what: str, in
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {within}s waiting for {what}")
         await asyncio.sleep(interval)
+
+
+@asynccontextmanager
+async def sender_only(settings: Settings, queue_url: str) -> AsyncIterator[Sender]:
+    """A sender whose loop does not run: the test hands it received messages itself."""
+    client = redis.asyncio.Redis.from_url(settings.redis_url)
+    keys = Keys(settings.key_prefix)
+    store = JobStore(client, keys, store_limits(settings))
+    aws = session()
+    async with aws.client("sqs", config=SQS_CONFIG) as sqs, aws.client("sesv2", config=SES_CONFIG) as ses:
+        yield Sender(
+            sqs=sqs, ses_client=ses, queue_url=queue_url, store=store, quota=QuotaEngine(client, keys),
+            settings=settings,
+        )  # fmt: skip
+    await client.aclose()

@@ -1,0 +1,21 @@
+-- Claim jobs for sending: two receivers of one SQS message (an emulator's
+-- race, a visibility that ran out mid-send) must not both send it.
+-- KEYS[1..n]    the jobs' records
+-- KEYS[n+1..2n] the jobs' sending markers, in the same order
+-- ARGV[1]       marker lifetime in ms (a sender that dies mid-send loses its
+--               claim after this, as its SQS message comes back)
+-- Returns, per job: 1 claimed (send it), 0 another sender holds it now,
+-- 2 already final (sent or dead: delete the message)
+local n = #KEYS / 2
+local out = {}
+for i = 1, n do
+  local state = redis.call('HGET', KEYS[i], 'state')
+  if state == 'sent' or state == 'dead' then
+    out[i] = 2
+  elseif redis.call('SET', KEYS[n + i], '1', 'NX', 'PX', ARGV[1]) then
+    out[i] = 1
+  else
+    out[i] = 0
+  end
+end
+return out
