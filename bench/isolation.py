@@ -1,7 +1,7 @@
 """Isolation, utilisation and the cost of throttling, from one pair of runs.
 
 Light tenants send a steady Poisson stream (one SDK call per mail) through
-one replica, twice: alone (baseline), then while a noisy tenant enqueues
+one replica, twice in a row: alone (baseline), then while a noisy tenant enqueues
 100 times its per-second quota at once. Figures:
 
 - isolation: p99 enqueue→SES latency of the light tenants with the burst,
@@ -42,7 +42,7 @@ class Plan:
 
 def plan(quick: bool) -> Plan:
     if quick:
-        return Plan({f"light{i}": 3.0 for i in range(4)}, 10.0, 5, 1.0, (2.0, 8.0))
+        return Plan({f"light{i}": 5.0 for i in range(4)}, 3.5, 5, 0.5, (1.0, 3.0))
     return Plan({f"light{i}": 2.0 for i in range(8)}, 66.0, 10, 1.0, (3.0, 63.0))
 
 
@@ -66,7 +66,6 @@ class Outcome:
 
 
 async def one_run(w: World, p: Plan, burst: bool) -> Outcome:
-    w.start_replicas(1)
     async with Load(w.settings) as load:
         start = time.time()
         steady = asyncio.create_task(load.steady(p.light, p.seconds))
@@ -77,10 +76,10 @@ async def one_run(w: World, p: Plan, burst: bool) -> Outcome:
             await load.burst(NOISY, 100 * p.quota, chunk=500)
         await steady
         end = time.time()
-        await asyncio.sleep(2.0)
+        await asyncio.sleep(1.0)
         counts = w.snapshot()
     sent = w.ses.sent
-    out = Outcome(latencies(load, sent, p.light, start + 2.0, end))
+    out = Outcome(latencies(load, sent, p.light, start + min(2.0, p.burst_at), end))
     if burst:
         since, until = burst_wall + p.window[0], burst_wall + p.window[1]
         out.noisy_sent = sent_by_tenant(sent, since, until)[NOISY]
@@ -102,9 +101,9 @@ async def one_run(w: World, p: Plan, burst: bool) -> Outcome:
 
 async def run(backend: Backend, quick: bool) -> list[Figure]:
     p = plan(quick)
-    with world(backend, "isolation-base", config(p)) as w:
+    with world(backend, "isolation", config(p)) as w:
+        w.start_replicas(1)
         base = await one_run(w, p, burst=False)
-    with world(backend, "isolation-burst", config(p)) as w:
         noisy = await one_run(w, p, burst=True)
     p99_base = percentile(base.light_latencies, 99)
     p99_burst = percentile(noisy.light_latencies, 99)

@@ -24,8 +24,8 @@ REPLICAS = 3
 
 async def run(backend: Backend, quick: bool) -> list[Figure]:
     if quick:
-        global_limits, tenant_limits, tight = "20/second; 50/5 seconds", "8/second", "3/second; 10/5 seconds"
-        backlog = {"tight": 15, "b": 30, "c": 30}
+        global_limits, tenant_limits, tight = "20/second; 40/3 seconds", "8/second", "3/second; 6/3 seconds"
+        backlog = {"tight": 8, "b": 20, "c": 20}
     else:
         global_limits, tenant_limits = "30/second; 200/10 seconds", "10/second; 60/10 seconds"
         tight = "5/second; 25/10 seconds"

@@ -319,7 +319,7 @@ async def one(backend: Backend, name: str, seconds: float, burst: int) -> Result
                     else:
                         job_id = (await sdk.send_many(tenant, [mail(burst + n)]))[0]
                         enqueued_mail[job_id] = (tenant, time.time())
-                await asyncio.sleep(2.0)
+                await asyncio.sleep(1.0)
             cpu = _cpu() - cpu0
             stop.set()
             await asyncio.wait(tasks, timeout=25)
@@ -367,7 +367,7 @@ def _cpu() -> float:
 
 
 async def run(backend: Backend, quick: bool) -> list[Figure]:
-    seconds, burst = (5.0, 40) if quick else (20.0, 150)
+    seconds, burst = (2.0, 15) if quick else (20.0, 150)
     figures = []
     for name in ("sleep", "put-back", "fairpost"):
         r = await one(backend, name, seconds, burst)

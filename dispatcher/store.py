@@ -183,10 +183,13 @@ class JobStore:
         *,
         keep_seconds: int = 0,
         fields: Mapping[str, str | int] | None = None,
+        pipeline: redis.asyncio.client.Pipeline | None = None,
     ) -> int:
         """End a job as sent or dead and free its tenant's in-flight slot.
 
         Returns 1, 0 when the job was already sent (nothing changed), -1 if unknown.
+        With ``pipeline`` the call is only queued on it (returns 0): its result
+        comes from the caller's ``execute()``, in one round trip with the rest.
         """
         c = self._calls
         extra: list[str | int] = []
@@ -201,8 +204,9 @@ class JobStore:
                 self.keys.content(job_id),
             ],
             args=[*c.ring_args(), job_id, state.value, keep_seconds, *extra],
+            client=pipeline,  # None: the store's own client, at once
         )
-        return int(result)
+        return 0 if pipeline is not None else int(result)
 
     async def touch_inflight(self, tenant: str, job_ids: Sequence[str], until_ms: int) -> None:
         """Keep in-flight slots of jobs still waiting in SQS (a long quota pause)."""

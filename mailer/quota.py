@@ -27,6 +27,7 @@ from importlib import resources
 from typing import Literal
 
 from redis.asyncio import Redis
+from redis.asyncio.client import Pipeline
 
 from config.limits import Window
 from dispatcher.keys import Keys
@@ -156,15 +157,21 @@ class QuotaEngine:
         at_ms: int,
         global_windows: Sequence[Window],
         tenant_windows: Sequence[Window],
+        *,
+        pipeline: Pipeline | None = None,
     ) -> None:
         """Count a sent mail's units from when SES answered instead of from the grant.
 
         SES counts a mail on arrival, somewhere between the grant and the
         answer; from the grant until a window after the answer covers it.
+        The units of several mails granted together (one ``at_ms``) may be
+        moved in one call, with their summed cost. With ``pipeline`` the call
+        is only queued on it: it runs at the caller's ``execute()`` (a later
+        answer time is on the safe side: it counts the units longer).
         """
         if cost < 1:
             raise ValueError(f"a restamp is at least 1 recipient, not {cost}")
-        await self._run("restamp", tenant, global_windows, tenant_windows, at_ms, [cost])
+        await self._run("restamp", tenant, global_windows, tenant_windows, at_ms, [cost], pipeline=pipeline)
 
     async def usage(
         self,
@@ -206,6 +213,8 @@ class QuotaEngine:
         tenant_windows: Sequence[Window],
         time_ms: int | None,
         tail: Sequence[int | str],
+        *,
+        pipeline: Pipeline | None = None,
     ) -> list[int]:
         keys: list[str] = []
         args: list[str | int] = [op, "" if time_ms is None else time_ms, self._buckets, len(global_windows)]
@@ -218,5 +227,9 @@ class QuotaEngine:
         if op == "acquire_fair":
             keys += [self._keys.quota_share(part) for part in ("tags", "seen", "weights", "waiting")]
         args += tail
+        if pipeline is not None:
+            # Queued only; the reply comes from the caller's pipeline.execute().
+            await self._script(keys=keys, args=args, client=pipeline)
+            return []
         reply = await self._script(keys=keys, args=args)
         return [int(value) for value in reply]
