@@ -84,7 +84,7 @@ class QuotaEngine:
     time backwards gets counts on the safe (too high) side.
     """
 
-    def __init__(self, redis: Redis, keys: Keys, *, buckets_per_window: int = 20) -> None:
+    def __init__(self, redis: Redis, keys: Keys, *, buckets_per_window: int = 50) -> None:
         if buckets_per_window < 1:
             raise ValueError(f"buckets_per_window must be at least 1, not {buckets_per_window}")
         self._keys = keys

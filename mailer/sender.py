@@ -48,6 +48,15 @@ _THROTTLE_REASON = {
 }
 """The quota engine's ``blocked_by`` (or an operator's pause) → the metrics label."""
 
+PRECISE_WAIT_MAX = 2.0
+"""Quota waits up to this long are timed by the sender itself, to the millisecond."""
+
+PRECISE_JITTER = 0.01
+
+PRECISE_SAFETY_NET = 10.0
+"""Seconds added to the SQS visibility of a mail the sender times itself: if the
+process dies, the mail comes back from SQS this much later."""
+
 _CLAIMED_ELSEWHERE_WAIT = 5.0
 """Seconds a message another sender is sending stays hidden before it is looked at again."""
 
@@ -66,6 +75,9 @@ class Received:
     envelope: Envelope | None = None
     delete: bool = False
     visibility: float | None = None
+    retry_at: float | None = None
+    """Set (monotonic) when the quota frees in under PRECISE_WAIT_MAX seconds: this
+    process asks again then, instead of waiting for SQS's whole-second visibility."""
 
 
 @dataclass
@@ -107,6 +119,7 @@ class Sender:
         self.stats = SenderStats()
         self._ses_slots = asyncio.Semaphore(settings.sender.concurrency)
         self._send_claim = store.redis.register_script(lua_source("mailer", "send_claim"))
+        self._timers: set[asyncio.Task[None]] = set()
         # Monotonic times before which no receive is made.
         self._hold_until = 0.0
         self._throttle_backoff = _THROTTLE_BACKOFF_MIN
@@ -225,20 +238,24 @@ class Sender:
     # -- one batch -------------------------------------------------------------
 
     async def process(self, messages: list[Received]) -> None:
-        """Handle one received batch to the end: every message is deleted or
-        given a new visibility before this returns."""
+        """Handle one received batch: every message is deleted or given a new
+        visibility before this returns; those whose quota frees within a
+        moment are asked for again then (see :data:`PRECISE_WAIT_MAX`)."""
         self.stats.received += len(messages)
         for msg in messages:
             self._held[msg.receipt] = msg
+        groups: dict[str, list[Received]] = {}
+        for msg in messages:
+            try:
+                msg.envelope = decode(msg.body)
+            except PoisonMessage as exc:
+                await self._poison(msg, str(exc))
+                continue
+            groups.setdefault(msg.envelope.tenant, []).append(msg)
+        await self._handle(messages, groups)
+
+    async def _handle(self, messages: list[Received], groups: dict[str, list[Received]]) -> None:
         try:
-            groups: dict[str, list[Received]] = {}
-            for msg in messages:
-                try:
-                    msg.envelope = decode(msg.body)
-                except PoisonMessage as exc:
-                    await self._poison(msg, str(exc))
-                    continue
-                groups.setdefault(msg.envelope.tenant, []).append(msg)
             await asyncio.gather(*(self._process_group(tenant, group) for tenant, group in groups.items()))
             await self._settle_sqs(messages)
         except asyncio.CancelledError:
@@ -247,7 +264,29 @@ class Sender:
         except BaseException:
             self._release(messages)
             raise
-        self._release(messages)
+        again = [m for m in messages if m.retry_at is not None and not m.delete]
+        self._release([m for m in messages if m not in again])
+        if again:
+            delay = min(m.retry_at or 0.0 for m in again) - time.monotonic()
+            timer = asyncio.create_task(self._ask_again(again, delay), name="sender-precise-retry")
+            self._timers.add(timer)
+            timer.add_done_callback(self._timers.discard)
+
+    async def _ask_again(self, messages: list[Received], delay: float) -> None:
+        """The quota frees in less than a second or two: ask again at that moment.
+
+        SQS counts visibility in whole seconds, so parking for 0.3 s would
+        cost 1 s, a third of a per-second quota. The messages stay parked in
+        SQS meanwhile (with a margin), so if this process dies they come back
+        there; no worker slot is held while waiting, only this timer.
+        """
+        await asyncio.sleep(max(0.0, delay))
+        groups: dict[str, list[Received]] = {}
+        for msg in messages:
+            msg.delete, msg.visibility, msg.retry_at = False, None, None
+            assert msg.envelope is not None
+            groups.setdefault(msg.envelope.tenant, []).append(msg)
+        await self._handle(messages, groups)
 
     def _release(self, messages: list[Received]) -> None:
         for msg in messages:
@@ -305,9 +344,12 @@ class Sender:
             retry_after = 1.0
         if not refused:
             return
-        wait = min(retry_after + random.uniform(0, self.settings.sender.max_jitter_seconds), MAX_VISIBILITY)
         if blocked_by == "global":
             self._hold(retry_after)
+        precise = blocked_by in ("tenant", "global", "share") and retry_after <= PRECISE_WAIT_MAX
+        # Jitter spreads parked groups' return; a timed retry needs only a hair of it.
+        jitter = PRECISE_JITTER if precise else self.settings.sender.max_jitter_seconds
+        wait = min(retry_after + random.uniform(0, jitter), MAX_VISIBILITY)
         self.stats.throttled_by_quota += len(refused)
         self.metrics.throttled(tenant, _THROTTLE_REASON.get(blocked_by or "", "tenant_quota"), len(refused))
         now = time.monotonic()
@@ -315,7 +357,8 @@ class Sender:
         for receipt in [r for r, until in parked.items() if until <= now]:
             del parked[receipt]
         for msg in refused:
-            msg.visibility = wait
+            msg.visibility = wait + PRECISE_SAFETY_NET if precise else wait
+            msg.retry_at = now + wait if precise else None
             parked[msg.receipt] = now + wait
         ids = [m.envelope.job_id for m in refused if m.envelope]
         async with self.store.redis.pipeline(transaction=False) as pipe:
@@ -548,6 +591,9 @@ class Sender:
 
     async def release_held(self) -> int:
         """Shutdown: give every message received but not finished back to SQS at once."""
+        for timer in list(self._timers):
+            timer.cancel()
+        await asyncio.gather(*self._timers, return_exceptions=True)
         held = list(self._held.values())
         for m in held:
             if not m.delete:

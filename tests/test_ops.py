@@ -243,7 +243,7 @@ def test_pause_holds_mail_already_in_sqs_and_resume_releases_it(
         )
         assert sent_by(ses, "acme") == 0
         assert run_cli(capsys, "tenant", "resume", "acme")[0] == 0
-        ses.wait_for(2, timeout=5)
+        ses.wait_for(2, timeout=10)
 
 
 def test_quota_admin_validates_before_writing(ops_env: dict[str, str], redis_client: redis.Redis) -> None:

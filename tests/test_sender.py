@@ -265,3 +265,15 @@ async def test_one_job_received_twice_at_once_is_sent_once(redis_url: str, ses: 
         await asyncio.gather(sender.process([copies[0]]), sender.process([copies[1]]))
         assert (await client.status(job_id)).state == JobState.SENT
     assert [m.job_id for m in ses.sent] == [job_id]
+
+
+async def test_a_deep_backlog_is_sent_at_its_quota_and_never_over(redis_url: str, ses: SesServer) -> None:
+    # How close to the quota it gets is a benchmark figure (bench/), not a timed test.
+    settings = settings_for(redis_url, tenant_limits="10/second", inflight_cap=20)
+    async with pipeline(settings), AsyncMailClient(settings) as client:
+        ids = await client.send_many("deep", [mail(i) for i in range(60)])
+        await wait_for(lambda: all_sent(client, ids), within=30, what="the backlog")
+    times = sorted(m.monotonic for m in ses.sent)
+    # 60 mails at 10 a second need 5 whole windows after the first send.
+    assert times[-1] - times[0] >= 5.0 - 0.1, "faster than the quota allows"
+    assert ses.max_in_window(1.0) <= 10
