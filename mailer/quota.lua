@@ -34,7 +34,7 @@
 -- window, plus at most the w-1 ms of bucket lo that precede it: never over the
 -- limit, stingy by at most one bucket. Buckets below lo can never count again,
 -- so they are deleted; a hash therefore holds at most ceil(W/w)+1 fields (B+1
--- when B divides W, as it does for whole seconds and the default B = 20).
+-- when B divides W, as it does for whole seconds and the default B = 50).
 
 local op = ARGV[1]
 local fair_op = op == "acquire_fair"

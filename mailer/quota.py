@@ -10,7 +10,7 @@ with the Redis server's clock, so any number of replicas share one count.
 Bucket slack: the count at time ``t`` includes every bucket that overlaps the
 window ``(t - W, t]`` in full. Nothing granted inside the window is ever
 missed (never over the limit), but units up to one bucket width
-(``W / buckets_per_window``, 50 ms for a second, 72 min for a day) older than
+(``W / buckets_per_window``, 20 ms for a second, under 29 min for a day) older than
 the window may still count, so a refusal can come up to one bucket early.
 
 ``retry_after`` is exact to the millisecond for the engine's own count: the
