@@ -32,10 +32,13 @@ from redis.asyncio.client import Pipeline
 from config.limits import Window
 from dispatcher.keys import Keys
 
-__all__ = ["NEVER", "Grant", "QuotaEngine"]
+__all__ = ["BUCKETS_PER_WINDOW", "NEVER", "Grant", "QuotaEngine"]
 
 # Read once at import; each engine registers it once with its client.
 _SCRIPT = resources.files("mailer").joinpath("quota.lua").read_text(encoding="utf-8")
+
+BUCKETS_PER_WINDOW = 50
+"""Buckets per window unless told otherwise; every replica must use the same."""
 
 NEVER = -1.0
 """``Grant.retry_after`` for a mail whose cost exceeds a window's limit: it can never fit."""
@@ -84,7 +87,7 @@ class QuotaEngine:
     time backwards gets counts on the safe (too high) side.
     """
 
-    def __init__(self, redis: Redis, keys: Keys, *, buckets_per_window: int = 50) -> None:
+    def __init__(self, redis: Redis, keys: Keys, *, buckets_per_window: int = BUCKETS_PER_WINDOW) -> None:
         if buckets_per_window < 1:
             raise ValueError(f"buckets_per_window must be at least 1, not {buckets_per_window}")
         self._keys = keys

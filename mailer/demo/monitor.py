@@ -17,10 +17,11 @@ import redis.asyncio
 
 from config import Window
 from dispatcher.keys import PRIORITIES, Keys
+from mailer.quota import BUCKETS_PER_WINDOW
 
 __all__ = ["JobBook", "JobInfo", "Snapshot", "TenantSnapshot", "snapshot"]
 
-QUOTA_BUCKETS = 20
+QUOTA_BUCKETS = BUCKETS_PER_WINDOW
 """Buckets per quota window: the daemon's :class:`mailer.quota.QuotaEngine` default."""
 
 _FINAL = frozenset({"sent", "dead"})
