@@ -4,8 +4,10 @@ For each received batch, messages are grouped by tenant (``MessageGroupId``)
 in order. Each group asks the quota engine, in one atomic call, for the
 recipients of its mails; what fits is sent and deleted, what does not gets
 its visibility extended to the moment the quota frees, which in a FIFO
-queue pauses that tenant alone. Nothing sleeps holding a message, nothing
-is put back on a queue.
+queue pauses that tenant alone. Nothing is put back on a queue and no worker
+slot waits: SQS counts visibility in whole seconds, so a wait of under two
+seconds is timed here as well (the message stays parked in SQS meanwhile, as
+the safety net), and every other wait is SQS's alone.
 """
 
 from __future__ import annotations
