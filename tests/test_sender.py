@@ -93,7 +93,9 @@ async def test_the_global_quota_pauses_everyone_and_nothing_is_received_meanwhil
 
     async def check_gate() -> None:
         wait = await holder["run"].quota.global_retry_after(settings.global_limits)
-        if wait > 0:
+        # A unit the gate saw free may be taken by the sender's own timed retry
+        # before this hook runs; that leaves at most one unit's wait (0.2 s at 5/s).
+        if wait > 0.25:
             violations.append(wait)
 
     async with pipeline(settings, before_receive=check_gate) as run, AsyncMailClient(settings) as client:
