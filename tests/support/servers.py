@@ -39,8 +39,21 @@ def redis_server() -> Iterator[RedisServer]:
     with tempfile.TemporaryDirectory(prefix="fairpost-redis-") as workdir:
         port = free_port()
         process = subprocess.Popen(
-            [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-             "--dir", workdir, "--logfile", str(Path(workdir) / "redis.log")],
+            [
+                binary,
+                "--port",
+                str(port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                workdir,
+                "--logfile",
+                str(Path(workdir) / "redis.log"),
+            ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
@@ -70,7 +83,6 @@ def wait_until(predicate: Callable[[], object], *, timeout: float, what: str, in
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(interval)
-
 
 
 @dataclass(frozen=True)
