@@ -48,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--json", type=Path, default=RESULTS / "latest.json", help="where to write the results (JSON)"
     )
     parser.add_argument(
-        "--markdown", type=Path, default=None, help="also write the figures as a Markdown table here"
+        "--markdown", type=Path, default=RESULTS / "latest.md", help="where to write the figures as Markdown"
     )
     parser.add_argument(
         "--only", action="append", choices=sorted(SCENARIOS), help="run only these scenarios (repeatable)"
@@ -108,9 +108,8 @@ def main(argv: list[str] | None = None) -> int:
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     print(f"results: {args.json}")
-    if args.markdown is not None:
-        args.markdown.parent.mkdir(parents=True, exist_ok=True)
-        args.markdown.write_text(markdown_table(figures) + "\n", encoding="utf-8")
+    args.markdown.parent.mkdir(parents=True, exist_ok=True)
+    args.markdown.write_text(markdown_table(figures) + "\n", encoding="utf-8")
     failed_safety = [f for f in figures if f.safety and f.met is False]
     for f in failed_safety:
         print(

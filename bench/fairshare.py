@@ -21,7 +21,7 @@ WEIGHTS = {"w1a": 1, "w1b": 1, "w2": 2, "w4": 4}
 
 async def run(backend: Backend, quick: bool) -> list[Figure]:
     rate = 40
-    warmup, seconds = (1.0, 3.0) if quick else (4.0, 30.0)
+    warmup, seconds = (0.5, 2.5) if quick else (4.0, 30.0)
     backlog = int(rate * (warmup + seconds) * 1.2)  # every tenant could take it all alone
     config = {
         "global_limits": f"{rate}/second",

@@ -42,7 +42,7 @@ class Plan:
 
 def plan(quick: bool) -> Plan:
     if quick:
-        return Plan({f"light{i}": 5.0 for i in range(4)}, 3.5, 5, 0.5, (1.0, 3.0))
+        return Plan({f"light{i}": 6.0 for i in range(4)}, 3.0, 5, 0.5, (1.0, 2.5))
     return Plan({f"light{i}": 2.0 for i in range(8)}, 66.0, 10, 1.0, (3.0, 63.0))
 
 

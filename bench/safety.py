@@ -25,7 +25,7 @@ REPLICAS = 3
 async def run(backend: Backend, quick: bool) -> list[Figure]:
     if quick:
         global_limits, tenant_limits, tight = "20/second; 40/3 seconds", "8/second", "3/second; 6/3 seconds"
-        backlog = {"tight": 8, "b": 20, "c": 20}
+        backlog = {"tight": 6, "b": 15, "c": 15}
     else:
         global_limits, tenant_limits = "30/second; 200/10 seconds", "10/second; 60/10 seconds"
         tight = "5/second; 25/10 seconds"

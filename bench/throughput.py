@@ -30,7 +30,7 @@ UNBOUND = {"global_limits": "100000/second", "tenant_limits": "100000/second"}
 
 async def steady(w: World, quick: bool) -> Figure:
     rate, tenants = 150.0, 10
-    warmup, seconds = (1.0, 2.0) if quick else (3.0, 20.0)
+    warmup, seconds = (1.0, 1.5) if quick else (3.0, 20.0)
     async with Load(w.settings) as load:
         load_task = asyncio.create_task(
             load.steady({f"s{i}": rate / tenants for i in range(tenants)}, warmup + seconds)
@@ -111,7 +111,7 @@ def bare(backend: Backend, mails: int) -> dict[str, Any]:
 
 
 async def run(backend: Backend, quick: bool) -> list[Figure]:
-    mails = 160 if quick else 2000
+    mails = 120 if quick else 2000
     # One world throughout: the steady load and the first drain with one
     # replica, then replicas are added for the next drains.
     with world(backend, "throughput", UNBOUND) as w:
