@@ -71,13 +71,18 @@ async def run_daemon(settings: Settings, role: Role = "all") -> int:
         await client.aclose()
 
 
-async def _run(settings: Settings, role: Role, client: redis.asyncio.Redis, stop: asyncio.Event) -> int:
-    keys = Keys(settings.key_prefix)
-    store = JobStore(client, keys, store_limits(settings))
+async def publish_tenant_settings(store: JobStore, settings: Settings) -> None:
+    """Put the per-tenant weights and in-flight caps where the dispatcher's scripts read them."""
     await store.sync_tenant_settings(
         {t: o.weight for t, o in settings.tenants.items() if o.weight},
         {t: o.inflight_cap for t, o in settings.tenants.items() if o.inflight_cap},
     )
+
+
+async def _run(settings: Settings, role: Role, client: redis.asyncio.Redis, stop: asyncio.Event) -> int:
+    keys = Keys(settings.key_prefix)
+    store = JobStore(client, keys, store_limits(settings))
+    await publish_tenant_settings(store, settings)
     quota = QuotaEngine(client, keys)
     metrics = Metrics(TenantLabels(settings.tenants, settings.metrics_tenant_labels), process_metrics=True)
     liveness = Liveness()

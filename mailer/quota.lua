@@ -79,21 +79,26 @@ for i = 1, window_count do
 end
 local rest = 5 + 2 * window_count
 
+-- For refund and restamp, now is the grant's time: its units sit in that
+-- moment's bucket, if the bucket still exists (it may have been pruned or
+-- expired: then they no longer count anyway). Never below zero.
+local function take_back(win, cost)
+    local name = field(win.current)
+    local held = tonumber(redis.call("HGET", win.key, name))
+    if held then
+        local left = math.max(0, held - cost)
+        if left == 0 then
+            redis.call("HDEL", win.key, name)
+        else
+            redis.call("HSET", win.key, name, field(left))
+        end
+    end
+end
+
 if op == "refund" then
-    -- now is the grant's time: its units sit in that moment's bucket, if the
-    -- bucket still exists (it may have been pruned or expired: nothing to do).
     local cost = tonumber(ARGV[rest])
     for _, win in ipairs(windows) do
-        local name = field(win.current)
-        local held = tonumber(redis.call("HGET", win.key, name))
-        if held then
-            local left = math.max(0, held - cost)
-            if left == 0 then
-                redis.call("HDEL", win.key, name)
-            else
-                redis.call("HSET", win.key, name, field(left))
-            end
-        end
+        take_back(win, cost)
     end
     return {}
 end
@@ -107,16 +112,7 @@ if op == "restamp" then
     local cost = tonumber(ARGV[rest])
     local returned = server_now_ms()
     for _, win in ipairs(windows) do
-        local name = field(win.current)
-        local held = tonumber(redis.call("HGET", win.key, name))
-        if held then
-            local left = math.max(0, held - cost)
-            if left == 0 then
-                redis.call("HDEL", win.key, name)
-            else
-                redis.call("HSET", win.key, name, field(left))
-            end
-        end
+        take_back(win, cost)
         local index = math.floor(returned / win.width)
         redis.call("HINCRBY", win.key, field(index), cost)
         local ttl = (index + 1) * win.width + win.window_ms - 1 - returned

@@ -18,6 +18,7 @@ from dispatcher.runner import Dispatcher
 from dispatcher.store import JobStore
 from mailer.aws import SES_CONFIG, SQS_CONFIG, session
 from mailer.client import store_limits
+from mailer.daemon import publish_tenant_settings
 from mailer.handoff import MailWorker
 from mailer.queue_setup import init_queue
 from mailer.quota import QuotaEngine
@@ -74,10 +75,7 @@ async def pipeline(
     client = redis.asyncio.Redis.from_url(settings.redis_url)
     keys = Keys(settings.key_prefix)
     store = JobStore(client, keys, store_limits(settings))
-    await store.sync_tenant_settings(
-        {t: o.weight for t, o in settings.tenants.items() if o.weight},
-        {t: o.inflight_cap for t, o in settings.tenants.items() if o.inflight_cap},
-    )
+    await publish_tenant_settings(store, settings)
     quota = QuotaEngine(client, keys)
     log = ReceiveLog()
     aws = session()
