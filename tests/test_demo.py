@@ -18,6 +18,7 @@ from mailer.demo.monitor import window_state
 from mailer.demo.report import max_in_window, percentile, rate_series
 from mailer.demo.run import to_toml
 from mailer.demo.scenario import DemoError, builtin_names, load_scenario, parse_scenario
+from mailer.quota import BUCKETS_PER_WINDOW
 
 REPO = Path(__file__).resolve().parents[1]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -212,10 +213,12 @@ def test_rate_series_never_draws_a_kept_quota_above_it() -> None:
 
 def test_window_state_mirrors_the_quota_buckets() -> None:
     window = Window(1, 8)
-    # 20 buckets of 50 ms; at 10,000 ms the window (9000, 10000] starts in bucket 180.
-    assert window_state(window, {179: 5, 185: 3}, 10_000) == (3, 10_000)
-    # Full: the next unit fits once bucket 185 has left, at (185 + 1) * 50 + 1000 - 1 ms.
-    assert window_state(window, {185: 3, 190: 5}, 10_000) == (8, 186 * 50 + 999)
+    width = 1000 // BUCKETS_PER_WINDOW
+    # At 10,000 ms the window (9000, 10000] starts in bucket 9001 // width.
+    first = 9001 // width
+    assert window_state(window, {first - 1: 5, first + 5: 3}, 10_000) == (3, 10_000)
+    # Full: the next unit fits once bucket first+5 has left, a window after its end.
+    assert window_state(window, {first + 5: 3, first + 10: 5}, 10_000) == (8, (first + 6) * width + 999)
 
 
 def test_to_toml_round_trips() -> None:
