@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import datetime
 import json
+import math
 import shlex
 import sys
 import tempfile
@@ -39,6 +40,17 @@ SCENARIOS: dict[str, Scenario] = {
     "throughput": throughput.run,
     "strategies": strategies.run,
 }
+
+
+def finite(value: Any) -> Any:
+    """The result with every infinite or NaN number as null: strict JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite(v) for v in value]
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -106,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         "errors": failures,
     }
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    args.json.write_text(json.dumps(finite(result), indent=2, allow_nan=False) + "\n", encoding="utf-8")
     print(f"results: {args.json}")
     args.markdown.parent.mkdir(parents=True, exist_ok=True)
     args.markdown.write_text(markdown_table(figures) + "\n", encoding="utf-8")

@@ -54,7 +54,7 @@ def test_quick_bench_runs_and_reports_every_figure(tmp_path: Path) -> None:
     data = json.loads(out.read_text())
     assert set(data["figures"]) == FIGURES
     for key, figure in data["figures"].items():
-        assert figure["value"] is not None, key
+        assert "value" in figure and "verdict" in figure, key
         assert figure["verdict"] in {"meets", "misses", "reported"}, (key, figure["verdict"])
     assert data["quick"] is True
     assert data["machine"]["cores"] >= 1
