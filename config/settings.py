@@ -120,6 +120,9 @@ class Settings(BaseSettings):
     http_port: int | None = Field(default=None, ge=1, le=65535)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     shutdown_grace: float = Field(default=8.0, ge=0, le=300)
+    max_outage_seconds: float = Field(default=60.0, gt=0, le=3600)
+    """How long the dispatcher and the sender ride out failing Redis or AWS calls
+    (backing off) before the daemon exits non-zero for its supervisor to restart it."""
     replica_id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9._-]{1,64}$")
     """Names this replica's heartbeat; default: the host name (the container id in Docker)."""
     metrics_tenant_labels: int = Field(default=50, ge=0, le=10_000)

@@ -15,6 +15,8 @@ import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 
+from redis.exceptions import RedisError
+
 from dispatcher.jobs import Job, JobState
 from dispatcher.lifecycle import Lifecycle
 from dispatcher.store import JobStore
@@ -38,8 +40,10 @@ class Dispatcher:
         batch_size: int = 10,
         reap_interval: float = 1.0,
         finished_ttl_seconds: int = 7 * 86400,
+        max_outage_seconds: float = 60.0,
     ) -> None:
         self.store = store
+        self.max_outage_seconds = max_outage_seconds
         self.workers: Mapping[str, Worker] = {w.kind: w for w in workers}
         self.concurrency = concurrency
         self.batch_size = batch_size
@@ -66,30 +70,51 @@ class Dispatcher:
         """
         next_reap = 0.0
         next_promote = 0.0
+        errors, failing_since = 0, 0.0
         while not stop.is_set():
-            if time.monotonic() >= next_reap:
-                reaped = await self.store.reap()
-                if reaped:
-                    log.warning("returned %d expired claims to their queues", reaped)
-                next_reap = time.monotonic() + self.reap_interval
-            if time.monotonic() >= next_promote:
-                next_promote = time.monotonic() + await self._promote_due()
-            free = self.concurrency - self._busy
-            if free <= 0:
-                self._slot_freed.clear()
+            try:
+                next_reap, next_promote = await self._step(next_reap, next_promote)
+                errors = 0
+            except RedisError as exc:
+                # Redis is failing: claims already made come back when their leases
+                # end. Back off and go on, for a while: an outage that lasts stops
+                # the daemon loudly, for its supervisor to restart it.
+                errors += 1
+                failing_since = failing_since if errors > 1 else time.monotonic()
+                if time.monotonic() - failing_since > self.max_outage_seconds:
+                    raise
+                delay = min(0.5 * 2 ** (errors - 1), 10.0)
+                log.error(
+                    "dispatcher step failed (%s: %s); retrying in %.1fs", type(exc).__name__, exc, delay
+                )
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._slot_freed.wait(), self.reap_interval)
-                continue
-            jobs = await self.store.claim(min(self.batch_size, free))
-            if not jobs:
-                until = min(next_reap, next_promote) - time.monotonic()
-                woken = await self.store.wait_for_work(max(0.0, min(self.reap_interval, until)))
-                if woken:
-                    # Perhaps a scheduled job that is due before the one we waited for.
-                    next_promote = 0.0
-                continue
-            self.claimed_total += len(jobs)
-            self._start(jobs)
+                    await asyncio.wait_for(stop.wait(), timeout=delay)
+
+    async def _step(self, next_reap: float, next_promote: float) -> tuple[float, float]:
+        """One turn of the loop: maintenance when due, then claim, or wait for work."""
+        if time.monotonic() >= next_reap:
+            reaped = await self.store.reap()
+            if reaped:
+                log.warning("returned %d expired claims to their queues", reaped)
+            next_reap = time.monotonic() + self.reap_interval
+        if time.monotonic() >= next_promote:
+            next_promote = time.monotonic() + await self._promote_due()
+        free = self.concurrency - self._busy
+        if free <= 0:
+            self._slot_freed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._slot_freed.wait(), self.reap_interval)
+            return next_reap, next_promote
+        jobs = await self.store.claim(min(self.batch_size, free))
+        if not jobs:
+            until = min(next_reap, next_promote) - time.monotonic()
+            if await self.store.wait_for_work(max(0.0, min(self.reap_interval, until))):
+                # Perhaps a scheduled job that is due before the one we waited for.
+                next_promote = 0.0
+            return next_reap, next_promote
+        self.claimed_total += len(jobs)
+        self._start(jobs)
+        return next_reap, next_promote
 
     async def drain(self, grace: float) -> None:
         """Let running workers finish within ``grace`` seconds, then cancel them

@@ -104,6 +104,7 @@ async def _run(settings: Settings, role: Role, client: redis.asyncio.Redis, stop
                 concurrency=settings.dispatcher.concurrency,
                 batch_size=settings.dispatcher.batch_size,
                 finished_ttl_seconds=settings.job_ttl,
+                max_outage_seconds=settings.max_outage_seconds,
             )
             tasks["dispatcher"] = asyncio.create_task(dispatcher.run(stop), name="dispatcher")
         if role in ("all", "sender"):

@@ -25,7 +25,8 @@
 --       3 share (the global quota has room, but this tenant is ahead of
 --       its weighted share while others wait for it)
 --   usage:  {now_ms, count of window 1, count of window 2, ...}
---   refund, restamp: {}
+--   refund: {}
+--   restamp: {the server time (ms) the units now count from}
 --
 -- Bucket math. A window of W ms is cut into buckets of width w = floor(W / B)
 -- ms (at least 1); bucket i holds the units granted in [i*w, (i+1)*w). At time
@@ -120,7 +121,7 @@ if op == "restamp" then
             redis.call("PEXPIRE", win.key, ttl)
         end
     end
-    return {}
+    return { returned }
 end
 
 -- Read a window's buckets that still count at `now`, oldest first, and the

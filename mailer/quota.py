@@ -162,11 +162,14 @@ class QuotaEngine:
         tenant_windows: Sequence[Window],
         *,
         pipeline: Pipeline | None = None,
-    ) -> None:
+    ) -> int | None:
         """Count a sent mail's units from when SES answered instead of from the grant.
 
         SES counts a mail on arrival, somewhere between the grant and the
-        answer; from the grant until a window after the answer covers it.
+        answer; from the grant until a window after the answer covers it. The
+        sender also moves the units of a call still under way, so that they
+        keep counting however long it takes. Returns the server time (ms) the
+        units now count from (``None`` with a pipeline).
         The units of several mails granted together (one ``at_ms``) may be
         moved in one call, with their summed cost. With ``pipeline`` the call
         is only queued on it: it runs at the caller's ``execute()`` (a later
@@ -174,7 +177,10 @@ class QuotaEngine:
         """
         if cost < 1:
             raise ValueError(f"a restamp is at least 1 recipient, not {cost}")
-        await self._run("restamp", tenant, global_windows, tenant_windows, at_ms, [cost], pipeline=pipeline)
+        reply = await self._run(
+            "restamp", tenant, global_windows, tenant_windows, at_ms, [cost], pipeline=pipeline
+        )
+        return None if pipeline is not None else reply[0]
 
     async def usage(
         self,

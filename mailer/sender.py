@@ -13,6 +13,7 @@ the safety net), and every other wait is SQS's alone.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import math
@@ -22,6 +23,9 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from botocore.exceptions import BotoCoreError, ClientError
+from redis.exceptions import RedisError
 
 from config import Settings
 from dispatcher.jobs import JobState
@@ -62,6 +66,9 @@ process dies, the mail comes back from SQS this much later."""
 _CLAIMED_ELSEWHERE_WAIT = 5.0
 """Seconds a message another sender is sending stays hidden before it is looked at again."""
 
+_ERROR_BACKOFF_MIN = 0.5
+_ERROR_BACKOFF_MAX = 10.0
+
 _THROTTLE_BACKOFF_MIN = 0.5
 _THROTTLE_BACKOFF_MAX = 30.0
 
@@ -80,6 +87,18 @@ class Received:
     retry_at: float | None = None
     """Set (monotonic) when the quota frees in under PRECISE_WAIT_MAX seconds: this
     process asks again then, instead of waiting for SQS's whole-second visibility."""
+    in_call: bool = False
+    """Its SES call started and its outcome is not known: on shutdown it is left to
+    come back after its visibility timeout, its sending marker still held."""
+
+
+@dataclass
+class Stamp:
+    """Where a granted mail's quota units are counted: the bucket of ``at_ms``
+    (Redis time), put there at ``mono`` (this process's monotonic clock)."""
+
+    at_ms: int
+    mono: float
 
 
 @dataclass
@@ -146,12 +165,28 @@ class Sender:
             await asyncio.gather(*loops, return_exceptions=True)
 
     async def _receive_loop(self, stop: asyncio.Event) -> None:
+        errors, failing_since = 0, 0.0
         while not stop.is_set():
-            if await self._wait_for_gate(stop):
-                continue
-            messages = await self._receive(stop)
-            if messages:
-                await self.process(messages)
+            try:
+                if await self._wait_for_gate(stop):
+                    continue
+                messages = await self._receive(stop)
+                if messages:
+                    await self.process(messages)
+                errors = 0
+            except (RedisError, BotoCoreError, ClientError, OSError) as exc:
+                # Redis or AWS is failing: what this batch held comes back after its
+                # visibility timeout. Back off and go on, for a while: an outage that
+                # lasts stops the daemon loudly, for its supervisor to restart it.
+                errors += 1
+                failing_since = failing_since if errors > 1 else time.monotonic()
+                if time.monotonic() - failing_since > self.settings.max_outage_seconds:
+                    raise
+                delay = min(_ERROR_BACKOFF_MIN * 2 ** (errors - 1), _ERROR_BACKOFF_MAX)
+                log.error("sender batch failed (%s: %s); retrying in %.1fs", type(exc).__name__, exc, delay)
+                self.metrics.receive_failed()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), timeout=delay)
 
     async def _wait_for_gate(self, stop: asyncio.Event) -> bool:
         """Wait while the sender is held (global quota spent, SES throttling or paused).
@@ -328,14 +363,24 @@ class Sender:
             await self._park(tenant, refused, grant.retry_after, grant.blocked_by, grant.at_ms)
         granted = await self._claim_for_sending(tenant, granted, grant.at_ms)
         granted = await self._load_content(tenant, granted, grant.at_ms)
-        results = await asyncio.gather(*(self._send_one(tenant, m, grant.at_ms) for m in granted))
-        await self._record_sent(
-            tenant,
-            grant.at_ms,
-            [(m, r) for m, r in zip(granted, results, strict=True) if r.verdict is ses.Verdict.SENT],
+        stamps = [Stamp(grant.at_ms, time.monotonic()) for _ in granted]
+        outcomes = await asyncio.gather(
+            *(self._send_one(tenant, m, stamp) for m, stamp in zip(granted, stamps, strict=True)),
+            return_exceptions=True,
         )
-        if any(r.verdict is ses.Verdict.PAUSED for r in results):
+        # Record every answer SES gave before raising any error: a sent mail left
+        # unrecorded would be sent again when its message comes back.
+        answered = [
+            (m, r, stamp)
+            for m, r, stamp in zip(granted, outcomes, stamps, strict=True)
+            if isinstance(r, ses.SendResult)
+        ]
+        await self._record_sent(tenant, answered)
+        if any(r.verdict is ses.Verdict.PAUSED for _, r, _ in answered):
             self._hold(self.settings.sender.pause_seconds)
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
 
     async def _park(
         self, tenant: str, refused: list[Received], retry_after: float, blocked_by: str | None, at_ms: int
@@ -383,34 +428,42 @@ class Sender:
             extra={"tenant": tenant},
         )
 
-    async def _send_one(self, tenant: str, msg: Received, at_ms: int) -> ses.SendResult:
+    async def _send_one(self, tenant: str, msg: Received, stamp: Stamp) -> ses.SendResult:
         assert msg.envelope is not None
-        sent = False
         try:
-            result = await self._send_claimed(tenant, msg, at_ms)
-            sent = result.verdict is ses.Verdict.SENT
-            return result
-        finally:
-            # After the outcome is recorded: a sent job is then guarded by its state
-            # (a sent job's marker goes with its record, in _record_sent).
-            if not sent:
+            result = await self._send_claimed(tenant, msg, stamp)
+        except asyncio.CancelledError:
+            # Shutdown mid-call: SES may have the mail. Keep the marker (it ends
+            # with the message's visibility), so no other replica sends it meanwhile.
+            if not msg.in_call:
                 await self.store.redis.delete(self.keys.sending(msg.envelope.job_id))
+            raise
+        except BaseException:
+            await self.store.redis.delete(self.keys.sending(msg.envelope.job_id))
+            raise
+        if result.verdict is not ses.Verdict.SENT:
+            # A sent job's marker goes with its record, in _record_sent.
+            await self.store.redis.delete(self.keys.sending(msg.envelope.job_id))
+        return result
 
-    async def _record_sent(
-        self, tenant: str, at_ms: int, sent: list[tuple[Received, ses.SendResult]]
-    ) -> None:
-        """Record a group's sent mails in one round trip (one pipeline; redis-py adds
-        a SCRIPT EXISTS before it): their quota units restamped at the answer, in one
-        call for the group's summed cost, then each job finished, then its sending
-        marker released. Per mail this was three round trips, the largest cost the
-        daemon had over the calls it cannot avoid (bench/profile.py)."""
-        if not sent:
+    async def _record_sent(self, tenant: str, answered: list[tuple[Received, ses.SendResult, Stamp]]) -> None:
+        """Record a group's answers in one round trip (one pipeline): the quota units of
+        every mail SES may have (sent, or failed in a way that leaves it unknown) move
+        to the answer, summed per bucket they sat in; then each sent job is finished
+        and its sending marker released. Per mail this was three round trips, the
+        largest cost the daemon had over the calls it cannot avoid (bench/profile.py)."""
+        counted: dict[int, int] = {}
+        for msg, result, stamp in answered:
+            if result.verdict in (ses.Verdict.SENT, ses.Verdict.TRANSIENT) and msg.envelope:
+                counted[stamp.at_ms] = counted.get(stamp.at_ms, 0) + msg.envelope.mail.recipients
+        sent = [(m, r) for m, r, _ in answered if r.verdict is ses.Verdict.SENT]
+        if not counted and not sent:
             return
         windows = self.limits.global_limits(), self.limits.limits_for(tenant)
-        cost = sum(m.envelope.mail.recipients for m, _ in sent if m.envelope)
         sent_ms = int(time.time() * 1000)
         async with self.store.redis.pipeline(transaction=False) as pipe:
-            await self.quota.restamp(tenant, cost, at_ms, *windows, pipeline=pipe)
+            for at_ms, cost in counted.items():
+                await self.quota.restamp(tenant, cost, at_ms, *windows, pipeline=pipe)
             for msg, result in sent:
                 assert msg.envelope is not None
                 await self.store.finish(
@@ -425,12 +478,40 @@ class Sender:
                 pipe.delete(self.keys.sending(msg.envelope.job_id))
             await pipe.execute()
 
-    async def _send_claimed(self, tenant: str, msg: Received, at_ms: int) -> ses.SendResult:
+    def _keep_counted_every(self, tenant: str) -> float:
+        """Half the shortest window: how long a granted mail may go unsent before its
+        units must be moved forward, or they would leave that window too soon."""
+        windows = (*self.limits.global_limits(), *self.limits.limits_for(tenant))
+        return min((w.seconds for w in windows), default=1) / 2
+
+    async def _keep_counted(self, tenant: str, cost: int, stamp: Stamp, every: float) -> None:
+        """SES counts a mail when it arrives. A mail still waiting for an SES slot, or
+        in a slow call, must stay counted until then: move its units to now."""
+        if time.monotonic() - stamp.mono < every:
+            return
+        windows = self.limits.global_limits(), self.limits.limits_for(tenant)
+        moved = await self.quota.restamp(tenant, cost, stamp.at_ms, *windows)
+        if moved is not None:
+            stamp.at_ms, stamp.mono = moved, time.monotonic()
+
+    async def _send_claimed(self, tenant: str, msg: Received, stamp: Stamp) -> ses.SendResult:
         env = msg.envelope
         assert env is not None
+        cost = env.mail.recipients
+        every = self._keep_counted_every(tenant)
         async with self._ses_slots:
+            await self._keep_counted(tenant, cost, stamp, every)
             started = time.monotonic()
-            result = await ses.send(self.ses, env, self.settings.tenant(tenant))
+            msg.in_call = True
+            call = asyncio.ensure_future(ses.send(self.ses, env, self.settings.tenant(tenant)))
+            try:
+                while not (await asyncio.wait({call}, timeout=every))[0]:
+                    await self._keep_counted(tenant, cost, stamp, every)
+            except asyncio.CancelledError:
+                call.cancel()
+                raise
+            result = call.result()
+            msg.in_call = False
             self.metrics.ses_call(result.verdict.value, time.monotonic() - started)
         extra = {"job_id": env.job_id, "tenant": tenant}
         if result.verdict is ses.Verdict.SENT:
@@ -440,10 +521,12 @@ class Sender:
             self.stats.sent += 1
             self.metrics.sent(tenant, env.created_ms)
             return result
-        # SES did not send it: the quota units go back.
-        await self.quota.refund(
-            tenant, env.mail.recipients, at_ms, self.limits.global_limits(), self.limits.limits_for(tenant)
-        )
+        if result.verdict is not ses.Verdict.TRANSIENT:
+            # SES refused it outright: the quota units go back. After a 5xx or a
+            # network error SES may have the mail, so its units stay counted.
+            await self.quota.refund(
+                tenant, cost, stamp.at_ms, self.limits.global_limits(), self.limits.limits_for(tenant)
+            )
         self.stats.by_reason[result.verdict.value] = self.stats.by_reason.get(result.verdict.value, 0) + 1
         if result.verdict is ses.Verdict.THROTTLED:
             self.stats.throttled_by_ses += 1
@@ -628,7 +711,9 @@ class Sender:
         for timer in list(self._timers):
             timer.cancel()
         await asyncio.gather(*self._timers, return_exceptions=True)
-        held = list(self._held.values())
+        # A message whose SES call was cut off is left to its visibility timeout:
+        # SES may have it, and its sending marker lasts as long.
+        held = [m for m in self._held.values() if not m.in_call]
         for m in held:
             if not m.delete:
                 m.visibility = 0

@@ -137,9 +137,10 @@ async def test_quotas_count_recipients(redis_url: str, ses: SesServer) -> None:
 async def test_each_ses_error_class_ends_as_designed(
     redis_url: str, ses: SesServer, fault: Any, final: str, attempts: int
 ) -> None:
-    # One mail a minute: unless the failed call's units are refunded, the
-    # retry would wait a minute and the test would time out.
-    settings = settings_for(redis_url, tenant_limits="1/minute")
+    # Two mails a minute. A call SES refused outright gives its units back; one
+    # that failed in a way that leaves it unknown whether SES has the mail (5xx,
+    # network) keeps them counted. Either way the retry fits within the minute.
+    settings = settings_for(redis_url, tenant_limits="2/minute")
     ses.fail_next(1, fault)
     async with pipeline(settings) as run, AsyncMailClient(settings) as client:
         job_id = await client.send(
@@ -150,9 +151,9 @@ async def test_each_ses_error_class_ends_as_designed(
         # Whatever happened, the tenant's in-flight slot came back and nothing is left in SQS.
         await wait_for(lambda: queue_is_empty(run.queue_url), within=10, what="an empty queue")
         assert await run.store.redis.zcard(run.store.keys.inflight("acme")) == 0
-        # Only what SES accepted still counts against the quota.
+        # What SES accepted counts, and what it may have: a transient failure too.
         usage = await run.quota.usage("acme", settings.limits_for("acme"))
-        assert [used for _, used in usage] == [1 if final == JobState.SENT else 0]
+        assert [used for _, used in usage] == [attempts + (1 if final == JobState.SENT else 0)]
     assert status.attempts == attempts
     if final == JobState.DEAD:
         assert status.dead_reason and fault.code in status.dead_reason
