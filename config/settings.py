@@ -28,6 +28,9 @@ from config.limits import GlobalLimits, Limits, parse_limits
 from config.tenant_id import TENANT_ID_RULE, is_valid_tenant_id
 
 ENV_PREFIX = "FAIRPOST_"
+# Read by the set-up scripts (scripts/bootstrap.sh, scripts/install-localstack.sh),
+# not by fairpost itself: not settings, but not typos either.
+SETUP_VARIABLES = frozenset({"FAIRPOST_PYTHON", "FAIRPOST_LOCALSTACK_PYTHON", "FAIRPOST_LOCALSTACK_VENV"})
 CONFIG_FILE_VAR = ENV_PREFIX + "CONFIG_FILE"
 
 
@@ -66,8 +69,8 @@ class SenderSettings(_Section):
     """SQS receive loops in one process; each long-polls for up to 10 messages."""
     pause_seconds: float = Field(default=60.0, gt=0, le=3600)
     """How long the sender stops when SES says sending is paused or credentials fail."""
-    wait_seconds: int = Field(default=20, ge=0, le=20)
-    """SQS long-poll wait."""
+    wait_seconds: int = Field(default=20, ge=1, le=20)
+    """SQS long-poll wait (at least 1 s: a zero wait on an empty queue is a busy loop)."""
     visibility_timeout: int = Field(default=60, ge=5, le=43_200)
     """Seconds a received message stays hidden while it is being sent."""
     max_attempts: int = Field(default=5, ge=1, le=100)
@@ -214,6 +217,7 @@ def load_settings(**overrides: Any) -> Settings:
         name
         for name in os.environ
         if name.startswith(ENV_PREFIX)
+        and name not in SETUP_VARIABLES
         and name[len(ENV_PREFIX) :].split("__")[0].lower() not in Settings.model_fields
     )
     if unknown:

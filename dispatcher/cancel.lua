@@ -2,17 +2,24 @@
 -- (a claimed job may still reach SQS, but its record says dead, so the sender
 -- drops it unsent). It becomes a dead letter with the given reason.
 -- KEYS[1..6] ring context (ring.lua), KEYS[7] job hash, KEYS[8] scheduled (zset),
--- KEYS[9] leases (zset), KEYS[10] dead letters (zset), KEYS[11] the job's content
+-- KEYS[9] leases (zset), KEYS[10] dead letters (zset), KEYS[11] the job's content,
+-- KEYS[12] the job's sending marker (mailer/send_claim.lua)
 -- ARGV[1..3] ring context, ARGV[4] job id, ARGV[5] seconds to keep the record
 -- (0: forever), ARGV[6] the reason
 -- Returns {1, state it had} when cancelled; {0, state, dead reason} when it is
--- too late (dispatched, sent or dead); {-1} if there is no such job.
+-- too late (dispatched, sent, dead, or a sender is sending it now: state
+-- 'sending'); {-1} if there is no such job.
 local ctx = ring_context(KEYS, ARGV)
 local job_key, job_id, keep, reason = KEYS[7], ARGV[4], tonumber(ARGV[5]), ARGV[6]
 local rec = redis.call('HMGET', job_key, 'tenant', 'state', 'priority', 'dead_reason')
 local tenant, state, priority = rec[1], rec[2], rec[3]
 if not tenant then
   return {-1}
+end
+-- A sender holds it (a copy already in SQS while the record still says claimed
+-- or queued): it is going out. Checked here, atomically with the sender's claim.
+if redis.call('EXISTS', KEYS[12]) == 1 then
+  return {0, 'sending', ''}
 end
 if state == 'scheduled' then
   redis.call('ZREM', KEYS[8], job_id)

@@ -22,6 +22,11 @@ redis.call('HSET', job_key, 'state', final, 'finished_ms', now)
 if #ARGV >= 7 then
   redis.call('HSET', job_key, unpack(ARGV, 7))
 end
+if final == 'sent' then
+  -- Sent after all (a dead letter replayed, or one that was racing its sender):
+  -- it is no dead letter any more.
+  redis.call('ZREM', KEYS[9], job_id)
+end
 if final == 'dead' then
   redis.call('ZADD', KEYS[9], now, job_id)
   if keep > 0 then

@@ -55,6 +55,7 @@ class LifecycleCalls:
             k.leases(),
             k.dead(),
             k.content(job_id),
+            k.sending(job_id),
         ]
         return keys, [*self._ring.ring_args(), job_id, keep_seconds, CANCELLED]
 

@@ -97,6 +97,7 @@ class JobStore:
         self._reap = client.register_script(_script_source("reap"))
         self._finish = client.register_script(_script_source("finish"))
         self._handoff = client.register_script(lua_source("dispatcher", "handoff"))
+        self._touch = client.register_script(lua_source("dispatcher", "touch"))
 
     async def enqueue(self, jobs: Sequence[NewJob]) -> list[bool]:
         """Enqueue jobs in one pipelined round trip; False where nothing was written
@@ -208,12 +209,9 @@ class JobStore:
         )
         return 0 if pipeline is not None else int(result)
 
-    async def touch_inflight(self, tenant: str, job_ids: Sequence[str], until_ms: int) -> None:
-        """Keep in-flight slots of jobs still waiting in SQS (a long quota pause)."""
-        if job_ids:
-            await self.redis.zadd(
-                self.keys.inflight(tenant), dict.fromkeys(job_ids, until_ms), xx=True, gt=True
-            )
+    async def touch_inflight(self, tenant: str, until_ms: int) -> None:
+        """Keep the tenant's in-flight slots while its mail waits in SQS for its quota."""
+        await self._touch(keys=[self.keys.inflight(tenant)], args=[until_ms])
 
     async def wait_for_work(self, seconds: float) -> bool:
         """Block on Redis until something may be claimable, or ``seconds`` pass."""

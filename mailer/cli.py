@@ -11,17 +11,13 @@ import asyncio
 import json
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from config import ConfigError, FairpostError, Settings, load_settings
+from mailer.console import aws_error, print_json, unreachable_redis
 from mailer.lifecycle_cli import add_commands as add_lifecycle_commands
 from mailer.lifecycle_cli import parse_header, parse_send_at
 
 Command = Callable[[argparse.Namespace, Settings], int]
-
-
-def _print_json(data: Any) -> None:
-    print(json.dumps(data, indent=2, sort_keys=True, default=str))
 
 
 def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
@@ -39,9 +35,7 @@ def cmd_init_aws(args: argparse.Namespace, settings: Settings) -> int:
 
     url, differ = init_queue(boto3.client("sqs"), settings)
     if args.json:
-        _print_json(
-            {"queue_url": url, "differs": {k: {"have": h, "want": w} for k, (h, w) in differ.items()}}
-        )
+        print_json({"queue_url": url, "differs": {k: {"have": h, "want": w} for k, (h, w) in differ.items()}})
     else:
         print(f"queue ready: {url}")
         for name, (have, want) in differ.items():
@@ -84,7 +78,7 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
     with MailClient(settings) as client:
         status = client.status(args.job_id)
     if args.json:
-        _print_json(status.to_json())
+        print_json(status.to_json())
     else:
         for name, value in status.to_json().items():
             if value is not None:
@@ -95,19 +89,12 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_check_config(args: argparse.Namespace, settings: Settings) -> int:
     data = settings.redacted()
     if args.json:
-        _print_json(data)
+        print_json(data)
     else:
         print("settings are valid:")
         for name, value in data.items():
             print(f"  {name} = {json.dumps(value, default=str)}")
     return 0
-
-
-def _unreachable_redis(settings: Settings, exc: Exception) -> int:
-    from config import mask_url
-
-    print(f"fairpost: cannot use Redis at {mask_url(settings.redis_url)}: {exc}", file=sys.stderr)
-    return 1
 
 
 def cmd_stats(args: argparse.Namespace, settings: Settings) -> int:
@@ -124,7 +111,7 @@ def cmd_stats(args: argparse.Namespace, settings: Settings) -> int:
             stats = await collect_stats(client, keys, settings, tenants=args.tenant)
             if not args.watch:
                 if args.json:
-                    _print_json(stats.to_json())
+                    print_json(stats.to_json())
                 else:
                     print(render_text(stats))
                 return
@@ -148,7 +135,7 @@ def cmd_stats(args: argparse.Namespace, settings: Settings) -> int:
     except KeyboardInterrupt:
         return 0
     except (redis.RedisError, OSError) as exc:
-        return _unreachable_redis(settings, exc)
+        return unreachable_redis(settings, exc)
     return 0
 
 
@@ -161,9 +148,9 @@ def cmd_quota_show(args: argparse.Namespace, settings: Settings) -> int:
         with QuotaAdmin(settings) as admin:
             shown = admin.show(args.tenant)
     except (redis.RedisError, OSError) as exc:
-        return _unreachable_redis(settings, exc)
+        return unreachable_redis(settings, exc)
     if args.json:
-        _print_json({"global": shown[0].to_json(), "tenants": {e.scope: e.to_json() for e in shown[1:]}})
+        print_json({"global": shown[0].to_json(), "tenants": {e.scope: e.to_json() for e in shown[1:]}})
         return 0
     for eff in shown:
         limits = eff.to_json()["limits"] or "auto (no daemon has read SES yet)"
@@ -190,7 +177,7 @@ def cmd_quota_set(args: argparse.Namespace, settings: Settings) -> int:
                 windows = admin.set_tenant_limits(args.values[0], args.values[1])
                 scope = f"tenant {args.values[0]}"
     except (redis.RedisError, OSError) as exc:
-        return _unreachable_redis(settings, exc)
+        return unreachable_redis(settings, exc)
     print(f"{scope}: {format_limits(windows)} (an override: every replica applies it within 5 s)")
     return 0
 
@@ -210,7 +197,7 @@ def cmd_quota_reset(args: argparse.Namespace, settings: Settings) -> int:
             else:
                 removed, scope = admin.reset_tenant_limits(args.tenant), f"tenant {args.tenant}"
     except (redis.RedisError, OSError) as exc:
-        return _unreachable_redis(settings, exc)
+        return unreachable_redis(settings, exc)
     print(f"{scope}: back to the settings" if removed else f"{scope}: had no override")
     return 0
 
@@ -224,7 +211,7 @@ def cmd_tenant_pause(args: argparse.Namespace, settings: Settings) -> int:
         with QuotaAdmin(settings) as admin:
             changed = admin.pause(args.tenant) if args.action == "pause" else admin.resume(args.tenant)
     except (redis.RedisError, OSError) as exc:
-        return _unreachable_redis(settings, exc)
+        return unreachable_redis(settings, exc)
     state = "paused" if args.action == "pause" else "resumed"
     print(f"tenant {args.tenant}: {state}" + ("" if changed else f" (it was {state} already)"))
     return 0
@@ -238,7 +225,7 @@ def cmd_health(args: argparse.Namespace, settings: Settings) -> int:
     else:
         health = check_heartbeat(settings, args.replica, timeout=args.timeout)
     if args.json:
-        _print_json(health.to_json())
+        print_json(health.to_json())
     else:
         print(("healthy: " if health.ok else "unhealthy: ") + health.detail)
     return 0 if health.ok else 1
@@ -380,6 +367,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # `fairpost ... | head`: the reader left; nothing to say.
+        sys.stderr.close()
+        return 0
+    except Exception as exc:
+        if _is_redis_error(exc):
+            return unreachable_redis(settings, exc)
+        code = aws_error(exc)
+        if code is None:
+            raise
+        return code
+
+
+def _is_redis_error(exc: BaseException) -> bool:
+    import redis
+
+    return isinstance(exc, redis.RedisError)
 
 
 if __name__ == "__main__":

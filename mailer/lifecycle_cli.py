@@ -6,14 +6,14 @@ parsers of ``fairpost send``'s lifecycle options (``--send-at``, ``--attach``,
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from config import Settings, mask_url
+from config import Settings
 from dispatcher.errors import TooLateToCancel
+from mailer.console import print_json, unreachable_redis
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw]?)")
 _UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -49,15 +49,6 @@ def parse_header(text: str) -> tuple[str, str]:
     return name.strip(), value.strip()
 
 
-def _print_json(data: Any) -> None:
-    print(json.dumps(data, indent=2, sort_keys=True, default=str))
-
-
-def _unreachable(settings: Settings, exc: Exception) -> int:
-    print(f"fairpost: cannot use Redis at {mask_url(settings.redis_url)}: {exc}", file=sys.stderr)
-    return 1
-
-
 def cmd_cancel(args: argparse.Namespace, settings: Settings) -> int:
     import redis
 
@@ -68,13 +59,13 @@ def cmd_cancel(args: argparse.Namespace, settings: Settings) -> int:
             was = client.cancel(args.job_id)
     except TooLateToCancel as exc:
         if args.json:
-            _print_json({"job_id": args.job_id, "cancelled": False, "state": exc.state})
+            print_json({"job_id": args.job_id, "cancelled": False, "state": exc.state})
         print(f"fairpost: job {args.job_id} is {exc.state}: too late to cancel", file=sys.stderr)
         return 1
     except (redis.RedisError, OSError) as exc:
-        return _unreachable(settings, exc)
+        return unreachable_redis(settings, exc)
     if args.json:
-        _print_json({"job_id": args.job_id, "cancelled": True, "was": was})
+        print_json({"job_id": args.job_id, "cancelled": True, "was": was})
     elif was == "dead":
         print(f"job {args.job_id} was cancelled already")
     else:
@@ -91,13 +82,13 @@ def cmd_dead(args: argparse.Namespace, settings: Settings) -> int:
         with DeadLetters(settings) as dead:
             return int(_DEAD_ACTIONS[args.dead_command](args, dead))
     except (redis.RedisError, OSError) as exc:
-        return _unreachable(settings, exc)
+        return unreachable_redis(settings, exc)
 
 
 def _dead_list(args: argparse.Namespace, dead: Any) -> int:
     letters = dead.list(args.tenant, limit=args.limit)
     if args.json:
-        _print_json([letter.to_json() for letter in letters])
+        print_json([letter.to_json() for letter in letters])
         return 0
     if not letters:
         print("no dead letters" + (f" for tenant {args.tenant}" if args.tenant else ""))
@@ -114,7 +105,7 @@ def _dead_show(args: argparse.Namespace, dead: Any) -> int:
     letter = dead.show(args.job_id)
     data = letter.to_json()
     if args.json:
-        _print_json(data)
+        print_json(data)
         return 0
     for name, value in data.items():
         if value is not None:
@@ -133,13 +124,13 @@ def _dead_replay(args: argparse.Namespace, dead: Any) -> int:
     if args.job_id is not None:
         dead.replay(args.job_id)  # NotReplayable / UnknownJob: main prints them, exit 1
         if args.json:
-            _print_json({"replayed": [args.job_id], "not_replayable": {}})
+            print_json({"replayed": [args.job_id], "not_replayable": {}})
         else:
             print(f"replayed job {args.job_id}: back in its tenant's queue")
         return 0
     report = dead.replay_tenant(args.tenant) if args.tenant is not None else dead.replay_all()
     if args.json:
-        _print_json(report.to_json())
+        print_json(report.to_json())
     else:
         print(f"replayed {len(report.replayed)} dead letters")
         for job_id, why in report.not_replayable.items():
@@ -153,7 +144,7 @@ def _dead_purge(args: argparse.Namespace, dead: Any) -> int:
         return 2
     count = dead.purge(tenant=args.tenant, older_than=args.older_than, everything=args.all)
     if args.json:
-        _print_json({"purged": count})
+        print_json({"purged": count})
     else:
         print(f"purged {count} dead letters")
     return 0

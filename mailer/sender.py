@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import json
 import logging
 import math
 import random
@@ -65,6 +66,9 @@ process dies, the mail comes back from SQS this much later."""
 
 _CLAIMED_ELSEWHERE_WAIT = 5.0
 """Seconds a message another sender is sending stays hidden before it is looked at again."""
+
+_LAST_POLL_WAIT = 1.5
+"""Seconds a long poll in flight at shutdown gets to land before it is cut off."""
 
 _ERROR_BACKOFF_MIN = 0.5
 _ERROR_BACKOFF_MAX = 10.0
@@ -232,10 +236,14 @@ class Sender:
             done, _ = await asyncio.wait({receive, stopped}, return_when=asyncio.FIRST_COMPLETED)
             stopped.cancel()
             if receive not in done:
-                # Shutting down mid-poll: the poll ends within its wait time
-                # (the daemon's grace period cancels it otherwise, and then its
-                # messages come back after their visibility timeout). What it
-                # brings is handed straight back for another replica.
+                # Shutting down mid-poll. An idle poll would hold the shutdown for
+                # up to its whole wait, so it gets a moment to land, then is cut
+                # off: SQS rarely hands a poll anything in that moment, and what
+                # it does hand comes back after its visibility timeout. What
+                # lands in time goes straight back for another replica.
+                await asyncio.wait({receive}, timeout=_LAST_POLL_WAIT)
+                if not receive.done():
+                    receive.cancel()
                 await self._hand_back(await asyncio.gather(receive, return_exceptions=True))
                 return []
             try:
@@ -419,7 +427,7 @@ class Sender:
             await pipe.execute()
         # The jobs keep their tenant's in-flight slots while they wait in SQS.
         ttl_ms = int(self.settings.dispatcher.inflight_ttl_seconds * 1000)
-        await self.store.touch_inflight(tenant, ids, at_ms + int(wait * 1000) + ttl_ms)
+        await self.store.touch_inflight(tenant, at_ms + int(wait * 1000) + ttl_ms)
         log.info(
             "tenant over quota (%s): %d mails wait %.2fs",
             blocked_by,
@@ -631,8 +639,23 @@ class Sender:
         log.warning("dead letter: %s", reason, extra={"job_id": env.job_id, "tenant": env.tenant})
 
     async def _poison(self, msg: Received, reason: str) -> None:
-        job_id = f"poison-{msg.message_id}"
-        await self._record_dead(job_id, msg.group, f"unreadable SQS message: {reason}", msg.body)
+        why = f"unreadable SQS message: {reason}"
+        # A body this fairpost cannot read may still name its job (an envelope
+        # from a newer fairpost, say): then that job ends dead, not lost in
+        # "dispatched", and keeps its slot no longer.
+        named = _job_id_in(msg.body)
+        job_id = named or f"poison-{msg.message_id}"
+        finished = -1
+        if named:
+            finished = await self.store.finish(
+                named,
+                JobState.DEAD,
+                keep_seconds=self._finished_ttl(),
+                fields={"dead_reason": why, "last_error": why, "raw_body": msg.body[:262_144]},
+            )
+        if finished == -1:
+            job_id = f"poison-{msg.message_id}"
+            await self._record_dead(job_id, msg.group, why, msg.body)
         msg.delete = True
         self.stats.dead += 1
         self.metrics.dead(msg.group, "poison")
@@ -740,6 +763,16 @@ class Sender:
 
     def _finished_ttl(self) -> int:
         return self.settings.job_ttl
+
+
+def _job_id_in(body: str) -> str | None:
+    """The job id an unreadable envelope still carries, if any."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return None
+    job_id = data.get("job_id") if isinstance(data, dict) else None
+    return job_id if isinstance(job_id, str) and job_id and len(job_id) <= 128 else None
 
 
 def _chunks(items: Sequence[Received], size: int) -> list[Sequence[Received]]:

@@ -19,6 +19,7 @@ transient  5xx, network errors, timeouts            retries with backoff, counts
 from __future__ import annotations
 
 import enum
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,12 +61,21 @@ _PAUSED = {
 }
 
 
+_ADDRESS = re.compile(r"[^\s@<>\"',;:()\[\]]+@[^\s@<>\"',;:()\[\]]+")
+_MAX_ERROR_CHARS = 500
+
+
+def redact(message: str) -> str:
+    """SES's error text may list recipients; logs and job records must not."""
+    return _ADDRESS.sub("<address>", message)[:_MAX_ERROR_CHARS]
+
+
 def classify(exc: Exception) -> SendResult:
     if isinstance(exc, ClientError):
         error = exc.response.get("Error", {})
         code = str(error.get("Code", ""))
         status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
-        text = f"SES {code or status}: {error.get('Message', '')}".strip()
+        text = f"SES {code or status}: {redact(str(error.get('Message', '')))}".strip()
         if code in _THROTTLED or status == 429:
             return SendResult(Verdict.THROTTLED, error=text)
         if code in _PAUSED:
@@ -74,7 +84,7 @@ def classify(exc: Exception) -> SendResult:
             return SendResult(Verdict.TRANSIENT, error=text)
         return SendResult(Verdict.PERMANENT, error=text)
     if isinstance(exc, BotoCoreError | OSError | TimeoutError):
-        return SendResult(Verdict.TRANSIENT, error=f"{type(exc).__name__}: {exc}")
+        return SendResult(Verdict.TRANSIENT, error=redact(f"{type(exc).__name__}: {exc}"))
     raise exc
 
 

@@ -222,3 +222,17 @@ async def test_idle_dispatcher_blocks_and_wakes_on_enqueue(aredis: redis.asyncio
     finally:
         stop.set()
         await asyncio.wait_for(task, 5)
+
+
+async def test_a_parked_tenant_keeps_every_in_flight_slot(aredis: redis.asyncio.Redis) -> None:
+    store = make_store(aredis, default_cap=3)
+    await store.enqueue(jobs_for("acme", 5))
+    claimed = await store.claim(10)
+    now_ms = await store.handed_off([job.id for job in claimed])
+    until = now_ms + 86_400_000
+    await store.touch_inflight("acme", until)
+    scores: list[tuple[bytes, float]] = await aredis.zrange(KEYS.inflight("acme"), 0, -1, withscores=True)  # type: ignore[assignment]
+    assert len(scores) == 3 and all(score >= until for _, score in scores)
+    # Never shortened: an earlier "until" leaves them as they are.
+    await store.touch_inflight("acme", now_ms)
+    assert await aredis.zrange(KEYS.inflight("acme"), 0, -1, withscores=True) == scores

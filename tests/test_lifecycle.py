@@ -329,6 +329,20 @@ async def test_cancel_a_claimed_job_frees_its_slot_and_too_late_once_dispatched(
     assert sent.value.state == "sent"
 
 
+def test_cancel_is_too_late_while_a_sender_holds_the_job(
+    client: MailClient, redis_client: redis.Redis
+) -> None:
+    # A copy of the job's message reached a sender while its record still says
+    # queued (a dispatcher's lease ran out mid hand-off): the sender has claimed
+    # it (mailer/send_claim.lua) and is sending it.
+    job_id = client.send("acme", **GOOD)
+    redis_client.set(KEYS.sending(job_id), "1", px=60_000)
+    with pytest.raises(TooLateToCancel) as caught:
+        client.cancel(job_id)
+    assert caught.value.state == "sending"
+    assert client.status(job_id).state == "queued"
+
+
 def test_cli_cancel(
     client: MailClient, cli_env: None, capsys: pytest.CaptureFixture[str], redis_client: redis.Redis
 ) -> None:

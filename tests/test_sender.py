@@ -7,6 +7,7 @@ answer errors or report the arrival time of each send).
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -280,3 +281,42 @@ async def test_a_deep_backlog_is_sent_at_its_quota_and_never_over(redis_url: str
     # 60 mails at 10 a second need 5 whole windows after the first send.
     assert times[-1] - times[0] >= 5.0 - 0.1, "faster than the quota allows"
     assert ses.max_in_window(1.0) <= 10
+
+
+async def test_an_unreadable_message_that_names_its_job_ends_that_job_dead(
+    redis_url: str, ses: SesServer
+) -> None:
+    settings = settings_for(redis_url)
+    url, _ = init_queue(boto3.client("sqs"), settings)
+    async with AsyncMailClient(settings) as client, sender_only(settings, url) as sender:
+        job_id = await client.send(
+            "acme", sender="app@example.com", to=["ada@example.org"], subject="s", text="t"
+        )
+        # An envelope from a newer fairpost, say: this one cannot read it.
+        body = json.dumps({"v": 99, "job_id": job_id, "tenant": "acme"})
+        await sender.process([Received(message_id="m1", receipt="r1", group="acme", body=body)])
+        status = await client.status(job_id)
+    assert status.state == JobState.DEAD
+    assert status.dead_reason and "unknown envelope version 99" in status.dead_reason
+    assert ses.sent_count == 0
+
+
+def test_ses_error_text_never_carries_an_address() -> None:
+    from botocore.exceptions import ClientError
+
+    from mailer.ses import classify
+
+    error = ClientError(
+        {
+            "Error": {
+                "Code": "MessageRejected",
+                "Message": "Email address is not verified. The following identities failed the check: "
+                "ada@example.org, Bob <bob@example.net>",
+            },
+            "ResponseMetadata": {"HTTPStatusCode": 400},
+        },
+        "SendEmail",
+    )
+    result = classify(error)
+    assert result.error is not None and "MessageRejected" in result.error
+    assert "@" not in result.error
