@@ -10,6 +10,7 @@ itself.
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
@@ -93,7 +94,7 @@ class Settings(BaseSettings):
 
     redis_url: str = "redis://127.0.0.1:6379/0"
     key_prefix: str = Field(default="fairpost", pattern=r"^[A-Za-z0-9:._-]{1,64}$")
-    queue_name: str = Field(default="fairpost-mail.fifo", pattern=r"^[A-Za-z0-9_-]{1,75}\.fifo$")
+    queue_name: str = "fairpost-mail.fifo"
     config_file: Path | None = None
 
     global_limits: GlobalLimits = parse_limits("14/second; 50000/day")
@@ -137,6 +138,13 @@ class Settings(BaseSettings):
         for tenant_id in value:
             if not is_valid_tenant_id(tenant_id):
                 raise ValueError(f"tenant id {tenant_id!r} must be {TENANT_ID_RULE}")
+        return value
+
+    @field_validator("queue_name")
+    @classmethod
+    def _fifo_queue_name(cls, value: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9_-]{1,75}\.fifo", value):
+            raise ValueError("must be an SQS FIFO queue name: 1 to 75 of A-Z a-z 0-9 _ -, then .fifo")
         return value
 
     @field_validator("redis_url")
@@ -225,8 +233,10 @@ def load_settings(**overrides: Any) -> Settings:
     try:
         return Settings(**overrides)
     except SettingsError as exc:
-        # Raised before validation, when a nested variable is not valid JSON.
-        raise ConfigError([(ENV_PREFIX + "*", str(exc))]) from None
+        # Raised before validation, when a variable holding a table is not valid JSON.
+        field = re.search(r'field "([a-z_]+)"', str(exc))
+        name = ENV_PREFIX + field.group(1).upper() if field else ENV_PREFIX + "*"
+        raise ConfigError([(name, 'is not valid JSON (a table such as {"acme": {"weight": 2}})')]) from None
     except ValidationError as exc:
         raise ConfigError([(_variable_name(err["loc"]), _rule(err)) for err in exc.errors()]) from None
 

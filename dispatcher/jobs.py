@@ -34,7 +34,7 @@ def new_job_id() -> str:
 
 def check_priority(priority: str) -> str:
     if priority not in PRIORITIES:
-        raise ValueError(f"priority must be one of {', '.join(PRIORITIES)}")
+        raise ValueError(f"must be one of {', '.join(PRIORITIES)}")
     return priority
 
 

@@ -149,6 +149,9 @@ def _address(value: object, field_name: str) -> str:
         raise InvalidMail(field_name, f"must be an e-mail address string, got {type(value).__name__}")
     if "\r" in value or "\n" in value:
         raise InvalidMail(field_name, "must not contain CR or LF")
+    if not value.strip():
+        hint = " (or set the tenant's default_sender)" if field_name.endswith("sender") else ""
+        raise InvalidMail(field_name, "must be a valid e-mail address, not empty" + hint)
     # getaddresses, not parseaddr: parseaddr keeps the first of "a@x, b@y" (or of
     # "a@x <b@y>") and silently drops the rest.
     parsed = getaddresses([value])

@@ -315,7 +315,7 @@ class Sender:
             delay = min(m.retry_at or 0.0 for m in again) - time.monotonic()
             timer = asyncio.create_task(self._ask_again(again, delay), name="sender-precise-retry")
             self._timers.add(timer)
-            timer.add_done_callback(self._timers.discard)
+            timer.add_done_callback(self._timer_done)
 
     async def _ask_again(self, messages: list[Received], delay: float) -> None:
         """The quota frees in less than a second or two: ask again at that moment.
@@ -332,6 +332,12 @@ class Sender:
             assert msg.envelope is not None
             groups.setdefault(msg.envelope.tenant, []).append(msg)
         await self._handle(messages, groups)
+
+    def _timer_done(self, timer: asyncio.Task[None]) -> None:
+        self._timers.discard(timer)
+        if not timer.cancelled() and timer.exception() is not None:
+            # Its messages stay parked in SQS and come back when their visibility ends.
+            log.error("timed quota retry failed", exc_info=timer.exception())
 
     def _release(self, messages: list[Received]) -> None:
         for msg in messages:
