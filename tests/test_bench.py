@@ -20,6 +20,8 @@ FIGURES = {
     "quota_engine_speedup",
     "safety_global_window",
     "safety_tenant_window",
+    "safety_global_window_slow_ses",
+    "safety_tenant_window_slow_ses",
     "safety_lost",
     "safety_duplicates",
     "isolation_p99_ratio",

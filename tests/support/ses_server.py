@@ -258,7 +258,10 @@ class SesServer:
     ``LimitExceededException`` over the 24-hour quota); pass ``False`` to only
     report it. ``sent_last_24_hours`` is a baseline added to the recipients
     recorded here (in GetAccount and the daily check). ``latency`` seconds are
-    waited before every SendEmail answer.
+    waited before every SendEmail answer; ``arrival_delay`` seconds before
+    one SendEmail in ``arrival_delay_every`` counts as arrived (a slow network
+    or a connection set-up retried: SES sees that mail so much later than the
+    client sent it, and later than mails sent after it).
     """
 
     DEFAULT_MAX_SEND_RATE: ClassVar[float] = 14.0
@@ -277,6 +280,8 @@ class SesServer:
         tenants: Iterable[str] | None = None,
         production_access: bool = True,
         latency: float = 0.0,
+        arrival_delay: float = 0.0,
+        arrival_delay_every: int = 1,
         validate: bool = True,
     ) -> None:
         self._cond = threading.Condition(threading.RLock())
@@ -292,6 +297,9 @@ class SesServer:
         self._tenants = None if tenants is None else set(tenants)
         self.production_access = production_access
         self.latency = latency
+        self.arrival_delay = arrival_delay
+        self.arrival_delay_every = arrival_delay_every
+        self._arrivals = 0
         self.validate = validate
 
         self._sent: list[SentMail] = []
@@ -605,6 +613,12 @@ class SesServer:
         return _json_answer(200, payload)
 
     def _send_email(self, body: bytes) -> _Answer:
+        if self.arrival_delay > 0:
+            with self._cond:
+                self._arrivals += 1
+                delayed = self._arrivals % self.arrival_delay_every == 0
+            if delayed:
+                time.sleep(self.arrival_delay)  # this request's own handler thread
         try:
             mail: SentMail | None = _parse_send_email(body)
             parse_error: SesError | None = None
@@ -853,6 +867,10 @@ def _validation_problem(mail: SentMail) -> str | None:
 class _HttpServer(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False
+    # socketserver's default listen backlog is 5: a burst of new connections from a few
+    # daemons overflows it, the kernel drops the SYNs and each client retries after 1 s,
+    # an artefact no real endpoint shows. (Slow answers are wanted on purpose: latency=.)
+    request_queue_size = 128
 
     def __init__(
         self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], owner: SesServer
