@@ -138,7 +138,8 @@ class MailClient:
             idempotency_key=idempotency_key,
             send_at=send_at,
         )
-        return self.send_many(tenant_id, [mail], priority=priority, _many=False)[0]
+        jobs = _new_jobs(self.settings, tenant_id, [mail], priority, False, send_at)
+        return [job_id for _, job_id in self._store.submit(jobs)][0]
 
     def send_many(
         self,
@@ -147,7 +148,6 @@ class MailClient:
         *,
         priority: str = "normal",
         send_at: datetime | None = None,
-        _many: bool = True,
     ) -> list[str]:
         """Validate every mail, then enqueue them all in one pipelined round trip.
 
@@ -157,7 +157,7 @@ class MailClient:
         FAIRPOST_IDEMPOTENCY_TTL gets the first job's id and enqueues nothing) and
         ``send_at`` (timezone-aware; ``send_at`` here applies to mails without one).
         """
-        jobs = _new_jobs(self.settings, tenant_id, mails, priority, _many, send_at)
+        jobs = _new_jobs(self.settings, tenant_id, mails, priority, True, send_at)
         return [job_id for _, job_id in self._store.submit(jobs)]
 
     def status(self, job_id: str) -> JobStatus:
@@ -236,7 +236,8 @@ class AsyncMailClient:
             idempotency_key=idempotency_key,
             send_at=send_at,
         )
-        return (await self.send_many(tenant_id, [mail], priority=priority, _many=False))[0]
+        jobs = _new_jobs(self.settings, tenant_id, [mail], priority, False, send_at)
+        return [job_id for _, job_id in await self._store.submit(jobs)][0]
 
     async def send_many(
         self,
@@ -245,9 +246,8 @@ class AsyncMailClient:
         *,
         priority: str = "normal",
         send_at: datetime | None = None,
-        _many: bool = True,
     ) -> list[str]:
-        jobs = _new_jobs(self.settings, tenant_id, mails, priority, _many, send_at)
+        jobs = _new_jobs(self.settings, tenant_id, mails, priority, True, send_at)
         return [job_id for _, job_id in await self._store.submit(jobs)]
 
     async def status(self, job_id: str) -> JobStatus:
