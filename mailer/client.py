@@ -139,7 +139,8 @@ class MailClient:
             send_at=send_at,
         )
         jobs = _new_jobs(self.settings, tenant_id, [mail], priority, False, send_at)
-        return [job_id for _, job_id in self._store.submit(jobs)][0]
+        [(_, job_id)] = self._store.submit(jobs)
+        return job_id
 
     def send_many(
         self,
@@ -237,7 +238,8 @@ class AsyncMailClient:
             send_at=send_at,
         )
         jobs = _new_jobs(self.settings, tenant_id, [mail], priority, False, send_at)
-        return [job_id for _, job_id in await self._store.submit(jobs)][0]
+        [(_, job_id)] = await self._store.submit(jobs)
+        return job_id
 
     async def send_many(
         self,
