@@ -49,6 +49,21 @@ class TenantSettings(_Section):
     configuration_set: str | None = None
     default_sender: str | None = None
 
+    @field_validator("default_sender")
+    @classmethod
+    def _sender_address(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        from email.utils import parseaddr
+
+        from email_validator import EmailNotValidError, validate_email
+
+        try:
+            validate_email(parseaddr(value)[1], check_deliverability=False)
+        except EmailNotValidError as exc:
+            raise ValueError(f"{value!r} is not a valid e-mail address: {exc}") from None
+        return value
+
 
 class DispatcherSettings(_Section):
     concurrency: int = Field(default=100, ge=1, le=10_000)
