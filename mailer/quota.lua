@@ -124,30 +124,32 @@ if op == "restamp" then
     return { returned }
 end
 
--- Read a window's buckets that still count at `now`, oldest first, and the
--- field names of those that never will again. Buckets above `current` (only
--- if the clock went back) are kept and counted: the safe side.
+-- Read a window's buckets that still count at `now`, as two parallel arrays
+-- (bucket indices, units) in hash order: only a refusal needs them oldest
+-- first (fits_at sorts them then); a grant needs no table per bucket. Also
+-- the field names of buckets that never will count again. Buckets above
+-- `current` (only if the clock went back) are kept and counted: the safe side.
 local function load(win)
     local flat = redis.call("HGETALL", win.key)
-    local live, stale, total = {}, {}, 0
+    local indices, units, stale, total = {}, {}, {}, 0
     for j = 1, #flat, 2 do
         local index = tonumber(flat[j])
-        local units = tonumber(flat[j + 1])
         if index < win.lo then
             stale[#stale + 1] = flat[j]
         else
-            live[#live + 1] = { index = index, units = units }
-            total = total + units
+            local n = tonumber(flat[j + 1])
+            indices[#indices + 1] = index
+            units[#units + 1] = n
+            total = total + n
         end
     end
-    table.sort(live, function(a, b) return a.index < b.index end)
-    return live, stale, total
+    return indices, units, stale, total
 end
 
 if op == "usage" then
     local result = { now }
     for i, win in ipairs(windows) do
-        local _, _, total = load(win)
+        local _, _, _, total = load(win)
         result[i + 1] = total
     end
     return result
@@ -210,20 +212,21 @@ end
 
 -- acquire / peek
 for _, win in ipairs(windows) do
-    local live, stale, total = load(win)
-    win.live, win.total, win.added = live, total, 0
+    local indices, units, stale, total = load(win)
+    win.indices, win.units, win.total, win.added = indices, units, total, 0
     -- The current bucket is where grants go; give it an entry now so the
     -- retry computation below sees this call's own grants in order.
     local slot
-    for _, bucket in ipairs(live) do
-        if bucket.index == win.current then slot = bucket end
+    local newest = win.current
+    for j, index in ipairs(indices) do
+        if index == win.current then slot = j end
+        if index > newest then newest = index end
     end
     if not slot then
-        slot = { index = win.current, units = 0 }
-        live[#live + 1] = slot
-        table.sort(live, function(a, b) return a.index < b.index end)
+        slot = #indices + 1
+        indices[slot], units[slot] = win.current, 0
     end
-    win.slot = slot
+    win.slot, win.newest = slot, newest
     if op == "acquire" then
         -- One field at a time: unpack() of a long list would hit Lua's C stack limit.
         for _, name in ipairs(stale) do
@@ -236,11 +239,15 @@ end
 -- holds: drop buckets oldest first until the rest leaves room. Dropping every
 -- bucket up to index k takes lo >= k+1, i.e. t-W+1 >= (k+1)*w.
 local function fits_at(win, cost)
+    local indices, units = win.indices, win.units
+    local order = {}
+    for j = 1, #indices do order[j] = j end
+    table.sort(order, function(a, b) return indices[a] < indices[b] end)
     local remaining = win.total
-    for _, bucket in ipairs(win.live) do
-        remaining = remaining - bucket.units
+    for _, j in ipairs(order) do
+        remaining = remaining - units[j]
         if remaining + cost <= win.limit then
-            return (bucket.index + 1) * win.width + win.window_ms - 1
+            return (indices[j] + 1) * win.width + win.window_ms - 1
         end
     end
     -- Unreachable while cost <= limit: with every bucket dropped it fits.
@@ -262,7 +269,7 @@ for c = rest, #ARGV do
     if fits then
         for _, win in ipairs(windows) do
             win.total = win.total + cost
-            win.slot.units = win.slot.units + cost
+            win.units[win.slot] = win.units[win.slot] + cost
             win.added = win.added + cost
         end
         granted = granted + 1
@@ -294,8 +301,7 @@ if op == "acquire" then
             redis.call("HINCRBY", win.key, field(win.current), win.added)
             -- Idle keys vanish once their newest bucket has left the window:
             -- the newest bucket k stops counting at t = (k+1)*w + W - 1.
-            local newest = win.live[#win.live].index
-            local ttl = (newest + 1) * win.width + win.window_ms - 1 - now
+            local ttl = (win.newest + 1) * win.width + win.window_ms - 1 - now
             redis.call("PEXPIRE", win.key, ttl)
         end
     end
