@@ -378,10 +378,18 @@ class Sender:
         granted = await self._claim_for_sending(tenant, granted, grant.at_ms)
         granted = await self._load_content(tenant, granted, grant.at_ms)
         stamps = [Stamp(grant.at_ms, time.monotonic()) for _ in granted]
-        outcomes = await asyncio.gather(
-            *(self._send_one(tenant, m, stamp) for m, stamp in zip(granted, stamps, strict=True)),
-            return_exceptions=True,
-        )
+        sends = [
+            asyncio.ensure_future(self._send_one(tenant, m, stamp))
+            for m, stamp in zip(granted, stamps, strict=True)
+        ]
+        try:
+            await self._keep_answered_counted(tenant, granted, stamps, sends)
+        except asyncio.CancelledError:
+            for send in sends:
+                send.cancel()
+            await asyncio.gather(*sends, return_exceptions=True)
+            raise
+        outcomes = await asyncio.gather(*sends, return_exceptions=True)
         # Record every answer SES gave before raising any error: a sent mail left
         # unrecorded would be sent again when its message comes back.
         answered = [
@@ -491,6 +499,32 @@ class Sender:
                 assert msg.envelope is not None
                 pipe.delete(self.keys.sending(msg.envelope.job_id))
             await pipe.execute()
+
+    async def _keep_answered_counted(
+        self,
+        tenant: str,
+        granted: list[Received],
+        stamps: list[Stamp],
+        sends: Sequence[asyncio.Future[ses.SendResult]],
+    ) -> None:
+        """Wait for a group's SES calls. A mail SES answered early waits for the slowest
+        of its group before _record_sent moves its units to the answer; until then it
+        is kept counted like a mail in a call, or its units could leave the window
+        (counted from the grant) before SES's count of it (from its arrival) does."""
+        every = self._keep_counted_every(tenant)
+        pending: set[asyncio.Future[ses.SendResult]] = set(sends)
+        while pending:
+            _, pending = await asyncio.wait(pending, timeout=every)
+            if not pending:
+                return
+            for msg, stamp, send in zip(granted, stamps, sends, strict=True):
+                if not send.done() or send.cancelled() or send.exception() is not None:
+                    continue
+                if send.result().verdict in (ses.Verdict.SENT, ses.Verdict.TRANSIENT) and msg.envelope:
+                    try:
+                        await self._keep_counted(tenant, msg.envelope.mail.recipients, stamp, every)
+                    except RedisError as exc:  # _record_sent restamps it anyway, or fails loudly
+                        log.warning("could not keep an answered mail counted: %s", exc)
 
     def _keep_counted_every(self, tenant: str) -> float:
         """Half the shortest window: how long a granted mail may go unsent before its
