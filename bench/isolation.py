@@ -1,17 +1,20 @@
 """Isolation, utilisation and the cost of throttling, from one pair of runs.
 
-Light tenants send a steady Poisson stream (one SDK call per mail) through
-one replica, twice in a row: alone (baseline), then while a noisy tenant enqueues
-100 times its per-second quota at once. Figures:
+Light tenants send the same steady Poisson stream (one SDK call per mail)
+into two worlds at the same time, each with its own replica: in one they
+are alone (the baseline), in the other a noisy tenant also enqueues 100
+times its per-second quota at once. Figures:
 
 - isolation: p99 enqueue→SES latency of the light tenants with the burst,
   divided by the same without it;
 - utilisation: the share of its quota the noisy tenant (a deep backlog)
   got over the measured interval;
-- receives per throttled mail: how many times, on average, a noisy mail
-  that was refused by the quota was received and put back (the job
-  record's ``throttled`` count): about one per quota window it waited, not
-  a loop.
+- receives per mail of a throttled tenant: SQS receptions of the noisy
+  tenant's messages (counted in the replica, bench.replica) per mail of it
+  sent. 1.0 is every mail received once; a sender that put a refused mail
+  back for SQS to redeliver pays one more per quota window it waits, a busy
+  retry many more. The job records' ``throttled`` counts (refusals, SQS's or
+  the sender's own timed retries) are reported beside it.
 """
 
 from __future__ import annotations
@@ -101,10 +104,15 @@ async def one_run(w: World, p: Plan, burst: bool) -> Outcome:
 
 async def run(backend: Backend, quick: bool) -> list[Figure]:
     p = plan(quick)
-    with world(backend, "isolation", config(p)) as w:
-        w.start_replicas(1)
-        base = await one_run(w, p, burst=False)
-        noisy = await one_run(w, p, burst=True)
+    # Both at once, each with its own replica, queue and SES: whatever else the
+    # machine does meanwhile slows both alike, and only one has the burst.
+    with (
+        world(backend, "isolation-control", config(p)) as control,
+        world(backend, "isolation-burst", config(p)) as treated,
+    ):
+        control.start_replicas(1)
+        treated.start_replicas(1)
+        base, noisy = await asyncio.gather(one_run(control, p, burst=False), one_run(treated, p, burst=True))
     p99_base = percentile(base.light_latencies, 99)
     p99_burst = percentile(noisy.light_latencies, 99)
     quota_units = p.quota * noisy.window_seconds
@@ -141,14 +149,14 @@ async def run(backend: Backend, quick: bool) -> list[Figure]:
         ),
         Figure(
             key="receives_per_throttled_mail",
-            title="SQS cost: receives per throttled mail",
-            value=noisy.parks / noisy.parked_mails if noisy.parked_mails else math.nan,
+            title="SQS cost: receives per mail of a throttled tenant",
+            value=noisy.receptions / noisy.noisy_sent_total if noisy.noisy_sent_total else math.nan,
             op="<=",
             target=1.2,
             detail=(
-                f"{noisy.parks} refused receptions of {noisy.parked_mails} throttled mails; "
-                f"{noisy.receptions} receptions of the noisy tenant's messages in all for "
-                f"{noisy.noisy_sent_total} sent"
+                f"{noisy.receptions} SQS receptions of the noisy tenant's messages for "
+                f"{noisy.noisy_sent_total} of its mails sent; {noisy.parked_mails} of them refused "
+                f"by the quota at least once, {noisy.parks} refusals in all"
             ),
             data={
                 "parks": noisy.parks,

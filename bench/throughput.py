@@ -6,9 +6,10 @@
 - Scaling: 1, 2 and 4 replicas drain the same backlog (20 tenants, quotas
   that do not bind), one after the other on the same queue; delivered mail
   per second over the middle 80 % of the sends.
-- CPU per mail: the one-replica drain's CPU time (user + system, whole
+- CPU per mail: a one-replica drain's CPU time (user + system, whole
   process), per mail, against :mod:`bench.bare` moving the same number of
-  mails of the same size through the same services.
+  mails of the same size through the same services; two of each,
+  alternating, and the cheaper of each pair counts.
 """
 
 from __future__ import annotations
@@ -117,15 +118,23 @@ async def run(backend: Backend, quick: bool) -> list[Figure]:
     with world(backend, "throughput", UNBOUND) as w:
         w.start_replicas(1)
         figures = [await steady(w, quick)]
+        # CPU: one-replica drains and bare runs alternate, and the cheaper of each
+        # pair counts, so that a machine busy with something else for a while
+        # does not decide the ratio.
         runs = [await drain(w, mails)]
+        floors = [await asyncio.to_thread(bare, backend, mails)]
+        singles = [runs[0], await drain(w, mails)]
+        floors.append(await asyncio.to_thread(bare, backend, mails))
         w.start_replicas(1)
         runs.append(await drain(w, mails))
         w.start_replicas(2)
         runs.append(await drain(w, mails))
-    floor = await asyncio.to_thread(bare, backend, mails)
-    one = runs[0]
+    floor = min(floors, key=lambda f: f["cpu_seconds"] / f["mails"])
+    one = min(singles, key=lambda r: r["cpu_seconds"] / r["mails"])
     one_counts: Counts = one["counts"]
     daemon_cpu = one["cpu_seconds"] / one["mails"]
+    daemon_runs = " / ".join(f"{1000 * r['cpu_seconds'] / r['mails']:.2f}" for r in singles)
+    bare_runs = " / ".join(f"{1000 * f['cpu_seconds'] / f['mails']:.2f}" for f in floors)
     bare_cpu = floor["cpu_seconds"] / floor["mails"]
     figures.append(
         Figure(
@@ -139,9 +148,15 @@ async def run(backend: Backend, quick: bool) -> list[Figure]:
                 f"daemon {daemon_cpu * 1000:.2f} ms/mail ({one['cpu_seconds']:.1f} s for {one['mails']}, "
                 f"{one_counts.sqs_calls() / one['mails']:.2f} SQS calls/mail), bare "
                 f"{bare_cpu * 1000:.2f} ms/mail ({floor['cpu_seconds']:.1f} s for {floor['mails']} in "
-                f"{floor['seconds']:.1f} s)"
+                f"{floor['seconds']:.1f} s); the cheaper of two alternating runs each (daemon "
+                f"{daemon_runs}, bare {bare_runs} ms/mail)"
             ),
-            data={"daemon_ms_per_mail": daemon_cpu * 1000, "bare_ms_per_mail": bare_cpu * 1000},
+            data={
+                "daemon_ms_per_mail": daemon_cpu * 1000,
+                "bare_ms_per_mail": bare_cpu * 1000,
+                "daemon_runs_ms": [1000 * r["cpu_seconds"] / r["mails"] for r in singles],
+                "bare_runs_ms": [1000 * f["cpu_seconds"] / f["mails"] for f in floors],
+            },
         )
     )
     for r in runs:
