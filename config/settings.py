@@ -192,7 +192,11 @@ class Settings(BaseSettings):
         return self.tenant(tenant_id).weight or self.default_weight
 
     def inflight_cap_for(self, tenant_id: str) -> int:
-        return self.tenant(tenant_id).inflight_cap or self.inflight_cap
+        """The tenant's own cap, or the default scaled by its weight against the
+        default weight: a tenant meant to send four times as much needs four
+        times the mail in flight."""
+        scale = -(-self.weight_for(tenant_id) // self.default_weight)  # ceiling division
+        return self.tenant(tenant_id).inflight_cap or self.inflight_cap * max(1, scale)
 
     def redacted(self) -> dict[str, Any]:
         """The effective settings, safe to print: passwords masked."""

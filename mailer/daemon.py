@@ -75,7 +75,7 @@ async def publish_tenant_settings(store: JobStore, settings: Settings) -> None:
     """Put the per-tenant weights and in-flight caps where the dispatcher's scripts read them."""
     await store.sync_tenant_settings(
         {t: o.weight for t, o in settings.tenants.items() if o.weight},
-        {t: o.inflight_cap for t, o in settings.tenants.items() if o.inflight_cap},
+        {t: settings.inflight_cap_for(t) for t, o in settings.tenants.items() if o.inflight_cap or o.weight},
     )
 
 

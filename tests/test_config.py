@@ -206,7 +206,9 @@ def test_partial_tenant_override_falls_back(tmp_path: Path, monkeypatch: pytest.
     settings = load_settings()
     assert settings.weight_for("acme") == 5
     assert settings.limits_for("acme") == parse_limits("9/minute")
-    assert settings.inflight_cap_for("acme") == 20
+    # No cap of its own: the default, scaled by its weight against the default weight.
+    assert settings.inflight_cap_for("acme") == 20 * 3
+    assert settings.inflight_cap_for("other") == 20
     assert settings.weight_for("b.c-d_e") == 2
     assert settings.inflight_cap_for("b.c-d_e") == 2
 
