@@ -70,6 +70,9 @@ class DispatcherSettings(_Section):
     """Jobs one dispatcher process works on at once, all tenants together."""
     batch_size: int = Field(default=10, ge=1, le=100)
     """Jobs claimed per Redis round trip."""
+    linger_seconds: float = Field(default=0.05, ge=0, le=5)
+    """After a claim that did not fill a batch, how long to wait for more jobs
+    before handing off: fuller SQS batches, fewer calls, a little latency."""
     lease_seconds: float = Field(default=30.0, gt=0, le=3600)
     """How long a claim holds before another replica may take the job back."""
     inflight_ttl_seconds: float = Field(default=1800.0, gt=0, le=14 * 86400)
@@ -81,6 +84,9 @@ class DispatcherSettings(_Section):
 class SenderSettings(_Section):
     concurrency: int = Field(default=16, ge=1, le=1000)
     """SES calls in flight at once in one process."""
+    linger_seconds: float = Field(default=0.15, ge=0, le=5)
+    """After a receive that brought fewer than 10 messages, how long to let more
+    gather before the next one: fuller receives and deletes, a little latency."""
     receivers: int = Field(default=2, ge=1, le=64)
     """SQS receive loops in one process; each long-polls for up to 10 messages."""
     pause_seconds: float = Field(default=60.0, gt=0, le=3600)

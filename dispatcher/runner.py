@@ -41,8 +41,10 @@ class Dispatcher:
         reap_interval: float = 1.0,
         finished_ttl_seconds: int = 7 * 86400,
         max_outage_seconds: float = 60.0,
+        linger_seconds: float = 0.0,
     ) -> None:
         self.store = store
+        self.linger_seconds = linger_seconds
         self.max_outage_seconds = max_outage_seconds
         self.workers: Mapping[str, Worker] = {w.kind: w for w in workers}
         self.concurrency = concurrency
@@ -105,7 +107,13 @@ class Dispatcher:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._slot_freed.wait(), self.reap_interval)
             return next_reap, next_promote
-        jobs = await self.store.claim(min(self.batch_size, free))
+        wanted = min(self.batch_size, free)
+        jobs = await self.store.claim(wanted)
+        if jobs and len(jobs) < wanted and self.linger_seconds > 0:
+            # Work is trickling in: a moment's wait fills the batch, and a full
+            # batch is one SQS call instead of several.
+            await asyncio.sleep(self.linger_seconds)
+            jobs += await self.store.claim(wanted - len(jobs))
         if not jobs:
             until = min(next_reap, next_promote) - time.monotonic()
             if await self.store.wait_for_work(max(0.0, min(self.reap_interval, until))):

@@ -103,6 +103,7 @@ async def _run(settings: Settings, role: Role, client: redis.asyncio.Redis, stop
                 [MailWorker(sqs, queue_url, metrics=metrics)],
                 concurrency=settings.dispatcher.concurrency,
                 batch_size=settings.dispatcher.batch_size,
+                linger_seconds=settings.dispatcher.linger_seconds,
                 finished_ttl_seconds=settings.job_ttl,
                 max_outage_seconds=settings.max_outage_seconds,
             )

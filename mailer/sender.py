@@ -177,6 +177,11 @@ class Sender:
                 messages = await self._receive(stop)
                 if messages:
                     await self.process(messages)
+                    if len(messages) < 10 and self.settings.sender.linger_seconds > 0:
+                        # Mail is trickling in: let some gather, so that the next
+                        # receive and its delete each carry more than one or two.
+                        with contextlib.suppress(TimeoutError):
+                            await asyncio.wait_for(stop.wait(), timeout=self.settings.sender.linger_seconds)
                 errors = 0
             except (RedisError, BotoCoreError, ClientError, OSError) as exc:
                 # Redis or AWS is failing: what this batch held comes back after its
