@@ -40,7 +40,7 @@ from mailer import (
 )
 from mailer.cli import main
 from mailer.client import store_limits
-from tests.support.pipeline import pipeline, wait_for
+from tests.support.pipeline import pipeline, quick_settings, wait_for
 from tests.support.ses_server import Faults, SesServer
 
 KEYS = Keys()
@@ -577,18 +577,6 @@ def ses(aws_env: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[SesServer]:
         yield server
 
 
-def e2e_settings(redis_url: str, **overrides: Any) -> Settings:
-    base: dict[str, Any] = {
-        "redis_url": redis_url,
-        "global_limits": "1000/second",
-        "tenant_limits": "1000/second",
-        "sender": {"wait_seconds": 1, "receivers": 1, "backoff_base_seconds": 1, "pause_seconds": 1,
-                   "max_jitter_seconds": 0.2},
-    }  # fmt: skip
-    base.update(overrides)
-    return load_settings(**base)
-
-
 async def state_is(client: AsyncMailClient, job_id: str, state: str) -> bool:
     return (await client.status(job_id)).state == state
 
@@ -596,7 +584,7 @@ async def state_is(client: AsyncMailClient, job_id: str, state: str) -> bool:
 async def test_scheduled_mail_is_sent_when_due_and_a_cancelled_one_never(
     redis_url: str, ses: SesServer
 ) -> None:
-    settings = e2e_settings(redis_url)
+    settings = quick_settings(redis_url)
     async with pipeline(settings) as run, AsyncMailClient(settings) as client:
         send_at = datetime.now(UTC) + timedelta(seconds=1.5)
         kept = await client.send("acme", **GOOD, send_at=send_at)
@@ -613,7 +601,7 @@ async def test_a_high_job_behind_5000_low_ones_is_sent_within_the_next_few_slots
     redis_url: str, ses: SesServer
 ) -> None:
     cap = 5
-    settings = e2e_settings(redis_url, inflight_cap=cap)
+    settings = quick_settings(redis_url, inflight_cap=cap)
     async with AsyncMailClient(settings) as client:
         low = await client.send_many("acme", [Mail(**GOOD)] * 5000, priority="low")
         async with pipeline(settings) as run:
@@ -634,7 +622,7 @@ async def test_a_high_job_behind_5000_low_ones_is_sent_within_the_next_few_slots
 
 
 async def test_a_dead_letter_replays_through_the_normal_path(redis_url: str, ses: SesServer) -> None:
-    settings = e2e_settings(redis_url)
+    settings = quick_settings(redis_url)
     ses.fail_next(1, Faults.MESSAGE_REJECTED)
     async with pipeline(settings) as run, AsyncMailClient(settings) as client:
         job_id = await client.send("acme", **GOOD)

@@ -15,14 +15,13 @@ from typing import Any
 import boto3
 import pytest
 
-from config import Settings, load_settings
 from dispatcher.jobs import JobState
 from mailer import AsyncMailClient
 from mailer.envelope import encode
 from mailer.mail import Mail, validate
 from mailer.queue_setup import init_queue
 from mailer.sender import Received
-from tests.support.pipeline import pipeline, sender_only, wait_for
+from tests.support.pipeline import pipeline, quick_settings, sender_only, wait_for
 from tests.support.ses_server import Faults, SesServer
 
 
@@ -31,18 +30,6 @@ def ses(aws_env: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[SesServer]:
     with SesServer() as server:
         monkeypatch.setenv("AWS_ENDPOINT_URL_SESV2", server.url)
         yield server
-
-
-def settings_for(redis_url: str, **overrides: Any) -> Settings:
-    base: dict[str, Any] = {
-        "redis_url": redis_url,
-        "global_limits": "1000/second",
-        "tenant_limits": "1000/second",
-        "sender": {"wait_seconds": 1, "receivers": 1, "backoff_base_seconds": 1, "pause_seconds": 1,
-                   "max_jitter_seconds": 0.2},
-    }  # fmt: skip
-    base.update(overrides)
-    return load_settings(**base)
 
 
 def mail(i: int, recipients: int = 1) -> Mail:
@@ -55,7 +42,7 @@ def mail(i: int, recipients: int = 1) -> Mail:
 
 
 async def test_a_tenant_over_quota_pauses_alone(redis_url: str, ses: SesServer) -> None:
-    settings = settings_for(
+    settings = quick_settings(
         redis_url, tenants={"noisy": {"limits": "4/second"}}, tenant_limits="100/second", inflight_cap=10
     )
     async with pipeline(settings) as run, AsyncMailClient(settings) as client:
@@ -88,7 +75,7 @@ async def all_sent(client: AsyncMailClient, ids: list[str]) -> bool:
 async def test_the_global_quota_pauses_everyone_and_nothing_is_received_meanwhile(
     redis_url: str, ses: SesServer
 ) -> None:
-    settings = settings_for(redis_url, global_limits="5/second", inflight_cap=10)
+    settings = quick_settings(redis_url, global_limits="5/second", inflight_cap=10)
     violations: list[float] = []
     holder: dict[str, Any] = {}
 
@@ -111,7 +98,7 @@ async def test_the_global_quota_pauses_everyone_and_nothing_is_received_meanwhil
 
 
 async def test_quotas_count_recipients(redis_url: str, ses: SesServer) -> None:
-    settings = settings_for(redis_url, tenant_limits="6/second")
+    settings = quick_settings(redis_url, tenant_limits="6/second")
     async with pipeline(settings), AsyncMailClient(settings) as client:
         ids = await client.send_many("acme", [mail(i, recipients=3) for i in range(6)])
         await wait_for(lambda: all_sent(client, ids), within=15, what="all mail")
@@ -141,7 +128,7 @@ async def test_each_ses_error_class_ends_as_designed(
     # Two mails a minute. A call SES refused outright gives its units back; one
     # that failed in a way that leaves it unknown whether SES has the mail (5xx,
     # network) keeps them counted. Either way the retry fits within the minute.
-    settings = settings_for(redis_url, tenant_limits="2/minute")
+    settings = quick_settings(redis_url, tenant_limits="2/minute")
     ses.fail_next(1, fault)
     async with pipeline(settings) as run, AsyncMailClient(settings) as client:
         job_id = await client.send(
@@ -180,7 +167,7 @@ def queue_is_empty(url: str) -> bool:
 
 
 async def test_transient_errors_dead_letter_after_max_attempts(redis_url: str, ses: SesServer) -> None:
-    settings = settings_for(
+    settings = quick_settings(
         redis_url,
         sender={
             "wait_seconds": 1,
@@ -203,7 +190,7 @@ async def test_transient_errors_dead_letter_after_max_attempts(redis_url: str, s
 
 
 async def test_a_job_already_sent_is_not_sent_again(redis_url: str, ses: SesServer) -> None:
-    settings = settings_for(redis_url)
+    settings = quick_settings(redis_url)
     async with pipeline(settings) as run, AsyncMailClient(settings) as client:
         job_id = await client.send(
             "acme", sender="app@example.com", to=["ada@example.org"], subject="s", text="t"
@@ -223,7 +210,7 @@ async def test_a_job_already_sent_is_not_sent_again(redis_url: str, ses: SesServ
 async def test_a_poison_message_is_dead_lettered_and_does_not_block_its_group(
     redis_url: str, ses: SesServer
 ) -> None:
-    settings = settings_for(redis_url)
+    settings = quick_settings(redis_url)
     async with pipeline(settings) as run, AsyncMailClient(settings) as client:
         sqs = boto3.client("sqs")
         for i, body in enumerate(["not json", '{"v": 99}', '{"v": 1, "job_id": "x"}']):
@@ -249,7 +236,7 @@ async def test_a_poison_message_is_dead_lettered_and_does_not_block_its_group(
 async def test_one_job_received_twice_at_once_is_sent_once(redis_url: str, ses: SesServer) -> None:
     """Two receivers holding copies of one job's message (moto's unlocked receive,
     a visibility that ran out mid-send) race; the sending marker lets one win."""
-    settings = settings_for(redis_url)
+    settings = quick_settings(redis_url)
     ses.latency = 0.5  # both copies are at SES's door together
     url, _ = init_queue(boto3.client("sqs"), settings)
     async with AsyncMailClient(settings) as client, sender_only(settings, url) as sender:
@@ -273,7 +260,7 @@ async def test_one_job_received_twice_at_once_is_sent_once(redis_url: str, ses: 
 
 async def test_a_deep_backlog_is_sent_at_its_quota_and_never_over(redis_url: str, ses: SesServer) -> None:
     # How close to the quota it gets is a benchmark figure (bench/), not a timed test.
-    settings = settings_for(redis_url, tenant_limits="10/second", inflight_cap=20)
+    settings = quick_settings(redis_url, tenant_limits="10/second", inflight_cap=20)
     async with pipeline(settings), AsyncMailClient(settings) as client:
         ids = await client.send_many("deep", [mail(i) for i in range(60)])
         await wait_for(lambda: all_sent(client, ids), within=30, what="the backlog")
@@ -286,7 +273,7 @@ async def test_a_deep_backlog_is_sent_at_its_quota_and_never_over(redis_url: str
 async def test_an_unreadable_message_that_names_its_job_ends_that_job_dead(
     redis_url: str, ses: SesServer
 ) -> None:
-    settings = settings_for(redis_url)
+    settings = quick_settings(redis_url)
     url, _ = init_queue(boto3.client("sqs"), settings)
     async with AsyncMailClient(settings) as client, sender_only(settings, url) as sender:
         job_id = await client.send(

@@ -12,7 +12,7 @@ from typing import Any
 import boto3
 import redis.asyncio
 
-from config import Settings
+from config import Settings, load_settings
 from dispatcher.keys import Keys
 from dispatcher.runner import Dispatcher
 from dispatcher.store import JobStore
@@ -127,3 +127,22 @@ async def sender_only(settings: Settings, queue_url: str) -> AsyncIterator[Sende
             settings=settings,
         )  # fmt: skip
     await client.aclose()
+
+
+def quick_settings(redis_url: str, **overrides: Any) -> Settings:
+    """Settings for pipeline tests: quotas that do not bind unless a test says so,
+    short polls and backoffs, so that every outcome shows within seconds."""
+    base: dict[str, Any] = {
+        "redis_url": redis_url,
+        "global_limits": "1000/second",
+        "tenant_limits": "1000/second",
+        "sender": {
+            "wait_seconds": 1,
+            "receivers": 1,
+            "backoff_base_seconds": 1,
+            "pause_seconds": 1,
+            "max_jitter_seconds": 0.2,
+        },
+    }
+    base.update(overrides)
+    return load_settings(**base)
