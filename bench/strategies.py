@@ -73,6 +73,7 @@ class Tally:
     throttled_in_worker: int = 0
     sleeps: int = 0
     put_back: int = 0
+    throttled_received: int = 0
 
 
 class TaskWorker:
@@ -182,6 +183,24 @@ class PutBackDispatcher(Dispatcher):
         await super()._settle([j for j, _ in rest], [o for _, o in rest])
 
 
+class ReceiveCounter:
+    """The sender's SQS client, counting receptions of the throttled tenant's messages."""
+
+    def __init__(self, inner: Any, tally: Tally) -> None:
+        self._inner = inner
+        self._tally = tally
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def receive_message(self, **kwargs: Any) -> Any:
+        response = await self._inner.receive_message(**kwargs)
+        for message in response.get("Messages", []):
+            if message.get("Attributes", {}).get("MessageGroupId") == THROTTLED:
+                self._tally.throttled_received += 1
+        return response
+
+
 class CountingMailWorker:
     """fairpost's mail worker, counting the throttled tenant's jobs inside it."""
 
@@ -280,7 +299,8 @@ async def one(backend: Backend, name: str, seconds: float, burst: int) -> Result
                 workers.append(CountingMailWorker(MailWorker(sqs, queue_url), tally))
                 dispatcher = Dispatcher(store, workers, concurrency=SLOTS)
                 sender = Sender(
-                    sqs=sqs, ses_client=ses_client, queue_url=queue_url, store=store, quota=quota,
+                    sqs=ReceiveCounter(sqs, tally), ses_client=ses_client, queue_url=queue_url, store=store,
+                    quota=quota,
                     settings=settings,
                 )  # fmt: skip
             stop = asyncio.Event()
@@ -350,7 +370,12 @@ async def one(backend: Backend, name: str, seconds: float, burst: int) -> Result
     waiting += sum(1 for j, (t, _) in enqueued_mail.items() if t != THROTTLED and j not in arrived)
     if name == "fairpost":
         assert sender is not None
-        wasted, what = sender.stats.throttled_by_quota, "receives (visibility extended)"
+        throttled_sent = sum(1 for m in sent if m.tag("fairpost-tenant") == THROTTLED)
+        wasted = tally.throttled_received - throttled_sent
+        what = (
+            f"receives (its messages received {tally.throttled_received} times; "
+            f"{sender.stats.throttled_by_quota} refusals, most retried in the sender, not SQS)"
+        )
     elif name == "put-back":
         wasted, what = tally.put_back, "dequeues (put back)"
     else:
