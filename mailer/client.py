@@ -86,7 +86,7 @@ class MailClient:
     """Enqueue mail from blocking code.
 
     >>> client = MailClient.from_env()
-    >>> job_id = client.send("acme", sender="no-reply@acme.test", to=["ada@example.com"],
+    >>> job_id = client.send("acme", sender="no-reply@acme.example", to=["ada@example.com"],
     ...                      subject="Welcome", text="Hello!")
     """
 
