@@ -227,13 +227,15 @@ def test_pause_holds_mail_already_in_sqs_and_resume_releases_it(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     # Dispatcher only: the mail reaches SQS, nothing sends it yet.
-    with daemon_process(env_now(), tmp_path, replica="d1", role="dispatcher"), MailClient() as client:
-        send(client, "acme", 2)
+    with daemon_process(env_now(), tmp_path, replica="d1", role="dispatcher") as d1, MailClient() as client:
+        job_ids = send(client, "acme", 2)
+        # Handed to SQS, not only claimed: a claim cut off by the stop would wait out its lease.
         wait_until(
-            lambda: stats_json(capsys)["tenants"]["acme"]["backlog"] == 0,
+            lambda: all(client.status(j).state == "dispatched" for j in job_ids),
             timeout=15,
             what="acme's mail to reach SQS",
         )
+        assert d1.stop() == 0
     assert run_cli(capsys, "tenant", "pause", "acme")[0] == 0
     with daemon_process(env_now(), tmp_path, replica="s1", role="sender") as sender:
         wait_until(
