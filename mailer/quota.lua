@@ -182,6 +182,7 @@ if fair_op and global_count > 0 then
         for _, key in ipairs({ fair.tags, fair.seen, fair.waiting }) do redis.call("ZREM", key, name) end
         redis.call("HDEL", fair.weights, name)
     end
+
     local own = tonumber(redis.call("ZSCORE", fair.tags, fair.tenant))
     local lowest = redis.call("ZRANGE", fair.tags, 0, 0, "WITHSCORES")
     -- A newcomer starts level with the furthest behind: no credit for idling.
@@ -320,11 +321,10 @@ if fair and op == "acquire" then
         redis.call("ZADD", fair.tags, fair.tag, fair.tenant)
         redis.call("ZADD", fair.seen, now, fair.tenant)
         redis.call("HSET", fair.weights, fair.tenant, fair.weight)
-        if blocked == 0 then
-            redis.call("ZREM", fair.waiting, fair.tenant)
-        else
-            redis.call("ZADD", fair.waiting, fair.tag, fair.tenant)
-        end
+        -- Granted in full or not, a tenant that asks is contending: its backlog
+        -- may sit in SQS, beyond what this batch brought. It stops once it has
+        -- not asked for memory_ms (forgotten above).
+        redis.call("ZADD", fair.waiting, fair.tag, fair.tenant)
         for _, key in ipairs({ fair.tags, fair.seen, fair.weights, fair.waiting }) do
             redis.call("PEXPIRE", key, fair.memory_ms)
         end
