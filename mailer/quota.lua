@@ -14,9 +14,10 @@
 --              acquire (below) puts the tenant id and its weight first
 --              refund / restamp: the one cost to give back / to move
 --
--- A fair acquire ("acquire_fair") also takes four more KEYS after the
+-- A fair acquire ("acquire_fair") also takes five more KEYS after the
 -- windows, the share state of the global quota: start tags (zset), last
--- seen (zset), weights (hash) and the tags of tenants waiting (zset).
+-- seen (zset), weights (hash), the tags of tenants contending (zset) and
+-- "binding until" (string: ms, set when someone is refused for global room).
 --
 -- Returns
 --   acquire / peek: {granted, retry_ms, blocked, now_ms}
@@ -45,7 +46,7 @@ end
 local buckets = tonumber(ARGV[3])
 local global_count = tonumber(ARGV[4])
 -- A fair acquire passes its four share keys after the windows.
-local window_count = #KEYS - (fair_op and 4 or 0)
+local window_count = #KEYS - (fair_op and 5 or 0)
 
 local function server_now_ms()
     local time = redis.call("TIME")
@@ -167,6 +168,7 @@ if fair_op and global_count > 0 then
     local base = window_count
     fair = {
         tags = KEYS[base + 1], seen = KEYS[base + 2], weights = KEYS[base + 3], waiting = KEYS[base + 4],
+        binding = KEYS[base + 5],
         tenant = ARGV[rest], weight = tonumber(ARGV[rest + 1]),
     }
     rest = rest + 2
@@ -183,6 +185,9 @@ if fair_op and global_count > 0 then
         redis.call("HDEL", fair.weights, name)
     end
 
+    -- Shares are enforced only while the global quota binds: someone was
+    -- refused for want of global room lately. Otherwise nobody waits.
+    fair.bound = tonumber(redis.call("GET", fair.binding) or "0") > now
     local own = tonumber(redis.call("ZSCORE", fair.tags, fair.tenant))
     local lowest = redis.call("ZRANGE", fair.tags, 0, 0, "WITHSCORES")
     -- A newcomer starts level with the furthest behind: no credit for idling.
@@ -259,7 +264,7 @@ local granted, retry_ms, blocked = 0, 0, 0
 local stop_for_share = false
 for c = rest, #ARGV do
     local cost = tonumber(ARGV[c])
-    if fair and fair.floor and fair.tag - fair.floor > fair.lead then
+    if fair and fair.floor and fair.bound and fair.tag - fair.floor > fair.lead then
         stop_for_share = true
         break
     end
@@ -325,6 +330,9 @@ if fair and op == "acquire" then
         -- may sit in SQS, beyond what this batch brought. It stops once it has
         -- not asked for memory_ms (forgotten above).
         redis.call("ZADD", fair.waiting, fair.tag, fair.tenant)
+        if blocked == 1 then
+            redis.call("SET", fair.binding, now + fair.memory_ms, "PX", fair.memory_ms)
+        end
         for _, key in ipairs({ fair.tags, fair.seen, fair.weights, fair.waiting }) do
             redis.call("PEXPIRE", key, fair.memory_ms)
         end

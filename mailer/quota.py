@@ -234,7 +234,9 @@ class QuotaEngine:
                 keys.append(self._keys.quota(scope, window.seconds))
                 args += [window.seconds, window.limit]
         if op == "acquire_fair":
-            keys += [self._keys.quota_share(part) for part in ("tags", "seen", "weights", "waiting")]
+            keys += [
+                self._keys.quota_share(part) for part in ("tags", "seen", "weights", "waiting", "binding")
+            ]
         args += tail
         if pipeline is not None:
             # Queued only; the reply comes from the caller's pipeline.execute().

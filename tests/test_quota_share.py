@@ -95,3 +95,18 @@ async def test_a_tenant_limited_by_its_own_quota_does_not_hold_others_back(engin
     assert granted["slow"] <= 10
     # busy takes the rest of the global quota: 12/s minus slow's 1/s.
     assert granted["busy"] >= 0.9 * 11 * 10, granted
+
+
+async def test_nobody_waits_for_fairness_while_the_global_quota_has_room(engine: QuotaEngine) -> None:
+    # "fast" sends 5 a second, "slow" 2.5: twice the share, but together well
+    # under the global 12/s, so neither is ever held back.
+    start = 1_000_000_000
+    refused = 0
+    for step in range(100):
+        now = start + step * 200
+        for tenant, cost in (("fast", 1), ("slow", 1)):
+            if tenant == "slow" and step % 2:
+                continue
+            grant = await engine.acquire(tenant, [cost], GLOBAL, TENANT, weight=1, now_ms=now)
+            refused += 1 - grant.granted
+    assert refused == 0
