@@ -23,7 +23,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from importlib import resources
 from typing import Literal
 
 from redis.asyncio import Redis
@@ -31,11 +30,10 @@ from redis.asyncio.client import Pipeline
 
 from config.limits import Window
 from dispatcher.keys import Keys
+from dispatcher.scripts import lua_source
 
 __all__ = ["BUCKETS_PER_WINDOW", "NEVER", "Grant", "QuotaEngine"]
 
-# Read once at import; each engine registers it once with its client.
-_SCRIPT = resources.files("mailer").joinpath("quota.lua").read_text(encoding="utf-8")
 
 BUCKETS_PER_WINDOW = 50
 """Buckets per window unless told otherwise; every replica must use the same."""
@@ -92,7 +90,7 @@ class QuotaEngine:
             raise ValueError(f"buckets_per_window must be at least 1, not {buckets_per_window}")
         self._keys = keys
         self._buckets = buckets_per_window
-        self._script = redis.register_script(_SCRIPT)
+        self._script = redis.register_script(lua_source("mailer", "quota"))
 
     @property
     def buckets_per_window(self) -> int:
