@@ -2,6 +2,7 @@
 #
 #   make demo     the demo, with its own Redis and AWS emulator
 #   make test     lint, types, Dockerfile lint, then the whole test suite
+#   make test-stress  the whole test suite while stress-ng keeps every core busy
 #   make lint     ruff (check and format) and hadolint only
 #   make types    mypy only
 #   make bench    the benchmarks
@@ -18,10 +19,14 @@ BIN := .venv/bin
 BOOTSTRAP := bash scripts/bootstrap.sh
 PYTEST_ARGS ?=
 
-.PHONY: help demo test lint types pytest bench clean distclean bootstrap-test bootstrap-demo
+test-stress:
+	FAIRPOST_BOOTSTRAP_STRESS=1 $(BOOTSTRAP) test
+	bash scripts/test-stress.sh $(PYTEST_ARGS)
+
+.PHONY: help demo test test-stress lint types pytest bench clean distclean bootstrap-test bootstrap-demo
 
 help:
-	@sed -n '3,8p' $(firstword $(MAKEFILE_LIST)) | sed 's/^# *//'
+	@sed -n '3,9p' $(firstword $(MAKEFILE_LIST)) | sed 's/^# *//'
 
 bootstrap-test:
 	$(BOOTSTRAP) test

@@ -58,6 +58,10 @@ class Dispatcher:
         self._held: dict[str, None] = {}
         self._retry_delay = _RETRY_DELAY_MIN
         self.claimed_total = 0
+        # Renew held claims several times per lease, and at least every loop
+        # turn's longest wait, so that a slow hand-off never loses its lease.
+        self._renew_interval = min(store.limits.lease_ms / 4000, reap_interval)
+        self._next_renew = 0.0
         self.lifecycle = Lifecycle(store.redis, store.keys, store.limits)
 
     @property
@@ -94,6 +98,11 @@ class Dispatcher:
 
     async def _step(self, next_reap: float, next_promote: float) -> tuple[float, float]:
         """One turn of the loop: maintenance when due, then claim, or wait for work."""
+        if self._held and time.monotonic() >= self._next_renew:
+            # Before reaping: however late this turn comes, this replica's own
+            # claims are renewed before it could reap them.
+            await self.store.renew(list(self._held))
+            self._next_renew = time.monotonic() + self._renew_interval
         if time.monotonic() >= next_reap:
             reaped = await self.store.reap()
             if reaped:

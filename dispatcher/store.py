@@ -98,6 +98,7 @@ class JobStore:
         self._finish = client.register_script(_script_source("finish"))
         self._handoff = client.register_script(lua_source("dispatcher", "handoff"))
         self._touch = client.register_script(lua_source("dispatcher", "touch"))
+        self._renew = client.register_script(lua_source("dispatcher", "renew"))
 
     async def enqueue(self, jobs: Sequence[NewJob]) -> list[bool]:
         """Enqueue jobs in one pipelined round trip; False where nothing was written
@@ -156,6 +157,17 @@ class JobStore:
             ],
         )
         return int(now)
+
+    async def renew(self, job_ids: Sequence[str]) -> int:
+        """Extend the leases of claims still being worked on by one lease from now."""
+        if not job_ids:
+            return 0
+        k = self.keys
+        count: int = await self._renew(
+            keys=[k.leases()],
+            args=[k.job_prefix(), k.inflight_prefix(), self.limits.lease_ms, *job_ids],
+        )
+        return int(count)
 
     async def requeue(self, job_ids: Sequence[str]) -> int:
         """Give claimed jobs back to the head of their queues."""

@@ -29,11 +29,14 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_init_aws(args: argparse.Namespace, settings: Settings) -> int:
+    import contextlib
+
     import boto3
 
     from mailer.queue_setup import init_queue
 
-    url, differ = init_queue(boto3.client("sqs"), settings)
+    with contextlib.closing(boto3.client("sqs")) as sqs:
+        url, differ = init_queue(sqs, settings)
     if args.json:
         print_json({"queue_url": url, "differs": {k: {"have": h, "want": w} for k, (h, w) in differ.items()}})
     else:

@@ -13,6 +13,8 @@
 #      .venv holds pyproject's hash).
 #   4. With the test extra only: LocalStack's pinned virtualenv, through
 #      scripts/install-localstack.sh when that script exists.
+#   5. With FAIRPOST_BOOTSTRAP_STRESS=1 (make test-stress): stress-ng, from
+#      Debian's packages like redis-server.
 set -euo pipefail
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -119,6 +121,15 @@ if [[ ",$extras," == *,test,* && -f "$repo_root/scripts/install-localstack.sh" ]
         export FAIRPOST_LOCALSTACK_PYTHON="$python"
     fi
     bash "$repo_root/scripts/install-localstack.sh"
+fi
+
+# --- 5. stress-ng, for make test-stress only.
+if [[ "${FAIRPOST_BOOTSTRAP_STRESS:-0}" == 1 ]] && ! command -v stress-ng >/dev/null 2>&1; then
+    if is_root && command -v apt-get >/dev/null 2>&1; then
+        apt_install stress-ng
+    else
+        die "stress-ng is not installed (Debian/Ubuntu: sudo apt-get install stress-ng)"
+    fi
 fi
 
 say "ready"

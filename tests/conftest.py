@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import boto3
 import pytest
 import redis
 
@@ -70,3 +71,25 @@ def _no_stray_fairpost_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in list(os.environ):
         if name.startswith("FAIRPOST_"):
             monkeypatch.delenv(name)
+
+
+@pytest.fixture(autouse=True)
+def _close_boto3_clients(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Every boto3 client a test makes is closed when the test ends.
+
+    Tests build throw-away clients in many helpers; an unclosed one leaves its
+    connection pool to the garbage collector, whose ResourceWarning then fails
+    whichever later test happens to collect it. The product closes its own.
+    """
+    made: list[object] = []
+    real = boto3.client
+
+    def tracked(*args: object, **kwargs: object) -> object:
+        client = real(*args, **kwargs)
+        made.append(client)
+        return client
+
+    monkeypatch.setattr(boto3, "client", tracked)
+    yield
+    for client in made:
+        client.close()  # type: ignore[attr-defined]

@@ -14,6 +14,7 @@ from dispatcher.keys import Keys
 from dispatcher.runner import Dispatcher
 from dispatcher.store import JobStore, NewJob, StoreLimits
 from dispatcher.worker import Dead, Done, HandedOff, Outcome
+from tests.support.pipeline import wait_for
 
 KEYS = Keys("test")
 
@@ -236,3 +237,57 @@ async def test_a_parked_tenant_keeps_every_in_flight_slot(aredis: redis.asyncio.
     # Never shortened: an earlier "until" leaves them as they are.
     await store.touch_inflight("acme", now_ms)
     assert await aredis.zrange(KEYS.inflight("acme"), 0, -1, withscores=True) == scores
+
+
+class SlowWorker:
+    """Holds every batch for longer than a lease, as a slow SQS hand-off would."""
+
+    kind = "test"
+    max_batch = 10
+
+    def __init__(self, hold: asyncio.Event) -> None:
+        self.hold = hold
+        self.seen: collections.Counter[str] = collections.Counter()
+
+    async def handle(self, jobs: Sequence[Job]) -> Sequence[Outcome]:
+        self.seen.update(job.id for job in jobs)
+        await self.hold.wait()
+        return [Done() for _ in jobs]
+
+
+async def test_a_live_dispatchers_claims_outlast_their_lease_while_its_worker_is_busy(
+    aredis: redis.asyncio.Redis,
+) -> None:
+    # Leases of 300 ms; the worker holds its jobs until the test lets go, far
+    # longer. A second replica reaping all along must never get them.
+    store = make_store(aredis, lease_ms=300)
+    await store.enqueue(jobs_for("acme", 5))
+    hold = asyncio.Event()
+    busy, other = SlowWorker(hold), SlowWorker(hold)
+    stop = asyncio.Event()
+    tasks = [
+        asyncio.create_task(Dispatcher(store, [busy], reap_interval=0.05).run(stop)),
+    ]
+    deadline = asyncio.get_running_loop().time() + 15
+    while len(busy.seen) < 5:
+        assert asyncio.get_running_loop().time() < deadline, "the first dispatcher never claimed"
+        await asyncio.sleep(0.01)
+    tasks.append(asyncio.create_task(Dispatcher(store, [other], reap_interval=0.05).run(stop)))
+
+    # Ten leases' worth of time, measured in the reaper's own turns, not a sleep:
+    # wait until Redis time has moved on well past the first claims' leases.
+    async def redis_ms() -> int:
+        seconds, micros = await aredis.time()
+        return int(seconds) * 1000 + int(micros) // 1000
+
+    start_ms = await redis_ms()
+
+    async def ten_leases_passed() -> bool:
+        return await redis_ms() - start_ms >= 3000
+
+    await wait_for(ten_leases_passed, within=60, what="ten leases of Redis time")
+    hold.set()
+    stop.set()
+    await asyncio.gather(*tasks)
+    assert other.seen == {}, "a live replica's claims were reaped and handed out again"
+    assert max(busy.seen.values()) == 1

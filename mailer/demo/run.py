@@ -216,11 +216,13 @@ def _init_aws(backends: Backends, settings: Settings) -> None:
 
     from mailer.queue_setup import init_queue
 
-    init_queue(backends.boto3_client("sqs"), settings)
+    with contextlib.closing(backends.boto3_client("sqs")) as sqs:
+        init_queue(sqs, settings)
     if not backends.private_aws:
         backends.cleanups.append("queue")
     try:
-        backends.boto3_client("sesv2").create_email_identity(EmailIdentity=SENDER_DOMAIN)
+        with contextlib.closing(backends.boto3_client("sesv2")) as ses:
+            ses.create_email_identity(EmailIdentity=SENDER_DOMAIN)
     except ClientError as exc:
         if exc.response.get("Error", {}).get("Code") != "AlreadyExistsException":
             raise
@@ -229,8 +231,7 @@ def _init_aws(backends: Backends, settings: Settings) -> None:
 def _undo(backends: Backends, settings: Settings) -> None:
     """Remove what the demo left in services it did not start."""
     if "queue" in backends.cleanups:
-        with contextlib.suppress(Exception):
-            sqs = backends.boto3_client("sqs")
+        with contextlib.suppress(Exception), contextlib.closing(backends.boto3_client("sqs")) as sqs:
             sqs.delete_queue(QueueUrl=sqs.get_queue_url(QueueName=settings.queue_name)["QueueUrl"])
     if not backends.private_redis:
         with contextlib.suppress(redis.RedisError), redis.Redis.from_url(settings.redis_url) as client:
@@ -430,8 +431,8 @@ class Demo:
                 subjects = Counter(str(m.get("subject")) for m in data.get("ses", {}).get("Message", []))
             except (OSError, ValueError, AttributeError):
                 subjects = None
-        with contextlib.suppress(Exception):
-            quota = self.backends.boto3_client("ses").get_send_quota()
+        with contextlib.suppress(Exception), contextlib.closing(self.backends.boto3_client("ses")) as ses:
+            quota = ses.get_send_quota()
             recipients = int(quota["SentLast24Hours"])
         return SesCounts(subjects, recipients)
 
@@ -443,8 +444,7 @@ class Demo:
             ses_mails = sum(during.values())
             duplicates = {subject: n for subject, n in during.items() if n > 1}
         sqs_messages = None
-        with contextlib.suppress(Exception):
-            sqs = self.backends.boto3_client("sqs")
+        with contextlib.suppress(Exception), contextlib.closing(self.backends.boto3_client("sqs")) as sqs:
             url = sqs.get_queue_url(QueueName=self.settings.queue_name)["QueueUrl"]
             names = [
                 "ApproximateNumberOfMessages",
