@@ -3,7 +3,7 @@
 #   make demo     the demo, with its own Redis and AWS emulator
 #   make test     lint, types, Dockerfile lint, then the whole test suite
 #   make test-stress  the whole test suite while stress-ng keeps every core busy
-#   make lint     ruff (check and format) and hadolint only
+#   make lint     ruff (check and format), hadolint and the layer contracts (lint-imports)
 #   make types    mypy only
 #   make bench    the benchmarks
 #   make clean    caches and build output (make distclean: the virtualenvs too)
@@ -43,6 +43,7 @@ lint: bootstrap-test
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/hadolint Dockerfile
+	$(BIN)/lint-imports
 
 types: bootstrap-test
 	$(BIN)/mypy

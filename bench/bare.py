@@ -33,9 +33,10 @@ from config.limits import Window
 from config.settings import TenantSettings
 from dispatcher.keys import Keys
 from dispatcher.scripts import lua_source
-from mailer import envelope, ses
-from mailer.aws import SES_CONFIG, SQS_CONFIG, session
-from mailer.mail import validate
+from mailer.daemon import ses
+from mailer.daemon.aws import SES_CONFIG, SQS_CONFIG, session
+from mailer.sdk import envelope
+from mailer.sdk.mail import validate
 
 WINDOWS = (Window(1, 1_000_000), Window(86_400, 100_000_000))
 RECEIVERS = 2
@@ -57,7 +58,7 @@ async def run(redis_url: str, queue_url: str, mails: int, tenants: int) -> dict[
             job_id = uuid.uuid4().hex
             pipe.rpush(queue_key, json.dumps([job_id, f"t{n % tenants}", payload]))
         await pipe.execute()
-    quota = client.register_script(lua_source("mailer", "quota"))
+    quota = client.register_script(lua_source("mailer.quota", "quota"))
     keys = Keys(prefix)
     tenant_settings = TenantSettings()
     sent = 0

@@ -28,7 +28,7 @@ import redis
 
 from config import Settings
 from dispatcher.keys import Keys
-from mailer.queue_setup import init_queue
+from mailer.ops.queue_setup import init_queue
 from tests.support.ses_server import SesServer
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -19,8 +19,8 @@ import redis
 
 from config import load_settings
 from dispatcher.keys import Keys
-from mailer.client import MailClient
-from mailer.mail import Mail
+from mailer.sdk.client import MailClient
+from mailer.sdk.mail import Mail
 
 VARIANTS = ("plain", "idempotency_key", "scheduled")
 

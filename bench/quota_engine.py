@@ -23,7 +23,7 @@ from bench.cluster import Backend
 from bench.figures import Figure
 from config.limits import Window
 from dispatcher.keys import Keys
-from mailer.quota import QuotaEngine
+from mailer.quota.engine import QuotaEngine
 
 WINDOWS = (Window(1, 1_000_000), Window(60, 10_000_000), Window(3600, 100_000_000))
 

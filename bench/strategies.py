@@ -1,4 +1,4 @@
-"""The three ways to throttle a tenant (DESIGN.md), run on the same workload.
+"""The three ways to throttle a tenant (docs/design.md), run on the same workload.
 
 One dispatcher with a few concurrency slots serves a throttled tenant's
 backlog, light tenants' mail and jobs of another kind (``task``: 20 ms of
@@ -44,16 +44,16 @@ from config.settings import TenantSettings
 from dispatcher.jobs import Job
 from dispatcher.keys import Keys
 from dispatcher.runner import Dispatcher
-from dispatcher.store import JobStore, NewJob
+from dispatcher.store import JobStore, NewJob, store_limits
 from dispatcher.worker import Done, Outcome, Retry, Worker
-from mailer import ses
-from mailer.aws import SES_CONFIG, SQS_CONFIG, session
-from mailer.client import AsyncMailClient, store_limits
-from mailer.envelope import Envelope, decode, encode
-from mailer.handoff import MailWorker
-from mailer.queue_setup import init_queue
-from mailer.quota import QuotaEngine
-from mailer.sender import Sender
+from mailer.daemon import ses
+from mailer.daemon.aws import SES_CONFIG, SQS_CONFIG, session
+from mailer.daemon.handoff import MailWorker
+from mailer.daemon.sender import Sender
+from mailer.ops.queue_setup import init_queue
+from mailer.quota.engine import QuotaEngine
+from mailer.sdk.client import AsyncMailClient
+from mailer.sdk.envelope import Envelope, decode, encode
 from tests.support.ses_server import SesServer
 
 THROTTLED = "throttled"

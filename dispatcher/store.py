@@ -14,6 +14,7 @@ from typing import Any
 import redis
 import redis.asyncio
 
+from config import Settings
 from dispatcher.jobs import Job, JobState
 from dispatcher.keys import Keys
 from dispatcher.scripts import lua_source
@@ -35,6 +36,15 @@ class StoreLimits:
     default_cap: int = 20
     lease_ms: int = 30_000
     inflight_ttl_ms: int = 1_800_000
+
+
+def store_limits(settings: Settings) -> StoreLimits:
+    return StoreLimits(
+        default_weight=settings.default_weight,
+        default_cap=settings.inflight_cap,
+        lease_ms=int(settings.dispatcher.lease_seconds * 1000),
+        inflight_ttl_ms=int(settings.dispatcher.inflight_ttl_seconds * 1000),
+    )
 
 
 @dataclass(frozen=True)

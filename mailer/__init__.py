@@ -7,12 +7,12 @@ none of the daemon's dependencies.
 
 from config.errors import ConfigError, FairpostError
 from dispatcher.errors import NotReplayable, TooLateToCancel, UnknownJob
-from mailer.client import AsyncMailClient, MailClient
-from mailer.dead import DeadLetters
 from mailer.errors import InvalidMail
-from mailer.mail import Mail
-from mailer.mime import Attachment
-from mailer.status import JobStatus
+from mailer.sdk.attachments import Attachment
+from mailer.sdk.client import AsyncMailClient, MailClient
+from mailer.sdk.dead import DeadLetters
+from mailer.sdk.mail import Mail
+from mailer.sdk.status import JobStatus
 
 __all__ = [
     "AsyncMailClient",

@@ -13,16 +13,16 @@ import sys
 from collections.abc import Callable, Sequence
 
 from config import ConfigError, FairpostError, Settings, load_settings
-from mailer.console import aws_error, print_json, unreachable_redis
-from mailer.lifecycle_cli import add_commands as add_lifecycle_commands
-from mailer.lifecycle_cli import parse_header, parse_send_at
+from mailer.ops.console import aws_error, print_json, unreachable_redis
+from mailer.ops.lifecycle_commands import add_commands as add_lifecycle_commands
+from mailer.ops.lifecycle_commands import parse_header, parse_send_at
 
 Command = Callable[[argparse.Namespace, Settings], int]
 
 
 def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
-    from mailer.daemon import run_daemon
-    from mailer.logs import configure_logging
+    from mailer.daemon.app import run_daemon
+    from mailer.daemon.logs import configure_logging
 
     configure_logging(settings.log_level)
     return asyncio.run(run_daemon(settings, args.role))
@@ -33,7 +33,7 @@ def cmd_init_aws(args: argparse.Namespace, settings: Settings) -> int:
 
     import boto3
 
-    from mailer.queue_setup import init_queue
+    from mailer.ops.queue_setup import init_queue
 
     with contextlib.closing(boto3.client("sqs")) as sqs:
         url, differ = init_queue(sqs, settings)
@@ -47,8 +47,8 @@ def cmd_init_aws(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_send(args: argparse.Namespace, settings: Settings) -> int:
-    from mailer.client import MailClient
-    from mailer.mime import Attachment
+    from mailer.sdk.attachments import Attachment
+    from mailer.sdk.client import MailClient
 
     try:
         attachments = [Attachment.from_path(path) for path in args.attach or ()]
@@ -76,7 +76,7 @@ def cmd_send(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
-    from mailer.client import MailClient
+    from mailer.sdk.client import MailClient
 
     with MailClient(settings) as client:
         status = client.status(args.job_id)
@@ -105,7 +105,7 @@ def cmd_stats(args: argparse.Namespace, settings: Settings) -> int:
     import redis.asyncio
 
     from dispatcher.keys import Keys
-    from mailer.stats import collect_stats, render_table, render_text
+    from mailer.ops.stats import collect_stats, render_table, render_text
 
     async def run() -> None:
         client = redis.asyncio.Redis.from_url(settings.redis_url)
@@ -145,7 +145,7 @@ def cmd_stats(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_quota_show(args: argparse.Namespace, settings: Settings) -> int:
     import redis
 
-    from mailer.overrides import QuotaAdmin
+    from mailer.quota.overrides import QuotaAdmin
 
     try:
         with QuotaAdmin(settings) as admin:
@@ -166,7 +166,7 @@ def cmd_quota_set(args: argparse.Namespace, settings: Settings) -> int:
     import redis
 
     from config.limits import format_limits
-    from mailer.overrides import QuotaAdmin
+    from mailer.quota.overrides import QuotaAdmin
 
     if len(args.values) != (1 if args.global_ else 2):
         print("fairpost: usage: quota set TENANT LIMITS | quota set --global LIMITS", file=sys.stderr)
@@ -188,7 +188,7 @@ def cmd_quota_set(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_quota_reset(args: argparse.Namespace, settings: Settings) -> int:
     import redis
 
-    from mailer.overrides import QuotaAdmin
+    from mailer.quota.overrides import QuotaAdmin
 
     if (args.tenant is None) == (not args.global_):
         print("fairpost: usage: quota reset TENANT | quota reset --global", file=sys.stderr)
@@ -208,7 +208,7 @@ def cmd_quota_reset(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_tenant_pause(args: argparse.Namespace, settings: Settings) -> int:
     import redis
 
-    from mailer.overrides import QuotaAdmin
+    from mailer.quota.overrides import QuotaAdmin
 
     try:
         with QuotaAdmin(settings) as admin:
@@ -221,7 +221,7 @@ def cmd_tenant_pause(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_health(args: argparse.Namespace, settings: Settings) -> int:
-    from mailer.health import check_heartbeat, check_http
+    from mailer.daemon.health import check_heartbeat, check_http
 
     if settings.http_port is not None and args.replica is None:
         health = check_http(settings.http_port, timeout=args.timeout)

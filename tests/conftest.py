@@ -45,7 +45,7 @@ def moto_srv() -> Iterator[MotoServer]:
 
 @pytest.fixture(scope="session")
 def localstack_srv() -> Iterator[LocalStackServer]:
-    """LocalStack's SQS (FIFO-faithful, DESIGN.md), started once, on first use."""
+    """LocalStack's SQS (FIFO-faithful, docs/design.md), started once, on first use."""
     with localstack_server() as server:
         yield server
 

@@ -8,10 +8,10 @@ import heapq
 import math
 from dataclasses import dataclass
 
-from mailer.client import AsyncMailClient
 from mailer.demo.monitor import JobBook
 from mailer.demo.scenario import Scenario
-from mailer.mail import Mail
+from mailer.sdk.client import AsyncMailClient
+from mailer.sdk.mail import Mail
 
 __all__ = ["SENDER_DOMAIN", "generate_load"]
 

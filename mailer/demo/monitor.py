@@ -4,7 +4,7 @@ The live numbers come from the keys the daemon itself uses
 (:class:`dispatcher.keys.Keys`): the tenant's queues (backlog), its in-flight
 set, and its quota windows. The quota count and the moment a full window
 frees are read from the window's bucket hash with the bucket arithmetic of
-``mailer/quota.lua``; they are for display only, nothing is decided on them.
+``mailer/quota/quota.lua``; they are for display only, nothing is decided on them.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import redis.asyncio
 
 from config import Window
 from dispatcher.keys import PRIORITIES, Keys
-from mailer.quota import BUCKETS_PER_WINDOW
+from mailer.quota.engine import BUCKETS_PER_WINDOW
 
 __all__ = ["JobBook", "JobInfo", "Snapshot", "TenantSnapshot", "snapshot"]
 

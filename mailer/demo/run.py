@@ -26,7 +26,6 @@ from rich.console import Console
 
 from config import Settings
 from dispatcher.keys import Keys
-from mailer.client import AsyncMailClient
 from mailer.demo.load import SENDER_DOMAIN, generate_load
 from mailer.demo.monitor import JobBook, snapshot
 from mailer.demo.report import EndState, build_report, write_chart, write_jobs_csv
@@ -40,6 +39,7 @@ from mailer.demo.services import (
     start_replica,
 )
 from mailer.demo.view import LiveView, Phase, print_summary
+from mailer.sdk.client import AsyncMailClient
 
 __all__ = ["run_demo"]
 
@@ -214,7 +214,7 @@ def _toml_value(value: Any) -> str:
 def _init_aws(backends: Backends, settings: Settings) -> None:
     from botocore.exceptions import ClientError
 
-    from mailer.queue_setup import init_queue
+    from mailer.ops.queue_setup import init_queue
 
     with contextlib.closing(backends.boto3_client("sqs")) as sqs:
         init_queue(sqs, settings)

@@ -1,6 +1,6 @@
 """The SQS FIFO rules fairpost relies on, checked against each emulator.
 
-Each test is one rule from DESIGN.md ("SQS and SES facts"), run against moto's
+Each test is one rule from docs/design.md ("SQS and SES facts"), run against moto's
 server and LocalStack. Where an emulator breaks a rule, its parameter is an
 xfail with the reason; a strict one, so a fixed emulator is noticed.
 

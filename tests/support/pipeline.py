@@ -15,14 +15,13 @@ import redis.asyncio
 from config import Settings, load_settings
 from dispatcher.keys import Keys
 from dispatcher.runner import Dispatcher
-from dispatcher.store import JobStore
-from mailer.aws import SES_CONFIG, SQS_CONFIG, session
-from mailer.client import store_limits
-from mailer.daemon import publish_tenant_settings
-from mailer.handoff import MailWorker
-from mailer.queue_setup import init_queue
-from mailer.quota import QuotaEngine
-from mailer.sender import Sender
+from dispatcher.store import JobStore, store_limits
+from mailer.daemon.app import publish_tenant_settings
+from mailer.daemon.aws import SES_CONFIG, SQS_CONFIG, session
+from mailer.daemon.handoff import MailWorker
+from mailer.daemon.sender import Sender
+from mailer.ops.queue_setup import init_queue
+from mailer.quota.engine import QuotaEngine
 
 
 @dataclass

@@ -1,0 +1,221 @@
+"""``fairpost run``: the dispatcher and the sender in one asyncio process.
+
+Shutdown takes two phases (SIGTERM or SIGINT): stop receiving and claiming,
+let in-flight sends finish within ``FAIRPOST_SHUTDOWN_GRACE``, then cancel
+and hand back everything still held (received messages get visibility 0,
+claims go back to their queues). A second signal exits at once. If any
+background task dies, the daemon says why and exits non-zero rather than
+run half-alive.
+
+The background tasks, each named and watched: ``dispatcher``, ``sender``,
+``overrides`` (live quota overrides, :mod:`mailer.quota.overrides`),
+``ses-account`` (``FAIRPOST_GLOBAL_LIMITS=auto``, :mod:`mailer.daemon.ses_account`),
+``heartbeat`` (:mod:`mailer.daemon.health`) and ``http`` (``/metrics``,
+``/healthz``, ``/readyz`` on ``FAIRPOST_HTTP_PORT``, :mod:`mailer.daemon.metrics`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+from typing import Literal
+
+import redis.asyncio
+
+from config import Settings
+from dispatcher.keys import Keys
+from dispatcher.runner import Dispatcher
+from dispatcher.store import JobStore, store_limits
+from mailer.daemon.aws import SES_CONFIG, SQS_CONFIG, session
+from mailer.daemon.handoff import MailWorker
+from mailer.daemon.health import Heartbeat, Liveness, replica_name
+from mailer.daemon.metrics import Check, HttpServer, Metrics, TenantLabels
+from mailer.daemon.sender import Sender
+from mailer.daemon.ses_account import SesAccountLimits
+from mailer.ops.stats import collect_stats
+from mailer.quota.engine import QuotaEngine
+from mailer.quota.overrides import OverrideCache, Overrides, changed_scopes
+
+log = logging.getLogger("fairpost.daemon")
+
+Role = Literal["all", "dispatcher", "sender"]
+
+HAND_BACK_SECONDS = 2.0
+"""After the grace period, the most the hand-back (visibility 0, requeue) may take."""
+
+
+async def run_daemon(settings: Settings, role: Role = "all") -> int:
+    """Run until a signal; return the process exit code."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    signals = (signal.SIGTERM, signal.SIGINT)
+
+    def on_signal() -> None:
+        if stop.is_set():
+            log.warning("second signal: exiting at once")
+            os._exit(1)
+        log.info("signal received: shutting down (again to exit at once)")
+        stop.set()
+
+    for sig in signals:
+        loop.add_signal_handler(sig, on_signal)
+    client = redis.asyncio.Redis.from_url(settings.redis_url)
+    try:
+        return await _run(settings, role, client, stop)
+    finally:
+        for sig in signals:
+            loop.remove_signal_handler(sig)
+        await client.aclose()
+
+
+async def publish_tenant_settings(store: JobStore, settings: Settings) -> None:
+    """Put the per-tenant weights and in-flight caps where the dispatcher's scripts read them."""
+    await store.sync_tenant_settings(
+        {t: o.weight for t, o in settings.tenants.items() if o.weight},
+        {t: settings.inflight_cap_for(t) for t, o in settings.tenants.items() if o.inflight_cap or o.weight},
+    )
+
+
+async def _run(settings: Settings, role: Role, client: redis.asyncio.Redis, stop: asyncio.Event) -> int:
+    keys = Keys(settings.key_prefix)
+    store = JobStore(client, keys, store_limits(settings))
+    await publish_tenant_settings(store, settings)
+    quota = QuotaEngine(client, keys)
+    metrics = Metrics(TenantLabels(settings.tenants, settings.metrics_tenant_labels), process_metrics=True)
+    liveness = Liveness()
+    heartbeat = Heartbeat(client, keys, replica_name(settings), liveness, role=role)
+    aws = session()
+    async with (
+        aws.client("sqs", config=SQS_CONFIG) as sqs,
+        aws.client("sesv2", config=SES_CONFIG) as ses_client,
+    ):
+        loop = asyncio.get_running_loop()
+        queue_url: str = (await sqs.get_queue_url(QueueName=settings.queue_name))["QueueUrl"]
+        dispatcher: Dispatcher | None = None
+        sender: Sender | None = None
+        tasks: dict[str, asyncio.Task[None]] = {}
+        if role in ("all", "dispatcher"):
+            dispatcher = Dispatcher(
+                store,
+                [MailWorker(sqs, queue_url, metrics=metrics)],
+                concurrency=settings.dispatcher.concurrency,
+                batch_size=settings.dispatcher.batch_size,
+                linger_seconds=settings.dispatcher.linger_seconds,
+                finished_ttl_seconds=settings.job_ttl,
+                max_outage_seconds=settings.max_outage_seconds,
+            )
+            tasks["dispatcher"] = asyncio.create_task(dispatcher.run(stop), name="dispatcher")
+        if role in ("all", "sender"):
+            auto = None
+            if isinstance(settings.global_limits, str):
+                account = SesAccountLimits(ses_client, settings, client=client, keys=keys, quota=quota)
+                await account.start()
+                auto = account.current
+                tasks["ses-account"] = asyncio.create_task(account.run(stop), name="ses-account")
+
+            async def overrides_changed(old: Overrides, new: Overrides) -> None:
+                # Mail parked under the old limits (or a pause) is weighed again now.
+                assert sender is not None
+                global_changed, tenants = changed_scopes(old, new)
+                if global_changed:
+                    sender.regate()
+                    await sender.unpark(None)
+                for tenant in sorted(tenants):
+                    await sender.unpark(tenant)
+
+            overrides = OverrideCache(client, keys, settings, auto=auto, on_change=overrides_changed)
+            await overrides.refresh()
+            tasks["overrides"] = asyncio.create_task(overrides.run(stop), name="overrides")
+            sender = Sender(
+                sqs=sqs,
+                ses_client=ses_client,
+                queue_url=queue_url,
+                store=store,
+                quota=quota,
+                settings=settings,
+                limits=overrides,
+                metrics=metrics,
+            )
+            tasks["sender"] = asyncio.create_task(sender.run(stop), name="sender")
+        if settings.http_port is not None:
+
+            def alive() -> Check:
+                health = liveness.check()
+                return Check(health.ok, health.detail)
+
+            async def ready() -> Check:
+                try:
+                    await asyncio.wait_for(client.ping(), timeout=2.0)
+                except Exception as exc:
+                    return Check(False, f"Redis does not answer: {type(exc).__name__}")
+                try:
+                    await asyncio.wait_for(
+                        sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"]), timeout=3.0
+                    )
+                except Exception as exc:
+                    return Check(False, f"SQS does not answer: {type(exc).__name__}")
+                return Check(True, "Redis and SQS answer")
+
+            async def refresh() -> None:
+                labelled = metrics.labels.labelled
+                metrics.update(await collect_stats(client, keys, settings, quota=quota, detail=labelled))
+
+            http = HttpServer(metrics, port=settings.http_port, alive=alive, ready=ready, refresh=refresh)
+            await http.start()
+            tasks["http"] = asyncio.create_task(http.run(stop), name="http")
+        tasks["heartbeat"] = asyncio.create_task(heartbeat.run(stop), name="heartbeat")
+        liveness.watch(tasks)
+        log.info("fairpost running (role %s, queue %s)", role, settings.queue_name)
+
+        stopping = asyncio.create_task(stop.wait(), name="stop-signal")
+        done, _ = await asyncio.wait({stopping, *tasks.values()}, return_when=asyncio.FIRST_COMPLETED)
+        exit_code = 0
+        for name, task in tasks.items():
+            if task in done:
+                exc = None if task.cancelled() else task.exception()
+                if exc is None and not task.cancelled() and stop.is_set():
+                    continue  # it saw the signal and returned in the same turn: a clean stop
+                log.error("task %s stopped unexpectedly: %r", name, exc, exc_info=exc)
+                exit_code = 1
+        stop.set()
+        liveness.stopping = True
+        stopping.cancel()
+
+        # Phase two: in-flight work finishes within the grace period, then is cancelled.
+        deadline = loop.time() + settings.shutdown_grace
+        running = [t for t in tasks.values() if not t.done()]
+        if running:
+            finished, pending = await asyncio.wait(running, timeout=settings.shutdown_grace)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+            for name, task in tasks.items():
+                if task in finished and not task.cancelled() and task.exception() is not None:
+                    log.error("task %s failed while stopping", name, exc_info=task.exception())
+                    exit_code = 1
+        if dispatcher is not None:
+            try:
+                await asyncio.wait_for(
+                    dispatcher.drain(grace=max(0.0, deadline - loop.time())),
+                    timeout=max(0.0, deadline - loop.time()) + HAND_BACK_SECONDS,
+                )
+            except Exception:
+                log.exception("could not return claimed jobs; they return when their leases expire")
+        if sender is not None:
+            try:
+                released = await asyncio.wait_for(sender.release_held(), timeout=HAND_BACK_SECONDS)
+            except Exception:
+                log.exception(
+                    "could not hand received messages back; they return after their visibility timeout"
+                )
+            else:
+                if released:
+                    log.info("handed %d received messages back to SQS", released)
+        try:
+            await asyncio.wait_for(heartbeat.clear(), timeout=1.0)
+        except Exception as exc:
+            log.warning("heartbeat not cleared (it expires by itself): %s", exc)
+        log.info("fairpost stopped (exit code %d)", exit_code)
+        return exit_code

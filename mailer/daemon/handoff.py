@@ -1,0 +1,106 @@
+"""The mail worker: hands claimed mail jobs to the SQS FIFO queue.
+
+``MessageGroupId`` is the tenant, so SQS serves each tenant's mail in order
+and a paused tenant pauses alone; ``MessageDeduplicationId`` is the job id,
+so a job handed off twice (a lease that ran out mid-call) is stored once
+(a replayed dead letter gets ``<job id>-r<replays>``: a new life, a new id).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+
+from dispatcher.jobs import Job
+from dispatcher.worker import Dead, HandedOff, Outcome, Retry
+from mailer.daemon.aws import SqsClient
+from mailer.daemon.metrics import Metrics
+from mailer.sdk import envelope
+from mailer.sdk.client import MAIL_KIND
+
+log = logging.getLogger("fairpost.handoff")
+
+SQS_MAX_BATCH = 10
+SQS_MAX_BATCH_BYTES = 1024 * 1024
+_PARTIAL_RETRIES = 3
+
+
+class MailWorker:
+    kind = MAIL_KIND
+    max_batch = SQS_MAX_BATCH
+
+    def __init__(self, sqs: SqsClient, queue_url: str, *, metrics: Metrics | None = None) -> None:
+        self.sqs = sqs
+        self.queue_url = queue_url
+        self.metrics = metrics or Metrics()
+
+    async def handle(self, jobs: Sequence[Job]) -> Sequence[Outcome]:
+        outcomes: dict[str, Outcome] = {}
+        entries: dict[str, dict[str, str]] = {}
+        for job in jobs:
+            body = envelope.encode(job.id, job.tenant, job.created_ms, job.payload)
+            if len(body.encode()) > SQS_MAX_BATCH_BYTES:
+                outcomes[job.id] = Dead(
+                    f"mail of {len(body.encode())} bytes is over SQS's 1 MiB message limit"
+                )
+                continue
+            entries[job.id] = {
+                "Id": job.id,
+                "MessageBody": body,
+                "MessageGroupId": job.tenant,
+                # A replayed job is a new hand-off: SQS must not drop it as a
+                # duplicate of its first life's message (5-minute dedup window).
+                "MessageDeduplicationId": f"{job.id}-r{job.replays}" if job.replays else job.id,
+            }
+        for batch in _batches(list(entries.values())):
+            outcomes.update(await self._send_batch(batch))
+        for job in jobs:
+            outcome = outcomes[job.id]
+            if isinstance(outcome, HandedOff):
+                self.metrics.dispatched(job.tenant)
+            elif isinstance(outcome, Dead):
+                self.metrics.dead(job.tenant, "sqs_rejected" if job.id in entries else "too_large")
+        return [outcomes[job.id] for job in jobs]
+
+    async def _send_batch(self, batch: list[dict[str, str]]) -> dict[str, Outcome]:
+        """Send, retrying only the entries that failed, a few times."""
+        outcomes: dict[str, Outcome] = {}
+        pending = batch
+        for attempt in range(_PARTIAL_RETRIES):
+            response = await self.sqs.send_message_batch(QueueUrl=self.queue_url, Entries=pending)
+            for ok in response.get("Successful", []):
+                outcomes[ok["Id"]] = HandedOff()
+            failed = response.get("Failed", [])
+            retry_ids = set()
+            for fail in failed:
+                reason = f"SQS {fail.get('Code')}: {fail.get('Message', '')}"
+                if fail.get("SenderFault"):
+                    # The entry itself is wrong (too big, bad characters): it can never go.
+                    outcomes[fail["Id"]] = Dead(reason)
+                else:
+                    outcomes[fail["Id"]] = Retry(reason)
+                    retry_ids.add(fail["Id"])
+            pending = [entry for entry in pending if entry["Id"] in retry_ids]
+            if not pending:
+                break
+            log.warning("SQS refused %d of %d entries; retrying them", len(pending), len(batch))
+            await asyncio.sleep(0.1 * 2**attempt)
+        return outcomes
+
+
+def _batches(entries: list[dict[str, str]]) -> list[list[dict[str, str]]]:
+    """At most 10 entries and 1 MiB per SendMessageBatch."""
+    batches: list[list[dict[str, str]]] = []
+    current: list[dict[str, str]] = []
+    size = 0
+    for entry in entries:
+        entry_size = len(entry["MessageBody"].encode())
+        if current and (len(current) == SQS_MAX_BATCH or size + entry_size > SQS_MAX_BATCH_BYTES):
+            batches.append(current)
+            current, size = [], 0
+        current.append(entry)
+        size += entry_size
+    if current:
+        batches.append(current)
+    return batches

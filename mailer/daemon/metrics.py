@@ -1,0 +1,364 @@
+"""Prometheus metrics, and the daemon's small HTTP server: ``/metrics``,
+``/healthz``, ``/readyz`` on ``FAIRPOST_HTTP_PORT``.
+
+Counters and histograms count what *this* replica did (sum them across
+replicas). Gauges (``fairpost_backlog``, ``fairpost_inflight``, quota use)
+are read from Redis when ``/metrics`` is scraped and describe the whole
+system, so every replica reports the same values (take ``max``, not ``sum``).
+
+The ``tenant`` label is bounded (:class:`TenantLabels`): tenants configured
+in ``FAIRPOST_TENANTS`` always get their own value, plus the first
+``FAIRPOST_METRICS_TENANT_LABELS`` (default 50) other tenants a replica
+meets; every other tenant is counted under ``tenant="~other"`` (``~`` is not
+allowed in tenant ids, so it never collides with one).
+
+The SDK does not import this module (an application enqueuing mail needs no
+prometheus-client), so there is no "enqueued" counter: enqueues show as
+``fairpost_backlog`` growing, and every enqueued mail is counted by
+``fairpost_mail_dispatched_total`` when it reaches SQS.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+    generate_latest,
+)
+from prometheus_client.gc_collector import GCCollector
+from prometheus_client.platform_collector import PlatformCollector
+from prometheus_client.process_collector import ProcessCollector
+
+from mailer.ops.stats import Stats
+
+__all__ = ["DEAD_REASONS", "OTHER_TENANT", "THROTTLE_REASONS", "HttpServer", "Metrics", "TenantLabels"]
+
+log = logging.getLogger("fairpost.metrics")
+
+OTHER_TENANT = "~other"
+"""The ``tenant`` label of every tenant beyond the bounded set."""
+
+THROTTLE_REASONS = ("tenant_quota", "global_quota", "global_share", "ses", "paused")
+"""``fairpost_mail_throttled_total{reason}``: who held the mail back."""
+
+DEAD_REASONS = ("rejected", "attempts", "too_many_recipients", "poison", "too_large", "sqs_rejected")
+"""``fairpost_mail_dead_total{reason}``: SES refused it for good; transient failures
+ran out of attempts; more recipients than a quota window allows; an unreadable
+SQS message; bigger than an SQS message; SQS refused the entry."""
+
+SES_RESULTS = ("sent", "throttled", "paused", "permanent", "transient")
+
+_LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600, 4 * 3600, 86400)
+_SES_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+
+
+class TenantLabels:
+    """Maps a tenant id to its label value, keeping the label set bounded."""
+
+    def __init__(self, configured: Iterable[str] = (), limit: int = 50) -> None:
+        self._fixed = frozenset(configured)
+        self._limit = limit
+        self._seen: set[str] = set()
+
+    def __call__(self, tenant: str) -> str:
+        if tenant in self._fixed or tenant in self._seen:
+            return tenant
+        if len(self._seen) < self._limit:
+            self._seen.add(tenant)
+            return tenant
+        return OTHER_TENANT
+
+    def labelled(self, tenant: str) -> bool:
+        """Whether the tenant has (or now gets) a label of its own."""
+        return self(tenant) != OTHER_TENANT
+
+
+class Metrics:
+    """Every metric of one daemon, in its own registry (none is global)."""
+
+    def __init__(self, labels: TenantLabels | None = None, *, process_metrics: bool = False) -> None:
+        """``process_metrics``: for the daemon, which owns its process: add process,
+        platform and GC metrics, and drop the ``*_created`` series (process-wide)."""
+        self.registry = CollectorRegistry()
+        self.labels = labels or TenantLabels()
+        if process_metrics:
+            # The daemon owns its process: its memory, CPU and file descriptors are
+            # worth a series; each counter's "_created" twin is not.
+            disable_created_metrics()  # type: ignore[no-untyped-call]  # unannotated upstream
+            ProcessCollector(registry=self.registry)
+            PlatformCollector(registry=self.registry)
+            GCCollector(registry=self.registry)
+        r = self.registry
+        self.dispatched_total = Counter(
+            "fairpost_mail_dispatched", "Mails handed to the SQS FIFO queue.", ["tenant"], registry=r
+        )
+        self.sent_total = Counter("fairpost_mail_sent", "Mails SES accepted.", ["tenant"], registry=r)
+        self.throttled_total = Counter(
+            "fairpost_mail_throttled",
+            "Mails held back (parked in SQS or backed off), by reason: " + ", ".join(THROTTLE_REASONS) + ".",
+            ["tenant", "reason"],
+            registry=r,
+        )
+        self.retried_total = Counter(
+            "fairpost_mail_retried", "Transient SES failures that will be retried.", ["tenant"], registry=r
+        )
+        self.dead_total = Counter(
+            "fairpost_mail_dead",
+            "Mails dead-lettered, by reason: " + ", ".join(DEAD_REASONS) + ".",
+            ["tenant", "reason"],
+            registry=r,
+        )
+        self.ses_calls_total = Counter(
+            "fairpost_ses_calls", "SES SendEmail calls, by result.", ["result"], registry=r
+        )
+        self.sqs_receives_total = Counter(
+            "fairpost_sqs_receives",
+            "SQS receives, by result: messages, empty, error.",
+            ["result"],
+            registry=r,
+        )
+        self.handed_back_total = Counter(
+            "fairpost_sqs_handed_back",
+            "Received messages handed back at shutdown (visibility 0).",
+            registry=r,
+        )
+        self.latency = Histogram(
+            "fairpost_mail_latency_seconds",
+            "From enqueue to SES accepting the mail.",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.ses_call_seconds = Histogram(
+            "fairpost_ses_call_seconds",
+            "Duration of one SES SendEmail call.",
+            buckets=_SES_BUCKETS,
+            registry=r,
+        )
+        # Gauges: the whole system's state, read from Redis at scrape time.
+        self.backlog = Gauge("fairpost_backlog", "Jobs waiting in Redis.", ["tenant"], registry=r)
+        self.inflight = Gauge(
+            "fairpost_inflight", "Jobs claimed or in SQS, not finished.", ["tenant"], registry=r
+        )
+        self.tenant_quota_used = Gauge(
+            "fairpost_tenant_quota_used",
+            "Recipients counted in a tenant window.",
+            ["tenant", "window"],
+            registry=r,
+        )
+        self.tenant_quota_limit = Gauge(
+            "fairpost_tenant_quota_limit", "A tenant window's limit.", ["tenant", "window"], registry=r
+        )
+        self.global_quota_used = Gauge(
+            "fairpost_global_quota_used", "Recipients counted in a global window.", ["window"], registry=r
+        )
+        self.global_quota_limit = Gauge(
+            "fairpost_global_quota_limit", "A global window's limit.", ["window"], registry=r
+        )
+        self.tenant_paused = Gauge(
+            "fairpost_tenant_paused", "1 while an operator has paused the tenant.", ["tenant"], registry=r
+        )
+        self.tenant_retry_after = Gauge(
+            "fairpost_tenant_retry_after_seconds",
+            "Seconds until the tenant's quota fits one more recipient (0: now).",
+            ["tenant"],
+            registry=r,
+        )
+        self.global_retry_after = Gauge(
+            "fairpost_global_retry_after_seconds",
+            "Seconds until the global quota fits one more recipient (0: now).",
+            registry=r,
+        )
+        self.replicas = Gauge("fairpost_replicas", "Replicas with a live heartbeat.", registry=r)
+        self.stats_errors_total = Counter(
+            "fairpost_stats_errors", "Scrapes whose gauges could not be read from Redis.", registry=r
+        )
+        for result in SES_RESULTS:
+            self.ses_calls_total.labels(result)
+        for result in ("messages", "empty", "error"):
+            self.sqs_receives_total.labels(result)
+
+    # -- events (called by the sender and the mail worker) ------------------------
+    def dispatched(self, tenant: str, count: int = 1) -> None:
+        self.dispatched_total.labels(self.labels(tenant)).inc(count)
+
+    def sent(self, tenant: str, created_ms: int) -> None:
+        self.sent_total.labels(self.labels(tenant)).inc()
+        if created_ms > 0:
+            self.latency.observe(max(0.0, time.time() - created_ms / 1000))
+
+    def throttled(self, tenant: str, reason: str, count: int = 1) -> None:
+        self.throttled_total.labels(self.labels(tenant), reason).inc(count)
+
+    def retried(self, tenant: str) -> None:
+        self.retried_total.labels(self.labels(tenant)).inc()
+
+    def dead(self, tenant: str, reason: str) -> None:
+        self.dead_total.labels(self.labels(tenant), reason).inc()
+
+    def ses_call(self, result: str, seconds: float) -> None:
+        self.ses_calls_total.labels(result).inc()
+        self.ses_call_seconds.observe(seconds)
+
+    def received(self, count: int) -> None:
+        self.sqs_receives_total.labels("messages" if count else "empty").inc()
+
+    def receive_failed(self) -> None:
+        self.sqs_receives_total.labels("error").inc()
+
+    def handed_back(self, count: int) -> None:
+        self.handed_back_total.inc(count)
+
+    # -- gauges -----------------------------------------------------------------
+    def update(self, stats: Stats) -> None:
+        """Set the gauges from a :func:`mailer.stats.collect_stats` result."""
+        backlog: dict[str, int] = {}
+        inflight: dict[str, int] = {}
+        for t in stats.tenants:
+            label = self.labels(t.scope)
+            backlog[label] = backlog.get(label, 0) + t.backlog
+            inflight[label] = inflight.get(label, 0) + t.inflight
+            if label == OTHER_TENANT:
+                continue
+            self.tenant_paused.labels(label).set(1 if t.paused else 0)
+            self.tenant_retry_after.labels(label).set(max(0.0, t.retry_after))
+            for w in t.windows:
+                self.tenant_quota_used.labels(label, w.name).set(w.used)
+                self.tenant_quota_limit.labels(label, w.name).set(w.limit)
+        for label, value in backlog.items():
+            self.backlog.labels(label).set(value)
+        for label, value in inflight.items():
+            self.inflight.labels(label).set(value)
+        g = stats.global_
+        self.global_quota_used.clear()
+        self.global_quota_limit.clear()
+        for w in g.windows:
+            self.global_quota_used.labels(w.name).set(w.used)
+            self.global_quota_limit.labels(w.name).set(w.limit)
+        self.global_retry_after.set(max(0.0, g.retry_after))
+        self.replicas.set(len(stats.replicas))
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+# -- HTTP --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Check:
+    ok: bool
+    detail: str
+
+
+class HttpServer:
+    """``/metrics``, ``/healthz``, ``/readyz`` over plain HTTP/1.1 on asyncio.
+
+    ``alive`` answers /healthz (the daemon's loops are running), ``ready``
+    /readyz (Redis and SQS answer), ``refresh`` fills the gauges before a
+    scrape. Each request gets one answer and the connection is closed.
+    """
+
+    def __init__(
+        self,
+        metrics: Metrics,
+        *,
+        port: int,
+        host: str = "0.0.0.0",
+        alive: Callable[[], Check],
+        ready: Callable[[], Awaitable[Check]],
+        refresh: Callable[[], Awaitable[None]] | None = None,
+        scrape_timeout: float = 5.0,
+    ) -> None:
+        self.metrics = metrics
+        self.port = port
+        self.host = host
+        self._alive = alive
+        self._ready = ready
+        self._refresh = refresh
+        self._scrape_timeout = scrape_timeout
+        self._server: asyncio.Server | None = None
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._handle, self.host, self.port)
+        sockets = self._server.sockets
+        if sockets and self.port == 0:
+            self.port = int(sockets[0].getsockname()[1])
+        log.info("HTTP on port %d: /metrics /healthz /readyz", self.port)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Serve until ``stop`` is set (call :meth:`start` first, or this does)."""
+        if self._server is None:
+            await self.start()
+        assert self._server is not None
+        try:
+            await stop.wait()
+        finally:
+            self._server.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), timeout=1.0)
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            request = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=5.0)
+            method, path = _request_line(request)
+            status, content_type, body = await self._route(method, path)
+            head = (
+                f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\n"
+                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+            ).encode()
+            writer.write(head if method == "HEAD" else head + body)
+            await writer.drain()
+        except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
+            pass
+        except Exception:
+            log.exception("HTTP request failed")
+        finally:
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    async def _route(self, method: str, path: str) -> tuple[str, str, bytes]:
+        if method not in ("GET", "HEAD"):
+            return "405 Method Not Allowed", "text/plain", b"only GET and HEAD\n"
+        path = path.split("?", 1)[0]
+        if path == "/metrics":
+            if self._refresh is not None:
+                try:
+                    await asyncio.wait_for(self._refresh(), timeout=self._scrape_timeout)
+                except Exception as exc:
+                    self.metrics.stats_errors_total.inc()
+                    log.warning("gauges not refreshed for this scrape: %s", exc)
+            return "200 OK", CONTENT_TYPE_LATEST, self.metrics.render()
+        if path == "/healthz":
+            return _check_answer(self._alive())
+        if path == "/readyz":
+            return _check_answer(await self._ready())
+        return "404 Not Found", "text/plain", b"try /metrics, /healthz or /readyz\n"
+
+
+def _request_line(request: bytes) -> tuple[str, str]:
+    line = request.split(b"\r\n", 1)[0].decode("latin-1")
+    parts = line.split(" ")
+    if len(parts) != 3:
+        return "", ""
+    return parts[0].upper(), parts[1]
+
+
+def _check_answer(check: Check) -> tuple[str, str, bytes]:
+    status = "200 OK" if check.ok else "503 Service Unavailable"
+    return (
+        status,
+        "text/plain; charset=utf-8",
+        (("ok: " if check.ok else "failing: ") + check.detail + "\n").encode(),
+    )

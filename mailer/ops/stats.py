@@ -1,0 +1,269 @@
+"""``fairpost stats``: per tenant and global backlog, in flight, quota use and pauses.
+
+Everything is read from Redis, so any replica (or an operator's laptop) sees
+the same numbers. ``backlog`` is the jobs waiting in the tenant's queues in
+Redis (not yet handed to SQS); ``in flight`` the live members of its
+in-flight set (claimed, or handed to SQS and not finished); ``used`` the
+recipients counted in each quota window (granted sends); ``retry after``
+how long until one more recipient fits (0: it fits now); ``paused`` an
+operator's pause (``fairpost tenant pause``).
+
+The metrics' gauges (:mod:`mailer.daemon.metrics`) are filled from the same
+:func:`collect_stats`. Needs only ``redis`` (``--watch`` needs ``rich``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import redis.asyncio
+
+from config import Settings
+from config.limits import Limits, Window, format_limits, parse_limits
+from dispatcher.keys import PRIORITIES, Keys
+from mailer.quota.engine import QuotaEngine
+from mailer.quota.overrides import read_overrides, resolve_global, resolve_tenant
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+__all__ = ["ScopeStats", "Stats", "WindowUsage", "collect_stats", "render_table", "render_text"]
+
+_CONCURRENT_READS = 16
+
+
+@dataclass(frozen=True)
+class WindowUsage:
+    seconds: int
+    limit: int
+    used: int
+
+    @property
+    def name(self) -> str:
+        """``"second"``, ``"day"``, ``"10 seconds"``: the window without its count."""
+        return str(Window(self.seconds, self.limit)).split("/", 1)[1]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"window": self.name, "seconds": self.seconds, "limit": self.limit, "used": self.used}
+
+
+@dataclass(frozen=True)
+class ScopeStats:
+    """One tenant's numbers, or the global ones (``scope == "global"``)."""
+
+    scope: str
+    backlog: int
+    inflight: int
+    windows: list[WindowUsage]
+    limits_source: str
+    paused: bool = False
+    retry_after: float = 0.0
+    """Seconds until one more recipient fits in every window; -1: never (a limit of 0)."""
+
+    def to_json(self, at_ms: int) -> dict[str, Any]:
+        throttled_until = None
+        if self.retry_after > 0:
+            throttled_until = at_ms + int(self.retry_after * 1000)
+        return {
+            "backlog": self.backlog,
+            "in_flight": self.inflight,
+            "limits": format_limits(tuple(Window(w.seconds, w.limit) for w in self.windows)) or None,
+            "limits_source": self.limits_source,
+            "windows": [w.to_json() for w in self.windows],
+            "paused": self.paused,
+            "retry_after_seconds": self.retry_after,
+            "throttled_until_ms": throttled_until,
+        }
+
+
+@dataclass(frozen=True)
+class Stats:
+    at_ms: int
+    """Redis server time the numbers were read at."""
+    global_: ScopeStats
+    tenants: list[ScopeStats] = field(default_factory=list)
+    replicas: list[str] = field(default_factory=list)
+    """Replicas with a live heartbeat."""
+
+    def tenant(self, tenant: str) -> ScopeStats | None:
+        return next((t for t in self.tenants if t.scope == tenant), None)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "at_ms": self.at_ms,
+            "global": self.global_.to_json(self.at_ms),
+            "tenants": {t.scope: t.to_json(self.at_ms) for t in self.tenants},
+            "replicas": self.replicas,
+        }
+
+
+async def collect_stats(
+    client: redis.asyncio.Redis,
+    keys: Keys,
+    settings: Settings,
+    *,
+    quota: QuotaEngine | None = None,
+    tenants: Iterable[str] | None = None,
+    detail: Callable[[str], bool] | None = None,
+) -> Stats:
+    """Read every number in a few pipelined round trips.
+
+    ``tenants``: which tenants to report (default: every tenant that ever
+    enqueued, is configured, has an override or is paused).
+    ``detail``: which tenants get their quota windows read (two script calls
+    each; default all): the metrics ask only for the tenants they label.
+    Global limits set to ``auto`` show what a running daemon last derived
+    from SES and published.
+    """
+    quota = quota or QuotaEngine(client, keys)
+    async with client.pipeline(transaction=False) as pipe:
+        pipe.time()
+        pipe.hgetall(keys.limit_overrides())
+        pipe.smembers(keys.paused())
+        pipe.smembers(keys.tenants())
+        pipe.get(keys.auto_limits())
+        pipe.zrangebyscore(keys.replicas(), "(" + str(int(time.time() * 1000)), "+inf")
+        server_time, raw_overrides, paused, known, auto_text, replicas = await pipe.execute()
+    at_ms = int(server_time[0]) * 1000 + int(server_time[1]) // 1000
+    overrides = read_overrides(raw_overrides, paused)
+    if tenants is None:
+        names = {_s(t) for t in known} | set(settings.tenants) | set(overrides.tenants) | overrides.paused
+    else:
+        names = set(tenants)
+    ordered = sorted(names)
+
+    glob = resolve_global(settings, overrides, _parse(auto_text))
+    effective = {t: resolve_tenant(settings, overrides, t) for t in ordered}
+
+    async with client.pipeline(transaction=False) as pipe:
+        for tenant in ordered:
+            for priority in PRIORITIES:
+                pipe.llen(keys.queue(tenant, priority))
+            pipe.zcount(keys.inflight(tenant), "(" + str(at_ms), "+inf")
+        counts = await pipe.execute()
+    per = len(PRIORITIES) + 1
+    backlog = {t: sum(counts[i * per : i * per + len(PRIORITIES)]) for i, t in enumerate(ordered)}
+    inflight = {t: int(counts[i * per + len(PRIORITIES)]) for i, t in enumerate(ordered)}
+
+    # Bounded: thousands of tenants must not mean thousands of connections.
+    slots = asyncio.Semaphore(_CONCURRENT_READS)
+
+    async def tenant_stats(tenant: str) -> ScopeStats:
+        eff = effective[tenant]
+        windows = eff.windows or ()
+        used: list[tuple[Window, int]] = []
+        retry = 0.0
+        if windows and (detail is None or detail(tenant)):
+            async with slots:
+                used = await quota.usage(tenant, windows)
+                retry = await quota.retry_after(tenant, windows)
+        return ScopeStats(
+            scope=tenant,
+            backlog=backlog[tenant],
+            inflight=inflight[tenant],
+            windows=[WindowUsage(w.seconds, w.limit, n) for w, n in used],
+            limits_source=eff.source,
+            paused=eff.paused,
+            retry_after=retry,
+        )
+
+    async def global_stats() -> ScopeStats:
+        windows = glob.windows or ()
+        used = await quota.usage(None, windows) if windows else []
+        retry = await quota.global_retry_after(windows) if windows else 0.0
+        return ScopeStats(
+            scope="global",
+            backlog=sum(backlog.values()),
+            inflight=sum(inflight.values()),
+            windows=[WindowUsage(w.seconds, w.limit, n) for w, n in used],
+            limits_source=glob.source if glob.windows is not None else "auto (no daemon has read SES yet)",
+            retry_after=retry,
+        )
+
+    results = await asyncio.gather(global_stats(), *(tenant_stats(t) for t in ordered))
+    return Stats(
+        at_ms=at_ms,
+        global_=results[0],
+        tenants=list(results[1:]),
+        replicas=sorted(_s(r) for r in replicas),
+    )
+
+
+def _s(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _parse(text: Any) -> Limits | None:
+    if text is None:
+        return None
+    try:
+        return parse_limits(_s(text))
+    except ValueError:
+        return None
+
+
+# -- rendering -------------------------------------------------------------------
+
+
+def _usage(windows: Sequence[WindowUsage]) -> str:
+    return ", ".join(f"{w.used}/{w.limit} per {w.name}" for w in windows) or "-"
+
+
+def _state(scope: ScopeStats) -> str:
+    if scope.paused:
+        return "paused"
+    if scope.retry_after < 0:
+        return "blocked (limit too small)"
+    if scope.retry_after > 0:
+        return f"throttled {scope.retry_after:.1f}s"
+    return "ok"
+
+
+_HEADERS = ("scope", "backlog", "in flight", "sent / limit", "state", "limits from")
+
+
+def _rows(stats: Stats) -> list[tuple[str, ...]]:
+    rows: list[tuple[str, ...]] = []
+    for scope in [stats.global_, *stats.tenants]:
+        name = "(global)" if scope is stats.global_ else scope.scope
+        rows.append(
+            (
+                name,
+                str(scope.backlog),
+                str(scope.inflight),
+                _usage(scope.windows),
+                _state(scope),
+                scope.limits_source,
+            )
+        )
+    return rows
+
+
+def render_text(stats: Stats) -> str:
+    """A plain table, for a terminal or a log."""
+    rows = [_HEADERS, *_rows(stats)]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(_HEADERS))]
+    lines = ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in rows]
+    lines.append(f"replicas alive: {len(stats.replicas)} ({', '.join(stats.replicas) or 'none'})")
+    return "\n".join(lines)
+
+
+def render_table(stats: Stats) -> Table:
+    """The same as :func:`render_text`, as a rich table (``--watch``)."""
+    from rich.table import Table
+
+    stamp = time.strftime("%H:%M:%S", time.localtime(stats.at_ms / 1000))
+    table = Table(
+        title=f"fairpost at {stamp}",
+        caption=f"replicas alive: {len(stats.replicas)} ({', '.join(stats.replicas) or 'none'})",
+    )
+    for header in _HEADERS:
+        table.add_column(header, justify="right" if header in ("backlog", "in flight") else "left")
+    for row in _rows(stats):
+        style = "bold" if row[0] == "(global)" else None
+        table.add_row(*row, style=style)
+    return table

@@ -1,0 +1,244 @@
+"""Sliding-window quotas in Redis, global and per tenant, counted in recipients.
+
+Each window (``Window(seconds, limit)``) of each scope is one Redis hash of
+time buckets (:meth:`dispatcher.keys.Keys.quota`), so a day window of 50,000
+costs about ``buckets_per_window`` fields, never one entry per mail. All the
+work that must be atomic is one Lua script, ``quota.lua``, beside this module:
+an acquire checks and takes every global and tenant window in one round trip,
+with the Redis server's clock, so any number of replicas share one count.
+
+Bucket slack: the count at time ``t`` includes every bucket that overlaps the
+window ``(t - W, t]`` in full. Nothing granted inside the window is ever
+missed (never over the limit), but units up to one bucket width
+(``W / buckets_per_window``, 20 ms for a second, under 29 min for a day) older than
+the window may still count, so a refusal can come up to one bucket early.
+
+``retry_after`` is exact to the millisecond for the engine's own count: the
+refused mail fits at ``at_ms + retry_after`` and not 1 ms before, if nothing
+else is granted meanwhile. Against an exact sliding window it is late by at
+most one bucket width minus 1 ms, never early.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from redis.asyncio import Redis
+from redis.asyncio.client import Pipeline
+
+from config.limits import Window
+from dispatcher.keys import Keys
+from dispatcher.scripts import lua_source
+
+__all__ = ["BUCKETS_PER_WINDOW", "NEVER", "Grant", "QuotaEngine"]
+
+
+BUCKETS_PER_WINDOW = 50
+"""Buckets per window unless told otherwise; every replica must use the same."""
+
+NEVER = -1.0
+"""``Grant.retry_after`` for a mail whose cost exceeds a window's limit: it can never fit."""
+
+_BLOCKED: dict[int, Literal["global", "tenant", "share"] | None] = {
+    0: None,
+    1: "global",
+    2: "tenant",
+    3: "share",
+}
+
+
+@dataclass(frozen=True)
+class Grant:
+    """What :meth:`QuotaEngine.acquire` granted of a batch of mails.
+
+    ``granted``: how many of the mails, from the first, were granted.
+    ``retry_after``: seconds (whole milliseconds) until mail number ``granted``,
+    the first refused, would fit in every window, given what is counted now;
+    ``0.0`` if all were granted; :data:`NEVER` (``-1.0``) if its cost exceeds
+    a window's limit, so that it can never be sent (dead-letter it).
+    ``blocked_by``: ``"global"``, ``"tenant"`` or ``"share"`` (ahead of its
+    weighted share of a global quota others wait for), the scope that refused the
+    first refused mail (the one that frees later if both do; ``"global"`` on
+    a tie); ``None`` if all were granted.
+    ``at_ms``: the Redis server time (ms) the grant was taken at; pass it back
+    to :meth:`QuotaEngine.refund`.
+    """
+
+    granted: int
+    retry_after: float
+    blocked_by: str | None
+    at_ms: int
+
+
+class QuotaEngine:
+    """Atomic sliding-window quotas over ``redis.asyncio.Redis``.
+
+    Every replica must use the same ``buckets_per_window``: it decides which
+    bucket a unit is counted in. Keys expire once their newest bucket has left
+    the window, so idle tenants cost nothing.
+
+    ``now_ms`` on the methods is a test hook: when given, the script uses it
+    instead of the server's ``TIME``, so tests drive time. Key expiry is
+    still real time (relative to the ``now_ms`` given), and a test that moves
+    time backwards gets counts on the safe (too high) side.
+    """
+
+    def __init__(self, redis: Redis, keys: Keys, *, buckets_per_window: int = BUCKETS_PER_WINDOW) -> None:
+        if buckets_per_window < 1:
+            raise ValueError(f"buckets_per_window must be at least 1, not {buckets_per_window}")
+        self._keys = keys
+        self._buckets = buckets_per_window
+        self._script = redis.register_script(lua_source("mailer.quota", "quota"))
+
+    @property
+    def buckets_per_window(self) -> int:
+        """How many buckets each window is cut into."""
+        return self._buckets
+
+    async def acquire(
+        self,
+        tenant: str,
+        costs: Sequence[int],
+        global_windows: Sequence[Window],
+        tenant_windows: Sequence[Window],
+        *,
+        weight: int | None = None,
+        now_ms: int | None = None,
+    ) -> Grant:
+        """Grant the longest prefix of ``costs`` that fits in every window, atomically.
+
+        ``costs`` are the recipient counts of mails in send order. Granting
+        stops at the first mail that does not fit: later, smaller mails are
+        not granted, so the order of a tenant's mail is kept. The granted
+        units are counted at once in every global and tenant window.
+        With a ``weight``, tenants waiting for the global quota share it in
+        proportion to their weights (see quota.lua); a tenant ahead of its
+        share is refused with ``blocked_by == "share"`` for one window.
+        ``now_ms`` is a test hook (see the class); leave it out in production.
+        """
+        for cost in costs:
+            if cost < 1:
+                raise ValueError(f"a mail costs at least 1 recipient, not {cost}")
+        if weight is None or not global_windows:
+            reply = await self._run("acquire", tenant, global_windows, tenant_windows, now_ms, costs)
+        else:
+            if weight < 1:
+                raise ValueError(f"a weight is at least 1, not {weight}")
+            reply = await self._run(
+                "acquire_fair", tenant, global_windows, tenant_windows, now_ms, [tenant, weight, *costs]
+            )
+        granted, retry_ms, blocked, at_ms = reply
+        retry_after = NEVER if retry_ms < 0 else retry_ms / 1000
+        return Grant(granted=granted, retry_after=retry_after, blocked_by=_BLOCKED[blocked], at_ms=at_ms)
+
+    async def refund(
+        self,
+        tenant: str,
+        cost: int,
+        at_ms: int,
+        global_windows: Sequence[Window],
+        tenant_windows: Sequence[Window],
+    ) -> None:
+        """Give back ``cost`` units of a grant taken at ``at_ms`` for a mail never sent.
+
+        The units leave the buckets they were counted in (never below zero);
+        buckets that already left their window are left alone, as the units
+        no longer count anyway. Refund each mail once.
+        """
+        if cost < 1:
+            raise ValueError(f"a refund is at least 1 recipient, not {cost}")
+        await self._run("refund", tenant, global_windows, tenant_windows, at_ms, [cost])
+
+    async def restamp(
+        self,
+        tenant: str,
+        cost: int,
+        at_ms: int,
+        global_windows: Sequence[Window],
+        tenant_windows: Sequence[Window],
+        *,
+        pipeline: Pipeline | None = None,
+    ) -> int | None:
+        """Count a sent mail's units from when SES answered instead of from the grant.
+
+        SES counts a mail on arrival, somewhere between the grant and the
+        answer; from the grant until a window after the answer covers it. The
+        sender also moves the units of a call still under way, so that they
+        keep counting however long it takes. Returns the server time (ms) the
+        units now count from (``None`` with a pipeline).
+        The units of several mails granted together (one ``at_ms``) may be
+        moved in one call, with their summed cost. With ``pipeline`` the call
+        is only queued on it: it runs at the caller's ``execute()`` (a later
+        answer time is on the safe side: it counts the units longer).
+        """
+        if cost < 1:
+            raise ValueError(f"a restamp is at least 1 recipient, not {cost}")
+        reply = await self._run(
+            "restamp", tenant, global_windows, tenant_windows, at_ms, [cost], pipeline=pipeline
+        )
+        return None if pipeline is not None else reply[0]
+
+    async def usage(
+        self,
+        scope_tenant: str | None,
+        windows: Sequence[Window],
+        *,
+        now_ms: int | None = None,
+    ) -> list[tuple[Window, int]]:
+        """Units counted now in each window of a tenant, or the global scope for ``None``."""
+        if scope_tenant is None:
+            reply = await self._run("usage", "", windows, (), now_ms, ())
+        else:
+            reply = await self._run("usage", scope_tenant, (), windows, now_ms, ())
+        return list(zip(windows, reply[1:], strict=True))
+
+    async def global_retry_after(
+        self, global_windows: Sequence[Window], *, now_ms: int | None = None
+    ) -> float:
+        """Seconds until one unit fits in every global window; 0.0 if it fits now.
+
+        Takes nothing: the sender uses it to know how long to stop receiving.
+        """
+        reply = await self._run("peek", "", global_windows, (), now_ms, [1])
+        return max(0, reply[1]) / 1000
+
+    async def retry_after(
+        self, tenant: str, tenant_windows: Sequence[Window], *, cost: int = 1, now_ms: int | None = None
+    ) -> float:
+        """Seconds until ``cost`` units fit in every window of ``tenant``; 0.0 if they fit now;
+        :data:`NEVER` if they never can. Takes nothing (for stats)."""
+        reply = await self._run("peek", tenant, (), tenant_windows, now_ms, [cost])
+        return NEVER if reply[1] < 0 else reply[1] / 1000
+
+    async def _run(
+        self,
+        op: str,
+        tenant: str,
+        global_windows: Sequence[Window],
+        tenant_windows: Sequence[Window],
+        time_ms: int | None,
+        tail: Sequence[int | str],
+        *,
+        pipeline: Pipeline | None = None,
+    ) -> list[int]:
+        keys: list[str] = []
+        args: list[str | int] = [op, "" if time_ms is None else time_ms, self._buckets, len(global_windows)]
+        for scope, windows in (("global", global_windows), (f"t:{tenant}", tenant_windows)):
+            if len({w.seconds for w in windows}) != len(windows):
+                raise ValueError(f"two {scope} windows of the same length: {list(windows)}")
+            for window in windows:
+                keys.append(self._keys.quota(scope, window.seconds))
+                args += [window.seconds, window.limit]
+        if op == "acquire_fair":
+            keys += [
+                self._keys.quota_share(part) for part in ("tags", "seen", "weights", "waiting", "binding")
+            ]
+        args += tail
+        if pipeline is not None:
+            # Queued only; the reply comes from the caller's pipeline.execute().
+            await self._script(keys=keys, args=args, client=pipeline)
+            return []
+        reply = await self._script(keys=keys, args=args)
+        return [int(value) for value in reply]

@@ -1,0 +1,421 @@
+"""Live control of quotas and tenants, stored in Redis: no restart needed.
+
+An operator (``fairpost quota …``, ``fairpost tenant …``) or an admin tool
+(:class:`QuotaAdmin`) writes overrides; every sender replica reads them
+through an :class:`OverrideCache`, refreshed every ``REFRESH_SECONDS``, so a
+change applies everywhere within a few seconds. An override wins over the
+settings until it is reset.
+
+Keys (all from :class:`dispatcher.keys.Keys`):
+
+- ``limit_overrides()``: hash, ``"global"`` or ``"t:<tenant>"`` → limits text;
+- ``paused()``: set of paused tenants, the one the dispatcher's scripts
+  already honour (a paused tenant leaves the ring; its queue waits);
+- ``auto_limits()``: the global limits a daemon derived from SES
+  (``FAIRPOST_GLOBAL_LIMITS=auto``), published for the CLI to show.
+
+A paused tenant's mail already in SQS is not sent either: the sender parks
+it (``PAUSED_RECHECK_SECONDS``) until the tenant is resumed.
+
+This module needs only the SDK's dependencies (``redis``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, Self
+
+import redis
+import redis.asyncio
+
+from config import ConfigError, FairpostError, Settings, load_settings
+from config.limits import Limits, Window, format_limits, parse_limits
+from config.tenant_id import TENANT_ID_RULE, is_valid_tenant_id
+from dispatcher.keys import Keys
+from dispatcher.scripts import lua_source
+from dispatcher.store import ScriptCalls, store_limits
+
+__all__ = [
+    "PAUSED_RECHECK_SECONDS",
+    "REFRESH_SECONDS",
+    "EffectiveLimits",
+    "InvalidOverride",
+    "LimitSource",
+    "OverrideCache",
+    "Overrides",
+    "QuotaAdmin",
+    "StaticLimits",
+    "changed_scopes",
+    "read_overrides",
+]
+
+log = logging.getLogger("fairpost.overrides")
+
+REFRESH_SECONDS = 2.0
+"""How often a replica re-reads the overrides: a change applies within about this long."""
+
+PAUSED_RECHECK_SECONDS = 10.0
+"""How long the sender parks a paused tenant's mail before looking again."""
+
+GLOBAL_FIELD = "global"
+_TENANT_FIELD = "t:"
+
+Source = Literal["override", "settings", "tenant settings", "auto"]
+
+
+class InvalidOverride(FairpostError):
+    """The override is invalid; nothing was written."""
+
+    caller_fault = True
+
+    def __init__(self, field_name: str, rule: str) -> None:
+        self.field = field_name
+        self.rule = rule
+        super().__init__(f"{field_name}: {rule}")
+
+
+@dataclass(frozen=True)
+class Overrides:
+    """What the operators set, as read from Redis."""
+
+    global_limits: Limits | None = None
+    tenants: Mapping[str, Limits] = field(default_factory=dict)
+    paused: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class EffectiveLimits:
+    """The limits that apply to a scope now, and where they come from."""
+
+    scope: str
+    """``"global"`` or a tenant id."""
+    windows: Limits | None
+    """``None`` only for ``auto`` global limits no daemon has derived yet."""
+    source: Source
+    paused: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "scope": self.scope,
+            "limits": None if self.windows is None else format_limits(self.windows),
+            "windows": [] if self.windows is None else [[w.seconds, w.limit] for w in self.windows],
+            "source": self.source,
+            "paused": self.paused,
+        }
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def read_overrides(raw: Mapping[Any, Any], paused: Iterable[Any]) -> Overrides:
+    """Build :class:`Overrides` from the override hash and the paused set.
+
+    A value that does not parse (written by hand with redis-cli) is logged and
+    ignored: the settings apply instead.
+    """
+    global_limits: Limits | None = None
+    tenants: dict[str, Limits] = {}
+    for key, value in raw.items():
+        name, text = _text(key), _text(value)
+        try:
+            windows = parse_limits(text)
+        except ValueError as exc:
+            log.warning("ignoring the unreadable quota override %s=%r: %s", name, text, exc)
+            continue
+        if name == GLOBAL_FIELD:
+            global_limits = windows
+        elif name.startswith(_TENANT_FIELD):
+            tenants[name[len(_TENANT_FIELD) :]] = windows
+    return Overrides(global_limits, tenants, frozenset(_text(t) for t in paused))
+
+
+def resolve_global(settings: Settings, overrides: Overrides, auto: Limits | None) -> EffectiveLimits:
+    if overrides.global_limits is not None:
+        return EffectiveLimits(GLOBAL_FIELD, overrides.global_limits, "override")
+    if isinstance(settings.global_limits, str):
+        return EffectiveLimits(GLOBAL_FIELD, auto, "auto")
+    return EffectiveLimits(GLOBAL_FIELD, settings.global_limits, "settings")
+
+
+def resolve_tenant(settings: Settings, overrides: Overrides, tenant: str) -> EffectiveLimits:
+    paused = tenant in overrides.paused
+    override = overrides.tenants.get(tenant)
+    if override is not None:
+        return EffectiveLimits(tenant, override, "override", paused)
+    own = settings.tenant(tenant).limits
+    if own is not None:
+        return EffectiveLimits(tenant, own, "tenant settings", paused)
+    return EffectiveLimits(tenant, settings.tenant_limits, "settings", paused)
+
+
+# -- what the sender reads ----------------------------------------------------------
+
+
+class LimitSource(Protocol):
+    """The limits the sender applies, read without I/O on every call."""
+
+    def global_limits(self) -> Limits: ...
+
+    def limits_for(self, tenant: str) -> Limits: ...
+
+    def is_paused(self, tenant: str) -> bool: ...
+
+
+class StaticLimits:
+    """The settings alone, no live overrides (a sender built without an :class:`OverrideCache`)."""
+
+    def __init__(self, settings: Settings) -> None:
+        if isinstance(settings.global_limits, str):
+            raise ConfigError(
+                [("FAIRPOST_GLOBAL_LIMITS", "auto needs the daemon's SES account refresh (OverrideCache)")]
+            )
+        self._global: Limits = settings.global_limits
+        self._settings = settings
+
+    def global_limits(self) -> Limits:
+        return self._global
+
+    def limits_for(self, tenant: str) -> Limits:
+        return self._settings.limits_for(tenant)
+
+    def is_paused(self, tenant: str) -> bool:
+        return False
+
+
+class OverrideCache:
+    """The settings, overridden live from Redis: what every sender replica applies.
+
+    :meth:`run` re-reads the overrides every ``refresh_seconds``; the getters
+    answer from memory. If Redis cannot be read, the last values stay in
+    force. ``auto`` gives the global limits derived from SES when the settings
+    say ``auto`` (see :mod:`mailer.daemon.ses_account`).
+    """
+
+    def __init__(
+        self,
+        client: redis.asyncio.Redis,
+        keys: Keys,
+        settings: Settings,
+        *,
+        auto: Callable[[], Limits] | None = None,
+        refresh_seconds: float = REFRESH_SECONDS,
+        on_change: Callable[[Overrides, Overrides], Awaitable[None]] | None = None,
+    ) -> None:
+        if isinstance(settings.global_limits, str) and auto is None:
+            raise ConfigError([("FAIRPOST_GLOBAL_LIMITS", "auto needs the SES account limits source")])
+        self._redis = client
+        self._keys = keys
+        self._settings = settings
+        self._auto = auto
+        self.refresh_seconds = refresh_seconds
+        self._on_change = on_change
+        self._overrides = Overrides()
+        self.refreshed = 0
+        """How many refreshes succeeded (tests wait on it)."""
+
+    @property
+    def overrides(self) -> Overrides:
+        return self._overrides
+
+    def global_limits(self) -> Limits:
+        if self._overrides.global_limits is not None:
+            return self._overrides.global_limits
+        if isinstance(self._settings.global_limits, str):
+            assert self._auto is not None
+            return self._auto()
+        return self._settings.global_limits
+
+    def limits_for(self, tenant: str) -> Limits:
+        return self._overrides.tenants.get(tenant) or self._settings.limits_for(tenant)
+
+    def is_paused(self, tenant: str) -> bool:
+        return tenant in self._overrides.paused
+
+    async def refresh(self) -> Overrides:
+        async with self._redis.pipeline(transaction=False) as pipe:
+            pipe.hgetall(self._keys.limit_overrides())
+            pipe.smembers(self._keys.paused())
+            raw, paused = await pipe.execute()
+        old, new = self._overrides, read_overrides(raw, paused)
+        _log_changes(old, new)
+        self._overrides = new
+        self.refreshed += 1
+        if new != old and self.refreshed > 1 and self._on_change is not None:
+            try:
+                await self._on_change(old, new)
+            except Exception as exc:
+                log.warning("could not act on the changed overrides at once: %s", exc)
+        return new
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Refresh until ``stop`` is set; a failed read keeps the last values."""
+        failing = False
+        while not stop.is_set():
+            try:
+                await self.refresh()
+            except (redis.RedisError, OSError) as exc:
+                if not failing:
+                    log.warning("cannot read quota overrides (keeping the last ones): %s", exc)
+                failing = True
+            else:
+                if failing:
+                    log.info("quota overrides readable again")
+                failing = False
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=self.refresh_seconds)
+
+
+def changed_scopes(old: Overrides, new: Overrides) -> tuple[bool, set[str]]:
+    """Whether the global override changed, and which tenants' overrides changed or were resumed."""
+    tenants = {t for t in set(old.tenants) | set(new.tenants) if old.tenants.get(t) != new.tenants.get(t)}
+    return old.global_limits != new.global_limits, tenants | (old.paused - new.paused)
+
+
+def _log_changes(old: Overrides, new: Overrides) -> None:
+    if old.global_limits != new.global_limits:
+        log.info("global quota override: %s", _describe(new.global_limits))
+    for tenant in sorted(set(old.tenants) | set(new.tenants)):
+        if old.tenants.get(tenant) != new.tenants.get(tenant):
+            log.info(
+                "tenant quota override: %s", _describe(new.tenants.get(tenant)), extra={"tenant": tenant}
+            )
+    for tenant in sorted(new.paused - old.paused):
+        log.info("tenant paused by an operator", extra={"tenant": tenant})
+    for tenant in sorted(old.paused - new.paused):
+        log.info("tenant resumed by an operator", extra={"tenant": tenant})
+
+
+def _describe(windows: Limits | None) -> str:
+    return "none (the settings apply)" if windows is None else format_limits(windows)
+
+
+# -- what operators and admin tools call ---------------------------------------------
+
+
+def _check_tenant(tenant: object) -> str:
+    if not is_valid_tenant_id(tenant):
+        raise InvalidOverride("tenant", f"must be {TENANT_ID_RULE}, got {tenant!r}")
+    assert isinstance(tenant, str)
+    return tenant
+
+
+def _check_limits(limits: str | Sequence[Window]) -> Limits:
+    if isinstance(limits, str):
+        try:
+            return parse_limits(limits)
+        except ValueError as exc:
+            raise InvalidOverride("limits", str(exc)) from None
+    windows = tuple(sorted(limits))
+    if not windows or len({w.seconds for w in windows}) != len(windows):
+        raise InvalidOverride("limits", "need at least one window, at most one of each length")
+    # Round-trip through the text form, so what is stored is what the parser accepts.
+    return _check_limits(format_limits(windows))
+
+
+class QuotaAdmin:
+    """Live quota and tenant control for admin tools (what ``fairpost quota`` and
+    ``fairpost tenant`` use). Changes reach every replica within about 5 s.
+
+    >>> with QuotaAdmin() as admin:
+    ...     admin.set_tenant_limits("acme", "100/minute; 5000/day")
+    ...     admin.pause("noisy")
+    """
+
+    def __init__(self, settings: Settings | None = None, *, redis_client: redis.Redis | None = None) -> None:
+        self.settings = settings or load_settings()
+        self._owns_redis = redis_client is None
+        self._redis = redis_client or redis.Redis.from_url(self.settings.redis_url)
+        self.keys = Keys(self.settings.key_prefix)
+        self._calls = ScriptCalls(self.keys, store_limits(self.settings))
+        self._resume = self._redis.register_script(
+            lua_source("dispatcher", "ring") + "\n" + lua_source("dispatcher", "resume")
+        )
+
+    # -- reading ------------------------------------------------------------------
+    def overrides(self) -> Overrides:
+        with self._redis.pipeline(transaction=False) as pipe:
+            pipe.hgetall(self.keys.limit_overrides())
+            pipe.smembers(self.keys.paused())
+            raw, paused = pipe.execute()
+        return read_overrides(raw, paused)
+
+    def auto_limits(self) -> Limits | None:
+        """The global limits a running daemon derived from SES, if the settings say ``auto``."""
+        text = self._redis.get(self.keys.auto_limits())
+        if text is None:
+            return None
+        try:
+            return parse_limits(_text(text))
+        except ValueError:
+            return None
+
+    def global_limits(self) -> EffectiveLimits:
+        auto = self.auto_limits() if isinstance(self.settings.global_limits, str) else None
+        return resolve_global(self.settings, self.overrides(), auto)
+
+    def tenant_limits(self, tenant: str) -> EffectiveLimits:
+        return resolve_tenant(self.settings, self.overrides(), _check_tenant(tenant))
+
+    def show(self, tenant: str | None = None) -> list[EffectiveLimits]:
+        """The global limits and, for one tenant or for every tenant that has an
+        override, own settings or a pause, the tenant's."""
+        overrides = self.overrides()
+        auto = self.auto_limits() if isinstance(self.settings.global_limits, str) else None
+        result = [resolve_global(self.settings, overrides, auto)]
+        if tenant is not None:
+            tenants = [_check_tenant(tenant)]
+        else:
+            tenants = sorted(set(overrides.tenants) | set(self.settings.tenants) | overrides.paused)
+        result += [resolve_tenant(self.settings, overrides, t) for t in tenants]
+        return result
+
+    # -- writing ------------------------------------------------------------------
+    def set_tenant_limits(self, tenant: str, limits: str | Sequence[Window]) -> Limits:
+        """Override a tenant's limits (``"100/minute; 5000/day"``) until :meth:`reset_tenant_limits`."""
+        field_name = _TENANT_FIELD + _check_tenant(tenant)
+        windows = _check_limits(limits)
+        self._redis.hset(self.keys.limit_overrides(), field_name, format_limits(windows))
+        return windows
+
+    def set_global_limits(self, limits: str | Sequence[Window]) -> Limits:
+        """Override the global limits until :meth:`reset_global_limits`."""
+        windows = _check_limits(limits)
+        self._redis.hset(self.keys.limit_overrides(), GLOBAL_FIELD, format_limits(windows))
+        return windows
+
+    def reset_tenant_limits(self, tenant: str) -> bool:
+        """Back to the settings; False if there was no override."""
+        field_name = _TENANT_FIELD + _check_tenant(tenant)
+        return bool(self._redis.hdel(self.keys.limit_overrides(), field_name))
+
+    def reset_global_limits(self) -> bool:
+        return bool(self._redis.hdel(self.keys.limit_overrides(), GLOBAL_FIELD))
+
+    def pause(self, tenant: str) -> bool:
+        """Stop a tenant: nothing more is claimed or sent; its mail waits. False if already paused."""
+        return bool(self._redis.sadd(self.keys.paused(), _check_tenant(tenant)))
+
+    def resume(self, tenant: str) -> bool:
+        """Let a paused tenant send again at once. False if it was not paused."""
+        tenant = _check_tenant(tenant)
+        result = self._resume(keys=self._calls.ring_keys(), args=[*self._calls.ring_args(), tenant])
+        return bool(int(result))
+
+    def paused(self) -> list[str]:
+        return sorted(self.overrides().paused)
+
+    # -- lifecycle -----------------------------------------------------------------
+    def close(self) -> None:
+        if self._owns_redis:
+            self._redis.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,258 @@
+"""The SDK: applications enqueue mail with :class:`MailClient` or :class:`AsyncMailClient`.
+
+Both validate every mail before writing anything, and write each job (its
+record and its place in the tenant's queue) in one atomic step.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from types import TracebackType
+from typing import Self
+
+import redis
+import redis.asyncio
+
+from config import Settings, load_settings
+from dispatcher.jobs import check_priority
+from dispatcher.keys import Keys
+from dispatcher.lifecycle import Lifecycle, SyncLifecycle
+from dispatcher.store import JobStore, NewJob, SyncJobStore, store_limits
+from mailer.errors import InvalidMail
+from mailer.sdk.attachments import Attachment
+from mailer.sdk.compose import mail_job
+from mailer.sdk.dead import DeadLetters
+from mailer.sdk.mail import Mail, check_tenant_id
+from mailer.sdk.status import JobStatus
+
+MAIL_KIND = "mail"
+
+
+def _mail_from(item: Mail | Mapping[str, object], index: int) -> Mail:
+    if isinstance(item, Mail):
+        return item
+    if isinstance(item, Mapping):
+        try:
+            return Mail(**item)  # type: ignore[arg-type]
+        except TypeError as exc:
+            raise InvalidMail(f"mails[{index}]", f"not a mail: {exc}") from None
+    raise InvalidMail(f"mails[{index}]", "must be a mailer.Mail or a mapping of its fields")
+
+
+def _new_jobs(
+    settings: Settings,
+    tenant_id: str,
+    mails: Iterable[Mail | Mapping[str, object]],
+    priority: str,
+    many: bool,
+    send_at: datetime | None = None,
+) -> list[NewJob]:
+    tenant = check_tenant_id(tenant_id)
+    try:
+        check_priority(priority)
+    except ValueError as exc:
+        raise InvalidMail("priority", str(exc)) from None
+    keys = Keys(settings.key_prefix)
+    jobs = []
+    default_sender = settings.tenant(tenant).default_sender
+    for index, item in enumerate(mails):
+        mail = _mail_from(item, index)
+        if not mail.sender and default_sender:
+            # The tenant's default_sender (FAIRPOST_TENANTS) fills a mail sent without one.
+            mail = dataclasses.replace(mail, sender=default_sender)
+        # Validation, send options and where the content goes: mailer.compose.
+        prefix = f"mails[{index}]." if many else ""
+        job = mail_job(
+            settings, keys, tenant, mail, priority=priority, kind=MAIL_KIND, prefix=prefix, send_at=send_at
+        )
+        jobs.append(job)
+    return jobs
+
+
+class MailClient:
+    """Enqueue mail from blocking code.
+
+    >>> client = MailClient.from_env()
+    >>> job_id = client.send("acme", sender="no-reply@acme.example", to=["ada@example.com"],
+    ...                      subject="Welcome", text="Hello!")
+    """
+
+    def __init__(self, settings: Settings | None = None, *, redis_client: redis.Redis | None = None) -> None:
+        self.settings = settings or load_settings()
+        self._owns_redis = redis_client is None
+        self._redis = redis_client or redis.Redis.from_url(self.settings.redis_url)
+        self._store = SyncJobStore(self._redis, Keys(self.settings.key_prefix), store_limits(self.settings))
+        self._lifecycle = SyncLifecycle(self._redis, self._store.keys, store_limits(self.settings))
+
+    @classmethod
+    def from_env(cls) -> MailClient:
+        """Settings from ``FAIRPOST_*`` variables and ``FAIRPOST_CONFIG_FILE``."""
+        return cls(load_settings())
+
+    def send(
+        self,
+        tenant_id: str,
+        *,
+        sender: str | None = None,
+        to: Sequence[str] | str,
+        subject: str,
+        text: str | None = None,
+        html: str | None = None,
+        cc: Sequence[str] | str = (),
+        bcc: Sequence[str] | str = (),
+        reply_to: Sequence[str] | str = (),
+        headers: Mapping[str, str] | None = None,
+        priority: str = "normal",
+        attachments: Sequence[Attachment] = (),
+        idempotency_key: str | None = None,
+        send_at: datetime | None = None,
+    ) -> str:
+        """Validate and enqueue one mail; return its job id. Raises :class:`InvalidMail`.
+
+        Without ``sender``, the tenant's ``default_sender`` setting is used.
+        """
+        mail = Mail(
+            sender=sender or "",
+            to=to,
+            subject=subject,
+            text=text,
+            html=html,
+            cc=cc,
+            bcc=bcc,
+            reply_to=reply_to,
+            headers=headers,
+            attachments=attachments,
+            idempotency_key=idempotency_key,
+            send_at=send_at,
+        )
+        jobs = _new_jobs(self.settings, tenant_id, [mail], priority, False, send_at)
+        [(_, job_id)] = self._store.submit(jobs)
+        return job_id
+
+    def send_many(
+        self,
+        tenant_id: str,
+        mails: Iterable[Mail | Mapping[str, object]],
+        *,
+        priority: str = "normal",
+        send_at: datetime | None = None,
+    ) -> list[str]:
+        """Validate every mail, then enqueue them all in one pipelined round trip.
+
+        If any mail is invalid, nothing is written and the error names it (``mails[3].to``).
+
+        Each mail may carry its own ``idempotency_key`` (a repeat within
+        FAIRPOST_IDEMPOTENCY_TTL gets the first job's id and enqueues nothing) and
+        ``send_at`` (timezone-aware; ``send_at`` here applies to mails without one).
+        """
+        jobs = _new_jobs(self.settings, tenant_id, mails, priority, True, send_at)
+        return [job_id for _, job_id in self._store.submit(jobs)]
+
+    def status(self, job_id: str) -> JobStatus:
+        """The job's state; raises :class:`UnknownJob` if there is no such job."""
+        return JobStatus.from_record(job_id, self._store.job(job_id))
+
+    def cancel(self, job_id: str) -> str:
+        """Stop a job not yet handed to SQS (scheduled, queued or claimed): it becomes a
+        dead letter with reason "cancelled". Returns the state it had. Raises
+        :class:`TooLateToCancel` once it is dispatched or finished, :class:`UnknownJob`
+        if there is no such job. Cancelling twice is not an error."""
+        return self._lifecycle.cancel(job_id, self.settings.job_ttl)
+
+    def dead_letters(self) -> DeadLetters:
+        """List, show, replay and purge dead letters, on this client's connection."""
+        return DeadLetters(self.settings, redis_client=self._redis)
+
+    def close(self) -> None:
+        if self._owns_redis:
+            self._redis.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class AsyncMailClient:
+    """Enqueue mail from asyncio code; the same methods as :class:`MailClient`."""
+
+    def __init__(
+        self, settings: Settings | None = None, *, redis_client: redis.asyncio.Redis | None = None
+    ) -> None:
+        self.settings = settings or load_settings()
+        self._owns_redis = redis_client is None
+        self._redis = redis_client or redis.asyncio.Redis.from_url(self.settings.redis_url)
+        self._store = JobStore(self._redis, Keys(self.settings.key_prefix), store_limits(self.settings))
+        self._lifecycle = Lifecycle(self._redis, self._store.keys, self._store.limits)
+
+    @classmethod
+    def from_env(cls) -> AsyncMailClient:
+        return cls(load_settings())
+
+    async def send(
+        self,
+        tenant_id: str,
+        *,
+        sender: str | None = None,
+        to: Sequence[str] | str,
+        subject: str,
+        text: str | None = None,
+        html: str | None = None,
+        cc: Sequence[str] | str = (),
+        bcc: Sequence[str] | str = (),
+        reply_to: Sequence[str] | str = (),
+        headers: Mapping[str, str] | None = None,
+        priority: str = "normal",
+        attachments: Sequence[Attachment] = (),
+        idempotency_key: str | None = None,
+        send_at: datetime | None = None,
+    ) -> str:
+        mail = Mail(
+            sender=sender or "",
+            to=to,
+            subject=subject,
+            text=text,
+            html=html,
+            cc=cc,
+            bcc=bcc,
+            reply_to=reply_to,
+            headers=headers,
+            attachments=attachments,
+            idempotency_key=idempotency_key,
+            send_at=send_at,
+        )
+        jobs = _new_jobs(self.settings, tenant_id, [mail], priority, False, send_at)
+        [(_, job_id)] = await self._store.submit(jobs)
+        return job_id
+
+    async def send_many(
+        self,
+        tenant_id: str,
+        mails: Iterable[Mail | Mapping[str, object]],
+        *,
+        priority: str = "normal",
+        send_at: datetime | None = None,
+    ) -> list[str]:
+        jobs = _new_jobs(self.settings, tenant_id, mails, priority, True, send_at)
+        return [job_id for _, job_id in await self._store.submit(jobs)]
+
+    async def status(self, job_id: str) -> JobStatus:
+        return JobStatus.from_record(job_id, await self._store.job(job_id))
+
+    async def cancel(self, job_id: str) -> str:
+        return await self._lifecycle.cancel(job_id, self.settings.job_ttl)
+
+    async def aclose(self) -> None:
+        if self._owns_redis:
+            await self._redis.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()

@@ -1,0 +1,196 @@
+"""A mail as the SDK accepts it, validated before anything is written."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from email.utils import formataddr, getaddresses
+from typing import Any
+
+from email_validator import EmailNotValidError, validate_email
+
+from config.tenant_id import TENANT_ID_RULE, is_valid_tenant_id
+from mailer.errors import InvalidMail
+from mailer.sdk.attachments import Attachment
+
+MAX_RECIPIENTS = 50
+"""SES's limit on To + Cc + Bcc of one message."""
+
+MAX_SUBJECT_CHARS = 998
+"""RFC 5322's line limit: a longer subject cannot be one header line."""
+
+_HEADER_NAME_CHARS = frozenset(chr(c) for c in range(33, 127)) - {":"}
+
+
+@dataclass(frozen=True)
+class Mail:
+    """One mail. Addresses may carry a display name: ``"Ada <ada@example.com>"``."""
+
+    sender: str
+    to: Sequence[str] | str
+    subject: str
+    text: str | None = None
+    html: str | None = None
+    cc: Sequence[str] | str = ()
+    bcc: Sequence[str] | str = ()
+    reply_to: Sequence[str] | str = ()
+    headers: Mapping[str, str] | None = field(default=None)
+    attachments: Sequence[Attachment] = ()
+    """Sent as a MIME message (``Content.Raw``); see :mod:`mailer.sdk.mime`."""
+    idempotency_key: str | None = None
+    """A second mail of the tenant with this key, within FAIRPOST_IDEMPOTENCY_TTL, is not enqueued."""
+    send_at: datetime | None = None
+    """Timezone-aware: the mail waits in Redis until then."""
+
+
+@dataclass(frozen=True)
+class ValidMail:
+    """A mail that passed every rule, addresses normalised."""
+
+    sender: str
+    to: tuple[str, ...]
+    cc: tuple[str, ...]
+    bcc: tuple[str, ...]
+    reply_to: tuple[str, ...]
+    subject: str
+    text: str | None
+    html: str | None
+    headers: dict[str, str]
+    raw: bytes | None = field(default=None, repr=False)
+    """The whole MIME message, when it travels as one (attachments, or a claim
+    check): the sender loads it from Redis and sends it as ``Content.Raw``."""
+
+    @property
+    def recipients(self) -> int:
+        """What SES counts against both quotas."""
+        return len(self.to) + len(self.cc) + len(self.bcc)
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "from": self.sender,
+                "to": self.to,
+                "cc": self.cc,
+                "bcc": self.bcc,
+                "reply_to": self.reply_to,
+                "subject": self.subject,
+                "text": self.text,
+                "html": self.html,
+                "headers": self.headers,
+            },
+            separators=(",", ":"),
+            ensure_ascii=False,
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> ValidMail:
+        """Rebuild a mail written by :meth:`to_json`. Raises ValueError/KeyError/TypeError if malformed."""
+        data: dict[str, Any] = json.loads(text)
+        return cls(
+            sender=str(data["from"]),
+            to=tuple(data["to"]),
+            cc=tuple(data["cc"]),
+            bcc=tuple(data["bcc"]),
+            reply_to=tuple(data["reply_to"]),
+            subject=str(data["subject"]),
+            text=data["text"],
+            html=data["html"],
+            headers=dict(data["headers"]),
+        )
+
+
+def check_tenant_id(tenant_id: object, field_name: str = "tenant_id") -> str:
+    if not is_valid_tenant_id(tenant_id):
+        raise InvalidMail(field_name, f"must be {TENANT_ID_RULE}, got {tenant_id!r}")
+    assert isinstance(tenant_id, str)
+    return tenant_id
+
+
+def validate(mail: Mail, *, max_bytes: int, prefix: str = "") -> tuple[ValidMail, str]:
+    """Check every rule; return the mail and its JSON, or raise :class:`InvalidMail`."""
+    sender = _address(mail.sender, prefix + "sender")
+    to = _addresses(mail.to, prefix + "to")
+    cc = _addresses(mail.cc, prefix + "cc")
+    bcc = _addresses(mail.bcc, prefix + "bcc")
+    reply_to = _addresses(mail.reply_to, prefix + "reply_to")
+    total = len(to) + len(cc) + len(bcc)
+    if total == 0:
+        raise InvalidMail(prefix + "to", "at least one recipient is required in to, cc or bcc")
+    if total > MAX_RECIPIENTS:
+        raise InvalidMail(
+            prefix + "to", f"at most {MAX_RECIPIENTS} recipients in to + cc + bcc (SES's limit), got {total}"
+        )
+    subject = _header_value(mail.subject, prefix + "subject")
+    if not subject.strip():
+        raise InvalidMail(prefix + "subject", "must not be empty")
+    if len(subject) > MAX_SUBJECT_CHARS:
+        raise InvalidMail(prefix + "subject", f"at most {MAX_SUBJECT_CHARS} characters")
+    for name, body in (("text", mail.text), ("html", mail.html)):
+        if body is not None and not isinstance(body, str):
+            raise InvalidMail(prefix + name, "must be a string")
+    if not mail.text and not mail.html:
+        raise InvalidMail(prefix + "text", "at least one of text and html is required")
+    headers = _headers(mail.headers, prefix + "headers")
+    valid = ValidMail(sender, to, cc, bcc, reply_to, subject, mail.text, mail.html, headers)
+    payload = valid.to_json()
+    size = len(payload.encode())
+    if size > max_bytes:
+        raise InvalidMail(
+            prefix + "size",
+            f"the mail is {size} bytes; the limit is {max_bytes} (FAIRPOST_MAX_MESSAGE_BYTES)",
+        )
+    return valid, payload
+
+
+def _address(value: object, field_name: str) -> str:
+    if not isinstance(value, str):
+        raise InvalidMail(field_name, f"must be an e-mail address string, got {type(value).__name__}")
+    if "\r" in value or "\n" in value:
+        raise InvalidMail(field_name, "must not contain CR or LF")
+    if not value.strip():
+        hint = " (or set the tenant's default_sender)" if field_name.endswith("sender") else ""
+        raise InvalidMail(field_name, "must be a valid e-mail address, not empty" + hint)
+    # getaddresses, not parseaddr: parseaddr keeps the first of "a@x, b@y" (or of
+    # "a@x <b@y>") and silently drops the rest.
+    parsed = getaddresses([value])
+    if len(parsed) != 1 or not parsed[0][1]:
+        raise InvalidMail(field_name, f"{value!r} is not one valid e-mail address")
+    name, addr = parsed[0]
+    try:
+        checked = validate_email(addr, check_deliverability=False)
+    except EmailNotValidError as exc:
+        raise InvalidMail(field_name, f"{addr!r} is not a valid e-mail address: {exc}") from None
+    return formataddr((name, checked.normalized)) if name else checked.normalized
+
+
+def _addresses(value: object, field_name: str) -> tuple[str, ...]:
+    if isinstance(value, str):
+        value = (value,)
+    if not isinstance(value, Iterable):
+        raise InvalidMail(field_name, "must be an address or a list of addresses")
+    return tuple(_address(item, f"{field_name}[{i}]") for i, item in enumerate(value))
+
+
+def _header_value(value: object, field_name: str) -> str:
+    if not isinstance(value, str):
+        raise InvalidMail(field_name, f"must be a string, got {type(value).__name__}")
+    if "\r" in value or "\n" in value:
+        raise InvalidMail(field_name, "must not contain CR or LF (header injection)")
+    return value
+
+
+def _headers(value: Mapping[str, str] | None, field_name: str) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise InvalidMail(field_name, "must be a mapping of header name to value")
+    out: dict[str, str] = {}
+    for name, header in value.items():
+        if not isinstance(name, str) or not name or not set(name) <= _HEADER_NAME_CHARS:
+            raise InvalidMail(
+                f"{field_name}[{name!r}]", "a header name is printable ASCII without spaces or ':'"
+            )
+        out[name] = _header_value(header, f"{field_name}[{name!r}]")
+    return out

@@ -1,0 +1,74 @@
+"""The MIME message a mail becomes when it has attachments (or is too big for an
+SQS message): built with the standard library's :mod:`email`, sent to SES v2
+as ``Content.Raw``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from email import policy
+from email.errors import MessageError
+from email.message import EmailMessage
+
+from mailer.errors import InvalidMail
+from mailer.sdk.attachments import Attachment
+from mailer.sdk.mail import ValidMail
+
+SES_MAX_MESSAGE_BYTES = 40_000_000
+"""SES v2's limit on one message, attachments (base64-encoded) included."""
+
+_RESERVED_HEADERS = frozenset(
+    h.lower()
+    for h in (
+        "From",
+        "To",
+        "Cc",
+        "Bcc",
+        "Reply-To",
+        "Subject",
+        "MIME-Version",
+        "Content-Type",
+        "Content-Transfer-Encoding",
+        "Content-Disposition",
+    )
+)
+
+
+def build_mime(mail: ValidMail, attachments: Iterable[Attachment], *, prefix: str = "") -> bytes:
+    """The whole message, CRLF line endings, as SES's ``Content.Raw.Data`` takes it.
+
+    Bcc recipients are not written as a header: SES gets them from ``Destination``.
+    No Date or Message-ID: SES adds them when it sends (a scheduled mail is sent
+    later than it is built).
+    """
+    for name in mail.headers:
+        if name.lower() in _RESERVED_HEADERS:
+            raise InvalidMail(f"{prefix}headers[{name!r}]", "is set by fairpost from the mail's own fields")
+    try:
+        msg = EmailMessage(policy=policy.SMTP)
+        msg["From"] = mail.sender
+        if mail.to:
+            msg["To"] = ", ".join(mail.to)
+        if mail.cc:
+            msg["Cc"] = ", ".join(mail.cc)
+        if mail.reply_to:
+            msg["Reply-To"] = ", ".join(mail.reply_to)
+        msg["Subject"] = mail.subject
+        for name, value in mail.headers.items():
+            msg[name] = value
+        if mail.text and mail.html:
+            msg.set_content(mail.text)
+            msg.add_alternative(mail.html, subtype="html")
+        elif mail.text:
+            msg.set_content(mail.text)
+        else:
+            msg.set_content(mail.html or "", subtype="html")
+        for attachment in attachments:
+            maintype, subtype = attachment.content_type.split("/", 1)
+            msg.add_attachment(
+                attachment.data, maintype=maintype, subtype=subtype, filename=attachment.filename
+            )
+        return msg.as_bytes(policy=policy.SMTP)
+    except (ValueError, TypeError, MessageError) as exc:
+        # A header value the email package cannot write (a malformed Date, say).
+        raise InvalidMail(prefix + "headers", f"cannot be written as a MIME message: {exc}") from None

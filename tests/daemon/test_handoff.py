@@ -1,0 +1,154 @@
+"""The mail worker hands jobs to SQS FIFO (moto's server over HTTP)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import boto3
+import pytest
+
+from config import load_settings
+from dispatcher.jobs import Job
+from dispatcher.worker import Dead, HandedOff, Retry
+from mailer.daemon.aws import SQS_CONFIG, session
+from mailer.daemon.handoff import MailWorker
+from mailer.ops.queue_setup import init_queue
+from mailer.sdk.mail import Mail, validate
+
+
+def mail_job(job_id: str, tenant: str) -> Job:
+    _, payload = validate(
+        Mail(sender="app@example.com", to=["ada@example.org"], subject="hi", text="hello"), max_bytes=100_000
+    )
+    return Job(id=job_id, tenant=tenant, kind="mail", payload=payload, attempts=0, created_ms=1)
+
+
+@pytest.fixture
+async def sqs(aws_env: str) -> AsyncIterator[Any]:
+    async with session().client("sqs", config=SQS_CONFIG) as client:
+        yield client
+
+
+@pytest.fixture
+def queue_url(aws_env: str) -> str:
+    url, differ = init_queue(boto3.client("sqs"), load_settings())
+    assert differ == {}
+    return url
+
+
+class CountingSqs:
+    """Wraps the real client to count batches and, when told, fail some entries
+    the way SQS reports a partial failure (moto cannot be made to)."""
+
+    def __init__(self, real: Any, fail_ids: set[str] | None = None, sender_fault: bool = False) -> None:
+        self.real = real
+        self.fail_ids = set(fail_ids or ())
+        self.sender_fault = sender_fault
+        self.batches: list[list[str]] = []
+
+    async def send_message_batch(self, QueueUrl: str, Entries: list[dict[str, str]]) -> dict[str, Any]:
+        self.batches.append([e["Id"] for e in Entries])
+        failing = [e for e in Entries if e["Id"] in self.fail_ids]
+        passing = [e for e in Entries if e["Id"] not in self.fail_ids]
+        response: dict[str, Any] = {"Successful": [], "Failed": []}
+        if passing:
+            response = dict(await self.real.send_message_batch(QueueUrl=QueueUrl, Entries=passing))
+            response.setdefault("Failed", [])
+        for entry in failing:
+            response["Failed"].append(
+                {
+                    "Id": entry["Id"],
+                    "Code": "InternalError",
+                    "Message": "try again",
+                    "SenderFault": self.sender_fault,
+                }
+            )
+        if not self.sender_fault:
+            self.fail_ids.clear()  # fails once, then recovers
+        return response
+
+
+def receive_all(url: str, expected: int) -> list[dict[str, Any]]:
+    client = boto3.client("sqs")
+    got: list[dict[str, Any]] = []
+    for _ in range(20):
+        response = client.receive_message(
+            QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=0, VisibilityTimeout=60,
+            MessageSystemAttributeNames=["MessageGroupId", "MessageDeduplicationId"],
+        )  # fmt: skip
+        batch = response.get("Messages", [])
+        got += batch
+        # FIFO: a group with a message in flight delivers nothing more, so take them out.
+        for message in batch:
+            client.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
+        if len(got) >= expected:
+            break
+    return got
+
+
+async def test_jobs_land_in_sqs_grouped_by_tenant(sqs: Any, queue_url: str) -> None:
+    counting = CountingSqs(sqs)
+    worker = MailWorker(counting, queue_url)
+    jobs = [mail_job(f"job{i:02d}", "acme" if i % 2 else "globex") for i in range(25)]
+    outcomes = await worker.handle(jobs[:10])
+    outcomes = [*outcomes, *await worker.handle(jobs[10:20]), *await worker.handle(jobs[20:])]
+    assert outcomes == [HandedOff()] * 25
+    assert [len(b) for b in counting.batches] == [10, 10, 5]
+    messages = receive_all(queue_url, 25)
+    assert len(messages) == 25
+    for message in messages:
+        body = json.loads(message["Body"])
+        assert body["v"] == 1
+        assert message["Attributes"]["MessageGroupId"] == body["tenant"]
+        assert message["Attributes"]["MessageDeduplicationId"] == body["job_id"]
+        assert body["mail"]["to"] == ["ada@example.org"]
+    assert {m["Attributes"]["MessageGroupId"] for m in messages} == {"acme", "globex"}
+
+
+async def test_a_partial_failure_retries_only_the_failed_entries(sqs: Any, queue_url: str) -> None:
+    counting = CountingSqs(sqs, fail_ids={"job3", "job7"})
+    worker = MailWorker(counting, queue_url)
+    outcomes = await worker.handle([mail_job(f"job{i}", "acme") for i in range(10)])
+    assert outcomes == [HandedOff()] * 10
+    assert counting.batches[1] == ["job3", "job7"]
+    assert len(receive_all(queue_url, 10)) == 10
+
+
+async def test_entries_sqs_rejects_as_sender_fault_become_dead_letters(sqs: Any, queue_url: str) -> None:
+    counting = CountingSqs(sqs, fail_ids={"job1"}, sender_fault=True)
+    outcomes = await MailWorker(counting, queue_url).handle(
+        [mail_job("job0", "acme"), mail_job("job1", "acme")]
+    )
+    assert outcomes[0] == HandedOff()
+    assert isinstance(outcomes[1], Dead) and "InternalError" in outcomes[1].reason
+    assert len(counting.batches) == 1
+
+
+async def test_entries_that_keep_failing_go_back_to_redis(sqs: Any, queue_url: str) -> None:
+    class AlwaysFailing(CountingSqs):
+        async def send_message_batch(self, QueueUrl: str, Entries: list[dict[str, str]]) -> dict[str, Any]:
+            self.batches.append([e["Id"] for e in Entries])
+            failed = [{"Id": e["Id"], "Code": "InternalError", "SenderFault": False} for e in Entries]
+            return {"Successful": [], "Failed": failed}
+
+    failing = AlwaysFailing(sqs)
+    outcomes = await MailWorker(failing, queue_url).handle([mail_job("job0", "acme")])
+    assert isinstance(outcomes[0], Retry)
+    assert len(failing.batches) == 3
+
+
+def test_init_aws_is_idempotent_and_reports_differences(aws_env: str) -> None:
+    settings = load_settings()
+    client = boto3.client("sqs")
+    url1, differ1 = init_queue(client, settings)
+    url2, differ2 = init_queue(client, settings)
+    assert url1 == url2 and differ1 == differ2 == {}
+    attrs = client.get_queue_attributes(QueueUrl=url1, AttributeNames=["All"])["Attributes"]
+    assert attrs["FifoQueue"] == "true"
+    assert attrs["DeduplicationScope"] == "messageGroup"
+    assert attrs["FifoThroughputLimit"] == "perMessageGroupId"
+    client.set_queue_attributes(QueueUrl=url1, Attributes={"VisibilityTimeout": "5"})
+    _, differ3 = init_queue(client, settings)
+    assert differ3 == {"VisibilityTimeout": ("5", "60")}

@@ -1,0 +1,109 @@
+"""Two daemon processes on one Redis and one FIFO queue (LocalStack: moto lets
+two receivers share a group, docs/design.md), a bursting tenant and a steady trickle.
+
+Checked at the SES side (the recording server in tests/support/ses_server.py):
+every mail delivered exactly once, no sliding window over its limit globally or
+per tenant, and the trickle's latency untouched by the burst.
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import boto3
+import pytest
+
+from config import load_settings
+from mailer import MailClient
+from mailer.ops.queue_setup import init_queue
+from tests.support.daemon_process import daemon_process
+from tests.support.localstack import LocalStackServer
+from tests.support.servers import wait_until
+from tests.support.ses_server import SesServer
+
+pytestmark = [pytest.mark.slow, pytest.mark.localstack]
+
+GLOBAL = "30/second"
+TENANT = "6/second"
+QUIET = ["q1", "q2", "q3", "q4"]
+
+
+@pytest.fixture
+def ses() -> Iterator[SesServer]:
+    with SesServer() as server:
+        yield server
+
+
+def test_two_replicas_deliver_exactly_once_and_never_over_quota(
+    redis_url: str, localstack_srv: LocalStackServer, ses: SesServer, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    queue = f"replicas-{uuid.uuid4().hex[:8]}.fifo"
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "AWS_ENDPOINT_URL_SQS": localstack_srv.url,
+        "AWS_ENDPOINT_URL_SESV2": ses.url,
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "FAIRPOST_REDIS_URL": redis_url,
+        "FAIRPOST_QUEUE_NAME": queue,
+        "FAIRPOST_GLOBAL_LIMITS": GLOBAL,
+        "FAIRPOST_TENANT_LIMITS": TENANT,
+        "FAIRPOST_INFLIGHT_CAP": "12",
+        "FAIRPOST_SENDER__WAIT_SECONDS": "2",
+        "FAIRPOST_SHUTDOWN_GRACE": "3",
+    }
+    for name, value in env.items():
+        if name.startswith("FAIRPOST_"):
+            monkeypatch.setenv(name, value)
+    settings = load_settings()
+    sqs = boto3.client(
+        "sqs", endpoint_url=localstack_srv.url, region_name="us-east-1",
+        aws_access_key_id="testing", aws_secret_access_key="testing",
+    )  # fmt: skip
+    init_queue(sqs, settings)
+
+    enqueued_at: dict[str, float] = {}
+    with (
+        daemon_process(env, tmp_path, replica="r1") as r1,
+        daemon_process(env, tmp_path, replica="r2") as r2,
+        MailClient(settings) as client,
+    ):
+        start = time.monotonic()
+        # The burst: 10x the tenant's per-second quota at once.
+        for job_id in client.send_many(
+            "noisy", [{"sender": "app@example.com", "to": [f"n{i}@example.org"], "subject": "n", "text": "n"}
+                      for i in range(60)]
+        ):  # fmt: skip
+            enqueued_at[job_id] = time.monotonic()
+        # The trickle: each quiet tenant sends one mail every half second, well
+        # within its own quota; q1's mails go to two people each.
+        quiet_ids: list[str] = []
+        for tick in range(12):
+            for tenant in QUIET:
+                to = [f"{tenant}-{tick}-{r}@example.org" for r in range(2 if tenant == "q1" else 1)]
+                job_id = client.send(tenant, sender="app@example.com", to=to, subject="q", text="q")
+                enqueued_at[job_id] = time.monotonic()
+                quiet_ids.append(job_id)
+            # Pacing the load generator, not waiting for an outcome.
+            time.sleep(max(0.0, start + (tick + 1) * 0.5 - time.monotonic()))
+        wait_until(lambda: ses.sent_count >= len(enqueued_at), timeout=60, what="every mail at SES")
+        # Stop both replicas cleanly: after that no duplicate can still arrive.
+        assert r1.stop() == 0 and r2.stop() == 0
+
+    delivered = collections.Counter(m.job_id for m in ses.sent)
+    assert set(delivered) == set(enqueued_at), "lost or unknown mail"
+    assert max(delivered.values()) == 1, "a mail was delivered twice"
+    assert ses.max_in_window(1.0) <= 30
+    by_tenant = ses.max_in_window_by(1.0, key=lambda m: m.tag("fairpost-tenant"))
+    assert max(by_tenant.values()) <= 6, by_tenant
+    arrival = {m.job_id: m.monotonic for m in ses.sent}
+    quiet_latency = sorted(arrival[j] - enqueued_at[j] for j in quiet_ids)
+    assert quiet_latency[-1] < 2.0, f"a quiet tenant waited {quiet_latency[-1]:.2f}s behind the burst"
+    noisy_done = max(arrival[j] for j in enqueued_at if j not in set(quiet_ids)) - start
+    assert noisy_done >= 60 / 6 - 1.5, "the noisy tenant went faster than its quota allows"

@@ -1,0 +1,63 @@
+"""The benchmark suite cannot rot: its tiny version runs end to end and reports every figure.
+
+Targets are not asserted here (machines differ); only that ``python -m bench
+--quick`` exits 0 (no safety figure failed, every scenario ran) and writes the
+JSON with every figure the full run writes.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+FIGURES = {
+    "quota_engine_speedup",
+    "safety_global_window",
+    "safety_tenant_window",
+    "safety_global_window_slow_ses",
+    "safety_tenant_window_slow_ses",
+    "safety_lost",
+    "safety_duplicates",
+    "isolation_p99_ratio",
+    "utilisation",
+    "receives_per_throttled_mail",
+    "fair_share_deviation",
+    "sqs_requests_per_mail",
+    "cpu_per_mail_ratio",
+    "scaling_1",
+    "scaling_2",
+    "scaling_4",
+    "strategy_sleep",
+    "strategy_put_back",
+    "strategy_fairpost",
+}
+
+
+@pytest.mark.bench
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_quick_bench_runs_and_reports_every_figure(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    result = subprocess.run(
+        [sys.executable, "-m", "bench", "--quick", "--json", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=230,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
+    data = json.loads(out.read_text())
+    assert set(data["figures"]) == FIGURES
+    for key, figure in data["figures"].items():
+        assert "value" in figure and "verdict" in figure, key
+        assert figure["verdict"] in {"meets", "misses", "reported"}, (key, figure["verdict"])
+    assert data["quick"] is True
+    assert data["machine"]["cores"] >= 1
+    assert "figure" in result.stdout and "python -m bench --quick" in result.stdout

@@ -1,0 +1,679 @@
+"""Operating fairpost: live quota and tenant control, stats, metrics, health, check-config,
+SES auto limits. Real daemon processes against real redis-server, moto's SQS over
+HTTP and the recording SES v2 server (tests/support/ses_server.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from rich.console import Console
+
+from config import load_settings
+from config.limits import Window, parse_limits
+from dispatcher.keys import Keys
+from mailer.cli import main
+from mailer.daemon.metrics import OTHER_TENANT, Metrics, TenantLabels
+from mailer.daemon.ses_account import derive_limits
+from mailer.ops.stats import ScopeStats, Stats, WindowUsage, render_table, render_text
+from mailer.quota.overrides import InvalidOverride, QuotaAdmin
+from mailer.sdk.client import MailClient
+from tests.support.daemon_process import daemon_process
+from tests.support.servers import free_port, wait_until
+from tests.support.ses_server import SesServer
+
+PREFIX = "ops"
+KEYS = Keys(PREFIX)
+
+
+@pytest.fixture
+def ses() -> Iterator[SesServer]:
+    with SesServer() as server:
+        yield server
+
+
+@pytest.fixture
+def ops_env(
+    monkeypatch: pytest.MonkeyPatch, redis_url: str, aws_env: str, ses: SesServer
+) -> Iterator[dict[str, str]]:
+    """FAIRPOST_* for the daemon and the CLI alike (the CLI reads os.environ); the queue exists."""
+    for name, value in {
+        "FAIRPOST_REDIS_URL": redis_url,
+        "FAIRPOST_KEY_PREFIX": PREFIX,
+        # Short polls and grace: a SIGTERMed test daemon stops in about a second.
+        "FAIRPOST_SENDER__WAIT_SECONDS": "1",
+        "FAIRPOST_SHUTDOWN_GRACE": "3",
+        "FAIRPOST_SENDER__MAX_JITTER_SECONDS": "0",
+        "AWS_ENDPOINT_URL_SESV2": ses.url,
+    }.items():
+        monkeypatch.setenv(name, value)
+    assert main(["init-aws"]) == 0
+    yield dict(os.environ)
+
+
+def env_now() -> dict[str, str]:
+    return dict(os.environ)
+
+
+def send(client: MailClient, tenant: str, n: int = 1, recipients: int = 1) -> list[str]:
+    return [
+        client.send(
+            tenant,
+            sender="app@example.com",
+            to=[f"user{i}-{r}@example.org" for r in range(recipients)],
+            subject=f"hello {i}",
+            text="hi",
+        )
+        for i in range(n)
+    ]
+
+
+def sent_by(ses: SesServer, tenant: str) -> int:
+    return sum(1 for m in ses.sent if m.tag("fairpost-tenant") == tenant)
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
+    capsys.readouterr()
+    code = main(list(argv))
+    return code, capsys.readouterr().out
+
+
+def stats_json(capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
+    code, out = run_cli(capsys, "stats", "--json")
+    assert code == 0
+    data: dict[str, Any] = json.loads(out)
+    return data
+
+
+def metric(text: str, name: str, **labels: str) -> float:
+    """The value of one sample in Prometheus text format (0 if absent)."""
+    want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    for line in text.splitlines():
+        if line.startswith("#"):
+            continue
+        match = re.fullmatch(r"([a-zA-Z_:][\w:]*)(?:\{(.*)\})? (\S+)", line)
+        if match is None or match[1] != name:
+            continue
+        have = ",".join(sorted(p for p in (match[2] or "").split(",") if p))
+        if have == want:
+            return float(match[3])
+    return 0.0
+
+
+# -- live quota control ---------------------------------------------------------------
+
+
+def test_quota_set_changes_a_running_sender_within_5s(
+    ops_env: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+    ses: SesServer,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("FAIRPOST_TENANT_LIMITS", "1/minute")
+    with daemon_process(env_now(), tmp_path, replica="q1"), MailClient() as client:
+        send(client, "acme", 4)
+        ses.wait_for(1, timeout=15)
+        # The other three are parked in SQS until the minute frees.
+        wait_until(
+            lambda: (
+                stats_json(capsys)["tenants"]["acme"]["in_flight"] == 3
+                and stats_json(capsys)["tenants"]["acme"]["retry_after_seconds"] > 30
+            ),
+            timeout=15,
+            what="acme's mail to be parked by its quota",
+        )
+        assert sent_by(ses, "acme") == 1
+
+        code, out = run_cli(capsys, "quota", "set", "acme", "100/minute; 5000/day")
+        assert code == 0 and "100/minute; 5000/day" in out
+        ses.wait_for(4, timeout=5)
+
+        code, out = run_cli(capsys, "quota", "show", "acme", "--json")
+        shown = json.loads(out)
+        assert shown["tenants"]["acme"]["limits"] == "100/minute; 5000/day"
+        assert shown["tenants"]["acme"]["source"] == "override"
+
+        # Lowering works the same way: the next mail waits for the new limit.
+        code, _ = run_cli(capsys, "quota", "set", "acme", "4/minute")
+        assert code == 0
+        wait_until(
+            lambda: stats_json(capsys)["tenants"]["acme"]["limits"] == "4/minute",
+            timeout=5,
+            what="stats to show the override",
+        )
+
+        code, out = run_cli(capsys, "quota", "reset", "acme")
+        assert code == 0 and "back to the settings" in out
+        shown = json.loads(run_cli(capsys, "quota", "show", "acme", "--json")[1])
+        assert shown["tenants"]["acme"]["limits"] == "1/minute"
+        assert shown["tenants"]["acme"]["source"] == "settings"
+
+
+def test_global_quota_set_wakes_a_sender_held_by_the_global_quota(
+    ops_env: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+    ses: SesServer,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("FAIRPOST_GLOBAL_LIMITS", "1/minute")
+    with daemon_process(env_now(), tmp_path, replica="g1"), MailClient() as client:
+        send(client, "acme", 1)
+        ses.wait_for(1, timeout=15)
+        send(client, "beta", 2)
+        wait_until(
+            lambda: stats_json(capsys)["global"]["retry_after_seconds"] > 30,
+            timeout=10,
+            what="the global quota to be spent",
+        )
+        code, _ = run_cli(capsys, "quota", "set", "--global", "50/second")
+        assert code == 0
+        ses.wait_for(3, timeout=5)
+        assert sent_by(ses, "beta") == 2
+        shown = json.loads(run_cli(capsys, "quota", "show", "--json")[1])
+        assert shown["global"] == {
+            "scope": "global",
+            "limits": "50/second",
+            "windows": [[1, 50]],
+            "source": "override",
+            "paused": False,
+        }
+        assert run_cli(capsys, "quota", "reset", "--global")[0] == 0
+        shown = json.loads(run_cli(capsys, "quota", "show", "--json")[1])
+        assert shown["global"]["limits"] == "1/minute"
+
+
+def test_pause_and_resume_a_tenant(
+    ops_env: dict[str, str],
+    ses: SesServer,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with daemon_process(env_now(), tmp_path, replica="p1"), MailClient() as client:
+        code, out = run_cli(capsys, "tenant", "pause", "acme")
+        assert code == 0 and "paused" in out
+        send(client, "acme", 3)
+        send(client, "beta", 2)
+        # beta flows while acme waits in its queue.
+        ses.wait_for(2, timeout=15)
+        assert sent_by(ses, "beta") == 2
+        data = stats_json(capsys)["tenants"]["acme"]
+        assert data["paused"] is True
+        assert data["backlog"] == 3
+        assert sent_by(ses, "acme") == 0
+
+        code, _ = run_cli(capsys, "tenant", "resume", "acme")
+        assert code == 0
+        ses.wait_for(5, timeout=5)
+        assert sent_by(ses, "acme") == 3
+        assert stats_json(capsys)["tenants"]["acme"]["paused"] is False
+
+
+def test_pause_holds_mail_already_in_sqs_and_resume_releases_it(
+    ops_env: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+    ses: SesServer,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Dispatcher only: the mail reaches SQS, nothing sends it yet.
+    with daemon_process(env_now(), tmp_path, replica="d1", role="dispatcher") as d1, MailClient() as client:
+        job_ids = send(client, "acme", 2)
+        # Handed to SQS, not only claimed: a claim cut off by the stop would wait out its lease.
+        wait_until(
+            lambda: all(client.status(j).state == "dispatched" for j in job_ids),
+            timeout=15,
+            what="acme's mail to reach SQS",
+        )
+        assert d1.stop() == 0
+    assert run_cli(capsys, "tenant", "pause", "acme")[0] == 0
+    with daemon_process(env_now(), tmp_path, replica="s1", role="sender") as sender:
+        wait_until(
+            lambda: sender.logged("tenant over quota (paused)"),
+            timeout=15,
+            what="the sender to park the paused tenant's mail",
+        )
+        assert sent_by(ses, "acme") == 0
+        assert run_cli(capsys, "tenant", "resume", "acme")[0] == 0
+        ses.wait_for(2, timeout=10)
+
+
+def test_quota_admin_validates_before_writing(ops_env: dict[str, str], redis_client: redis.Redis) -> None:
+    with QuotaAdmin() as admin:
+        with pytest.raises(InvalidOverride, match="limits"):
+            admin.set_tenant_limits("acme", "lots/minute")
+        with pytest.raises(InvalidOverride, match="tenant"):
+            admin.set_tenant_limits("no spaces", "1/second")
+        assert redis_client.hgetall(KEYS.limit_overrides()) == {}
+        assert admin.set_tenant_limits("acme", [Window(60, 10), Window(1, 2)]) == parse_limits(
+            "2/second; 10/minute"
+        )
+        assert admin.pause("acme") is True
+        assert admin.pause("acme") is False
+        assert admin.paused() == ["acme"]
+        assert [e.scope for e in admin.show()] == ["global", "acme"]
+        assert admin.resume("acme") is True
+        assert admin.resume("acme") is False
+        assert admin.reset_tenant_limits("acme") is True
+        assert admin.reset_tenant_limits("acme") is False
+
+
+def test_quota_cli_usage_errors(ops_env: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["quota", "set", "acme"]) == 2
+    assert main(["quota", "set", "--global", "acme", "1/second"]) == 2
+    assert main(["quota", "reset"]) == 2
+    assert main(["quota", "set", "acme", "often"]) == 1
+    assert "limits: 'often' is not a limit" in capsys.readouterr().err
+
+
+# -- stats ------------------------------------------------------------------------------
+
+
+def test_stats_json_for_a_known_load(
+    ops_env: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+    ses: SesServer,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # acme: 2 recipients a minute, 2 mails in SQS at most; 7 mails of 1 recipient.
+    # Steady state: 2 sent, 2 parked in SQS (in flight), 3 waiting in Redis.
+    monkeypatch.setenv("FAIRPOST_TENANTS", '{"acme": {"limits": "2/minute; 100/day", "inflight_cap": 2}}')
+    monkeypatch.setenv("FAIRPOST_GLOBAL_LIMITS", "10/second; 1000/day")
+    with daemon_process(env_now(), tmp_path, replica="st1"), MailClient() as client:
+        send(client, "acme", 7)
+        send(client, "beta", 1, recipients=3)
+        ses.wait_for(3, timeout=15)
+
+        def steady() -> bool:
+            acme = stats_json(capsys)["tenants"]["acme"]
+            return bool(acme["backlog"] == 3 and acme["in_flight"] == 2 and acme["retry_after_seconds"] > 0)
+
+        wait_until(steady, timeout=15, what="acme's steady state")
+        data = stats_json(capsys)
+        acme, beta, glob = data["tenants"]["acme"], data["tenants"]["beta"], data["global"]
+        assert [(w["window"], w["used"], w["limit"]) for w in acme["windows"]] == [
+            ("minute", 2, 2),
+            ("day", 2, 100),
+        ]
+        assert acme["limits"] == "2/minute; 100/day"
+        assert acme["throttled_until_ms"] > data["at_ms"]
+        assert (beta["backlog"], beta["in_flight"]) == (0, 0)
+        assert [(w["window"], w["used"]) for w in beta["windows"]][1] == ("day", 3)
+        assert acme["limits_source"] == "tenant settings" and beta["limits_source"] == "settings"
+        assert glob["backlog"] == 3 and glob["in_flight"] == 2
+        assert [(w["window"], w["used"], w["limit"]) for w in glob["windows"]][1] == ("day", 5, 1000)
+        assert data["replicas"] == ["st1"]
+
+        code, out = run_cli(capsys, "stats")
+        assert code == 0
+        assert re.search(r"^acme\s+3\s+2\s+2/2 per minute, 2/100 per day\s+throttled", out, re.M), out
+        assert "replicas alive: 1 (st1)" in out
+
+        code, out = run_cli(capsys, "stats", "--json", "--tenant", "beta")
+        assert list(json.loads(out)["tenants"]) == ["beta"]
+
+
+def test_stats_without_redis_fails_cleanly(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("FAIRPOST_REDIS_URL", f"redis://:hunter2@127.0.0.1:{free_port()}/0")
+    assert main(["stats"]) == 1
+    err = capsys.readouterr().err
+    assert "cannot use Redis at redis://:***@127.0.0.1" in err
+    assert "hunter2" not in err
+
+
+# -- metrics and health -----------------------------------------------------------------
+
+DOCUMENTED_METRICS = (
+    "fairpost_mail_dispatched_total",
+    "fairpost_mail_sent_total",
+    "fairpost_mail_throttled_total",
+    "fairpost_mail_retried_total",
+    "fairpost_mail_dead_total",
+    "fairpost_ses_calls_total",
+    "fairpost_sqs_receives_total",
+    "fairpost_sqs_handed_back_total",
+    "fairpost_mail_latency_seconds",
+    "fairpost_ses_call_seconds",
+    "fairpost_backlog",
+    "fairpost_inflight",
+    "fairpost_tenant_quota_used",
+    "fairpost_tenant_quota_limit",
+    "fairpost_global_quota_used",
+    "fairpost_global_quota_limit",
+    "fairpost_tenant_paused",
+    "fairpost_tenant_retry_after_seconds",
+    "fairpost_global_retry_after_seconds",
+    "fairpost_replicas",
+    "fairpost_stats_errors_total",
+)
+
+
+def test_metrics_healthz_readyz_and_health_command(
+    ops_env: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+    ses: SesServer,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    port = free_port()
+    with daemon_process(env_now(), tmp_path, replica="m1", http_port=port) as daemon, MailClient() as client:
+        status, before = daemon.get("/metrics")
+        assert status == 200
+        families = set(re.findall(r"^# TYPE (fairpost_\w+) ", before, re.M))
+        assert families == set(DOCUMENTED_METRICS)
+        assert metric(before, "fairpost_mail_sent_total", tenant="acme") == 0
+
+        send(client, "acme", 3, recipients=2)
+        send(client, "beta", 1)
+        ses.wait_for(4, timeout=15)
+        wait_until(
+            lambda: metric(daemon.get("/metrics")[1], "fairpost_mail_sent_total", tenant="acme") == 3,
+            timeout=5,
+            what="the sent counter",
+        )
+        text = daemon.get("/metrics")[1]
+        assert metric(text, "fairpost_mail_dispatched_total", tenant="acme") == 3
+        assert metric(text, "fairpost_mail_sent_total", tenant="beta") == 1
+        assert metric(text, "fairpost_ses_calls_total", result="sent") == 4
+        assert metric(text, "fairpost_ses_call_seconds_count") == 4
+        assert metric(text, "fairpost_mail_latency_seconds_count") == 4
+        assert metric(text, "fairpost_tenant_quota_used", tenant="acme", window="second") >= 0
+        assert metric(text, "fairpost_tenant_quota_used", tenant="acme", window="day") == 6
+        assert metric(text, "fairpost_tenant_quota_limit", tenant="acme", window="day") == 10_000
+        assert metric(text, "fairpost_global_quota_used", window="day") == 7
+        assert metric(text, "fairpost_backlog", tenant="acme") == 0
+        assert metric(text, "fairpost_replicas") == 1
+        assert "process_resident_memory_bytes" in text
+
+        assert daemon.get("/healthz") == (
+            200,
+            "ok: running: dispatcher, heartbeat, http, overrides, sender\n",
+        )
+        assert daemon.get("/readyz") == (200, "ok: Redis and SQS answer\n")
+        assert daemon.get("/nope")[0] == 404
+
+        # fairpost health asks /healthz when FAIRPOST_HTTP_PORT is set, as in the image.
+        monkeypatch.setenv("FAIRPOST_HTTP_PORT", str(port))
+        assert run_cli(capsys, "health")[0] == 0
+        code, out = run_cli(capsys, "health", "--json")
+        assert code == 0 and json.loads(out)["ok"] is True
+        # ... and the heartbeat in Redis when asked for a replica.
+        code, out = run_cli(capsys, "health", "--replica", "m1", "--json")
+        assert code == 0 and json.loads(out)["heartbeat"]["replica"] == "m1"
+
+        assert daemon.stop() == 0
+    assert run_cli(capsys, "health")[0] == 1
+    # A clean stop removes the heartbeat at once.
+    code, out = run_cli(capsys, "health", "--replica", "m1")
+    assert code == 1 and "no heartbeat" in out
+
+
+def test_health_by_heartbeat_without_http(
+    ops_env: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("FAIRPOST_REPLICA_ID", "hb1")
+    assert run_cli(capsys, "health")[0] == 1
+    with daemon_process(env_now(), tmp_path, replica="hb1") as daemon:
+        code, out = run_cli(capsys, "health")
+        assert code == 0, out
+        assert out.startswith("healthy: replica 'hb1' beat")
+        assert daemon.stop() == 0
+    assert run_cli(capsys, "health")[0] == 1
+
+
+def test_the_documented_metrics_are_the_registered_ones() -> None:
+    registered = {family.name for family in Metrics().registry.collect()}
+    assert registered == {name.removesuffix("_total") for name in DOCUMENTED_METRICS}
+
+
+def test_tenant_labels_are_bounded() -> None:
+    labels = TenantLabels(configured=["vip"], limit=2)
+    assert [labels(t) for t in ("a", "b", "c", "vip", "a", "d")] == [
+        "a",
+        "b",
+        OTHER_TENANT,
+        "vip",
+        "a",
+        OTHER_TENANT,
+    ]
+    metrics = Metrics(TenantLabels(limit=1))
+    metrics.update(
+        Stats(
+            at_ms=0,
+            global_=ScopeStats("global", 7, 0, [WindowUsage(1, 5, 2)], "settings"),
+            tenants=[
+                ScopeStats("a", 3, 0, [WindowUsage(1, 5, 1)], "settings"),
+                ScopeStats("b", 2, 0, [WindowUsage(1, 5, 1)], "settings"),
+                ScopeStats("c", 2, 0, [WindowUsage(1, 5, 0)], "settings"),
+            ],
+        )
+    )
+    text = metrics.render().decode()
+    assert metric(text, "fairpost_backlog", tenant="a") == 3
+    assert metric(text, "fairpost_backlog", tenant=OTHER_TENANT) == 4
+    assert 'tenant="b"' not in text
+    assert metric(text, "fairpost_global_quota_used", window="second") == 2
+
+
+# -- check-config -----------------------------------------------------------------------
+
+
+def test_check_config_masks_secrets_and_names_the_bad_variable(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("FAIRPOST_REDIS_URL", "redis://app:s3cret@redis.internal:6379/0")
+    monkeypatch.setenv("FAIRPOST_GLOBAL_LIMITS", "auto")
+    code, out = run_cli(capsys, "check-config", "--json")
+    assert code == 0
+    data = json.loads(out)
+    assert data["redis_url"] == "redis://app:***@redis.internal:6379/0"
+    assert data["global_limits"] == "auto"
+    assert "s3cret" not in out
+
+    monkeypatch.setenv("FAIRPOST_SES_SAFETY_FACTOR", "1.5")
+    monkeypatch.setenv("FAIRPOST_SHUTDOWN_GRACE", "soon")
+    code = main(["check-config"])
+    out, err = capsys.readouterr()
+    assert code == 1
+    assert "FAIRPOST_SES_SAFETY_FACTOR: Input should be less than or equal to 1" in err
+    assert "FAIRPOST_SHUTDOWN_GRACE" in err
+    assert "s3cret" not in err + out
+
+
+# -- limits from SES ----------------------------------------------------------------------
+
+
+def test_derive_limits_from_the_send_quota() -> None:
+    quota = {"MaxSendRate": 14.0, "Max24HourSend": 50_000.0, "SentLast24Hours": 1_000.0}
+    assert derive_limits(quota, 0.9) == parse_limits("12/second; 44000/day")
+    # What fairpost itself sent is already in its own day window: only others' sends count.
+    assert derive_limits(quota, 0.9, own_last_24h=1_000) == parse_limits("12/second; 45000/day")
+    assert derive_limits({"MaxSendRate": 1.0, "Max24HourSend": 200.0}, 0.5) == parse_limits(
+        "1/second; 100/day"
+    )
+    assert derive_limits({"MaxSendRate": 10.0, "Max24HourSend": -1.0}, 1.0) == parse_limits("10/second")
+
+
+def test_auto_global_limits_follow_the_ses_account(
+    ops_env: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+    ses: SesServer,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    ses.set_quota(max_send_rate=10, max_24_hour_send=1000, sent_last_24_hours=100)
+    monkeypatch.setenv("FAIRPOST_GLOBAL_LIMITS", "auto")
+    monkeypatch.setenv("FAIRPOST_SES_SAFETY_FACTOR", "0.5")
+    monkeypatch.setenv("FAIRPOST_SES_ACCOUNT_REFRESH", "1")
+    with daemon_process(env_now(), tmp_path, replica="a1") as daemon, MailClient() as client:
+        shown = json.loads(run_cli(capsys, "quota", "show", "--json")[1])
+        assert shown["global"]["limits"] == "5/second; 400/day"
+        assert shown["global"]["source"] == "auto"
+        send(client, "acme", 2)
+        ses.wait_for(2, timeout=15)
+
+        ses.set_quota(max_send_rate=20)
+        wait_until(
+            lambda: (
+                json.loads(run_cli(capsys, "quota", "show", "--json")[1])["global"]["limits"]
+                == "10/second; 400/day"
+            ),
+            timeout=10,
+            what="the new SES quota to be read",
+        )
+        assert daemon.logged("global limits from SES: 10/second; 400/day")
+        assert stats_json(capsys)["global"]["limits_source"] == "auto"
+
+
+def test_auto_global_limits_need_get_account(
+    ops_env: dict[str, str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # moto's SES v2 has no GetAccount: the sender refuses to start without limits.
+    monkeypatch.setenv("AWS_ENDPOINT_URL_SESV2", ops_env["AWS_ENDPOINT_URL"])
+    monkeypatch.setenv("FAIRPOST_GLOBAL_LIMITS", "auto")
+    code = main(["run", "--role", "sender"])
+    assert code == 1
+    assert "FAIRPOST_GLOBAL_LIMITS=auto needs ses:GetAccount" in capsys.readouterr().err
+
+
+def test_settings_accept_auto_only_for_the_global_limits(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FAIRPOST_GLOBAL_LIMITS", " AUTO ")
+    assert load_settings().global_limits == "auto"
+    monkeypatch.setenv("FAIRPOST_TENANT_LIMITS", "auto")
+    with pytest.raises(Exception, match="FAIRPOST_TENANT_LIMITS"):
+        load_settings()
+
+
+# -- per-tenant SES options ---------------------------------------------------------------
+
+
+def test_per_tenant_ses_options_are_passed_on_every_send(
+    ops_env: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+    ses: SesServer,
+    tmp_path: Path,
+) -> None:
+    monkeypatch.setenv(
+        "FAIRPOST_TENANTS",
+        json.dumps(
+            {
+                "acme": {
+                    "ses_tenant_name": "acme-ses",
+                    "configuration_set": "cs-acme",
+                    "default_sender": "news@acme.example.com",
+                }
+            }
+        ),
+    )
+    with daemon_process(env_now(), tmp_path, replica="ses1"), MailClient() as client:
+        client.send("acme", to=["ada@example.org"], subject="no sender given", text="hi")
+        client.send("acme", sender="ceo@acme.example.com", to=["bob@example.org"], subject="own", text="hi")
+        client.send("beta", sender="app@example.com", to=["cy@example.org"], subject="plain", text="hi")
+        mails = {m.subject: m for m in ses.wait_for(3, timeout=15)}
+    assert mails["no sender given"].from_address == "news@acme.example.com"
+    assert mails["own"].from_address == "ceo@acme.example.com"
+    for subject in ("no sender given", "own"):
+        assert mails[subject].tenant_name == "acme-ses"
+        assert mails[subject].configuration_set_name == "cs-acme"
+    assert mails["plain"].tenant_name is None and mails["plain"].configuration_set_name is None
+
+
+def test_the_readme_documents_every_metric_and_setting() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## Operating fairpost") :]
+    for name in DOCUMENTED_METRICS:
+        assert f"`{name}`" in section, name
+    settings = load_settings()
+    for name, value in settings.model_dump().items():
+        if isinstance(value, dict) and name != "tenants":
+            for inner in value:
+                assert f"`FAIRPOST_{name.upper()}__{inner.upper()}`" in section, (name, inner)
+        else:
+            assert f"`FAIRPOST_{name.upper()}`" in section, name
+
+
+# -- stats --watch ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def redis_env(monkeypatch: pytest.MonkeyPatch, redis_url: str) -> dict[str, str]:
+    monkeypatch.setenv("FAIRPOST_REDIS_URL", redis_url)
+    monkeypatch.setenv("FAIRPOST_KEY_PREFIX", PREFIX)
+    return dict(os.environ)
+
+
+def _read_until(process: subprocess.Popen[bytes], predicate: Callable[[bytes], bool]) -> bytes:
+    """Read the process's stdout until ``predicate(all output so far)``; bounded by the test timeout."""
+    assert process.stdout is not None
+    seen = b""
+    while not predicate(seen):
+        chunk = os.read(process.stdout.fileno(), 4096)
+        assert chunk, f"the process ended first: {seen!r}"
+        seen += chunk
+    return seen
+
+
+def test_stats_watch_json_prints_a_line_per_update(redis_env: dict[str, str]) -> None:
+    with MailClient() as client:
+        send(client, "acme", 2)
+    with subprocess.Popen(
+        [sys.executable, "-m", "mailer.cli", "stats", "--watch", "--json", "--interval", "0.1"],
+        env=redis_env,
+        stdout=subprocess.PIPE,
+    ) as process:
+        try:
+            out = _read_until(process, lambda seen: seen.count(b"\n") >= 3)
+        finally:
+            process.send_signal(signal.SIGINT)
+            assert process.wait(timeout=10) == 0
+    lines = [json.loads(line) for line in out.splitlines()[:3]]
+    assert all(line["tenants"]["acme"]["backlog"] == 2 for line in lines)
+    assert lines[0]["at_ms"] < lines[2]["at_ms"]
+
+
+def test_stats_watch_is_a_live_table(redis_env: dict[str, str]) -> None:
+    with MailClient() as client:
+        send(client, "acme", 2)
+    # FORCE_COLOR: rich draws the live table although stdout is a pipe.
+    with subprocess.Popen(
+        [sys.executable, "-m", "mailer.cli", "stats", "--watch", "--interval", "0.1"],
+        env={**redis_env, "FORCE_COLOR": "1", "COLUMNS": "150"},
+        stdout=subprocess.PIPE,
+    ) as process:
+        try:
+            out = _read_until(process, lambda seen: seen.count(b"acme") >= 2)
+        finally:
+            process.send_signal(signal.SIGINT)
+            assert process.wait(timeout=10) == 0
+    assert b"fairpost at" in out and b"backlog" in out
+
+
+def test_render_table_and_text_agree(redis_env: dict[str, str]) -> None:
+    stats = Stats(
+        at_ms=0,
+        global_=ScopeStats("global", 3, 1, [WindowUsage(1, 14, 2)], "settings"),
+        tenants=[ScopeStats("acme", 3, 1, [WindowUsage(60, 10, 10)], "override", retry_after=12.5)],
+        replicas=["r1"],
+    )
+    console = Console(record=True, width=150)
+    console.print(render_table(stats))
+    table = console.export_text()
+    text = render_text(stats)
+    for fragment in ("acme", "10/10 per minute", "throttled 12.5s", "override", "2/14 per second"):
+        assert fragment in table and fragment in text

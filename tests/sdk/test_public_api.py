@@ -1,0 +1,111 @@
+"""The public API is exactly the documented names (STYLE.md habit 10).
+
+Adding or removing an export must be a deliberate change to this file (and
+to the README), never an accident of an import in ``__init__``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import subprocess
+import sys
+from types import ModuleType
+
+import pytest
+
+import config
+import mailer
+
+MAILER_API = [
+    "AsyncMailClient",
+    "Attachment",
+    "ConfigError",
+    "DeadLetters",
+    "FairpostError",
+    "InvalidMail",
+    "JobStatus",
+    "Mail",
+    "MailClient",
+    "NotReplayable",
+    "TooLateToCancel",
+    "UnknownJob",
+]
+CONFIG_API = [
+    "TENANT_ID_RULE",
+    "ConfigError",
+    "DispatcherSettings",
+    "FairpostError",
+    "Limits",
+    "SenderSettings",
+    "Settings",
+    "TenantSettings",
+    "Window",
+    "format_limits",
+    "is_valid_tenant_id",
+    "load_settings",
+    "mask_url",
+    "parse_limits",
+]
+DOCUMENTED = {"mailer": MAILER_API, "config": CONFIG_API}
+DAEMON_ONLY = ("aioboto3", "boto3", "botocore", "prometheus_client")
+
+
+@pytest.mark.parametrize(("package", "names"), [(mailer, MAILER_API), (config, CONFIG_API)])
+def test_all_is_the_documented_list(package: ModuleType, names: list[str]) -> None:
+    assert package.__all__ == names
+    assert len(set(names)) == len(names)
+
+
+@pytest.mark.parametrize(("name", "names"), DOCUMENTED.items())
+def test_every_exported_name_is_importable(name: str, names: list[str]) -> None:
+    package = importlib.import_module(name)
+    for export in names:
+        assert getattr(package, export, None) is not None, f"{name}.{export} is missing"
+    namespace: dict[str, object] = {}
+    exec(f"from {name} import *", namespace)  # what `import *` really gives
+    assert sorted(set(namespace) - {"__builtins__"}) == sorted(names)
+
+
+@pytest.mark.parametrize(("package", "names"), [(mailer, MAILER_API), (config, CONFIG_API)])
+def test_no_other_public_name_leaks(package: ModuleType, names: list[str]) -> None:
+    public = {
+        attr
+        for attr, value in vars(package).items()
+        if not attr.startswith("_") and not isinstance(value, ModuleType)
+    }
+    assert public == set(names)
+
+
+def test_shared_errors_are_the_same_classes() -> None:
+    assert mailer.ConfigError is config.ConfigError
+    assert mailer.FairpostError is config.FairpostError
+    for error in (
+        mailer.InvalidMail,
+        mailer.UnknownJob,
+        mailer.ConfigError,
+        mailer.TooLateToCancel,
+        mailer.NotReplayable,
+    ):
+        assert issubclass(error, mailer.FairpostError)
+
+
+def test_the_sdk_imports_none_of_the_daemon() -> None:
+    code = (
+        "import json, sys, mailer, config\n"
+        f"print(json.dumps(sorted(m for m in {list(DAEMON_ONLY)!r} if m in sys.modules)))\n"
+        "print(json.dumps(sorted(sys.modules)))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    daemon_modules, everything = (json.loads(line) for line in result.stdout.splitlines())
+    assert daemon_modules == []
+    # a real import happened (the check above cannot pass on an empty interpreter)
+    assert {"mailer", "mailer.sdk.client", "redis", "email_validator", "pydantic_settings"} <= set(everything)
+    loaded_daemon_parts = [
+        m
+        for m in everything
+        if m.split(".")[0] in DAEMON_ONLY or m in ("mailer.daemon.sender", "mailer.daemon.app")
+    ]
+    assert loaded_daemon_parts == []
