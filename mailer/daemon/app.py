@@ -11,7 +11,7 @@ The background tasks, each named and watched: ``dispatcher``, ``sender``,
 ``overrides`` (live quota overrides, :mod:`mailer.quota.overrides`),
 ``ses-account`` (``FAIRPOST_GLOBAL_LIMITS=auto``, :mod:`mailer.daemon.ses_account`),
 ``heartbeat`` (:mod:`mailer.daemon.health`) and ``http`` (``/metrics``,
-``/healthz``, ``/readyz`` on ``FAIRPOST_HTTP_PORT``, :mod:`mailer.daemon.metrics`).
+``/healthz``, ``/readyz`` on ``FAIRPOST_HTTP_PORT``, :mod:`mailer.daemon.http`).
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ from dispatcher.store import JobStore, store_limits
 from mailer.daemon.aws import SES_CONFIG, SQS_CONFIG, session
 from mailer.daemon.handoff import MailWorker
 from mailer.daemon.health import Heartbeat, Liveness, replica_name
-from mailer.daemon.metrics import Check, HttpServer, Metrics, TenantLabels
+from mailer.daemon.http import Check, HttpServer
+from mailer.daemon.metrics import Metrics, TenantLabels
 from mailer.daemon.sender import Sender
 from mailer.daemon.ses_account import SesAccountLimits
 from mailer.ops.stats import collect_stats

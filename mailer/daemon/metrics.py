@@ -1,5 +1,4 @@
-"""Prometheus metrics, and the daemon's small HTTP server: ``/metrics``,
-``/healthz``, ``/readyz`` on ``FAIRPOST_HTTP_PORT``.
+"""Prometheus metrics of one daemon (served on ``/metrics`` by :mod:`mailer.daemon.http`).
 
 Counters and histograms count what *this* replica did (sum them across
 replicas). Gauges (``fairpost_backlog``, ``fairpost_inflight``, quota use)
@@ -20,12 +19,8 @@ prometheus-client), so there is no "enqueued" counter: enqueues show as
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -42,9 +37,10 @@ from prometheus_client.process_collector import ProcessCollector
 
 from mailer.ops.stats import Stats
 
-__all__ = ["DEAD_REASONS", "OTHER_TENANT", "THROTTLE_REASONS", "HttpServer", "Metrics", "TenantLabels"]
+__all__ = ["CONTENT_TYPE", "DEAD_REASONS", "OTHER_TENANT", "THROTTLE_REASONS", "Metrics", "TenantLabels"]
 
-log = logging.getLogger("fairpost.metrics")
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+"""The ``Content-Type`` of :meth:`Metrics.render`'s exposition."""
 
 OTHER_TENANT = "~other"
 """The ``tenant`` label of every tenant beyond the bounded set."""
@@ -250,115 +246,3 @@ class Metrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
-
-
-# -- HTTP --------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Check:
-    ok: bool
-    detail: str
-
-
-class HttpServer:
-    """``/metrics``, ``/healthz``, ``/readyz`` over plain HTTP/1.1 on asyncio.
-
-    ``alive`` answers /healthz (the daemon's loops are running), ``ready``
-    /readyz (Redis and SQS answer), ``refresh`` fills the gauges before a
-    scrape. Each request gets one answer and the connection is closed.
-    """
-
-    def __init__(
-        self,
-        metrics: Metrics,
-        *,
-        port: int,
-        host: str = "0.0.0.0",
-        alive: Callable[[], Check],
-        ready: Callable[[], Awaitable[Check]],
-        refresh: Callable[[], Awaitable[None]] | None = None,
-        scrape_timeout: float = 5.0,
-    ) -> None:
-        self.metrics = metrics
-        self.port = port
-        self.host = host
-        self._alive = alive
-        self._ready = ready
-        self._refresh = refresh
-        self._scrape_timeout = scrape_timeout
-        self._server: asyncio.Server | None = None
-
-    async def start(self) -> None:
-        self._server = await asyncio.start_server(self._handle, self.host, self.port)
-        sockets = self._server.sockets
-        if sockets and self.port == 0:
-            self.port = int(sockets[0].getsockname()[1])
-        log.info("HTTP on port %d: /metrics /healthz /readyz", self.port)
-
-    async def run(self, stop: asyncio.Event) -> None:
-        """Serve until ``stop`` is set (call :meth:`start` first, or this does)."""
-        if self._server is None:
-            await self.start()
-        assert self._server is not None
-        try:
-            await stop.wait()
-        finally:
-            self._server.close()
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._server.wait_closed(), timeout=1.0)
-
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            request = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=5.0)
-            method, path = _request_line(request)
-            status, content_type, body = await self._route(method, path)
-            head = (
-                f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\n"
-                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
-            ).encode()
-            writer.write(head if method == "HEAD" else head + body)
-            await writer.drain()
-        except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
-            pass
-        except Exception:
-            log.exception("HTTP request failed")
-        finally:
-            writer.close()
-            with contextlib.suppress(Exception):
-                await writer.wait_closed()
-
-    async def _route(self, method: str, path: str) -> tuple[str, str, bytes]:
-        if method not in ("GET", "HEAD"):
-            return "405 Method Not Allowed", "text/plain", b"only GET and HEAD\n"
-        path = path.split("?", 1)[0]
-        if path == "/metrics":
-            if self._refresh is not None:
-                try:
-                    await asyncio.wait_for(self._refresh(), timeout=self._scrape_timeout)
-                except Exception as exc:
-                    self.metrics.stats_errors_total.inc()
-                    log.warning("gauges not refreshed for this scrape: %s", exc)
-            return "200 OK", CONTENT_TYPE_LATEST, self.metrics.render()
-        if path == "/healthz":
-            return _check_answer(self._alive())
-        if path == "/readyz":
-            return _check_answer(await self._ready())
-        return "404 Not Found", "text/plain", b"try /metrics, /healthz or /readyz\n"
-
-
-def _request_line(request: bytes) -> tuple[str, str]:
-    line = request.split(b"\r\n", 1)[0].decode("latin-1")
-    parts = line.split(" ")
-    if len(parts) != 3:
-        return "", ""
-    return parts[0].upper(), parts[1]
-
-
-def _check_answer(check: Check) -> tuple[str, str, bytes]:
-    status = "200 OK" if check.ok else "503 Service Unavailable"
-    return (
-        status,
-        "text/plain; charset=utf-8",
-        (("ok: " if check.ok else "failing: ") + check.detail + "\n").encode(),
-    )
