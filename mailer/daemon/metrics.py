@@ -37,7 +37,15 @@ from prometheus_client.process_collector import ProcessCollector
 
 from mailer.ops.stats import Stats
 
-__all__ = ["CONTENT_TYPE", "DEAD_REASONS", "OTHER_TENANT", "THROTTLE_REASONS", "Metrics", "TenantLabels"]
+__all__ = [
+    "CONTENT_TYPE",
+    "DEAD_REASONS",
+    "DROP_REASONS",
+    "OTHER_TENANT",
+    "THROTTLE_REASONS",
+    "Metrics",
+    "TenantLabels",
+]
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 """The ``Content-Type`` of :meth:`Metrics.render`'s exposition."""
@@ -52,6 +60,10 @@ DEAD_REASONS = ("rejected", "attempts", "too_many_recipients", "poison", "too_la
 """``fairpost_mail_dead_total{reason}``: SES refused it for good; transient failures
 ran out of attempts; more recipients than a quota window allows; an unreadable
 SQS message; bigger than an SQS message; SQS refused the entry."""
+
+DROP_REASONS = ("no_record",)
+"""``fairpost_mail_dropped_total{reason}``: SQS messages deleted unsent because
+nothing says they may go: their job record is gone (purged, expired)."""
 
 SES_RESULTS = ("sent", "throttled", "paused", "permanent", "transient")
 
@@ -112,6 +124,12 @@ class Metrics:
         self.dead_total = Counter(
             "fairpost_mail_dead",
             "Mails dead-lettered, by reason: " + ", ".join(DEAD_REASONS) + ".",
+            ["tenant", "reason"],
+            registry=r,
+        )
+        self.dropped_total = Counter(
+            "fairpost_mail_dropped",
+            "SQS messages deleted unsent, by reason: " + ", ".join(DROP_REASONS) + ".",
             ["tenant", "reason"],
             registry=r,
         )
@@ -201,6 +219,9 @@ class Metrics:
 
     def dead(self, tenant: str, reason: str) -> None:
         self.dead_total.labels(self.labels(tenant), reason).inc()
+
+    def dropped(self, tenant: str, reason: str) -> None:
+        self.dropped_total.labels(self.labels(tenant), reason).inc()
 
     def ses_call(self, result: str, seconds: float) -> None:
         self.ses_calls_total.labels(result).inc()

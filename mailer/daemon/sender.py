@@ -112,6 +112,7 @@ class SenderStats:
     throttled_by_quota: int = 0
     throttled_by_ses: int = 0
     dead: int = 0
+    dropped: int = 0
     retried: int = 0
     receives: int = 0
     empty_receives: int = 0
@@ -632,6 +633,16 @@ class Sender:
             await self.quota.refund(tenant, msg.envelope.mail.recipients, at_ms, *windows)
             if code == 2:
                 msg.delete = True
+            elif code == 3:
+                # No record (a purged dead letter, an expired one): a cancelled or
+                # finished job's message would otherwise go out. Drop it.
+                msg.delete = True
+                self.stats.dropped += 1
+                self.metrics.dropped(tenant, "no_record")
+                log.warning(
+                    "message dropped unsent: its job record is gone",
+                    extra={"job_id": msg.envelope.job_id, "tenant": tenant},
+                )
             else:
                 # Back soon: by then the other sender has recorded the outcome.
                 msg.visibility = _CLAIMED_ELSEWHERE_WAIT

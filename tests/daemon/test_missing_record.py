@@ -1,0 +1,49 @@
+"""A message whose job record is gone (purged, expired, never written) is never sent."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import boto3
+import pytest
+
+from mailer import AsyncMailClient
+from mailer.daemon.sender import Received
+from mailer.ops.queue_setup import init_queue
+from mailer.sdk.envelope import encode
+from tests.support.pipeline import quick_settings, sender_only
+from tests.support.ses_server import SesServer
+
+
+@pytest.fixture
+def ses(aws_env: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[SesServer]:
+    with SesServer() as server:
+        monkeypatch.setenv("AWS_ENDPOINT_URL_SESV2", server.url)
+        yield server
+
+
+async def test_a_message_whose_job_record_is_gone_was_sent(redis_url: str, ses: SesServer) -> None:
+    settings = quick_settings(redis_url)
+    url, _ = init_queue(boto3.client("sqs"), settings)
+    async with AsyncMailClient(settings) as client, sender_only(settings, url) as sender:
+        job_id = await client.send(
+            "acme", sender="app@example.com", to=["ada@example.org"], subject="s", text="t"
+        )
+        record = await sender.store.job(job_id)
+        body = encode(job_id, "acme", int(record["created_ms"]), record["payload"])
+        # `fairpost dead purge` or the record's TTL took the record; its message is still in SQS.
+        await sender.store.redis.delete(sender.keys.job(job_id))
+        sqs = boto3.client("sqs")
+        sqs.send_message(QueueUrl=url, MessageBody=body, MessageGroupId="acme", MessageDeduplicationId=job_id)
+        [got] = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, VisibilityTimeout=60)["Messages"]
+        await sender.process([Received(message_id=got["MessageId"], receipt=got["ReceiptHandle"],
+                                       group="acme", body=got["Body"])])  # fmt: skip
+        assert ses.sent_count == 0
+        # Dropped: deleted from SQS, counted, and the quota units went back.
+        attrs = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+        assert attrs["ApproximateNumberOfMessages"] == "0"
+        assert attrs["ApproximateNumberOfMessagesNotVisible"] == "0"
+        dropped = sender.metrics.dropped_total.labels("acme", "no_record")._value.get()
+        assert dropped == 1
+        assert not await sender.store.redis.exists(sender.keys.job(job_id))
+        assert not await sender.store.redis.exists(sender.keys.sending(job_id))
