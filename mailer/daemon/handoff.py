@@ -53,8 +53,14 @@ class MailWorker:
                 # duplicate of its first life's message (5-minute dedup window).
                 "MessageDeduplicationId": f"{job.id}-r{job.replays}" if job.replays else job.id,
             }
+        failure: str | None = None
         for batch in _batches(list(entries.values())):
-            outcomes.update(await self._send_batch(batch))
+            if failure is not None:
+                # SQS is failing: the rest waits in Redis for the dispatcher's retry.
+                outcomes.update({entry["Id"]: Retry(failure) for entry in batch})
+                continue
+            sent, failure = await self._send_batch(batch)
+            outcomes.update(sent)
         for job in jobs:
             outcome = outcomes[job.id]
             if isinstance(outcome, HandedOff):
@@ -63,12 +69,25 @@ class MailWorker:
                 self.metrics.dead(job.tenant, "sqs_rejected" if job.id in entries else "too_large")
         return [outcomes[job.id] for job in jobs]
 
-    async def _send_batch(self, batch: list[dict[str, str]]) -> dict[str, Outcome]:
-        """Send, retrying only the entries that failed, a few times."""
+    async def _send_batch(self, batch: list[dict[str, str]]) -> tuple[dict[str, Outcome], str | None]:
+        """Send, retrying only the entries that failed, a few times.
+
+        A call that raises (SQS unreachable, a timeout) ends the batch: what an
+        earlier call of it placed stays handed off, the rest is retried later;
+        the error is returned so that the caller sends no further batch now.
+        Raising instead would send every job of the hand-off back to Redis,
+        those already in SQS too, to be handed off and sent a second time.
+        """
         outcomes: dict[str, Outcome] = {}
         pending = batch
         for attempt in range(_PARTIAL_RETRIES):
-            response = await self.sqs.send_message_batch(QueueUrl=self.queue_url, Entries=pending)
+            try:
+                response = await self.sqs.send_message_batch(QueueUrl=self.queue_url, Entries=pending)
+            except Exception as exc:
+                failure = f"SQS SendMessageBatch failed: {type(exc).__name__}: {exc}"
+                log.warning("%s; %d of %d entries go back to Redis", failure, len(pending), len(batch))
+                outcomes.update({entry["Id"]: Retry(failure) for entry in pending})
+                return outcomes, failure
             for ok in response.get("Successful", []):
                 outcomes[ok["Id"]] = HandedOff()
             failed = response.get("Failed", [])
@@ -86,7 +105,7 @@ class MailWorker:
                 break
             log.warning("SQS refused %d of %d entries; retrying them", len(pending), len(batch))
             await asyncio.sleep(0.1 * 2**attempt)
-        return outcomes
+        return outcomes, None
 
 
 def _batches(entries: list[dict[str, str]]) -> list[list[dict[str, str]]]:

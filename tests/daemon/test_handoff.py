@@ -152,3 +152,32 @@ def test_init_aws_is_idempotent_and_reports_differences(aws_env: str) -> None:
     client.set_queue_attributes(QueueUrl=url1, Attributes={"VisibilityTimeout": "5"})
     _, differ3 = init_queue(client, settings)
     assert differ3 == {"VisibilityTimeout": ("5", "60")}
+
+
+async def test_a_handoff_that_failed_on_its_second_batch_requeued_the_first_one_already_in_sqs(
+    sqs: Any, queue_url: str
+) -> None:
+    class FailsOnSecondCall(CountingSqs):
+        async def send_message_batch(self, QueueUrl: str, Entries: list[dict[str, str]]) -> dict[str, Any]:
+            if self.batches:
+                self.batches.append([e["Id"] for e in Entries])
+                raise ConnectionError("SQS went away mid hand-off")
+            return await super().send_message_batch(QueueUrl=QueueUrl, Entries=Entries)
+
+    failing = FailsOnSecondCall(sqs)
+    # 10 mails of about 200 KB: the 1 MiB batch limit splits them into sub-batches.
+    big = "x" * 200_000
+    _, payload = validate(
+        Mail(sender="app@example.com", to=["ada@example.org"], subject="hi", text=big), max_bytes=400_000
+    )
+    jobs = [Job(id=f"job{i}", tenant="acme", kind="mail", payload=payload, attempts=0, created_ms=1)
+            for i in range(10)]  # fmt: skip
+    outcomes = await MailWorker(failing, queue_url).handle(jobs)
+    sent_first = set(failing.batches[0])
+    assert 0 < len(sent_first) < 10
+    for job, outcome in zip(jobs, outcomes, strict=True):
+        if job.id in sent_first:
+            assert outcome == HandedOff(), f"{job.id} is in SQS but would go back to Redis"
+        else:
+            assert isinstance(outcome, Retry) and "went away" in outcome.reason
+    assert len(receive_all(queue_url, len(sent_first))) == len(sent_first)
