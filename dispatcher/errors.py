@@ -1,8 +1,17 @@
-"""The dispatcher's errors."""
+"""The dispatcher's errors (the root is :class:`config.errors.FairpostError`)::
+
+FairpostError
+└── DispatchError
+    ├── UnknownJob
+    ├── TooLateToCancel
+    └── NotReplayable
+"""
 
 from __future__ import annotations
 
 from config.errors import FairpostError
+
+__all__ = ["DispatchError", "NotReplayable", "TooLateToCancel", "UnknownJob"]
 
 
 class DispatchError(FairpostError):
@@ -11,8 +20,6 @@ class DispatchError(FairpostError):
 
 class UnknownJob(DispatchError):
     """No job has this id (it never existed, or its record expired)."""
-
-    caller_fault = True
 
     def __init__(self, job_id: str) -> None:
         self.job_id = job_id
@@ -30,8 +37,6 @@ class TooLateToCancel(DispatchError):
 
 class NotReplayable(DispatchError):
     """The job cannot be replayed: it is not a dead letter, or nothing of it is left to send."""
-
-    caller_fault = True
 
     def __init__(self, job_id: str, why: str) -> None:
         self.job_id = job_id

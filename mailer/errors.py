@@ -1,15 +1,44 @@
-"""Errors the SDK and the sender raise. All derive from :class:`FairpostError`."""
+"""The mail side's errors, and the whole tree (config's and the dispatcher's
+re-exported here, so ``mailer.errors`` names every error fairpost raises)::
+
+    FairpostError                 (config.errors)
+    ├── ConfigError               (config.errors) the settings are invalid
+    ├── DispatchError             (dispatcher.errors)
+    │   ├── UnknownJob            no job has this id
+    │   ├── TooLateToCancel       handed to SQS or finished already
+    │   └── NotReplayable         not a dead letter, or nothing left to send
+    ├── InvalidMail               the SDK refused a mail; nothing was written
+    ├── InvalidOverride           a live quota override is invalid; nothing was written
+    ├── PoisonMessage             an SQS body this fairpost cannot read (a dead letter)
+    ├── SesAccountError           SES GetAccount gave no usable sending quota
+    └── DemoError                 the demo could not run
+
+``InvalidMail`` and ``InvalidOverride`` name the field and the rule broken.
+Nothing here imports AWS or the daemon: the SDK raises these too.
+"""
 
 from __future__ import annotations
 
 from config.errors import ConfigError, FairpostError
-from dispatcher.errors import UnknownJob
+from dispatcher.errors import DispatchError, NotReplayable, TooLateToCancel, UnknownJob
+
+__all__ = [
+    "ConfigError",
+    "DemoError",
+    "DispatchError",
+    "FairpostError",
+    "InvalidMail",
+    "InvalidOverride",
+    "NotReplayable",
+    "PoisonMessage",
+    "SesAccountError",
+    "TooLateToCancel",
+    "UnknownJob",
+]
 
 
 class InvalidMail(FairpostError):
     """The mail breaks a rule; nothing was written."""
-
-    caller_fault = True
 
     def __init__(self, field: str, rule: str) -> None:
         self.field = field
@@ -17,4 +46,22 @@ class InvalidMail(FairpostError):
         super().__init__(f"{field}: {rule}")
 
 
-__all__ = ["ConfigError", "FairpostError", "InvalidMail", "UnknownJob"]
+class InvalidOverride(FairpostError):
+    """The override is invalid; nothing was written."""
+
+    def __init__(self, field_name: str, rule: str) -> None:
+        self.field = field_name
+        self.rule = rule
+        super().__init__(f"{field_name}: {rule}")
+
+
+class PoisonMessage(FairpostError):
+    """An SQS body that is not a fairpost envelope this version can read."""
+
+
+class SesAccountError(FairpostError):
+    """SES GetAccount did not give the account's sending quota."""
+
+
+class DemoError(FairpostError):
+    """The demo could not run."""

@@ -27,23 +27,18 @@ from typing import Any
 
 import redis.asyncio
 
-from config import FairpostError, Settings
+from config import Settings
 from config.limits import Limits, Window, format_limits
 from dispatcher.keys import Keys
 from mailer.daemon.aws import SesClient
+from mailer.errors import SesAccountError
 from mailer.quota.engine import QuotaEngine
 
-__all__ = ["SesAccountError", "SesAccountLimits", "derive_limits"]
+__all__ = ["SesAccountLimits", "derive_limits"]
 
 log = logging.getLogger("fairpost.ses_account")
 
 DAY = 86_400
-
-
-class SesAccountError(FairpostError):
-    """SES GetAccount did not give the account's sending quota."""
-
-    retriable = True
 
 
 def derive_limits(send_quota: Mapping[str, Any], factor: float, own_last_24h: int = 0) -> Limits:

@@ -29,7 +29,7 @@ from dispatcher.keys import Keys
 from mailer.demo.load import SENDER_DOMAIN, generate_load
 from mailer.demo.monitor import JobBook, snapshot
 from mailer.demo.report import EndState, build_report, write_chart, write_jobs_csv
-from mailer.demo.scenario import DemoError, Scenario, load_scenario
+from mailer.demo.scenario import Scenario, load_scenario
 from mailer.demo.services import (
     ManagedProcess,
     demo_env,
@@ -39,6 +39,7 @@ from mailer.demo.services import (
     start_replica,
 )
 from mailer.demo.view import LiveView, Phase, print_summary
+from mailer.errors import DemoError
 from mailer.sdk.client import AsyncMailClient
 
 __all__ = ["run_demo"]

@@ -11,14 +11,11 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from config import FairpostError, Limits, Window, is_valid_tenant_id
+from config import Limits, Window, is_valid_tenant_id
 from config.tenant_id import TENANT_ID_RULE
+from mailer.errors import DemoError
 
-__all__ = ["DemoError", "Scenario", "TenantLoad", "builtin_names", "load_scenario"]
-
-
-class DemoError(FairpostError):
-    """The demo could not run."""
+__all__ = ["Scenario", "TenantLoad", "builtin_names", "load_scenario"]
 
 
 class TenantLoad(BaseModel):

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import redis
 
-from mailer.demo.scenario import DemoError
+from mailer.errors import DemoError
 
 __all__ = [
     "ManagedProcess",

@@ -32,18 +32,18 @@ from typing import Any, Literal, Protocol, Self
 import redis
 import redis.asyncio
 
-from config import ConfigError, FairpostError, Settings, load_settings
+from config import ConfigError, Settings, load_settings
 from config.limits import Limits, Window, format_limits, parse_limits
 from config.tenant_id import TENANT_ID_RULE, is_valid_tenant_id
 from dispatcher.keys import Keys
 from dispatcher.scripts import lua_source
 from dispatcher.store import ScriptCalls, store_limits
+from mailer.errors import InvalidOverride
 
 __all__ = [
     "PAUSED_RECHECK_SECONDS",
     "REFRESH_SECONDS",
     "EffectiveLimits",
-    "InvalidOverride",
     "LimitSource",
     "OverrideCache",
     "Overrides",
@@ -65,17 +65,6 @@ GLOBAL_FIELD = "global"
 _TENANT_FIELD = "t:"
 
 Source = Literal["override", "settings", "tenant settings", "auto"]
-
-
-class InvalidOverride(FairpostError):
-    """The override is invalid; nothing was written."""
-
-    caller_fault = True
-
-    def __init__(self, field_name: str, rule: str) -> None:
-        self.field = field_name
-        self.rule = rule
-        super().__init__(f"{field_name}: {rule}")
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from mailer.errors import PoisonMessage as PoisonMessage  # re-exported: the sender catches it from here
 from mailer.sdk.mail import ValidMail
 
 ENVELOPE_VERSION = 1
@@ -27,10 +28,6 @@ READABLE_VERSIONS = (ENVELOPE_VERSION, CLAIM_CHECK_VERSION)
 STORED_MARK = '{"content":"stored",'
 """How a job payload whose content is stored beside the record begins (see
 :func:`mailer.compose.stored_payload`); no version 1 payload begins so."""
-
-
-class PoisonMessage(ValueError):
-    """An SQS body that is not a fairpost envelope this version can read."""
 
 
 @dataclass(frozen=True)

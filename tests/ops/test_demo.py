@@ -17,7 +17,8 @@ from mailer.demo.load import schedule
 from mailer.demo.monitor import window_state
 from mailer.demo.report import max_in_window, percentile, rate_series
 from mailer.demo.run import to_toml
-from mailer.demo.scenario import DemoError, builtin_names, load_scenario, parse_scenario
+from mailer.demo.scenario import builtin_names, load_scenario, parse_scenario
+from mailer.errors import DemoError
 from mailer.quota.engine import BUCKETS_PER_WINDOW
 
 REPO = Path(__file__).resolve().parents[2]

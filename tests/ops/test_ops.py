@@ -24,8 +24,9 @@ from dispatcher.keys import Keys
 from mailer.cli import main
 from mailer.daemon.metrics import OTHER_TENANT, Metrics, TenantLabels
 from mailer.daemon.ses_account import derive_limits
+from mailer.errors import InvalidOverride
 from mailer.ops.stats import ScopeStats, Stats, WindowUsage, render_table, render_text
-from mailer.quota.overrides import InvalidOverride, QuotaAdmin
+from mailer.quota.overrides import QuotaAdmin
 from mailer.sdk.client import MailClient
 from tests.support.daemon_process import daemon_process
 from tests.support.servers import free_port, wait_until

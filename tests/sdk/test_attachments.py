@@ -21,7 +21,8 @@ from dispatcher.keys import Keys
 from mailer import AsyncMailClient, Attachment, InvalidMail, Mail, MailClient
 from mailer.cli import main
 from mailer.daemon.ses import send_email_request
-from mailer.sdk.envelope import Envelope, PoisonMessage, decode, encode
+from mailer.errors import PoisonMessage
+from mailer.sdk.envelope import Envelope, decode, encode
 from mailer.sdk.mail import validate
 from tests.support.pipeline import pipeline, wait_for
 from tests.support.ses_server import SesServer
