@@ -15,6 +15,9 @@
 #      scripts/install-localstack.sh when that script exists.
 #   5. With FAIRPOST_BOOTSTRAP_STRESS=1 (make test-stress): stress-ng, from
 #      Debian's packages like redis-server.
+#   6. With the test extra: promtool (Debian's package prometheus), for the
+#      Prometheus rule tests in tests/deploy; installed like redis-server when
+#      root with apt-get, else a warning (those tests skip outside CI).
 set -euo pipefail
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -129,6 +132,25 @@ if [[ "${FAIRPOST_BOOTSTRAP_STRESS:-0}" == 1 ]] && ! command -v stress-ng >/dev/
         apt_install stress-ng
     else
         die "stress-ng is not installed (Debian/Ubuntu: sudo apt-get install stress-ng)"
+    fi
+fi
+
+# --- 6. promtool, for tests/deploy's Prometheus rule tests (test extra only).
+# Debian ships it only inside the package prometheus, with the server; where
+# systemd runs, the package starts that server on port 9090: stop and disable
+# it, fairpost needs only promtool.
+if [[ ",$extras," == *,test,* ]] && ! command -v promtool >/dev/null 2>&1; then
+    if is_root && command -v apt-get >/dev/null 2>&1; then
+        apt_install prometheus
+        if command -v systemctl >/dev/null 2>&1; then
+            systemctl disable --now prometheus >/dev/null 2>&1 || true
+        fi
+        command -v promtool >/dev/null 2>&1 \
+            || die "apt-get installed prometheus but promtool is not on PATH ($PATH)"
+    else
+        say "warning: promtool is not installed; the Prometheus rule tests will be skipped (CI fails them).
+    Debian/Ubuntu: sudo apt-get install prometheus
+    macOS:         brew install prometheus"
     fi
 fi
 
