@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 
 from redis.exceptions import RedisError
 
+from dispatcher.backoff import OutageBackoff, wait_or_stop
 from dispatcher.jobs import Job, JobState
 from dispatcher.lifecycle import Lifecycle
 from dispatcher.store import JobStore
@@ -76,25 +77,21 @@ class Dispatcher:
         """
         next_reap = 0.0
         next_promote = 0.0
-        errors, failing_since = 0, 0.0
+        backoff = OutageBackoff(self.max_outage_seconds)
         while not stop.is_set():
             try:
                 next_reap, next_promote = await self._step(next_reap, next_promote)
-                errors = 0
+                backoff.succeeded()
             except RedisError as exc:
                 # Redis is failing: claims already made come back when their leases
-                # end. Back off and go on, for a while: an outage that lasts stops
-                # the daemon loudly, for its supervisor to restart it.
-                errors += 1
-                failing_since = failing_since if errors > 1 else time.monotonic()
-                if time.monotonic() - failing_since > self.max_outage_seconds:
+                # end. Back off and go on, for a while (dispatcher.backoff).
+                delay = backoff.failed()
+                if delay is None:
                     raise
-                delay = min(0.5 * 2 ** (errors - 1), 10.0)
                 log.error(
                     "dispatcher step failed (%s: %s); retrying in %.1fs", type(exc).__name__, exc, delay
                 )
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), timeout=delay)
+                await wait_or_stop(stop, delay)
 
     async def _step(self, next_reap: float, next_promote: float) -> tuple[float, float]:
         """One turn of the loop: maintenance when due, then claim, or wait for work."""

@@ -109,6 +109,7 @@ class JobStore:
         self._handoff = client.register_script(lua_source("dispatcher", "handoff"))
         self._touch = client.register_script(lua_source("dispatcher", "touch"))
         self._renew = client.register_script(lua_source("dispatcher", "renew"))
+        self._send_claim = client.register_script(lua_source("dispatcher", "send_claim"))
 
     async def enqueue(self, jobs: Sequence[NewJob]) -> list[bool]:
         """Enqueue jobs in one pipelined round trip; False where nothing was written
@@ -244,6 +245,102 @@ class JobStore:
     async def job(self, job_id: str) -> dict[str, str]:
         raw: dict[Any, Any] = await self.redis.hgetall(self.keys.job(job_id))
         return {_s(k): _s(v) for k, v in raw.items()}
+
+    # -- what a sender records about a job (mailer/daemon) -----------------------
+
+    def pipeline(self) -> redis.asyncio.client.Pipeline:
+        """A pipeline on the store's client, for calls queued with ``pipeline=``."""
+        return self.redis.pipeline(transaction=False)
+
+    async def job_states(self, job_ids: Sequence[str]) -> dict[str, str]:
+        """Each job's state, in one round trip; a job without a record is left out."""
+        async with self.pipeline() as pipe:
+            for job_id in job_ids:
+                pipe.hget(self.keys.job(job_id), "state")
+            values = await pipe.execute()
+        return {job_id: _s(v) for job_id, v in zip(job_ids, values, strict=True) if v is not None}
+
+    async def claim_sending(self, job_ids: Sequence[str], lifetime_ms: int) -> list[int]:
+        """Take each job's sending marker (send_claim.lua): 1 taken, 0 another sender
+        holds it, 2 the job is final already, 3 it has no record."""
+        if not job_ids:
+            return []
+        keys = [self.keys.job(i) for i in job_ids] + [self.keys.sending(i) for i in job_ids]
+        codes: list[Any] = await self._send_claim(keys=keys, args=[lifetime_ms])
+        return [int(c) for c in codes]
+
+    async def release_sending(self, job_id: str) -> None:
+        await self.redis.delete(self.keys.sending(job_id))
+
+    async def contents(self, job_ids: Sequence[str]) -> list[bytes | None]:
+        """The stored content (a claim check) of each job, None where it is gone."""
+        async with self.pipeline() as pipe:
+            for job_id in job_ids:
+                pipe.get(self.keys.content(job_id))
+            values: list[bytes | None] = await pipe.execute()
+        return values
+
+    async def count_throttled(self, job_ids: Sequence[str]) -> None:
+        """The jobs waited for a quota once more (not an attempt)."""
+        async with self.pipeline() as pipe:
+            for job_id in job_ids:
+                pipe.hincrby(self.keys.job(job_id), "throttled", 1)
+            await pipe.execute()
+
+    async def count_attempt(self, job_id: str, error: str) -> int:
+        """A send of the job failed: count it and keep the error; returns the attempts."""
+        async with self.pipeline() as pipe:
+            pipe.hincrby(self.keys.job(job_id), "attempts", 1)
+            pipe.hset(self.keys.job(job_id), "last_error", error)
+            attempts, _ = await pipe.execute()
+        return int(attempts)
+
+    async def record_sent(
+        self,
+        sent: Sequence[tuple[str, str]],
+        *,
+        sent_ms: int,
+        keep_seconds: int,
+        pipeline: redis.asyncio.client.Pipeline,
+    ) -> None:
+        """Queue on ``pipeline``: each (job id, SES message id) ends sent, its
+        sending marker released."""
+        for job_id, message_id in sent:
+            await self.finish(
+                job_id,
+                JobState.SENT,
+                keep_seconds=keep_seconds,
+                fields={"ses_message_id": message_id, "sent_ms": sent_ms},
+                pipeline=pipeline,
+            )
+        for job_id, _ in sent:
+            pipeline.delete(self.keys.sending(job_id))
+
+    async def record_dead(
+        self, job_id: str, tenant: str, reason: str, raw_body: str, *, keep_seconds: int, now_ms: int
+    ) -> None:
+        """A dead letter for a job without a record (expired, lost, or an unreadable
+        message that names none): written whole, so it can be listed and read."""
+        key = self.keys.job(job_id)
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.hset(
+                key,
+                mapping={
+                    "tenant": tenant,
+                    "kind": "mail",
+                    "state": JobState.DEAD.value,
+                    "priority": "normal",
+                    "created_ms": now_ms,
+                    "finished_ms": now_ms,
+                    "dead_reason": reason,
+                    "last_error": reason,
+                    "raw_body": raw_body[:262_144],
+                    "attempts": 0,
+                },
+            )
+            pipe.zadd(self.keys.dead(), {job_id: now_ms})
+            pipe.expire(key, keep_seconds)
+            await pipe.execute()
 
     async def sync_tenant_settings(self, weights: Mapping[str, int], caps: Mapping[str, int]) -> None:
         """Publish per-tenant weights and caps where the scripts read them."""

@@ -1,0 +1,43 @@
+"""Riding out an outage of Redis or AWS: back off, retry, and give up loudly.
+
+A loop that fails (Redis or SQS does not answer) waits a little longer after
+each failure in a row, and starts over after a success. An outage that lasts
+longer than ``max_outage_seconds`` is not ridden out: the loop re-raises, so
+the daemon stops loudly and its supervisor restarts it. Used by the
+dispatcher's loop and the sender's receive loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+
+
+class OutageBackoff:
+    def __init__(self, max_outage_seconds: float, *, first: float = 0.5, most: float = 10.0) -> None:
+        self.max_outage_seconds = max_outage_seconds
+        self.first = first
+        self.most = most
+        self._errors = 0
+        self._failing_since = 0.0
+
+    def succeeded(self) -> None:
+        self._errors = 0
+
+    def failed(self) -> float | None:
+        """One more failure in a row: the seconds to wait before trying again,
+        or None once the outage has lasted too long (the caller re-raises)."""
+        self._errors += 1
+        if self._errors == 1:
+            self._failing_since = time.monotonic()
+        if time.monotonic() - self._failing_since > self.max_outage_seconds:
+            return None
+        delay: float = min(self.first * 2 ** (self._errors - 1), self.most)
+        return delay
+
+
+async def wait_or_stop(stop: asyncio.Event, seconds: float) -> None:
+    """Sleep ``seconds``, or less if ``stop`` is set meanwhile."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stop.wait(), timeout=seconds)

@@ -1,0 +1,98 @@
+"""Keeping a granted mail counted in its quota windows until SES counts it.
+
+The quota engine counts a grant in the bucket of the grant's moment. SES
+counts a mail when it arrives, which may be later: the mail waited for an
+SES slot, or its call was slow, or a faster mail of its group waits for the
+slowest. Until SES has answered, a granted mail's units are moved forward
+(restamped) every half of the shortest window, so they never leave a window
+before SES's count of the mail does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from redis.asyncio.client import Pipeline
+from redis.exceptions import RedisError
+
+from mailer.daemon import ses
+from mailer.daemon.context import SenderContext
+from mailer.daemon.inbox import Received
+
+log = logging.getLogger("fairpost.sender")
+
+
+@dataclass
+class Stamp:
+    """Where a granted mail's quota units are counted: the bucket of ``at_ms``
+    (Redis time), put there at ``mono`` (this process's monotonic clock)."""
+
+    at_ms: int
+    mono: float
+
+
+def may_have_it(verdict: ses.Verdict) -> bool:
+    """SES took the mail, or may have (a 5xx or a network error): it stays counted."""
+    return verdict in (ses.Verdict.SENT, ses.Verdict.TRANSIENT)
+
+
+class Counting:
+    def __init__(self, ctx: SenderContext) -> None:
+        self.ctx = ctx
+
+    def every(self, tenant: str) -> float:
+        """Half the shortest window: how long a granted mail may go unsent before its
+        units must be moved forward, or they would leave that window too soon."""
+        windows = (*self.ctx.limits.global_limits(), *self.ctx.limits.limits_for(tenant))
+        return min((w.seconds for w in windows), default=1) / 2
+
+    async def keep(self, tenant: str, cost: int, stamp: Stamp, every: float) -> None:
+        """A mail still waiting for an SES slot, or in a slow call, must stay
+        counted until SES has it: move its units to now once ``every`` passed."""
+        if time.monotonic() - stamp.mono < every:
+            return
+        moved = await self.ctx.quota.restamp(tenant, cost, stamp.at_ms, *self.ctx.windows(tenant))
+        if moved is not None:
+            stamp.at_ms, stamp.mono = moved, time.monotonic()
+
+    async def wait_for_answers(
+        self,
+        tenant: str,
+        granted: list[Received],
+        stamps: list[Stamp],
+        sends: Sequence[asyncio.Future[ses.SendResult]],
+    ) -> None:
+        """Wait for a group's SES calls. A mail SES answered early waits for the slowest
+        of its group before :meth:`move_to_answers`; until then it is kept counted like
+        a mail in a call, or its units could leave the window (counted from the grant)
+        before SES's count of it (from its arrival) does."""
+        every = self.every(tenant)
+        pending: set[asyncio.Future[ses.SendResult]] = set(sends)
+        while pending:
+            _, pending = await asyncio.wait(pending, timeout=every)
+            if not pending:
+                return
+            for msg, stamp, send in zip(granted, stamps, sends, strict=True):
+                if not send.done() or send.cancelled() or send.exception() is not None:
+                    continue
+                if may_have_it(send.result().verdict) and msg.envelope:
+                    try:
+                        await self.keep(tenant, msg.envelope.mail.recipients, stamp, every)
+                    except RedisError as exc:  # move_to_answers restamps it anyway, or fails loudly
+                        log.warning("could not keep an answered mail counted: %s", exc)
+
+    async def move_to_answers(
+        self, tenant: str, answered: Sequence[tuple[Received, ses.SendResult, Stamp]], pipeline: Pipeline
+    ) -> None:
+        """Queue on ``pipeline``: the units of every mail SES may have move to the
+        answer, summed per bucket they sat in."""
+        counted: dict[int, int] = {}
+        for msg, result, stamp in answered:
+            if may_have_it(result.verdict) and msg.envelope:
+                counted[stamp.at_ms] = counted.get(stamp.at_ms, 0) + msg.envelope.mail.recipients
+        for at_ms, cost in counted.items():
+            await self.ctx.quota.restamp(tenant, cost, at_ms, *self.ctx.windows(tenant), pipeline=pipeline)

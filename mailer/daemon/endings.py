@@ -1,0 +1,87 @@
+"""How a received mail ends dead: the reason kept on its job, its message deleted.
+
+A mail SES refused, one that failed too often, one whose content is gone, or
+an SQS body this fairpost cannot read: each becomes a dead letter an
+operator can list and replay (``fairpost dead``), never a silent loss.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+
+from dispatcher.jobs import JobState
+from mailer.daemon.context import SenderContext
+from mailer.daemon.inbox import Received
+
+log = logging.getLogger("fairpost.sender")
+
+
+class Endings:
+    def __init__(self, ctx: SenderContext) -> None:
+        self.ctx = ctx
+
+    async def dead(self, msg: Received, reason: str, kind: str) -> None:
+        """``kind`` is the metrics label (mailer.daemon.metrics.DEAD_REASONS)."""
+        assert msg.envelope is not None
+        env = msg.envelope
+        ctx = self.ctx
+        result = await ctx.store.finish(
+            env.job_id,
+            JobState.DEAD,
+            keep_seconds=ctx.finished_ttl,
+            fields={"dead_reason": reason, "last_error": reason},
+        )
+        if result == -1:
+            # No record (expired, or the Redis lost it): keep the mail as a dead letter anyway.
+            await self._record_dead(env.job_id, env.tenant, reason, msg.body)
+        msg.delete = True
+        ctx.stats.dead += 1
+        ctx.metrics.dead(env.tenant, kind)
+        log.warning("dead letter: %s", reason, extra={"job_id": env.job_id, "tenant": env.tenant})
+
+    async def poison(self, msg: Received, reason: str) -> None:
+        """An SQS body this fairpost cannot read."""
+        ctx = self.ctx
+        why = f"unreadable SQS message: {reason}"
+        # A body this fairpost cannot read may still name its job (an envelope
+        # from a newer fairpost, say): then that job ends dead, not lost in
+        # "dispatched", and keeps its slot no longer.
+        named = _job_id_in(msg.body)
+        job_id = named or f"poison-{msg.message_id}"
+        finished = -1
+        if named:
+            finished = await ctx.store.finish(
+                named,
+                JobState.DEAD,
+                keep_seconds=ctx.finished_ttl,
+                fields={"dead_reason": why, "last_error": why, "raw_body": msg.body[:262_144]},
+            )
+        if finished == -1:
+            job_id = f"poison-{msg.message_id}"
+            await self._record_dead(job_id, msg.group, why, msg.body)
+        msg.delete = True
+        ctx.stats.dead += 1
+        ctx.metrics.dead(msg.group, "poison")
+        log.error("poison message dead-lettered: %s", reason, extra={"job_id": job_id, "tenant": msg.group})
+
+    async def _record_dead(self, job_id: str, tenant: str, reason: str, raw_body: str) -> None:
+        await self.ctx.store.record_dead(
+            job_id,
+            tenant,
+            reason,
+            raw_body,
+            keep_seconds=self.ctx.finished_ttl,
+            now_ms=int(time.time() * 1000),
+        )
+
+
+def _job_id_in(body: str) -> str | None:
+    """The job id an unreadable envelope still carries, if any."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return None
+    job_id = data.get("job_id") if isinstance(data, dict) else None
+    return job_id if isinstance(job_id, str) and job_id and len(job_id) <= 128 else None

@@ -1,0 +1,55 @@
+"""The sender's gate: while it is closed, nothing is received.
+
+It closes when receiving now would only park what it got: the global quota
+is spent (the quota engine says until when), or SES throttled or paused the
+whole account (the sender holds itself for a while). A change of the global
+limits opens it at once to look again (:meth:`Gate.regate`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+from mailer.quota.engine import QuotaEngine
+from mailer.quota.overrides import LimitSource
+
+
+class Gate:
+    def __init__(self, quota: QuotaEngine, limits: LimitSource) -> None:
+        self._quota = quota
+        self._limits = limits
+        self._hold_until = 0.0
+        """Monotonic time before which no receive is made."""
+        self._regate = asyncio.Event()
+        self.observer: Callable[[float], None] | None = None
+        """Called with each decision's wait (0.0: open), for tests and diagnostics."""
+
+    def hold(self, seconds: float) -> None:
+        """Receive nothing for ``seconds`` (or until :meth:`regate`)."""
+        self._hold_until = max(self._hold_until, time.monotonic() + seconds)
+
+    def regate(self) -> None:
+        """The global limits changed: look at the gate again now, not when the old limits freed it."""
+        self._hold_until = 0.0
+        self._regate.set()
+
+    async def wait(self, stop: asyncio.Event) -> bool:
+        """Wait while the gate is closed. Returns True if it waited, so the
+        caller looks at the world again before receiving."""
+        wait = self._hold_until - time.monotonic()
+        global_wait = await self._quota.global_retry_after(self._limits.global_limits())
+        wait = max(wait, global_wait, 0.0)
+        if self.observer is not None:
+            self.observer(wait)
+        if wait <= 0:
+            return False
+        self._regate.clear()
+        waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(self._regate.wait())]
+        try:
+            await asyncio.wait(waits, timeout=wait, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waits:
+                waiter.cancel()
+        return True

@@ -1,0 +1,125 @@
+"""One tenant's group of a received batch: what is sent now, and what waits.
+
+A batch's messages of one tenant (one FIFO group, in order) are weighed
+together: mail already sent or dead is deleted, a paused tenant's mail is
+parked, and the rest asks the quota engine in one atomic call for all its
+recipients. The granted head goes to :class:`mailer.daemon.send.Sending`;
+the refused tail is parked, its visibility extended to the moment the quota
+frees, which in a FIFO queue pauses that tenant alone.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+
+from dispatcher.jobs import JobState
+from mailer.daemon.context import SenderContext
+from mailer.daemon.endings import Endings
+from mailer.daemon.gate import Gate
+from mailer.daemon.inbox import MAX_VISIBILITY, Inbox, Received
+from mailer.daemon.send import Sending
+from mailer.quota.overrides import PAUSED_RECHECK_SECONDS
+
+log = logging.getLogger("fairpost.sender")
+
+PRECISE_WAIT_MAX = 2.0
+"""Quota waits up to this long are timed by the sender itself, to the millisecond."""
+
+PRECISE_JITTER = 0.01
+
+PRECISE_SAFETY_NET = 10.0
+"""Seconds added to the SQS visibility of a mail the sender times itself: if the
+process dies, the mail comes back from SQS this much later."""
+
+_THROTTLE_REASON = {
+    "global": "global_quota",
+    "tenant": "tenant_quota",
+    "share": "global_share",
+    "paused": "paused",
+}
+"""The quota engine's ``blocked_by`` (or an operator's pause) → the metrics label."""
+
+
+class GroupDecision:
+    def __init__(
+        self, ctx: SenderContext, gate: Gate, inbox: Inbox, endings: Endings, sending: Sending
+    ) -> None:
+        self.ctx = ctx
+        self.gate = gate
+        self.inbox = inbox
+        self.endings = endings
+        self.sending = sending
+
+    async def handle(self, tenant: str, group: list[Received]) -> None:
+        ctx = self.ctx
+        envelopes = [m.envelope for m in group if m.envelope is not None]
+        states = await ctx.store.job_states([e.job_id for e in envelopes])
+        todo: list[Received] = []
+        seen: set[str] = set()
+        for msg in group:
+            assert msg.envelope is not None
+            state = states.get(msg.envelope.job_id)
+            if state in (JobState.SENT, JobState.DEAD) or msg.envelope.job_id in seen:
+                # Sent already (a redelivery after a crash) or cancelled/dead: never again.
+                # Twice in one batch (a replayed job's old message): once is enough.
+                msg.delete = True
+            else:
+                seen.add(msg.envelope.job_id)
+                todo.append(msg)
+        if not todo:
+            return
+        if ctx.limits.is_paused(tenant):
+            # An operator paused the tenant: its mail already in SQS waits too.
+            await self.park(tenant, todo, PAUSED_RECHECK_SECONDS, "paused", int(time.time() * 1000))
+            return
+        costs = [m.envelope.mail.recipients for m in todo if m.envelope]
+        grant = await ctx.quota.acquire(
+            tenant, costs, *ctx.windows(tenant), weight=ctx.settings.weight_for(tenant)
+        )
+        granted, refused = todo[: grant.granted], todo[grant.granted :]
+        if refused:
+            await self.park(tenant, refused, grant.retry_after, grant.blocked_by, grant.at_ms)
+        await self.sending.send_granted(tenant, granted, grant.at_ms)
+
+    async def park(
+        self, tenant: str, refused: list[Received], retry_after: float, blocked_by: str | None, at_ms: int
+    ) -> None:
+        """The refused mails wait in SQS until ``retry_after`` seconds from now."""
+        ctx = self.ctx
+        if retry_after < 0:
+            # More recipients than a window allows: it can never fit.
+            for msg in refused[:1]:
+                assert msg.envelope is not None
+                await self.endings.dead(
+                    msg, "the mail has more recipients than a quota window allows", "too_many_recipients"
+                )
+            refused = refused[1:]
+            retry_after = 1.0
+        if not refused:
+            return
+        if blocked_by == "global":
+            self.gate.hold(retry_after)
+        precise = blocked_by in ("tenant", "global", "share") and retry_after <= PRECISE_WAIT_MAX
+        # Jitter spreads parked groups' return; a timed retry needs only a hair of it.
+        jitter = PRECISE_JITTER if precise else ctx.settings.sender.max_jitter_seconds
+        wait = min(retry_after + random.uniform(0, jitter), MAX_VISIBILITY)
+        ctx.stats.throttled_by_quota += len(refused)
+        ctx.metrics.throttled(tenant, _THROTTLE_REASON.get(blocked_by or "", "tenant_quota"), len(refused))
+        now = time.monotonic()
+        for msg in refused:
+            msg.visibility = wait + PRECISE_SAFETY_NET if precise else wait
+            msg.retry_at = now + wait if precise else None
+        self.inbox.parked(tenant, refused, now + wait)
+        await ctx.store.count_throttled([m.envelope.job_id for m in refused if m.envelope])
+        # The jobs keep their tenant's in-flight slots while they wait in SQS.
+        ttl_ms = int(ctx.settings.dispatcher.inflight_ttl_seconds * 1000)
+        await ctx.store.touch_inflight(tenant, at_ms + int(wait * 1000) + ttl_ms)
+        log.info(
+            "tenant over quota (%s): %d mails wait %.2fs",
+            blocked_by,
+            len(refused),
+            wait,
+            extra={"tenant": tenant},
+        )

@@ -1,0 +1,148 @@
+"""The SQS messages a sender holds, and giving each back to SQS.
+
+Every received message is held until it is settled: deleted (sent, or
+ended dead) or given a new visibility (parked until its quota frees, or
+retried later). Parked messages are remembered per tenant, so a change of
+limits or a resume can bring them back at once (:meth:`Inbox.unpark`); at
+shutdown whatever is still held goes straight back (:meth:`Inbox.release_held`).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from mailer.daemon.aws import SqsClient
+from mailer.daemon.metrics import Metrics
+from mailer.sdk.envelope import Envelope
+
+log = logging.getLogger("fairpost.sender")
+
+MAX_VISIBILITY = 43_000
+"""SQS allows 12 h (43,200 s) of visibility from a receive; keep a margin.
+A longer wait (a daily quota) is served in steps: the message comes back,
+is refused again, and is extended again."""
+
+
+@dataclass
+class Received:
+    """One SQS message and what became of it."""
+
+    message_id: str
+    receipt: str
+    group: str
+    body: str
+    envelope: Envelope | None = None
+    delete: bool = False
+    visibility: float | None = None
+    retry_at: float | None = None
+    """Set (monotonic) when the quota frees in under PRECISE_WAIT_MAX seconds: this
+    process asks again then, instead of waiting for SQS's whole-second visibility."""
+    in_call: bool = False
+    """Its SES call started and its outcome is not known: on shutdown it is left to
+    come back after its visibility timeout, its sending marker still held."""
+
+
+class Inbox:
+    def __init__(self, sqs: SqsClient, queue_url: str, metrics: Metrics) -> None:
+        self.sqs = sqs
+        self.queue_url = queue_url
+        self.metrics = metrics
+        self._held: dict[str, Received] = {}
+        # Messages parked for quota or a pause: tenant → receipt → monotonic time it returns.
+        self._parked: dict[str, dict[str, float]] = {}
+
+    def hold(self, messages: Sequence[Received]) -> None:
+        for msg in messages:
+            self._held[msg.receipt] = msg
+
+    def release(self, messages: Sequence[Received]) -> None:
+        """These are settled: no longer this process's to hand back."""
+        for msg in messages:
+            self._held.pop(msg.receipt, None)
+
+    def parked(self, tenant: str, messages: Sequence[Received], until: float) -> None:
+        """Remember ``messages`` wait in SQS until ``until`` (monotonic)."""
+        now = time.monotonic()
+        parked = self._parked.setdefault(tenant, {})
+        for receipt in [r for r, when in parked.items() if when <= now]:
+            del parked[receipt]
+        for msg in messages:
+            parked[msg.receipt] = until
+
+    async def settle(self, messages: Sequence[Received]) -> None:
+        """Delete what is done and set the visibility of what waits, in batches of ten."""
+        deletes = [m for m in messages if m.delete]
+        changes = [m for m in messages if not m.delete and m.visibility is not None]
+        for chunk in _chunks(deletes, 10):
+            entries = [{"Id": str(i), "ReceiptHandle": m.receipt} for i, m in enumerate(chunk)]
+            response = await self.sqs.delete_message_batch(QueueUrl=self.queue_url, Entries=entries)
+            for fail in response.get("Failed", []):
+                # The message will come back; its job record says sent, so it is not sent twice.
+                log.warning("SQS delete failed: %s", fail.get("Message", fail.get("Code")))
+        for chunk in _chunks(changes, 10):
+            visibilities: list[dict[str, Any]] = [
+                {
+                    "Id": str(i),
+                    "ReceiptHandle": m.receipt,
+                    # SQS counts whole seconds: round up, or a short wait becomes
+                    # no wait at all and the message comes straight back.
+                    "VisibilityTimeout": min(MAX_VISIBILITY, max(0, math.ceil(m.visibility or 0))),
+                }
+                for i, m in enumerate(chunk)
+            ]
+            response = await self.sqs.change_message_visibility_batch(
+                QueueUrl=self.queue_url, Entries=visibilities
+            )
+            for fail in response.get("Failed", []):
+                log.warning("SQS visibility change failed: %s", fail.get("Message", fail.get("Code")))
+
+    async def hand_back(self, response: Any) -> None:
+        """A receive's messages this process will not look at: straight back to SQS."""
+        if isinstance(response, BaseException):
+            return
+        messages = [
+            Received(message_id=m["MessageId"], receipt=m["ReceiptHandle"], group="", body="", visibility=0)
+            for m in response.get("Messages", [])
+        ]
+        if messages:
+            await self.settle(messages)
+
+    async def unpark(self, tenant: str | None = None) -> int:
+        """Bring the tenant's parked messages (every tenant's for ``None``) back now.
+        Returns how many."""
+        now = time.monotonic()
+        tenants = list(self._parked) if tenant is None else [tenant]
+        receipts: list[str] = []
+        for name in tenants:
+            parked = self._parked.pop(name, {})
+            receipts += [r for r, until in parked.items() if until > now]
+        for start in range(0, len(receipts), 10):
+            entries = [
+                {"Id": str(i), "ReceiptHandle": r, "VisibilityTimeout": 0}
+                for i, r in enumerate(receipts[start : start + 10])
+            ]
+            # A failure is a message that came back (or went) already: nothing to do.
+            await self.sqs.change_message_visibility_batch(QueueUrl=self.queue_url, Entries=entries)
+        return len(receipts)
+
+    async def release_held(self) -> int:
+        """Shutdown: give every message received but not finished back to SQS at once."""
+        # A message whose SES call was cut off is left to its visibility timeout:
+        # SES may have it, and its sending marker lasts as long.
+        held = [m for m in self._held.values() if not m.in_call]
+        for m in held:
+            if not m.delete:
+                m.visibility = 0
+        await self.settle(held)
+        released = sum(1 for m in held if not m.delete)
+        self.metrics.handed_back(released)
+        return released
+
+
+def _chunks(items: Sequence[Received], size: int) -> list[Sequence[Received]]:
+    return [items[i : i + size] for i in range(0, len(items), size)]

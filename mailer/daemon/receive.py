@@ -1,0 +1,120 @@
+"""The receive loop: wait for the gate, long-poll SQS, hand the batch on.
+
+One loop per ``sender.receivers``. Each turn waits while the gate is closed
+(mailer.daemon.gate), receives up to ten messages and passes them to the
+sender's batch handling, then lingers a moment if mail is only trickling in.
+A Redis or AWS failure is ridden out with the shared outage back-off
+(dispatcher.backoff); what the failed batch held comes back after its
+visibility timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from botocore.exceptions import BotoCoreError, ClientError
+from redis.exceptions import RedisError
+
+from dispatcher.backoff import OutageBackoff, wait_or_stop
+from mailer.daemon.context import SenderContext
+from mailer.daemon.gate import Gate
+from mailer.daemon.inbox import Inbox, Received
+
+log = logging.getLogger("fairpost.sender")
+
+_LAST_POLL_WAIT = 1.5
+"""Seconds a long poll in flight at shutdown gets to land before it is cut off."""
+
+Process = Callable[[list[Received]], Awaitable[None]]
+
+
+class Receiver:
+    def __init__(self, ctx: SenderContext, gate: Gate, inbox: Inbox, process: Process) -> None:
+        self.ctx = ctx
+        self.gate = gate
+        self.inbox = inbox
+        self.process = process
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Receive and hand on until ``stop`` is set."""
+        backoff = OutageBackoff(self.ctx.settings.max_outage_seconds)
+        linger = self.ctx.settings.sender.linger_seconds
+        while not stop.is_set():
+            try:
+                if await self.gate.wait(stop):
+                    continue
+                messages = await self.receive(stop)
+                if messages:
+                    await self.process(messages)
+                    if len(messages) < 10 and linger > 0:
+                        # Mail is trickling in: let some gather, so that the next
+                        # receive and its delete each carry more than one or two.
+                        await wait_or_stop(stop, linger)
+                backoff.succeeded()
+            except (RedisError, BotoCoreError, ClientError, OSError) as exc:
+                # Redis or AWS is failing: what this batch held comes back after its
+                # visibility timeout. Back off and go on, for a while.
+                delay = backoff.failed()
+                if delay is None:
+                    raise
+                log.error("sender batch failed (%s: %s); retrying in %.1fs", type(exc).__name__, exc, delay)
+                self.ctx.metrics.receive_failed()
+                await wait_or_stop(stop, delay)
+
+    async def receive(self, stop: asyncio.Event) -> list[Received]:
+        """One long poll (retried twice on failure); nothing if ``stop`` is set meanwhile."""
+        s = self.ctx.settings.sender
+        request: dict[str, Any] = {
+            "QueueUrl": self.inbox.queue_url,
+            "MaxNumberOfMessages": 10,
+            "WaitTimeSeconds": s.wait_seconds,
+            "VisibilityTimeout": s.visibility_timeout,
+            "MessageSystemAttributeNames": ["MessageGroupId"],
+            # The same id on a retried receive makes SQS return the same messages
+            # instead of hiding them until their visibility ends.
+            "ReceiveRequestAttemptId": uuid.uuid4().hex,
+        }
+        for attempt in range(3):
+            receive = asyncio.ensure_future(self.inbox.sqs.receive_message(**request))
+            stopped = asyncio.ensure_future(stop.wait())
+            done, _ = await asyncio.wait({receive, stopped}, return_when=asyncio.FIRST_COMPLETED)
+            stopped.cancel()
+            if receive not in done:
+                # Shutting down mid-poll. An idle poll would hold the shutdown for
+                # up to its whole wait, so it gets a moment to land, then is cut
+                # off: SQS rarely hands a poll anything in that moment, and what
+                # it does hand comes back after its visibility timeout. What
+                # lands in time goes straight back for another replica.
+                await asyncio.wait({receive}, timeout=_LAST_POLL_WAIT)
+                if not receive.done():
+                    receive.cancel()
+                landed = await asyncio.gather(receive, return_exceptions=True)
+                await self.inbox.hand_back(landed[0])
+                return []
+            try:
+                response = receive.result()
+            except Exception as exc:
+                log.warning("SQS receive failed (attempt %d): %s", attempt + 1, exc)
+                self.ctx.metrics.receive_failed()
+                await asyncio.sleep(0.2 * 2**attempt)
+                continue
+            stats = self.ctx.stats
+            stats.receives += 1
+            raw = response.get("Messages", [])
+            self.ctx.metrics.received(len(raw))
+            if not raw:
+                stats.empty_receives += 1
+            return [
+                Received(
+                    message_id=m["MessageId"],
+                    receipt=m["ReceiptHandle"],
+                    group=m.get("Attributes", {}).get("MessageGroupId", ""),
+                    body=m.get("Body", ""),
+                )
+                for m in raw
+            ]
+        return []

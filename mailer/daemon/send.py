@@ -1,0 +1,244 @@
+"""Sending a tenant's granted mail: claim, content, SES, and what SES said.
+
+For the mails of one group the quota engine granted: take each job's sending
+marker (two receivers of one message must not both send it), load the
+content of claim-checked mail, call SES for each (bounded by
+``sender.concurrency``), keep each counted until SES has answered
+(mailer.daemon.counting), and record every answer before anything else can
+fail. What each SES answer means is decided in :meth:`Sending.obey` (the
+classes are in mailer.daemon.ses).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import random
+import time
+
+from mailer.daemon import ses
+from mailer.daemon.aws import SesClient
+from mailer.daemon.context import SenderContext
+from mailer.daemon.counting import Counting, Stamp
+from mailer.daemon.endings import Endings
+from mailer.daemon.gate import Gate
+from mailer.daemon.inbox import Received
+
+log = logging.getLogger("fairpost.sender")
+
+_CLAIMED_ELSEWHERE_WAIT = 5.0
+"""Seconds a message another sender is sending stays hidden before it is looked at again."""
+
+_THROTTLE_BACKOFF_MIN = 0.5
+_THROTTLE_BACKOFF_MAX = 30.0
+
+
+class Sending:
+    def __init__(self, ctx: SenderContext, ses_client: SesClient, gate: Gate, endings: Endings) -> None:
+        self.ctx = ctx
+        self.ses = ses_client
+        self.gate = gate
+        self.endings = endings
+        self.counting = Counting(ctx)
+        self._slots = asyncio.Semaphore(ctx.settings.sender.concurrency)
+        self._throttle_backoff = _THROTTLE_BACKOFF_MIN
+
+    async def send_granted(self, tenant: str, granted: list[Received], at_ms: int) -> None:
+        """Send the mails a grant at ``at_ms`` covers; each ends with ``delete`` or a
+        ``visibility`` set. Raises the first error after every answer is recorded."""
+        granted = await self._claim(tenant, granted, at_ms)
+        granted = await self._load_content(tenant, granted, at_ms)
+        stamps = [Stamp(at_ms, time.monotonic()) for _ in granted]
+        sends = [
+            asyncio.ensure_future(self._send_one(tenant, m, stamp))
+            for m, stamp in zip(granted, stamps, strict=True)
+        ]
+        try:
+            await self.counting.wait_for_answers(tenant, granted, stamps, sends)
+        except asyncio.CancelledError:
+            for send in sends:
+                send.cancel()
+            await asyncio.gather(*sends, return_exceptions=True)
+            raise
+        outcomes = await asyncio.gather(*sends, return_exceptions=True)
+        # Record every answer SES gave before raising any error: a sent mail left
+        # unrecorded would be sent again when its message comes back.
+        answered = [
+            (m, r, stamp)
+            for m, r, stamp in zip(granted, outcomes, stamps, strict=True)
+            if isinstance(r, ses.SendResult)
+        ]
+        await self._record(tenant, answered)
+        if any(r.verdict is ses.Verdict.PAUSED for _, r, _ in answered):
+            self.gate.hold(self.ctx.settings.sender.pause_seconds)
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
+
+    async def _claim(self, tenant: str, granted: list[Received], at_ms: int) -> list[Received]:
+        """Take each job's sending marker; what another sender holds, or what ended
+        meanwhile, is not sent here (and its quota units go back)."""
+        if not granted:
+            return granted
+        ctx = self.ctx
+        ids = [m.envelope.job_id for m in granted if m.envelope]
+        codes = await ctx.store.claim_sending(ids, ctx.settings.sender.visibility_timeout * 1000)
+        claimed = []
+        for msg, code in zip(granted, codes, strict=True):
+            if code == 1:
+                claimed.append(msg)
+                continue
+            assert msg.envelope is not None
+            await ctx.quota.refund(tenant, msg.envelope.mail.recipients, at_ms, *ctx.windows(tenant))
+            if code == 2:
+                msg.delete = True
+            elif code == 3:
+                # No record (a purged dead letter, an expired one): a cancelled or
+                # finished job's message would otherwise go out. Drop it.
+                msg.delete = True
+                ctx.stats.dropped += 1
+                ctx.metrics.dropped(tenant, "no_record")
+                log.warning(
+                    "message dropped unsent: its job record is gone",
+                    extra={"job_id": msg.envelope.job_id, "tenant": tenant},
+                )
+            else:
+                # Back soon: by then the other sender has recorded the outcome.
+                msg.visibility = _CLAIMED_ELSEWHERE_WAIT
+        return claimed
+
+    async def _load_content(self, tenant: str, granted: list[Received], at_ms: int) -> list[Received]:
+        """Claim checks (envelope version 2): load each mail's MIME message from Redis,
+        only once its quota is granted. A mail whose content is gone (purged, or a key
+        that is not its own) is dead-lettered and its quota units are refunded."""
+        stored = [m for m in granted if m.envelope is not None and m.envelope.content_key]
+        if not stored:
+            return granted
+        ctx = self.ctx
+        contents = await ctx.store.contents([m.envelope.job_id for m in stored if m.envelope])
+        lost: set[str] = set()
+        for msg, content in zip(stored, contents, strict=True):
+            env = msg.envelope
+            assert env is not None
+            if content is None or env.content_key != ctx.store.keys.content(env.job_id):
+                lost.add(msg.receipt)
+                await ctx.quota.refund(tenant, env.mail.recipients, at_ms, *ctx.windows(tenant))
+                await self.endings.dead(
+                    msg, "the mail's content (a claim check) is gone from Redis", "poison"
+                )
+            else:
+                mail = dataclasses.replace(env.mail, raw=bytes(content))
+                msg.envelope = dataclasses.replace(env, mail=mail)
+        return [m for m in granted if m.receipt not in lost]
+
+    async def _send_one(self, tenant: str, msg: Received, stamp: Stamp) -> ses.SendResult:
+        assert msg.envelope is not None
+        job_id = msg.envelope.job_id
+        try:
+            result = await self._call(tenant, msg, stamp)
+        except asyncio.CancelledError:
+            # Shutdown mid-call: SES may have the mail. Keep the marker (it ends
+            # with the message's visibility), so no other replica sends it meanwhile.
+            if not msg.in_call:
+                await self.ctx.store.release_sending(job_id)
+            raise
+        except BaseException:
+            await self.ctx.store.release_sending(job_id)
+            raise
+        if result.verdict is not ses.Verdict.SENT:
+            # A sent job's marker goes with its record, in _record.
+            await self.ctx.store.release_sending(job_id)
+        return result
+
+    async def _call(self, tenant: str, msg: Received, stamp: Stamp) -> ses.SendResult:
+        """Wait for an SES slot and call SES, keeping the mail counted meanwhile."""
+        env = msg.envelope
+        assert env is not None
+        cost = env.mail.recipients
+        every = self.counting.every(tenant)
+        async with self._slots:
+            await self.counting.keep(tenant, cost, stamp, every)
+            started = time.monotonic()
+            msg.in_call = True
+            call = asyncio.ensure_future(ses.send(self.ses, env, self.ctx.settings.tenant(tenant)))
+            try:
+                while not (await asyncio.wait({call}, timeout=every))[0]:
+                    await self.counting.keep(tenant, cost, stamp, every)
+            except asyncio.CancelledError:
+                call.cancel()
+                raise
+            result = call.result()
+            msg.in_call = False
+            self.ctx.metrics.ses_call(result.verdict.value, time.monotonic() - started)
+        await self.obey(tenant, msg, stamp, result)
+        return result
+
+    async def obey(self, tenant: str, msg: Received, stamp: Stamp, result: ses.SendResult) -> None:
+        """Do what SES's answer means for this mail (the table in mailer.daemon.ses)."""
+        ctx = self.ctx
+        env = msg.envelope
+        assert env is not None
+        extra = {"job_id": env.job_id, "tenant": tenant}
+        if result.verdict is ses.Verdict.SENT:
+            # Restamped and recorded with the rest of its group: _record.
+            self._throttle_backoff = _THROTTLE_BACKOFF_MIN
+            msg.delete = True
+            ctx.stats.sent += 1
+            ctx.metrics.sent(tenant, env.created_ms)
+            return
+        if result.verdict is not ses.Verdict.TRANSIENT:
+            # SES refused it outright: the quota units go back. After a 5xx or a
+            # network error SES may have the mail, so its units stay counted.
+            await ctx.quota.refund(tenant, env.mail.recipients, stamp.at_ms, *ctx.windows(tenant))
+        ctx.stats.by_reason[result.verdict.value] = ctx.stats.by_reason.get(result.verdict.value, 0) + 1
+        if result.verdict is ses.Verdict.THROTTLED:
+            ctx.stats.throttled_by_ses += 1
+            ctx.metrics.throttled(tenant, "ses")
+            delay = self._throttle_backoff
+            self._throttle_backoff = min(self._throttle_backoff * 2, _THROTTLE_BACKOFF_MAX)
+            self.gate.hold(delay)
+            msg.visibility = delay + random.uniform(0, ctx.settings.sender.max_jitter_seconds)
+            await ctx.store.count_throttled([env.job_id])
+            log.warning("SES throttled; sender backs off %.1fs", delay, extra=extra)
+        elif result.verdict is ses.Verdict.PAUSED:
+            msg.visibility = ctx.settings.sender.pause_seconds
+            log.error(
+                "SES refuses to send (%s); sender paused %.0fs",
+                result.error,
+                ctx.settings.sender.pause_seconds,
+                extra=extra,
+            )
+        elif result.verdict is ses.Verdict.PERMANENT:
+            await self.endings.dead(msg, result.error or "rejected by SES", "rejected")
+        else:
+            attempts = await ctx.store.count_attempt(env.job_id, result.error or "")
+            if attempts >= ctx.settings.sender.max_attempts:
+                await self.endings.dead(msg, f"gave up after {attempts} attempts: {result.error}", "attempts")
+            else:
+                ctx.stats.retried += 1
+                ctx.metrics.retried(tenant)
+                s = ctx.settings.sender
+                msg.visibility = min(s.backoff_base_seconds * 2 ** (attempts - 1), s.backoff_max_seconds)
+                log.warning("SES send failed (attempt %d): %s", attempts, result.error, extra=extra)
+
+    async def _record(self, tenant: str, answered: list[tuple[Received, ses.SendResult, Stamp]]) -> None:
+        """Record a group's answers in one round trip (one pipeline): the quota units
+        of every mail SES may have move to the answer (mailer.daemon.counting); then
+        each sent job is finished and its sending marker released. Per mail this was
+        three round trips, the largest cost the daemon had over the calls it cannot
+        avoid (bench/profile.py)."""
+        sent = [
+            (m.envelope.job_id, r.message_id or "")
+            for m, r, _ in answered
+            if r.verdict is ses.Verdict.SENT and m.envelope
+        ]
+        if not sent and not any(r.verdict is ses.Verdict.TRANSIENT for _, r, _ in answered):
+            return
+        ctx = self.ctx
+        async with ctx.store.pipeline() as pipe:
+            await self.counting.move_to_answers(tenant, answered, pipe)
+            await ctx.store.record_sent(
+                sent, sent_ms=int(time.time() * 1000), keep_seconds=ctx.finished_ttl, pipeline=pipe
+            )
+            await pipe.execute()
