@@ -29,12 +29,23 @@ _ITEM = re.compile(
 MAX_WINDOW_SECONDS = 7 * 86400
 
 
+BUDGET_SECONDS = 60
+"""Windows this long or longer are budgets: a mail to more recipients than the limit
+can never be sent. Shorter windows are rates: such a mail goes alone once the
+window is empty (as SES takes a 50-recipient mail at 14/second)."""
+
+
 @dataclass(frozen=True, order=True)
 class Window:
     """At most ``limit`` units in any interval of ``seconds``."""
 
     seconds: int
     limit: int
+
+    @property
+    def is_budget(self) -> bool:
+        """A minute or longer (see :data:`BUDGET_SECONDS`)."""
+        return self.seconds >= BUDGET_SECONDS
 
     def __str__(self) -> str:
         for unit, size in sorted(_UNIT_SECONDS.items(), key=lambda kv: -kv[1]):
@@ -70,6 +81,11 @@ def parse_limits(text: str) -> tuple[Window, ...]:
             raise ValueError(f"{part.strip()!r}: two limits for the same window")
         windows[seconds] = Window(seconds=seconds, limit=count)
     return tuple(sorted(windows.values()))
+
+
+def budget_exceeded(cost: int, windows: tuple[Window, ...]) -> Window | None:
+    """The first budget window whose limit ``cost`` units exceed: they never fit in it."""
+    return next((w for w in windows if w.is_budget and cost > w.limit), None)
 
 
 def format_limits(windows: tuple[Window, ...]) -> str:

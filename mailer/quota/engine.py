@@ -28,18 +28,28 @@ from typing import Literal
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
-from config.limits import Window
+from config.limits import BUDGET_SECONDS, Window
 from dispatcher.keys import Keys
 from dispatcher.scripts import lua_source
 
-__all__ = ["BUCKETS_PER_WINDOW", "NEVER", "Grant", "QuotaEngine"]
+__all__ = ["BUCKETS_PER_WINDOW", "NEVER", "RATE_WINDOW_SECONDS", "Grant", "QuotaEngine", "never_fits_reason"]
 
 
 BUCKETS_PER_WINDOW = 50
 """Buckets per window unless told otherwise; every replica must use the same."""
 
 NEVER = -1.0
-"""``Grant.retry_after`` for a mail whose cost exceeds a window's limit: it can never fit."""
+"""``Grant.retry_after`` for a mail whose cost exceeds a budget window's limit: it can never fit."""
+
+RATE_WINDOW_SECONDS = BUDGET_SECONDS
+"""Windows shorter than this are rates: a mail over the limit goes alone once the
+window is empty. Longer windows are budgets: a mail over the limit never fits
+(``config.limits.Window.is_budget``, which the SDK checks too; quota.lua's RATE_MS)."""
+
+SHARE_PARTS = ("tag", "until", "weight", "refused")
+"""The fair share's keys (``Keys.quota_share``), in the order quota.lua takes them.
+(Not the parts of earlier versions, "tags", "seen", "weights", "waiting" and
+"binding": those hold other shapes and expire by themselves.)"""
 
 _BLOCKED: dict[int, Literal["global", "tenant", "share"] | None] = {
     0: None,
@@ -64,12 +74,23 @@ class Grant:
     a tie); ``None`` if all were granted.
     ``at_ms``: the Redis server time (ms) the grant was taken at; pass it back
     to :meth:`QuotaEngine.refund`.
+    ``too_big_for``: with :data:`NEVER`, the budget window (a minute or longer)
+    the first refused mail can never fit; see :func:`never_fits_reason`.
     """
 
     granted: int
     retry_after: float
     blocked_by: str | None
     at_ms: int
+    too_big_for: Window | None = None
+
+
+def never_fits_reason(grant: Grant, recipients: int) -> str:
+    """The dead-letter reason for a mail refused with :data:`NEVER`, naming the window."""
+    scope = "global" if grant.blocked_by == "global" else "tenant"
+    window = grant.too_big_for
+    named = f"the {scope} limit {window}" if window is not None else f"a {scope} quota window"
+    return f"the mail has {recipients} recipients, more than {named} can ever allow"
 
 
 class QuotaEngine:
@@ -113,9 +134,15 @@ class QuotaEngine:
         stops at the first mail that does not fit: later, smaller mails are
         not granted, so the order of a tenant's mail is kept. The granted
         units are counted at once in every global and tenant window.
-        With a ``weight``, tenants waiting for the global quota share it in
-        proportion to their weights (see quota.lua); a tenant ahead of its
-        share is refused with ``blocked_by == "share"`` for one window.
+        With a ``weight``, tenants contending for the global quota share it in
+        proportion to their weights (see quota.lua): while another tenant is
+        refused for global room, a tenant ahead of its share is refused with
+        ``blocked_by == "share"`` until that tenant is due back (at most the
+        shortest global window). The cost does not grow with the number of
+        tenants contending (O(log n)).
+        A mail bigger than a window shorter than a minute (a rate) waits until
+        that window is empty and goes alone; bigger than a longer window (a
+        budget), it is refused with :data:`NEVER` and ``too_big_for``.
         ``now_ms`` is a test hook (see the class); leave it out in production.
         """
         for cost in costs:
@@ -129,9 +156,16 @@ class QuotaEngine:
             reply = await self._run(
                 "acquire_fair", tenant, global_windows, tenant_windows, now_ms, [tenant, weight, *costs]
             )
-        granted, retry_ms, blocked, at_ms = reply
+        granted, retry_ms, blocked, at_ms, never = reply
         retry_after = NEVER if retry_ms < 0 else retry_ms / 1000
-        return Grant(granted=granted, retry_after=retry_after, blocked_by=_BLOCKED[blocked], at_ms=at_ms)
+        windows = (*global_windows, *tenant_windows)
+        return Grant(
+            granted=granted,
+            retry_after=retry_after,
+            blocked_by=_BLOCKED[blocked],
+            at_ms=at_ms,
+            too_big_for=windows[never - 1] if never else None,
+        )
 
     async def refund(
         self,
@@ -232,9 +266,7 @@ class QuotaEngine:
                 keys.append(self._keys.quota(scope, window.seconds))
                 args += [window.seconds, window.limit]
         if op == "acquire_fair":
-            keys += [
-                self._keys.quota_share(part) for part in ("tags", "seen", "weights", "waiting", "binding")
-            ]
+            keys += [self._keys.quota_share(part) for part in SHARE_PARTS]
         args += tail
         if pipeline is not None:
             # Queued only; the reply comes from the caller's pipeline.execute().

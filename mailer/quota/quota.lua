@@ -14,17 +14,20 @@
 --              acquire (below) puts the tenant id and its weight first
 --              refund / restamp: the one cost to give back / to move
 --
--- A fair acquire ("acquire_fair") also takes five more KEYS after the
--- windows, the share state of the global quota: start tags (zset), last
--- seen (zset), weights (hash), the tags of tenants contending (zset) and
--- "binding until" (string: ms, set when someone is refused for global room).
+-- A fair acquire ("acquire_fair") also takes four more KEYS after the
+-- windows, the share state of the global quota: start tags (zset: tenant ->
+-- tag), contending until (zset: tenant -> ms), weights (hash: tenant ->
+-- weight, plus "~sum", the sum over every contending tenant) and refused
+-- (zset: tenant -> ms until which it counts as refused for global room).
 --
 -- Returns
---   acquire / peek: {granted, retry_ms, blocked, now_ms}
+--   acquire / peek: {granted, retry_ms, blocked, now_ms, never}
 --       retry_ms: ms until mail number granted+1 fits (0 if all granted,
 --       -1 if it can never fit); blocked: 0 none, 1 global, 2 tenant,
 --       3 share (the global quota has room, but this tenant is ahead of
---       its weighted share while others wait for it)
+--       its weighted share while another is refused for global room);
+--       never: the index (1-based, in KEYS order) of the window the mail
+--       can never fit, 0 if none
 --   usage:  {now_ms, count of window 1, count of window 2, ...}
 --   refund: {}
 --   restamp: {the server time (ms) the units now count from}
@@ -37,6 +40,12 @@
 -- limit, stingy by at most one bucket. Buckets below lo can never count again,
 -- so they are deleted; a hash therefore holds at most ceil(W/w)+1 fields (B+1
 -- when B divides W, as it does for whole seconds and the default B = 50).
+--
+-- Rates and budgets. A window shorter than a minute is a rate: a mail bigger
+-- than its limit fits once the window holds nothing else, and goes alone,
+-- counted in full (no window ever holds more than max(limit, largest mail)).
+-- SES does the same: it accepts a 50-recipient mail at 14/second. A window
+-- of a minute or more is a budget: a mail over its limit can never fit.
 
 local op = ARGV[1]
 local fair_op = op == "acquire_fair"
@@ -46,7 +55,8 @@ end
 local buckets = tonumber(ARGV[3])
 local global_count = tonumber(ARGV[4])
 -- A fair acquire passes its four share keys after the windows.
-local window_count = #KEYS - (fair_op and 5 or 0)
+local window_count = #KEYS - (fair_op and 4 or 0)
+local RATE_MS = 60000
 
 local function server_now_ms()
     local time = redis.call("TIME")
@@ -77,6 +87,7 @@ for i = 1, window_count do
         width = width,
         lo = math.floor((now - window_ms + 1) / width),
         current = math.floor(now / width),
+        rate = window_ms < RATE_MS,
     }
 end
 local rest = 5 + 2 * window_count
@@ -158,17 +169,21 @@ end
 
 -- Weighted sharing of the global quota (start-time fair queuing). Each
 -- tenant asking for the global quota carries a start tag: the units it was
--- granted divided by its weight. A tenant refused for want of global room
--- waits; while someone waits, a tenant more than one fair share of the
--- shortest global window ahead of the furthest-behind waiting tenant waits
--- a window too, so contenders get units in proportion to their weights,
--- whichever replica receives what. With nobody waiting, nobody is held back.
+-- granted divided by its weight. While another tenant is refused for want of
+-- global room, a tenant more than one fair share of the shortest global
+-- window ahead of the furthest-behind contending tenant waits, so
+-- contenders get units in proportion to their weights, whichever replica
+-- receives what. With nobody refused for room, nobody is held back.
+--
+-- Cost: O(log n) in the contending tenants. The furthest behind is the
+-- lowest tag (ZRANGE 0 1), the weight sum a running total ("~sum"), and who
+-- is refused for room the lowest "refused" score still ahead of now.
+-- Tenants that stopped asking are forgotten a few at a time.
 local fair = nil
 if fair_op and global_count > 0 then
     local base = window_count
     fair = {
-        tags = KEYS[base + 1], seen = KEYS[base + 2], weights = KEYS[base + 3], waiting = KEYS[base + 4],
-        binding = KEYS[base + 5],
+        tags = KEYS[base + 1], untils = KEYS[base + 2], weights = KEYS[base + 3], refused = KEYS[base + 4],
         tenant = ARGV[rest], weight = tonumber(ARGV[rest + 1]),
     }
     rest = rest + 2
@@ -177,42 +192,69 @@ if fair_op and global_count > 0 then
         if windows[i].window_ms < ref.window_ms then ref = windows[i] end
     end
     fair.ref = ref
-    fair.memory_ms = math.max(2000, 2 * ref.window_ms)
-    -- Forget tenants that stopped asking.
-    local gone = redis.call("ZRANGEBYSCORE", fair.seen, "-inf", "(" .. (now - fair.memory_ms))
-    for _, name in ipairs(gone) do
-        for _, key in ipairs({ fair.tags, fair.seen, fair.waiting }) do redis.call("ZREM", key, name) end
-        redis.call("HDEL", fair.weights, name)
+    -- How long a tenant that asked counts as contending (its backlog may sit
+    -- in SQS, received again within moments), beyond any refusal's wait.
+    -- Bounded: with a day window, "contending" must not mean "asked today".
+    fair.memory_ms = math.min(60000, math.max(2000, 2 * ref.window_ms))
+
+    local function forget(name)
+        redis.call("ZREM", fair.tags, name)
+        redis.call("ZREM", fair.untils, name)
+        redis.call("ZREM", fair.refused, name)
+        local w = tonumber(redis.call("HGET", fair.weights, name))
+        if w then
+            redis.call("HDEL", fair.weights, name)
+            redis.call("HINCRBY", fair.weights, "~sum", -w)
+        end
+    end
+    fair.forget = forget
+    local function live(name)
+        local untilms = tonumber(redis.call("ZSCORE", fair.untils, name))
+        return untilms ~= nil and untilms >= now
     end
 
-    -- Shares are enforced only while the global quota binds: someone was
-    -- refused for want of global room lately. Otherwise nobody waits.
-    fair.bound = tonumber(redis.call("GET", fair.binding) or "0") > now
+    -- Forget a few of the tenants that stopped asking (amortized: each once).
+    local gone = redis.call("ZRANGE", fair.untils, "-inf", "(" .. now, "BYSCORE", "LIMIT", 0, 8)
+    for _, name in ipairs(gone) do forget(name) end
+    redis.call("ZREMRANGEBYSCORE", fair.refused, "-inf", now)
+
     local own = tonumber(redis.call("ZSCORE", fair.tags, fair.tenant))
-    local lowest = redis.call("ZRANGE", fair.tags, 0, 0, "WITHSCORES")
-    -- A newcomer starts level with the furthest behind: no credit for idling.
-    fair.tag = own or tonumber(lowest[2]) or 0
-    -- The furthest-behind waiting tenant other than this one, if any.
-    fair.floor = nil
-    local behind = redis.call("ZRANGE", fair.waiting, 0, 1, "WITHSCORES")
-    for j = 1, #behind, 2 do
-        if behind[j] ~= fair.tenant and fair.floor == nil then fair.floor = tonumber(behind[j + 1]) end
+    if own and not live(fair.tenant) then
+        forget(fair.tenant)
+        own = nil
     end
-    if fair.floor then
-        -- A tenant that was waiting keeps what it is owed; one that was not
-        -- (it had nothing to send) gets no credit for the quiet time.
-        if not redis.call("ZSCORE", fair.waiting, fair.tenant) then
-            fair.tag = math.max(fair.tag, fair.floor)
+    -- The furthest-behind contending tenant other than this one, if any; one
+    -- that stopped asking is forgotten on the way.
+    fair.floor = nil
+    while true do
+        local low = redis.call("ZRANGE", fair.tags, 0, 1, "WITHSCORES")
+        local name, score = nil, nil
+        for j = 1, #low, 2 do
+            if low[j] ~= fair.tenant and name == nil then name, score = low[j], tonumber(low[j + 1]) end
         end
-        local weight_sum = fair.weight
-        local waiting = redis.call("ZRANGE", fair.waiting, 0, -1)
-        for _, name in ipairs(waiting) do
-            if name ~= fair.tenant then
-                weight_sum = weight_sum + (tonumber(redis.call("HGET", fair.weights, name)) or 1)
-            end
+        if name == nil then break end
+        if live(name) then
+            fair.floor = score
+            break
         end
+        forget(name)
+    end
+    -- A newcomer starts level with the furthest behind: no credit for idling.
+    fair.tag = own or fair.floor or 0
+    -- The soonest another tenant refused for global room is due back, if any:
+    -- shares are enforced only until then.
+    fair.bound_until = nil
+    local refused = redis.call("ZRANGE", fair.refused, 0, 1, "WITHSCORES")
+    for j = 1, #refused, 2 do
+        if refused[j] ~= fair.tenant and fair.bound_until == nil then
+            fair.bound_until = tonumber(refused[j + 1])
+        end
+    end
+    if fair.floor and fair.bound_until then
+        local own_weight = tonumber(redis.call("HGET", fair.weights, fair.tenant)) or 0
+        local weight_sum = (tonumber(redis.call("HGET", fair.weights, "~sum")) or 0) - own_weight + fair.weight
         -- One fair share of the reference window, in tag units.
-        fair.lead = ref.limit / weight_sum
+        fair.lead = ref.limit / math.max(fair.weight, weight_sum)
     end
 end
 
@@ -241,6 +283,12 @@ for _, win in ipairs(windows) do
     end
 end
 
+-- Whether `cost` more units fit in `win` holding `total`: within the limit,
+-- or, for a rate, alone in an empty window.
+local function room(win, total, cost)
+    return total + cost <= win.limit or (win.rate and total == 0)
+end
+
 -- The earliest ms at which `cost` more units fit in `win`, given what it
 -- holds: drop buckets oldest first until the rest leaves room. Dropping every
 -- bucket up to index k takes lo >= k+1, i.e. t-W+1 >= (k+1)*w.
@@ -252,25 +300,25 @@ local function fits_at(win, cost)
     local remaining = win.total
     for _, j in ipairs(order) do
         remaining = remaining - units[j]
-        if remaining + cost <= win.limit then
+        if room(win, remaining, cost) then
             return (indices[j] + 1) * win.width + win.window_ms - 1
         end
     end
-    -- Unreachable while cost <= limit: with every bucket dropped it fits.
+    -- Unreachable while the mail can fit: with every bucket dropped it does.
     return now
 end
 
-local granted, retry_ms, blocked = 0, 0, 0
+local granted, retry_ms, blocked, never_index = 0, 0, 0, 0
 local stop_for_share = false
 for c = rest, #ARGV do
     local cost = tonumber(ARGV[c])
-    if fair and fair.floor and fair.bound and fair.tag - fair.floor > fair.lead then
+    if fair and fair.lead and fair.tag - fair.floor > fair.lead then
         stop_for_share = true
         break
     end
     local fits = true
     for _, win in ipairs(windows) do
-        if win.total + cost > win.limit then fits = false end
+        if not room(win, win.total, cost) then fits = false end
     end
     if fits then
         for _, win in ipairs(windows) do
@@ -285,11 +333,11 @@ for c = rest, #ARGV do
         -- so the mail fits once the latest of the refusing windows frees.
         -- On a tie the global scope is named: it pauses every tenant.
         local never, latest = false, now
-        for _, win in ipairs(windows) do
-            if cost > win.limit then
-                if not never or win.scope < blocked then blocked = win.scope end
+        for i, win in ipairs(windows) do
+            if cost > win.limit and not win.rate then
+                if not never or win.scope < blocked then blocked, never_index = win.scope, i end
                 never = true
-            elseif not never and win.total + cost > win.limit then
+            elseif not never and not room(win, win.total, cost) then
                 local at = fits_at(win, cost)
                 if at > latest or (at == latest and win.scope < blocked) then
                     latest, blocked = at, win.scope
@@ -314,29 +362,47 @@ if op == "acquire" then
 end
 
 if stop_for_share then
-    blocked, retry_ms = 3, fair.ref.window_ms
+    -- Until the refused tenant is due back (then it is served or forgotten),
+    -- and at most one reference window.
+    blocked, retry_ms = 3, math.max(1, math.min(fair.ref.window_ms, fair.bound_until - now))
 end
 
 if fair and op == "acquire" then
     if blocked == 2 then
         -- Held back by its own quota: it is not contending for the global one.
-        for _, key in ipairs({ fair.tags, fair.seen, fair.waiting }) do redis.call("ZREM", key, fair.tenant) end
-        redis.call("HDEL", fair.weights, fair.tenant)
+        if redis.call("ZSCORE", fair.untils, fair.tenant) then fair.forget(fair.tenant) end
     else
         redis.call("ZADD", fair.tags, fair.tag, fair.tenant)
-        redis.call("ZADD", fair.seen, now, fair.tenant)
-        redis.call("HSET", fair.weights, fair.tenant, fair.weight)
-        -- Granted in full or not, a tenant that asks is contending: its backlog
-        -- may sit in SQS, beyond what this batch brought. It stops once it has
-        -- not asked for memory_ms (forgotten above).
-        redis.call("ZADD", fair.waiting, fair.tag, fair.tenant)
-        if blocked == 1 then
-            redis.call("SET", fair.binding, now + fair.memory_ms, "PX", fair.memory_ms)
+        local old = tonumber(redis.call("HGET", fair.weights, fair.tenant)) or 0
+        if old ~= fair.weight then
+            redis.call("HSET", fair.weights, fair.tenant, fair.weight)
+            redis.call("HINCRBY", fair.weights, "~sum", fair.weight - old)
         end
-        for _, key in ipairs({ fair.tags, fair.seen, fair.weights, fair.waiting }) do
-            redis.call("PEXPIRE", key, fair.memory_ms)
+        -- Granted in full or not, a tenant that asks is contending: its backlog
+        -- may sit in SQS, beyond what this batch brought. A refused one is
+        -- contending while it waits, plus the same memory.
+        local wait = (blocked ~= 0 and retry_ms > 0) and retry_ms or 0
+        local untilms = now + wait + fair.memory_ms
+        redis.call("ZADD", fair.untils, untilms, fair.tenant)
+        local written = { fair.tags, fair.untils, fair.weights }
+        if blocked == 1 and retry_ms > 0 then
+            -- Refused for global room: due back when it fits, give or take the
+            -- sender's jitter and SQS's whole seconds.
+            redis.call("ZADD", fair.refused, untilms, fair.tenant)
+            written[4] = fair.refused
+        elseif blocked == 0 then
+            -- Granted in full: there was room. It was refused a moment ago and
+            -- may be back for more at once, so it stays "refused" for the
+            -- memory only, not for the rest of its old wait.
+            redis.call("ZADD", fair.refused, "XX", "LT", untilms, fair.tenant)
+        end
+        -- Every key lives as long as its longest entry; the three written on
+        -- every call thus expire together, and the running sum with them.
+        local ttl = untilms - now
+        for _, key in ipairs(written) do
+            if redis.call("PTTL", key) < ttl then redis.call("PEXPIRE", key, ttl) end
         end
     end
 end
 
-return { granted, retry_ms, blocked, now }
+return { granted, retry_ms, blocked, now, never_index }

@@ -16,6 +16,7 @@ import redis
 import redis.asyncio
 
 from config import Settings, load_settings
+from config.limits import budget_exceeded
 from dispatcher.jobs import check_priority
 from dispatcher.keys import Keys
 from dispatcher.lifecycle import Lifecycle, SyncLifecycle
@@ -67,8 +68,25 @@ def _new_jobs(
         job = mail_job(
             settings, keys, tenant, mail, priority=priority, kind=MAIL_KIND, prefix=prefix, send_at=send_at
         )
+        _check_fits(settings, tenant, int((job.fields or {})["recipients"]), prefix)
         jobs.append(job)
     return jobs
+
+
+def _check_fits(settings: Settings, tenant: str, recipients: int, prefix: str) -> None:
+    """A mail over a budget window's limit (the settings' limits) could never be sent:
+    refuse it now rather than dead-letter it later. Live overrides are the daemon's to apply."""
+    scopes = [("tenant", settings.limits_for(tenant))]
+    if not isinstance(settings.global_limits, str):  # "auto": known only to the daemon
+        scopes.append(("global", settings.global_limits))
+    for scope, windows in scopes:
+        window = budget_exceeded(recipients, windows)
+        if window is not None:
+            raise InvalidMail(
+                prefix + "to",
+                f"{recipients} recipients in to + cc + bcc can never fit the {scope} limit {window} "
+                "(a window of a minute or more is a budget)",
+            )
 
 
 class MailClient:

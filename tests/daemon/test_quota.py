@@ -172,13 +172,15 @@ async def test_the_later_scope_is_named_when_both_block(engine: QuotaEngine) -> 
     assert grant.retry_after == pytest.approx(10.499 - 0.1)  # 10 s windows have 500 ms buckets
 
 
-async def test_a_cost_over_a_limit_never_fits(engine: QuotaEngine, client: Redis) -> None:
-    tenant = await engine.acquire("a", [1, 6], [DAY], [SECOND], now_ms=T0)
-    global_ = await engine.acquire("a", [7], [Window(1, 6)], [Window(60, 100)], now_ms=T0)
+async def test_a_cost_over_a_budget_limit_never_fits(engine: QuotaEngine, client: Redis) -> None:
+    # A window of a minute or more is a budget (a shorter one is a rate: test_quota_big_mail.py).
+    minute = Window(60, 5)
+    tenant = await engine.acquire("a", [1, 6], [DAY], [minute], now_ms=T0)
+    global_ = await engine.acquire("a", [7], [Window(60, 6)], [Window(120, 100)], now_ms=T0)
 
     assert (tenant.granted, tenant.retry_after, tenant.blocked_by) == (1, NEVER, "tenant")
     assert (global_.granted, global_.retry_after, global_.blocked_by) == (0, -1.0, "global")
-    assert await client.hlen(KEYS.quota("global", 1)) == 0
+    assert await client.hlen(KEYS.quota("global", 60)) == 0
 
 
 async def test_global_retry_after(engine: QuotaEngine) -> None:
@@ -285,11 +287,18 @@ class Model:
     def counted(self, tenant: str | None, at: int, span_ms: int) -> int:
         return sum(units for t, who, units in self.grants if at - span_ms < t <= at and tenant in (None, who))
 
+    def largest(self, tenant: str | None, at: int, span_ms: int) -> int:
+        return max(
+            (u for t, who, u in self.grants if at - span_ms < t <= at and tenant in (None, who)), default=0
+        )
+
     def fits(self, tenant: str | None, windows: list[Window], at: int, cost: int, *, widen: bool) -> bool:
-        """Whether ``cost`` more fits now; ``widen`` adds the one bucket the engine may over-count."""
+        """Whether ``cost`` more fits now; ``widen`` adds the one bucket the engine may over-count.
+        A rate window (under a minute) also takes a bigger mail alone, once it is empty."""
         for w in windows:
             span_ms = w.seconds * 1000 + (w.seconds * 1000 // BUCKETS if widen else 0)
-            if self.counted(tenant, at, span_ms) + cost > w.limit:
+            counted = self.counted(tenant, at, span_ms)
+            if counted + cost > w.limit and not (w.seconds < 60 and counted == 0):
                 return False
         return True
 
@@ -329,17 +338,21 @@ async def _play(client: Redis, engine: QuotaEngine, scenario: Scenario) -> None:
         assert grant.at_ms == now
         for cost in costs[: grant.granted]:
             model.grants.append((now, tenant, cost))
-        # (1) Never over: counts only rise at grants, so checking now is enough.
-        for w in gw:
-            assert model.counted(None, now, w.seconds * 1000) <= w.limit, ("global", w)
-        for w in tw:
-            assert model.counted(tenant, now, w.seconds * 1000) <= w.limit, (tenant, w)
+        # (1) Never over max(limit, the largest single mail in the window): counts
+        # only rise at grants, so checking now is enough.
+        for scope, ws in ((None, gw), (tenant, tw)):
+            for w in ws:
+                span = w.seconds * 1000
+                bound = max(w.limit, model.largest(scope, now, span))
+                assert model.counted(scope, now, span) <= bound, (scope, w)
         if grant.granted == len(costs):
             assert (grant.retry_after, grant.blocked_by) == (0.0, None)
             return grant
         refused = costs[grant.granted]
         too_big = {
-            scope for scope, ws in (("global", gw), ("tenant", tw)) if any(refused > w.limit for w in ws)
+            scope
+            for scope, ws in (("global", gw), ("tenant", tw))
+            if any(refused > w.limit and w.seconds >= 60 for w in ws)
         }
         if too_big:
             assert grant.retry_after == NEVER

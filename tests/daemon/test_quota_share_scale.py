@@ -1,0 +1,141 @@
+"""Fair share of the global quota: when it may refuse (issue 12, item 6) and what an
+acquire costs with many contending tenants (issue 14), on the real quota.lua.
+
+A share refusal may only happen while another tenant is actually refused for
+global room, and never for longer than until that changes (that tenant is due
+back). Per acquire the share state is read in O(log n) of the contending tenants.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+import redis.asyncio
+
+from config.limits import Window
+from dispatcher.keys import Keys
+from mailer.quota.engine import QuotaEngine
+
+KEYS = Keys("share")
+T0 = 1_700_000_000_000 - 1_700_000_000_000 % 86_400_000
+HOUR_MS = 3_600_000
+DAY_ONLY = [Window(86400, 1000)]
+ROOMY = [Window(1, 100_000)]
+
+
+@pytest.fixture
+async def client(redis_url: str) -> AsyncIterator[redis.asyncio.Redis]:
+    c = redis.asyncio.Redis.from_url(redis_url)
+    yield c
+    await c.aclose()
+
+
+@pytest.fixture
+def engine(client: redis.asyncio.Redis) -> QuotaEngine:
+    return QuotaEngine(client, KEYS)
+
+
+async def test_a_day_only_global_window_does_not_park_a_tenant_for_a_day_with_room_left(
+    engine: QuotaEngine,
+) -> None:
+    # Today: [0, 86400000, 3] with 708 units free and b idle for 20 h.
+    await engine.acquire("a", [1], DAY_ONLY, ROOMY, weight=1, now_ms=T0)
+    await engine.acquire("b", [1], DAY_ONLY, ROOMY, weight=9, now_ms=T0)
+    assert (await engine.acquire("a", [200], DAY_ONLY, ROOMY, weight=1, now_ms=T0 + 1)).granted == 1
+    # b is refused for global room once, then sends something smaller and goes quiet.
+    refused = await engine.acquire("b", [900], DAY_ONLY, ROOMY, weight=9, now_ms=T0 + 2)
+    assert refused.blocked_by == "global"
+    assert (await engine.acquire("b", [90], DAY_ONLY, ROOMY, weight=9, now_ms=T0 + 3)).granted == 1
+
+    later = await engine.acquire("a", [1], DAY_ONLY, ROOMY, weight=1, now_ms=T0 + 20 * HOUR_MS)
+
+    assert (later.granted, later.blocked_by) == (1, None)
+
+
+async def test_a_share_refusal_lasts_only_until_the_refused_tenant_is_due_back(engine: QuotaEngine) -> None:
+    await engine.acquire("a", [1], DAY_ONLY, ROOMY, weight=1, now_ms=T0)
+    await engine.acquire("b", [1], DAY_ONLY, ROOMY, weight=9, now_ms=T0)
+    assert (await engine.acquire("a", [200], DAY_ONLY, ROOMY, weight=1, now_ms=T0 + 1)).granted == 1
+    # b waits for room for 900 (a's units leave the day window a day later).
+    refused = await engine.acquire("b", [900], DAY_ONLY, ROOMY, weight=9, now_ms=T0 + 2)
+    assert refused.blocked_by == "global"
+    due_ms = T0 + 2 + round(refused.retry_after * 1000)
+
+    # a is far ahead of its share while b is refused: it waits, but not past b's return.
+    held = await engine.acquire("a", [1], DAY_ONLY, ROOMY, weight=1, now_ms=T0 + 30_000)
+    assert (held.granted, held.blocked_by) == (0, "share")
+    assert T0 + 30_000 + held.retry_after * 1000 <= due_ms + 60_000
+
+    # b never came back (its mail was cancelled): once it is overdue, nobody is refused.
+    after = await engine.acquire("a", [1], DAY_ONLY, ROOMY, weight=1, now_ms=due_ms + 60_001)
+    assert after.granted == 1
+
+
+async def test_a_share_refusal_ends_when_nobody_is_refused_for_global_room(engine: QuotaEngine) -> None:
+    windows = [Window(1, 12)]
+    await engine.acquire("b", [1], windows, ROOMY, weight=1, now_ms=T0)
+    await engine.acquire("a", [1], windows, ROOMY, weight=1, now_ms=T0)
+    assert (await engine.acquire("a", [10], windows, ROOMY, weight=1, now_ms=T0 + 1)).granted == 1
+    refused = await engine.acquire("b", [1], windows, ROOMY, weight=1, now_ms=T0 + 10)
+    assert refused.blocked_by == "global"
+    # a is 10 units ahead of b, a share is 6: held while b waits for room.
+    held = await engine.acquire("a", [1], windows, ROOMY, weight=1, now_ms=T0 + 1100)
+    assert (held.granted, held.blocked_by) == (0, "share")
+    # b gets room, keeps asking, and is granted in full: nobody is refused any more.
+    assert (await engine.acquire("b", [1], windows, ROOMY, weight=1, now_ms=T0 + 2000)).granted == 1
+    assert (await engine.acquire("b", [1], windows, ROOMY, weight=1, now_ms=T0 + 3000)).granted == 1
+    # Once b's refusal is over (its wait plus the 2 s memory), a is not held, though still ahead.
+    free = T0 + 10 + round(refused.retry_after * 1000) + 2000 + 1
+    assert (await engine.acquire("a", [1], windows, ROOMY, weight=1, now_ms=free)).granted == 1
+
+
+async def _contend(engine: QuotaEngine, count: int, windows: list[Window]) -> None:
+    """``count`` tenants t0..t(count-1) ask for one unit each (granted), weights 1, 2, 3, 1, ..."""
+    for i in range(count):
+        grant = await engine.acquire(f"t{i}", [1], windows, ROOMY, weight=1 + i % 3, now_ms=T0 + 1)
+        assert grant.granted == 1
+
+
+async def _commands(client: redis.asyncio.Redis) -> int:
+    stats = await client.info("commandstats")
+    return sum(int(v["calls"]) for k, v in stats.items() if k not in ("cmdstat_info", "cmdstat_evalsha"))
+
+
+async def test_thousands_of_contending_tenants_share_by_weight(
+    client: redis.asyncio.Redis, engine: QuotaEngine
+) -> None:
+    count = 3000
+    weight_sum = sum(1 + i % 3 for i in range(count))  # 6000
+    windows = [Window(1, 60_000), Window(86400, 10_000_000)]
+    await _contend(engine, count, windows)
+    # "late" is refused for global room: the 1-second window is full.
+    await engine.acquire("filler", [60_000 - count], windows, ROOMY, weight=1, now_ms=T0 + 2)
+    assert (await engine.acquire("late", [5], windows, ROOMY, weight=1, now_ms=T0 + 3)).blocked_by == "global"
+    # One fair share of the shortest window: 60,000 / (6000 + 1 filler + 1 late + 1 new) units.
+    lead = 60_000 / (weight_sum + 3)
+    # "new" starts level with the furthest behind (tag 1/3) and may go one share beyond it.
+    ahead = await engine.acquire("new", [1] * 12, windows, ROOMY, weight=1, now_ms=T0 + 4)
+    assert ahead.granted == 0  # the 1-second window is full: global
+    assert ahead.blocked_by == "global"
+    # In a fresh second there is room; "new" gets exactly what one share allows.
+    fresh = T0 + 1_100
+    grant = await engine.acquire("new", [1] * 20, windows, ROOMY, weight=1, now_ms=fresh)
+    assert grant.blocked_by == "share"
+    assert grant.granted == int(lead) + 1
+    assert 0 < grant.retry_after <= 1.0
+
+
+async def test_an_acquire_reads_a_bounded_number_of_keys_whatever_the_number_of_contenders(
+    client: redis.asyncio.Redis, engine: QuotaEngine
+) -> None:
+    # Today: ZRANGE waiting 0 -1 and one HGET per contending tenant, on every acquire.
+    windows = [Window(1, 60_000)]
+    await _contend(engine, 2000, windows)
+    await engine.acquire("filler", [60_000 - 2000], windows, ROOMY, weight=1, now_ms=T0 + 2)
+    assert (await engine.acquire("late", [5], windows, ROOMY, weight=1, now_ms=T0 + 3)).blocked_by == "global"
+
+    await client.config_resetstat()
+    await engine.acquire("t7", [1] * 10, windows, ROOMY, weight=2, now_ms=T0 + 1100)
+
+    assert await _commands(client) <= 40
