@@ -1,43 +1,45 @@
 -- Cancel a job not yet handed to its downstream: scheduled, queued or claimed
 -- (a claimed job may still reach SQS, but its record says dead, so the sender
 -- drops it unsent). It becomes a dead letter with the given reason.
--- KEYS[1..6] ring context (ring.lua), KEYS[7] job hash, KEYS[8] scheduled (zset),
--- KEYS[9] leases (zset), KEYS[10] dead letters (zset), KEYS[11] the job's content,
--- KEYS[12] the job's sending marker (mailer/send_claim.lua)
+-- KEYS[1..9] ring context (ring.lua), KEYS[10] job hash, KEYS[11] scheduled (zset),
+-- KEYS[12] leases (zset), KEYS[13] dead letters (zset), KEYS[14] the job's content,
+-- KEYS[15] the job's sending marker (mailer/send_claim.lua)
 -- ARGV[1..3] ring context, ARGV[4] job id, ARGV[5] seconds to keep the record
 -- (0: forever), ARGV[6] the reason
 -- Returns {1, state it had} when cancelled; {0, state, dead reason} when it is
 -- too late (dispatched, sent, dead, or a sender is sending it now: state
 -- 'sending'); {-1} if there is no such job.
 local ctx = ring_context(KEYS, ARGV)
-local job_key, job_id, keep, reason = KEYS[7], ARGV[4], tonumber(ARGV[5]), ARGV[6]
-local rec = redis.call('HMGET', job_key, 'tenant', 'state', 'priority', 'dead_reason')
-local tenant, state, priority = rec[1], rec[2], rec[3]
+local job_key, job_id, keep, reason = KEYS[10], ARGV[4], tonumber(ARGV[5]), ARGV[6]
+local rec = redis.call('HMGET', job_key, 'tenant', 'state', 'dead_reason')
+local tenant, state = rec[1], rec[2]
 if not tenant then
   return {-1}
 end
 -- A sender holds it (a copy already in SQS while the record still says claimed
 -- or queued): it is going out. Checked here, atomically with the sender's claim.
-if redis.call('EXISTS', KEYS[12]) == 1 then
+if redis.call('EXISTS', KEYS[15]) == 1 then
   return {0, 'sending', ''}
 end
 if state == 'scheduled' then
-  redis.call('ZREM', KEYS[8], job_id)
+  redis.call('ZREM', KEYS[11], job_id)
 elseif state == 'queued' then
-  redis.call('LREM', queue_key(ctx, tenant, priority), 1, job_id)
+  -- Its id stays in the queue (taking it out would scan the backlog): the
+  -- claim drops it when it comes up, as it drops any id no longer queued.
+  count_waiting(ctx, tenant, -1)
 elseif state == 'claimed' then
-  redis.call('ZREM', KEYS[9], job_id)
-  redis.call('ZREM', ctx.inflight_prefix .. tenant, job_id)
+  redis.call('ZREM', KEYS[12], job_id)
+  release_slot(ctx, tenant, job_id)
 else
-  return {0, state, rec[4] or ''}
+  return {0, state, rec[3] or ''}
 end
 local now = now_ms()
 redis.call('HSET', job_key, 'state', 'dead', 'finished_ms', now, 'dead_reason', reason,
   'cancelled_from', state)
-redis.call('ZADD', KEYS[10], now, job_id)
+redis.call('ZADD', KEYS[13], now, job_id)
 if keep > 0 then
   redis.call('EXPIRE', job_key, keep)
-  redis.call('EXPIRE', KEYS[11], keep)
+  redis.call('EXPIRE', KEYS[14], keep)
 end
 activate(ctx, tenant, now)
 return {1, state}

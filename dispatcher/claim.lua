@@ -1,18 +1,30 @@
 -- Claim up to N jobs fairly: deficit round robin over the ring, each claim a lease.
--- KEYS[1..6] ring context (ring.lua), KEYS[7] deficits (hash), KEYS[8] weights (hash),
--- KEYS[9] leases (zset)
+-- KEYS[1..9] ring context (ring.lua), KEYS[10] deficits (hash), KEYS[11] weights (hash),
+-- KEYS[12] leases (zset)
 -- ARGV[1..3] ring context, ARGV[4] N, ARGV[5] default weight, ARGV[6] lease ms,
--- ARGV[7] job key prefix
+-- ARGV[7] job key prefix, ARGV[8] in-flight TTL ms (what a hand-off gives a slot)
 -- Returns a flat list: id, tenant, kind, payload, attempts, created_ms, replays for each job.
 local ctx = ring_context(KEYS, ARGV)
-local deficits, weights, leases = KEYS[7], KEYS[8], KEYS[9]
+local deficits, weights, leases = KEYS[10], KEYS[11], KEYS[12]
 local wanted, default_weight = tonumber(ARGV[4]), tonumber(ARGV[5])
 local lease_ms, job_prefix = tonumber(ARGV[6]), ARGV[7]
+-- A hand-off may give the slot less time than the lease: the reaper must
+-- visit the tenant by the earlier of the two.
+local slot_ms = math.min(lease_ms, tonumber(ARGV[8]))
 local now = now_ms()
 local out = {}
 local claimed = 0
--- Each step claims a job or takes a tenant out of the ring, so this is
--- bounded by N plus the ring's length; the guard only caps one call's work.
+-- Jobs claimed per tenant in this call: their counters move once per tenant.
+local took = {}
+local function settle(tenant)
+  if took[tenant] then
+    count_waiting(ctx, tenant, -took[tenant])
+    took[tenant] = nil
+  end
+end
+-- Each step claims a job, drops the id of a job no longer waiting (cancelled)
+-- or takes a tenant out of the ring, so this is bounded by N, the dropped ids
+-- and the ring's length; the guard only caps one call's work.
 local steps = 0
 while claimed < wanted and steps < wanted * 4 + 64 do
   steps = steps + 1
@@ -28,22 +40,27 @@ while claimed < wanted and steps < wanted * 4 + 64 do
     leave = true
   else
     local job_id = nil
-    local priority = nil
     for _, p in ipairs(PRIORITIES) do
       job_id = redis.call('LPOP', queue_key(ctx, tenant, p))
       if job_id then
-        priority = p
         break
       end
     end
     if not job_id then
       redis.call('HDEL', deficits, tenant)
+      -- Its queues are empty: whatever its count says is drift, put right.
+      settle(tenant)
+      local left = tonumber(redis.call('ZSCORE', ctx.backlogs, tenant))
+      if left then
+        count_waiting(ctx, tenant, -left)
+      end
       leave = true
     else
       local job_key = job_prefix .. job_id
       local rec = redis.call('HMGET', job_key, 'state', 'kind', 'payload', 'attempts', 'created_ms',
         'replays')
-      -- A missing record or one not queued (cancelled, finished) is dropped.
+      -- A missing record or one not queued (cancelled while waiting: its id
+      -- was left in the queue, and its count taken then) is dropped.
       if rec[1] == 'queued' then
         local deficit = tonumber(redis.call('HGET', deficits, tenant)) or 0
         if deficit <= 0 then
@@ -56,7 +73,8 @@ while claimed < wanted and steps < wanted * 4 + 64 do
         local deadline = now + lease_ms + claimed / 1000
         redis.call('HSET', job_key, 'state', 'claimed', 'claimed_ms', now)
         redis.call('ZADD', leases, deadline, job_id)
-        redis.call('ZADD', ctx.inflight_prefix .. tenant, deadline, job_id)
+        take_slot(ctx, tenant, job_id, deadline, now + slot_ms)
+        took[tenant] = (took[tenant] or 0) + 1
         table.insert(out, job_id)
         table.insert(out, tenant)
         table.insert(out, rec[2] or '')
@@ -85,5 +103,8 @@ while claimed < wanted and steps < wanted * 4 + 64 do
     redis.call('LPOP', ctx.ring)
     redis.call('SREM', ctx.members, tenant)
   end
+end
+for tenant in pairs(took) do
+  settle(tenant)
 end
 return out

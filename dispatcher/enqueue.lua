@@ -1,8 +1,8 @@
 -- Enqueue one job: its record and its id at the tail of its tenant's queue or,
 -- when its send time is still to come, in the scheduled set until then.
--- KEYS[1..6] ring context (ring.lua), KEYS[7] job hash, KEYS[8] all-tenants set,
--- KEYS[9] scheduled jobs (zset), KEYS[10] the job's content (string),
--- KEYS[11] (optional) the idempotency key (string)
+-- KEYS[1..9] ring context (ring.lua), KEYS[10] job hash, KEYS[11] all-tenants set,
+-- KEYS[12] scheduled jobs (zset), KEYS[13] the job's content (string),
+-- KEYS[14] (optional) the idempotency key (string)
 -- ARGV[1..3] ring context, ARGV[4] job id, ARGV[5] tenant, ARGV[6] priority,
 -- ARGV[7] send time in ms (0: now), ARGV[8] idempotency key TTL in seconds,
 -- ARGV[9] the content ('': none), ARGV[10..] the record's other fields, as field, value pairs
@@ -10,8 +10,8 @@
 -- exists; {2, first job id} if the idempotency key was used already. Only the
 -- first writes anything.
 local ctx = ring_context(KEYS, ARGV)
-local job_key, job_id, tenant, priority = KEYS[7], ARGV[4], ARGV[5], ARGV[6]
-local idem_key = KEYS[11]
+local job_key, job_id, tenant, priority = KEYS[10], ARGV[4], ARGV[5], ARGV[6]
+local idem_key = KEYS[14]
 if idem_key then
   local first = redis.call('GET', idem_key)
   if first then
@@ -30,21 +30,21 @@ end
 redis.call('HSET', job_key, 'tenant', tenant, 'priority', priority, 'state', state,
   'created_ms', now, 'attempts', 0, unpack(ARGV, 10))
 if ARGV[9] ~= '' then
-  redis.call('SET', KEYS[10], ARGV[9])
+  redis.call('SET', KEYS[13], ARGV[9])
 end
 if idem_key then
   redis.call('SET', idem_key, job_id, 'EX', tonumber(ARGV[8]))
 end
-redis.call('SADD', KEYS[8], tenant)
+redis.call('SADD', KEYS[11], tenant)
 if state == 'scheduled' then
   redis.call('HSET', job_key, 'send_at_ms', send_at)
-  redis.call('ZADD', KEYS[9], send_at, job_id)
+  redis.call('ZADD', KEYS[12], send_at, job_id)
   -- The new earliest: wake an idle dispatcher, so that it waits for this one.
-  if redis.call('ZRANGE', KEYS[9], 0, 0)[1] == job_id then
+  if redis.call('ZRANGE', KEYS[12], 0, 0)[1] == job_id then
     wake_dispatchers(ctx)
   end
 else
-  redis.call('RPUSH', queue_key(ctx, tenant, priority), job_id)
+  push_waiting(ctx, tenant, priority, job_id, false)
   activate(ctx, tenant, now)
 end
 return {1, job_id}

@@ -1,19 +1,19 @@
 -- A job ended (sent, dead, or done): record it and free its in-flight slot.
--- KEYS[1..6] ring context (ring.lua), KEYS[7] job hash, KEYS[8] leases (zset),
--- KEYS[9] dead letters (zset), KEYS[10] the job's content (string, may not exist)
+-- KEYS[1..9] ring context (ring.lua), KEYS[10] job hash, KEYS[11] leases (zset),
+-- KEYS[12] dead letters (zset), KEYS[13] the job's content (string, may not exist)
 -- ARGV[1..3] ring context, ARGV[4] job id, ARGV[5] final state ('sent' or 'dead'),
 -- ARGV[6] seconds to keep the record (0: forever), ARGV[7..] field, value pairs
 -- Returns 1; 0 if the job was already sent (nothing changed); -1 if unknown.
 local ctx = ring_context(KEYS, ARGV)
-local job_key, job_id, final, keep = KEYS[7], ARGV[4], ARGV[5], tonumber(ARGV[6])
+local job_key, job_id, final, keep = KEYS[10], ARGV[4], ARGV[5], tonumber(ARGV[6])
 local rec = redis.call('HMGET', job_key, 'tenant', 'state')
 local tenant, state = rec[1], rec[2]
 if not tenant then
   return -1
 end
 local now = now_ms()
-redis.call('ZREM', ctx.inflight_prefix .. tenant, job_id)
-redis.call('ZREM', KEYS[8], job_id)
+release_slot(ctx, tenant, job_id)
+redis.call('ZREM', KEYS[11], job_id)
 if state == 'sent' then
   activate(ctx, tenant, now)
   return 0
@@ -25,19 +25,19 @@ end
 if final == 'sent' then
   -- Sent after all (a dead letter replayed, or one that was racing its sender):
   -- it is no dead letter any more.
-  redis.call('ZREM', KEYS[9], job_id)
+  redis.call('ZREM', KEYS[12], job_id)
 end
 if final == 'dead' then
-  redis.call('ZADD', KEYS[9], now, job_id)
+  redis.call('ZADD', KEYS[12], now, job_id)
   if keep > 0 then
     -- Dead letters older than their records' TTL are gone: drop their ids too.
-    redis.call('ZREMRANGEBYSCORE', KEYS[9], '-inf', now - keep * 1000)
-    redis.call('EXPIRE', KEYS[10], keep)
+    redis.call('ZREMRANGEBYSCORE', KEYS[12], '-inf', now - keep * 1000)
+    redis.call('EXPIRE', KEYS[13], keep)
   end
 else
   -- A sent job keeps its metadata only.
   redis.call('HDEL', job_key, 'payload')
-  redis.call('DEL', KEYS[10])
+  redis.call('DEL', KEYS[13])
 end
 if keep > 0 then
   redis.call('EXPIRE', job_key, keep)

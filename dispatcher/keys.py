@@ -49,6 +49,20 @@ class Keys:
         """Set: tenants with waiting jobs but no free in-flight slot."""
         return f"{self.root}:blocked"
 
+    def expiring(self) -> str:
+        """Sorted set: tenants holding in-flight slots, scored at or before their
+        earliest slot's expiry (ms): the reaper visits only those that are due."""
+        return f"{self.root}:expiring"
+
+    def backlogs(self) -> str:
+        """Sorted set: tenant → jobs waiting in its queues, counted by the scripts
+        as work happens (stats read one tenant, or the top tenants, from it)."""
+        return f"{self.root}:backlogs"
+
+    def totals(self) -> str:
+        """Hash: ``waiting`` and ``inflight`` over every tenant, counted by the scripts."""
+        return f"{self.root}:totals"
+
     def deficit(self) -> str:
         """Hash: tenant → deficit-round-robin credit."""
         return f"{self.root}:deficit"

@@ -1,10 +1,10 @@
 -- Move scheduled jobs that are due into their tenants' queues. Atomic, so any
 -- number of dispatchers may call it at once: each job enters its queue once.
--- KEYS[1..6] ring context (ring.lua), KEYS[7] scheduled jobs (zset)
+-- KEYS[1..9] ring context (ring.lua), KEYS[10] scheduled jobs (zset)
 -- ARGV[1..3] ring context, ARGV[4] job key prefix, ARGV[5] most jobs per call
 -- Returns {jobs moved, ms until the next scheduled job is due (-1: none)}.
 local ctx = ring_context(KEYS, ARGV)
-local scheduled, job_prefix = KEYS[7], ARGV[4]
+local scheduled, job_prefix = KEYS[10], ARGV[4]
 local now = now_ms()
 local due = redis.call('ZRANGEBYSCORE', scheduled, '-inf', now, 'LIMIT', 0, tonumber(ARGV[5]))
 local moved = 0
@@ -16,7 +16,7 @@ for _, job_id in ipairs(due) do
   -- A record gone (expired, purged) or no longer scheduled (cancelled) is dropped.
   if rec[2] == 'scheduled' then
     redis.call('HSET', job_key, 'state', 'queued', 'queued_ms', now)
-    redis.call('RPUSH', queue_key(ctx, rec[1], rec[3]), job_id)
+    push_waiting(ctx, rec[1], rec[3], job_id, false)
     moved = moved + 1
     if not seen[rec[1]] then
       seen[rec[1]] = true

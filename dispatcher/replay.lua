@@ -1,17 +1,17 @@
 -- Give a dead letter another life: back to the tail of its tenant's queue,
 -- state queued, attempts from 0, kept until it finishes again.
--- KEYS[1..6] ring context (ring.lua), KEYS[7] job hash, KEYS[8] dead letters (zset),
--- KEYS[9] the job's content (string, may not exist)
+-- KEYS[1..9] ring context (ring.lua), KEYS[10] job hash, KEYS[11] dead letters (zset),
+-- KEYS[12] the job's content (string, may not exist)
 -- ARGV[1..3] ring context, ARGV[4] job id
 -- Returns {1} when replayed; {0, state} when the job is not dead; {-2} when it
 -- has nothing to send (an unreadable SQS message kept as raw text); {-1} if
 -- there is no such job.
 local ctx = ring_context(KEYS, ARGV)
-local job_key, job_id = KEYS[7], ARGV[4]
+local job_key, job_id = KEYS[10], ARGV[4]
 local rec = redis.call('HMGET', job_key, 'tenant', 'state', 'priority', 'payload')
 local tenant, state, priority, payload = rec[1], rec[2], rec[3], rec[4]
 if not tenant then
-  redis.call('ZREM', KEYS[8], job_id)
+  redis.call('ZREM', KEYS[11], job_id)
   return {-1}
 end
 if state ~= 'dead' then
@@ -21,12 +21,12 @@ if not payload then
   return {-2}
 end
 local now = now_ms()
-redis.call('ZREM', KEYS[8], job_id)
+redis.call('ZREM', KEYS[11], job_id)
 redis.call('HDEL', job_key, 'finished_ms', 'dead_reason', 'cancelled_from')
 redis.call('HSET', job_key, 'state', 'queued', 'attempts', 0, 'queued_ms', now, 'replayed_ms', now)
 redis.call('HINCRBY', job_key, 'replays', 1)
 redis.call('PERSIST', job_key)
-redis.call('PERSIST', KEYS[9])
-redis.call('RPUSH', queue_key(ctx, tenant, priority or 'normal'), job_id)
+redis.call('PERSIST', KEYS[12])
+push_waiting(ctx, tenant, priority or 'normal', job_id, false)
 activate(ctx, tenant, now)
 return {1}

@@ -4,11 +4,21 @@
 -- The ring holds, once each, the tenants that have a waiting job, a free
 -- in-flight slot and are not paused: the claim script never has to skip
 -- over tenants that could not be served. A tenant with work but no free
--- slot waits in the blocked set until a slot comes back.
+-- slot waits in the blocked set until a slot comes back: a finish (or a
+-- cancel, a requeue) re-activates its tenant at once, and the reaper visits
+-- only the tenants whose earliest slot expired (the expiring zset), never
+-- every blocked tenant.
 --
--- Context, the same first six KEYS and first three ARGV in every script:
+-- Every per-job step costs O(1) or O(log n) in tenants and in backlog depth;
+-- the whole-system views (stats, /metrics) read counters these scripts keep
+-- as work happens (backlogs, totals), never every tenant.
+--
+-- Context, the same first nine KEYS and first three ARGV in every script:
 --   KEYS[1] ring (list)      KEYS[2] ring members (set)   KEYS[3] blocked (set)
 --   KEYS[4] caps (hash)      KEYS[5] wake (list)          KEYS[6] paused (set)
+--   KEYS[7] backlogs (zset: tenant -> jobs waiting)
+--   KEYS[8] expiring (zset: tenant -> at or before its earliest slot expiry, ms)
+--   KEYS[9] totals (hash: waiting, inflight)
 --   ARGV[1] queue key prefix   ARGV[2] in-flight key prefix   ARGV[3] default in-flight cap
 
 local PRIORITIES = {'high', 'normal', 'low'}
@@ -17,6 +27,7 @@ local function ring_context(keys, argv)
   return {
     ring = keys[1], members = keys[2], blocked = keys[3],
     caps = keys[4], wake = keys[5], paused = keys[6],
+    backlogs = keys[7], expiring = keys[8], totals = keys[9],
     queue_prefix = argv[1], inflight_prefix = argv[2],
     default_cap = tonumber(argv[3]),
   }
@@ -31,6 +42,9 @@ local function queue_key(ctx, tenant, priority)
   return ctx.queue_prefix .. tenant .. ':' .. priority
 end
 
+-- A queue may still hold ids of jobs cancelled while waiting (cancel leaves
+-- them, the claim drops them): "waiting" here may mean only those, and a
+-- claim then finds nothing and takes the tenant out of the ring.
 local function has_waiting(ctx, tenant)
   for _, priority in ipairs(PRIORITIES) do
     if redis.call('LLEN', queue_key(ctx, tenant, priority)) > 0 then
@@ -44,12 +58,72 @@ local function cap_of(ctx, tenant)
   return tonumber(redis.call('HGET', ctx.caps, tenant)) or ctx.default_cap
 end
 
+-- The counters behind the whole-system views: jobs waiting, per tenant and
+-- in all, and in-flight slots in all. A count below zero can only be drift
+-- (a job taken out of a queue by a script that does not count): it is put
+-- right here, so the sum of the tenants' counts stays the total.
+local function count_waiting(ctx, tenant, delta)
+  if delta == 0 then
+    return
+  end
+  local n = tonumber(redis.call('ZINCRBY', ctx.backlogs, delta, tenant))
+  if n <= 0 then
+    redis.call('ZREM', ctx.backlogs, tenant)
+    delta = delta - n
+  end
+  redis.call('HINCRBY', ctx.totals, 'waiting', delta)
+end
+
+local function count_inflight(ctx, delta)
+  if delta ~= 0 then
+    redis.call('HINCRBY', ctx.totals, 'inflight', delta)
+  end
+end
+
+-- The tenant's place in the expiring zset: its earliest slot's expiry, or
+-- none when it holds no slot. Between two of these, slots only get later
+-- (hand-off, touch, renew) or go: the score stays at or before the truth,
+-- so the reaper may visit a tenant early, never late.
+local function schedule_expiry(ctx, tenant)
+  local head = redis.call('ZRANGE', ctx.inflight_prefix .. tenant, 0, 0, 'WITHSCORES')
+  if head[2] then
+    redis.call('ZADD', ctx.expiring, head[2], tenant)
+  else
+    redis.call('ZREM', ctx.expiring, tenant)
+  end
+end
+
 -- Slots are scored by expiry, so a slot whose holder died comes back on its
 -- own: a counter only a live process decrements would leak.
 local function live_inflight(ctx, tenant, now)
   local key = ctx.inflight_prefix .. tenant
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
+  local expired = redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
+  if expired > 0 then
+    count_inflight(ctx, -expired)
+    schedule_expiry(ctx, tenant)
+  end
   return redis.call('ZCARD', key)
+end
+
+-- A slot is taken (a claim): the tenant is due for the reaper by ``due``, its
+-- expiry or earlier.
+local function take_slot(ctx, tenant, job_id, expiry, due)
+  if redis.call('ZADD', ctx.inflight_prefix .. tenant, expiry, job_id) == 1 then
+    count_inflight(ctx, 1)
+  end
+  redis.call('ZADD', ctx.expiring, 'LT', math.min(expiry, due), tenant)
+end
+
+-- A slot is given back (finish, cancel, requeue). The tenant's score in the
+-- expiring zset stays (early, at worst) unless it holds no slot any more.
+local function release_slot(ctx, tenant, job_id)
+  local key = ctx.inflight_prefix .. tenant
+  if redis.call('ZREM', key, job_id) == 1 then
+    count_inflight(ctx, -1)
+    if redis.call('ZCARD', key) == 0 then
+      redis.call('ZREM', ctx.expiring, tenant)
+    end
+  end
 end
 
 local function wake_dispatchers(ctx)
@@ -68,6 +142,8 @@ local function activate(ctx, tenant, now)
     return
   end
   if live_inflight(ctx, tenant, now) >= cap_of(ctx, tenant) then
+    -- No need to note when: the tenant holds slots, so it is in the expiring
+    -- zset, and a finish re-activates it sooner.
     redis.call('SADD', ctx.blocked, tenant)
     return
   end
@@ -77,6 +153,12 @@ local function activate(ctx, tenant, now)
   wake_dispatchers(ctx)
 end
 
+-- A job joins its tenant's queue, at the tail (new) or the head (returned).
+local function push_waiting(ctx, tenant, priority, job_id, head)
+  redis.call(head and 'LPUSH' or 'RPUSH', queue_key(ctx, tenant, priority), job_id)
+  count_waiting(ctx, tenant, 1)
+end
+
 -- Give a claimed job back to the head of its queue (its lease ended unfinished).
 local function return_to_queue(ctx, job_key, job_id, now)
   local rec = redis.call('HMGET', job_key, 'tenant', 'state', 'priority')
@@ -84,10 +166,10 @@ local function return_to_queue(ctx, job_key, job_id, now)
   if not tenant then
     return
   end
-  redis.call('ZREM', ctx.inflight_prefix .. tenant, job_id)
+  release_slot(ctx, tenant, job_id)
   if state == 'claimed' then
     redis.call('HSET', job_key, 'state', 'queued')
-    redis.call('LPUSH', queue_key(ctx, tenant, priority), job_id)
+    push_waiting(ctx, tenant, priority, job_id, true)
   end
   activate(ctx, tenant, now)
 end

@@ -75,7 +75,17 @@ class ScriptCalls:
 
     def ring_keys(self) -> list[str]:
         k = self.keys
-        return [k.ring(), k.ring_members(), k.blocked(), k.caps(), k.wake(), k.paused()]
+        return [
+            k.ring(),
+            k.ring_members(),
+            k.blocked(),
+            k.caps(),
+            k.wake(),
+            k.paused(),
+            k.backlogs(),
+            k.expiring(),
+            k.totals(),
+        ]
 
     def ring_args(self) -> list[str | int]:
         return [self.keys.queue_prefix(), self.keys.inflight_prefix(), self.limits.default_cap]
@@ -137,6 +147,7 @@ class JobStore:
                 self.limits.default_weight,
                 self.limits.lease_ms,
                 self.keys.job_prefix(),
+                self.limits.inflight_ttl_ms,
             ],
         )
         return [
@@ -192,7 +203,8 @@ class JobStore:
         return int(count)
 
     async def reap(self, max_leases: int = 500) -> int:
-        """Return expired leases to their queues; unblock tenants whose slots expired."""
+        """Return expired leases to their queues; drop expired in-flight slots and
+        unblock their tenants. At most ``max_leases`` leases and as many tenants a call."""
         c = self._calls
         count: int = await self._reap(
             keys=[*c.ring_keys(), self.keys.leases()],

@@ -73,7 +73,10 @@ def job_keys(r: redis.Redis) -> list[str]:
 
 
 def queue(r: redis.Redis, tenant: str = "acme", priority: str = "normal") -> list[str]:
-    return [str(v) for v in r.lrange(KEYS.queue(tenant, priority), 0, -1)]
+    """The ids waiting in the queue, in order (a cancelled job's id stays in the
+    list until the claim drops it: it does not wait)."""
+    ids = [str(v) for v in r.lrange(KEYS.queue(tenant, priority), 0, -1)]
+    return [job_id for job_id in ids if r.hget(KEYS.job(job_id), "state") == "queued"]
 
 
 def in_an_hour() -> datetime:

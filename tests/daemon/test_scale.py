@@ -1,0 +1,154 @@
+"""The dispatcher's per-call work does not grow with tenants or backlog depth.
+
+Work is counted in Redis commands (``INFO commandstats`` counts every command,
+also those a script runs), never timed: a busy machine cannot fail these.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import redis.asyncio
+
+from dispatcher.jobs import Job, JobState
+from dispatcher.keys import Keys
+from dispatcher.lifecycle import Lifecycle
+from dispatcher.store import JobStore, NewJob, StoreLimits
+from tests.support.pipeline import wait_for
+
+
+@pytest.fixture
+async def aredis(redis_url: str) -> AsyncIterator[redis.asyncio.Redis]:
+    client = redis.asyncio.Redis.from_url(redis_url, decode_responses=True)
+    yield client
+    await client.aclose()
+
+
+def make_store(client: redis.asyncio.Redis, keys: Keys, **limits: int) -> JobStore:
+    defaults = {"default_weight": 1, "default_cap": 1, "lease_ms": 30_000}
+    defaults.update(limits)
+    return JobStore(client, keys, StoreLimits(**defaults))
+
+
+def jobs(tenant: str, count: int, priority: str = "normal") -> list[NewJob]:
+    return [
+        NewJob(id=f"{tenant}-{i}", tenant=tenant, kind="mail", payload="{}", priority=priority)
+        for i in range(count)
+    ]
+
+
+async def commands_run(client: redis.asyncio.Redis) -> collections.Counter[str]:
+    stats = await client.info("commandstats")
+    return collections.Counter({name: int(v["calls"]) for name, v in stats.items()})
+
+
+async def blocked_tenants(store: JobStore, count: int) -> None:
+    """``count`` tenants, each with one job handed off (its only slot) and one waiting."""
+    for start in range(0, count, 500):
+        batch = [job for t in range(start, min(count, start + 500)) for job in jobs(f"t{t}", 2)]
+        await store.enqueue(batch)
+    claimed: list[Job] = []
+    while len(claimed) < count:
+        got = await store.claim(1000)
+        assert got, "fewer claimable jobs than tenants"
+        claimed += got
+    await store.handed_off([job.id for job in claimed])
+
+
+async def test_reap_work_does_not_grow_with_the_blocked_tenants(aredis: redis.asyncio.Redis) -> None:
+    # Before: every reap read the whole blocked set and re-activated each
+    # tenant in it, about eight commands per blocked tenant, every second.
+    work = {}
+    for count in (10, 2_000):
+        store = make_store(aredis, Keys(f"reap{count}"))
+        await blocked_tenants(store, count)
+        assert await aredis.scard(store.keys.blocked()) == count
+        await store.reap()  # loads the script
+        before = await commands_run(aredis)
+        assert await store.reap() == 0
+        work[count] = (await commands_run(aredis)) - before
+    assert work[2_000] == work[10], work
+
+
+async def test_an_expired_slot_brings_its_blocked_tenant_back(aredis: redis.asyncio.Redis) -> None:
+    # A replica died after handing the job to SQS: its slot expires (here after
+    # 200 ms), and the reaper, visiting only tenants that are due, unblocks it.
+    store = make_store(aredis, Keys("expiry"), inflight_ttl_ms=200)
+    await store.enqueue(jobs("acme", 2))
+    [first] = await store.claim(10)
+    await store.handed_off([first.id])
+    assert await store.claim(10) == []
+    assert await aredis.sismember(store.keys.blocked(), "acme")
+
+    async def unblocked() -> bool:
+        await store.reap()
+        return not await aredis.sismember(store.keys.blocked(), "acme")
+
+    await wait_for(unblocked, within=10, what="the expired slot to unblock acme")
+    assert [job.id for job in await store.claim(10)] == ["acme-1"]
+    assert await aredis.zscore(store.keys.expiring(), "acme") is not None
+    assert await aredis.hget(store.keys.totals(), "inflight") == "1"
+
+
+async def test_cancel_leaves_the_backlog_unscanned_and_the_claim_skips_it(
+    aredis: redis.asyncio.Redis,
+) -> None:
+    # Before: cancel LREMed the job from its tenant's queue, a scan of the backlog.
+    keys = Keys("cancel")
+    store = make_store(aredis, keys, default_cap=100)
+    lifecycle = Lifecycle(aredis, keys, store.limits)
+    await store.enqueue(jobs("acme", 5_000))
+    before = await commands_run(aredis)
+    assert await lifecycle.cancel("acme-4999", 0) == "queued"
+    assert await lifecycle.cancel("acme-1", 0) == "queued"
+    ran = (await commands_run(aredis)) - before
+    assert not {"cmdstat_lrem", "cmdstat_lrange", "cmdstat_lpos"} & set(ran), ran
+    assert await aredis.zscore(keys.backlogs(), "acme") == 4_998
+    claimed = await store.claim(3)
+    assert [job.id for job in claimed] == ["acme-0", "acme-2", "acme-3"]
+
+
+async def test_the_counters_match_a_full_count_after_every_kind_of_change(
+    aredis: redis.asyncio.Redis,
+) -> None:
+    keys = Keys("counts")
+    store = make_store(aredis, keys, default_cap=4, lease_ms=100)
+    lifecycle = Lifecycle(aredis, keys, store.limits)
+    await store.enqueue(jobs("a", 10) + jobs("b", 3, "high") + jobs("c", 1))
+    scheduled = NewJob(id="s-0", tenant="c", kind="mail", payload="{}", send_at_ms=1)
+    await store.enqueue([scheduled])  # already due: promoted below
+    await lifecycle.promote_due()
+    claimed = await store.claim(6)
+    await lifecycle.cancel("a-9", 0)  # queued
+    await lifecycle.cancel(claimed[0].id, 0)  # claimed
+    await store.finish(claimed[1].id, JobState.SENT)
+    await store.requeue([claimed[2].id])
+    await store.handed_off([claimed[3].id])
+
+    async def leases_reaped() -> bool:
+        await store.reap()
+        return await aredis.zcard(keys.leases()) == 0
+
+    await wait_for(leases_reaped, within=10, what="the rest of the leases to expire")
+    await store.claim(3)
+
+    async def full_count() -> tuple[dict[str, int], int, int]:
+        waiting: dict[str, int] = {}
+        inflight = 0
+        for tenant in ("a", "b", "c"):
+            for priority in ("high", "normal", "low"):
+                ids: list[Any] = await aredis.lrange(keys.queue(tenant, priority), 0, -1)
+                for job_id in ids:
+                    if await aredis.hget(keys.job(str(job_id)), "state") == "queued":
+                        waiting[tenant] = waiting.get(tenant, 0) + 1
+            inflight += await aredis.zcard(keys.inflight(tenant))
+        return waiting, sum(waiting.values()), inflight
+
+    waiting, total, inflight = await full_count()
+    scored: list[Any] = await aredis.zrange(keys.backlogs(), 0, -1, withscores=True)
+    backlogs = {str(t): int(n) for t, n in scored}
+    assert backlogs == waiting
+    assert await aredis.hmget(keys.totals(), "waiting", "inflight") == [str(total), str(inflight)]
