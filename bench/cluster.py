@@ -29,7 +29,7 @@ import redis
 from config import Settings
 from dispatcher.keys import Keys
 from mailer.ops.queue_setup import init_queue
-from tests.support.ses_server import SesServer
+from mailer.testing.ses_server import SesServer
 
 ROOT = Path(__file__).resolve().parents[1]
 REGION = "us-east-1"

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from config import Settings
 from mailer import AsyncMailClient, Mail
-from tests.support.ses_server import SentMail, SesServer
+from mailer.testing.ses_server import SentMail, SesServer
 
 TENANT_TAG = "fairpost-tenant"
 

@@ -22,8 +22,8 @@ from pathlib import Path
 from bench.cluster import Backend, world
 from bench.load import Load, wait_sent
 from bench.throughput import UNBOUND
-from tests.support.localstack import localstack_server
-from tests.support.servers import redis_server
+from mailer.testing.localstack import localstack_server
+from mailer.testing.services import redis_server
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

@@ -26,7 +26,7 @@ from bench.cluster import Backend, World, world
 from bench.figures import Figure
 from bench.load import TENANT_TAG, Load, loss_and_duplicates, wait_sent
 from config.limits import parse_limits
-from tests.support.ses_server import SentMail, SesServer, max_in_window
+from mailer.testing.ses_server import SentMail, SesServer, max_in_window
 
 REPLICAS = 3
 SLOW_ARRIVAL = 1.2

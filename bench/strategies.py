@@ -54,7 +54,7 @@ from mailer.ops.queue_setup import init_queue
 from mailer.quota.engine import QuotaEngine
 from mailer.sdk.client import AsyncMailClient
 from mailer.sdk.envelope import Envelope, decode, encode
-from tests.support.ses_server import SesServer
+from mailer.testing.ses_server import SesServer
 
 THROTTLED = "throttled"
 TASK_KIND = "task"

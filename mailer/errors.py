@@ -11,7 +11,10 @@ re-exported here, so ``mailer.errors`` names every error fairpost raises)::
     ├── InvalidOverride           a live quota override is invalid; nothing was written
     ├── PoisonMessage             an SQS body this fairpost cannot read (a dead letter)
     ├── SesAccountError           SES GetAccount gave no usable sending quota
-    └── DemoError                 the demo could not run
+    ├── DemoError                 the demo could not run
+    ├── ServiceError              a local service (redis-server, moto, LocalStack) did not start
+    ├── RefusedRequest            the recording SES server refuses a malformed request, as SES would
+    └── TimedOut                  a condition awaited did not hold in time (also an AssertionError)
 
 ``InvalidMail`` and ``InvalidOverride`` name the field and the rule broken.
 Nothing here imports AWS or the daemon: the SDK raises these too.
@@ -31,7 +34,10 @@ __all__ = [
     "InvalidOverride",
     "NotReplayable",
     "PoisonMessage",
+    "RefusedRequest",
+    "ServiceError",
     "SesAccountError",
+    "TimedOut",
     "TooLateToCancel",
     "UnknownJob",
 ]
@@ -65,3 +71,24 @@ class SesAccountError(FairpostError):
 
 class DemoError(FairpostError):
     """The demo could not run."""
+
+
+class ServiceError(FairpostError):
+    """A local service (mailer.testing) could not be started."""
+
+
+class RefusedRequest(FairpostError):
+    """A request the recording SES server (mailer.testing) answers with SES's error."""
+
+    def __init__(self, code: str, status: int, message: str) -> None:
+        self.code = code
+        self.status = status
+        self.message = message
+        super().__init__(f"{code} ({status}): {message}")
+
+
+class TimedOut(FairpostError, AssertionError):
+    """A condition did not hold before its deadline.
+
+    An ``AssertionError`` too, so a test whose wait runs out fails as a test, not as an error.
+    """

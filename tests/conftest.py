@@ -12,8 +12,8 @@ import boto3
 import pytest
 import redis
 
-from tests.support.localstack import LocalStackServer, localstack_server
-from tests.support.servers import MotoServer, RedisServer, moto_server, redis_server
+from mailer.testing.localstack import LocalStackServer, localstack_server
+from mailer.testing.services import MotoServer, RedisServer, moto_server, redis_server
 
 
 @pytest.fixture(scope="session")

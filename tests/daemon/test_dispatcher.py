@@ -14,7 +14,7 @@ from dispatcher.keys import Keys
 from dispatcher.runner import Dispatcher
 from dispatcher.store import JobStore, NewJob, StoreLimits
 from dispatcher.worker import Dead, Done, HandedOff, Outcome
-from tests.support.pipeline import wait_for
+from mailer.testing.wait import wait_for_async
 
 KEYS = Keys("test")
 
@@ -285,7 +285,7 @@ async def test_a_live_dispatchers_claims_outlast_their_lease_while_its_worker_is
     async def ten_leases_passed() -> bool:
         return await redis_ms() - start_ms >= 3000
 
-    await wait_for(ten_leases_passed, within=60, what="ten leases of Redis time")
+    await wait_for_async(ten_leases_passed, within=60, what="ten leases of Redis time")
     hold.set()
     stop.set()
     await asyncio.gather(*tasks)

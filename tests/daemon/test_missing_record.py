@@ -11,8 +11,8 @@ from mailer import AsyncMailClient
 from mailer.daemon.sender import Received
 from mailer.ops.queue_setup import init_queue
 from mailer.sdk.envelope import encode
+from mailer.testing.ses_server import SesServer
 from tests.support.pipeline import quick_settings, sender_only
-from tests.support.ses_server import SesServer
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
 """The sender end to end: SDK → Redis → dispatcher → SQS (moto, over HTTP) → quota → SES.
 
-SES is the recording fake in tests/support/ses_server.py (moto's SES v2 cannot
+SES is the recording fake in mailer/testing/ses_server.py (moto's SES v2 cannot
 answer errors or report the arrival time of each send).
 """
 
@@ -21,8 +21,9 @@ from mailer.daemon.sender import Received
 from mailer.ops.queue_setup import init_queue
 from mailer.sdk.envelope import encode
 from mailer.sdk.mail import Mail, validate
-from tests.support.pipeline import pipeline, quick_settings, sender_only, wait_for
-from tests.support.ses_server import Faults, SesServer
+from mailer.testing.ses_server import Faults, SesServer
+from mailer.testing.wait import wait_for_async
+from tests.support.pipeline import pipeline, quick_settings, sender_only
 
 
 @pytest.fixture
@@ -54,9 +55,9 @@ async def test_a_tenant_over_quota_pauses_alone(redis_url: str, ses: SesServer) 
             )
             for t in range(3)
         ]
-        await wait_for(lambda: all_sent(client, quiet), within=10, what="the quiet tenants' mail")
+        await wait_for_async(lambda: all_sent(client, quiet), within=10, what="the quiet tenants' mail")
         quiet_latency = time.monotonic() - started
-        await wait_for(lambda: all_sent(client, noisy), within=20, what="the noisy tenant's mail")
+        await wait_for_async(lambda: all_sent(client, noisy), within=20, what="the noisy tenant's mail")
     by_tenant = ses.max_in_window_by(1.0, key=lambda m: m.tag("fairpost-tenant"))
     assert by_tenant["noisy"] <= 4
     assert quiet_latency < 3.0, f"quiet tenants waited {quiet_latency:.1f}s behind the noisy one"
@@ -90,7 +91,7 @@ async def test_the_global_quota_pauses_everyone_and_nothing_is_received_meanwhil
         ids = []
         for tenant in ("a", "b", "c"):
             ids += await client.send_many(tenant, [mail(i) for i in range(6)])
-        await wait_for(lambda: all_sent(client, ids), within=20, what="all mail")
+        await wait_for_async(lambda: all_sent(client, ids), within=20, what="all mail")
     assert ses.max_in_window(1.0) <= 5
     observed = events[next(i for i, (what, _) in enumerate(events) if what == "gate") :]
     received_after = [observed[i - 1] for i, (what, _) in enumerate(observed) if what == "receive" and i > 0]
@@ -106,7 +107,7 @@ async def test_quotas_count_recipients(redis_url: str, ses: SesServer) -> None:
     settings = quick_settings(redis_url, tenant_limits="6/second")
     async with pipeline(settings), AsyncMailClient(settings) as client:
         ids = await client.send_many("acme", [mail(i, recipients=3) for i in range(6)])
-        await wait_for(lambda: all_sent(client, ids), within=15, what="all mail")
+        await wait_for_async(lambda: all_sent(client, ids), within=15, what="all mail")
     assert ses.max_in_window(1.0) <= 6
     assert ses.recipients_sent == 18
 
@@ -139,10 +140,12 @@ async def test_each_ses_error_class_ends_as_designed(
         job_id = await client.send(
             "acme", sender="app@example.com", to=["ada@example.org"], subject="s", text="t"
         )
-        await wait_for(lambda: state_is(client, job_id, final), within=20, what=f"the job to end {final}")
+        await wait_for_async(
+            lambda: state_is(client, job_id, final), within=20, what=f"the job to end {final}"
+        )
         status = await client.status(job_id)
         # Whatever happened, the tenant's in-flight slot came back and nothing is left in SQS.
-        await wait_for(lambda: queue_is_empty(run.queue_url), within=10, what="an empty queue")
+        await wait_for_async(lambda: queue_is_empty(run.queue_url), within=10, what="an empty queue")
         assert await run.store.redis.zcard(run.store.keys.inflight("acme")) == 0
         # What SES accepted counts, and what it may have: a transient failure too.
         usage = await run.quota.usage("acme", settings.limits_for("acme"))
@@ -187,7 +190,7 @@ async def test_transient_errors_dead_letter_after_max_attempts(redis_url: str, s
         job_id = await client.send(
             "acme", sender="app@example.com", to=["ada@example.org"], subject="s", text="t"
         )
-        await wait_for(lambda: state_is(client, job_id, JobState.DEAD), within=20, what="a dead letter")
+        await wait_for_async(lambda: state_is(client, job_id, JobState.DEAD), within=20, what="a dead letter")
         status = await client.status(job_id)
     assert status.attempts == 2
     assert status.dead_reason and "after 2 attempts" in status.dead_reason
@@ -200,7 +203,9 @@ async def test_a_job_already_sent_is_not_sent_again(redis_url: str, ses: SesServ
         job_id = await client.send(
             "acme", sender="app@example.com", to=["ada@example.org"], subject="s", text="t"
         )
-        await wait_for(lambda: state_is(client, job_id, JobState.SENT), within=10, what="the first send")
+        await wait_for_async(
+            lambda: state_is(client, job_id, JobState.SENT), within=10, what="the first send"
+        )
         # Its SQS message comes back (a crash between SES and the delete, say).
         record = await run.store.job(job_id)
         _, payload = validate(mail(0), max_bytes=100_000)
@@ -208,7 +213,9 @@ async def test_a_job_already_sent_is_not_sent_again(redis_url: str, ses: SesServ
         sqs = boto3.client("sqs")
         sqs.send_message(QueueUrl=run.queue_url, MessageBody=body, MessageGroupId="acme",
                          MessageDeduplicationId=job_id + "-again")  # fmt: skip
-        await wait_for(lambda: queue_is_empty(run.queue_url), within=10, what="the redelivery to be consumed")
+        await wait_for_async(
+            lambda: queue_is_empty(run.queue_url), within=10, what="the redelivery to be consumed"
+        )
     assert [m.job_id for m in ses.sent] == [job_id]
 
 
@@ -224,7 +231,7 @@ async def test_a_poison_message_is_dead_lettered_and_does_not_block_its_group(
         job_id = await client.send(
             "acme", sender="app@example.com", to=["ada@example.org"], subject="s", text="t"
         )
-        await wait_for(
+        await wait_for_async(
             lambda: state_is(client, job_id, JobState.SENT), within=10, what="the good mail behind poison"
         )
         dead = [str(d, "utf-8") for d in await run.store.redis.zrange(run.store.keys.dead(), 0, -1)]  # type: ignore[arg-type]
@@ -268,7 +275,7 @@ async def test_a_deep_backlog_is_sent_at_its_quota_and_never_over(redis_url: str
     settings = quick_settings(redis_url, tenant_limits="10/second", inflight_cap=20)
     async with pipeline(settings), AsyncMailClient(settings) as client:
         ids = await client.send_many("deep", [mail(i) for i in range(60)])
-        await wait_for(lambda: all_sent(client, ids), within=30, what="the backlog")
+        await wait_for_async(lambda: all_sent(client, ids), within=30, what="the backlog")
     times = sorted(m.monotonic for m in ses.sent)
     # 60 mails at 10 a second need 5 whole windows after the first send.
     assert times[-1] - times[0] >= 5.0 - 0.1, "faster than the quota allows"

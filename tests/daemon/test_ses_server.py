@@ -14,7 +14,7 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError, ConnectionClosedError, EndpointConnectionError, ReadTimeoutError
 
-from tests.support.ses_server import (
+from mailer.testing.ses_server import (
     JOB_ID_TAG,
     Faults,
     SentMail,

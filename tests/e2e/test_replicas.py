@@ -1,7 +1,7 @@
 """Two daemon processes on one Redis and one FIFO queue (LocalStack: moto lets
 two receivers share a group, docs/design.md), a bursting tenant and a steady trickle.
 
-Checked at the SES side (the recording server in tests/support/ses_server.py):
+Checked at the SES side (the recording server in mailer/testing/ses_server.py):
 every mail delivered exactly once, no sliding window over its limit globally or
 per tenant, and the trickle's latency untouched by the burst.
 """
@@ -20,10 +20,10 @@ import pytest
 from config import load_settings
 from mailer import MailClient
 from mailer.ops.queue_setup import init_queue
+from mailer.testing.localstack import LocalStackServer
+from mailer.testing.ses_server import SesServer
+from mailer.testing.wait import wait_for
 from tests.support.daemon_process import daemon_process
-from tests.support.localstack import LocalStackServer
-from tests.support.servers import wait_until
-from tests.support.ses_server import SesServer
 
 pytestmark = [pytest.mark.slow, pytest.mark.localstack]
 
@@ -92,7 +92,7 @@ def test_two_replicas_deliver_exactly_once_and_never_over_quota(
                 quiet_ids.append(job_id)
             # Pacing the load generator, not waiting for an outcome.
             time.sleep(max(0.0, start + (tick + 1) * 0.5 - time.monotonic()))
-        wait_until(lambda: ses.sent_count >= len(enqueued_at), timeout=60, what="every mail at SES")
+        wait_for(lambda: ses.sent_count >= len(enqueued_at), within=60, what="every mail at SES")
         # Stop both replicas cleanly: after that no duplicate can still arrive.
         assert r1.stop() == 0 and r2.stop() == 0
 

@@ -30,9 +30,10 @@ from dispatcher.jobs import JobState
 from dispatcher.keys import Keys
 from mailer.cli import main
 from mailer.sdk.client import MailClient
+from mailer.testing.services import redis_server
+from mailer.testing.ses_server import SesServer
+from mailer.testing.wait import wait_for
 from tests.support.daemon_process import daemon_process
-from tests.support.servers import redis_server, wait_until
-from tests.support.ses_server import SesServer
 
 pytestmark = pytest.mark.slow
 
@@ -89,7 +90,7 @@ def test_sigterm_hands_received_mail_to_another_replica_within_seconds(
         job_ids = send(client, tenants)
     # All five in SQS first, so that replica a's first receive takes them all.
     with daemon_process(base_env, tmp_path, replica="d", role="dispatcher") as dispatcher:
-        wait_until(lambda: waiting(sqs, url) == len(tenants), timeout=15, what="the mail in SQS")
+        wait_for(lambda: waiting(sqs, url) == len(tenants), within=15, what="the mail in SQS")
         assert dispatcher.stop() == 0
     with (
         SesServer(latency=30) as slow,
@@ -115,9 +116,9 @@ def test_sigterm_hands_received_mail_to_another_replica_within_seconds(
             in_call = slow.sent[0].job_id
             others = [j for j in job_ids if j != in_call]
             assert sorted(m.job_id or "" for m in delivered) == sorted(others)
-            wait_until(
+            wait_for(
                 lambda: all(redis_client.hget(KEYS.job(j), "state") == JobState.SENT.value for j in others),
-                timeout=5,
+                within=5,
                 what="the four jobs to be recorded as sent by replica b",
             )
             assert fast.sent_count == 4, "the mail cut off mid-call was not sent again at once"
@@ -131,7 +132,7 @@ def test_a_second_signal_exits_at_once(base_env: dict[str, str], tmp_path: Path)
             send(client, ["acme"])
             slow.wait_for(1, timeout=20)
             daemon.send_signal(signal.SIGINT)
-            wait_until(lambda: daemon.logged("signal received"), timeout=5, what="the first signal")
+            wait_for(lambda: daemon.logged("signal received"), within=5, what="the first signal")
             started = time.monotonic()
             daemon.send_signal(signal.SIGTERM)
             code = daemon.wait(timeout=3)
@@ -207,7 +208,7 @@ def test_sigterm_returns_the_dispatchers_claims_to_their_queues(
         with daemon_process(env, tmp_path, replica="disp", role="dispatcher") as daemon:
             job_ids = send(client, ["acme", "acme", "beta"])
             assert sqs.held.acquire(timeout=15), "the dispatcher never tried to hand off"
-            wait_until(lambda: redis_client.zcard(KEYS.leases()) == 3, timeout=5, what="3 claims")
+            wait_for(lambda: redis_client.zcard(KEYS.leases()) == 3, within=5, what="3 claims")
             started = time.monotonic()
             daemon.send_signal(signal.SIGTERM)
             assert daemon.wait(timeout=GRACE + MARGIN) == 0, daemon.logs()

@@ -39,8 +39,9 @@ from mailer import (
     UnknownJob,
 )
 from mailer.cli import main
-from tests.support.pipeline import pipeline, quick_settings, wait_for
-from tests.support.ses_server import Faults, SesServer
+from mailer.testing.ses_server import Faults, SesServer
+from mailer.testing.wait import wait_for_async
+from tests.support.pipeline import pipeline, quick_settings
 
 KEYS = Keys()
 GOOD: dict[str, Any] = {"sender": "app@example.com", "to": ["ada@example.org"], "subject": "s", "text": "t"}
@@ -235,7 +236,7 @@ async def test_due_jobs_enter_their_queues_once_across_replicas_at_most_a_second
     stop = asyncio.Event()
     tasks = [asyncio.create_task(d.run(stop)) for d in dispatchers]
     try:
-        await wait_for(
+        await wait_for_async(
             lambda: sum(len(w.jobs) for w in workers) >= 300, within=15, what="every scheduled job"
         )
     finally:
@@ -265,7 +266,7 @@ async def test_an_idle_dispatcher_waits_exactly_for_the_next_due_job(
     task = asyncio.create_task(dispatcher.run(stop))
     try:
         job_id = await aclient.send("acme", **GOOD, send_at=datetime.now(UTC) + timedelta(milliseconds=600))
-        await wait_for(lambda: len(worker.jobs) == 1, within=5, what="the scheduled job")
+        await wait_for_async(lambda: len(worker.jobs) == 1, within=5, what="the scheduled job")
     finally:
         stop.set()
         await store.redis.lpush(KEYS.wake(), "1")  # out of its BLPOP now, not in 5 s
@@ -592,7 +593,9 @@ async def test_scheduled_mail_is_sent_when_due_and_a_cancelled_one_never(
         kept = await client.send("acme", **GOOD, send_at=send_at)
         cancelled = await client.send("acme", **GOOD, send_at=send_at)
         assert await client.cancel(cancelled) == "scheduled"
-        await wait_for(lambda: state_is(client, kept, JobState.SENT), within=15, what="the scheduled mail")
+        await wait_for_async(
+            lambda: state_is(client, kept, JobState.SENT), within=15, what="the scheduled mail"
+        )
         record = await run.store.job(kept)
     assert [m.job_id for m in ses.sent] == [kept]
     assert ses.sent[0].wall_time >= send_at.timestamp() - 0.05
@@ -607,9 +610,11 @@ async def test_a_high_job_behind_5000_low_ones_is_sent_within_the_next_few_slots
     async with AsyncMailClient(settings) as client:
         low = await client.send_many("acme", [Mail(**GOOD)] * 5000, priority="low")
         async with pipeline(settings) as run:
-            await wait_for(lambda: ses.sent_count >= 3 * cap, within=30, what="the low backlog to flow")
+            await wait_for_async(lambda: ses.sent_count >= 3 * cap, within=30, what="the low backlog to flow")
             high = await client.send("acme", **GOOD, priority="high")
-            await wait_for(lambda: state_is(client, high, JobState.SENT), within=20, what="the high mail")
+            await wait_for_async(
+                lambda: state_is(client, high, JobState.SENT), within=20, what="the high mail"
+            )
             records = {j: await run.store.job(j) for j in [*low[: ses.sent_count + 2 * cap], high]}
         order = [m.job_id for m in ses.sent]
     enqueued, claimed = int(records[high]["created_ms"]), int(records[high]["claimed_ms"])
@@ -628,13 +633,17 @@ async def test_a_dead_letter_replays_through_the_normal_path(redis_url: str, ses
     ses.fail_next(1, Faults.MESSAGE_REJECTED)
     async with pipeline(settings) as run, AsyncMailClient(settings) as client:
         job_id = await client.send("acme", **GOOD)
-        await wait_for(lambda: state_is(client, job_id, JobState.DEAD), within=15, what="the dead letter")
+        await wait_for_async(
+            lambda: state_is(client, job_id, JobState.DEAD), within=15, what="the dead letter"
+        )
         sqs = boto3.client("sqs")
         sqs.send_message(QueueUrl=run.queue_url, MessageBody="not json", MessageGroupId="acme",
                          MessageDeduplicationId="poison")  # fmt: skip
         dead = DeadLetters(settings)
         try:
-            await wait_for(lambda: len(dead.list()) == 2, within=15, what="the poison message's dead letter")
+            await wait_for_async(
+                lambda: len(dead.list()) == 2, within=15, what="the poison message's dead letter"
+            )
             letter = dead.show(job_id)
             assert "MessageRejected" in letter.reason and letter.last_error
             report = dead.replay_all()
@@ -642,7 +651,9 @@ async def test_a_dead_letter_replays_through_the_normal_path(redis_url: str, ses
             dead.close()
         assert report.replayed == [job_id]
         assert [k.startswith("poison-") for k in report.not_replayable] == [True]
-        await wait_for(lambda: state_is(client, job_id, JobState.SENT), within=15, what="the replayed mail")
+        await wait_for_async(
+            lambda: state_is(client, job_id, JobState.SENT), within=15, what="the replayed mail"
+        )
         status = await client.status(job_id)
         usage = await run.quota.usage("acme", settings.limits_for("acme"))
     assert (status.replays, status.attempts, status.dead_reason) == (1, 0, None)

@@ -1,6 +1,6 @@
 """Operating fairpost: live quota and tenant control, stats, metrics, health, check-config,
 SES auto limits. Real daemon processes against real redis-server, moto's SQS over
-HTTP and the recording SES v2 server (tests/support/ses_server.py)."""
+HTTP and the recording SES v2 server (mailer/testing/ses_server.py)."""
 
 from __future__ import annotations
 
@@ -28,9 +28,10 @@ from mailer.errors import InvalidOverride
 from mailer.ops.stats import ScopeStats, Stats, WindowUsage, render_table, render_text
 from mailer.quota.overrides import QuotaAdmin
 from mailer.sdk.client import MailClient
+from mailer.testing.services import free_port
+from mailer.testing.ses_server import SesServer
+from mailer.testing.wait import wait_for
 from tests.support.daemon_process import daemon_process
-from tests.support.servers import free_port, wait_until
-from tests.support.ses_server import SesServer
 
 PREFIX = "ops"
 KEYS = Keys(PREFIX)
@@ -125,12 +126,12 @@ def test_quota_set_changes_a_running_sender_within_5s(
         send(client, "acme", 4)
         ses.wait_for(1, timeout=15)
         # The other three are parked in SQS until the minute frees.
-        wait_until(
+        wait_for(
             lambda: (
                 stats_json(capsys)["tenants"]["acme"]["in_flight"] == 3
                 and stats_json(capsys)["tenants"]["acme"]["retry_after_seconds"] > 30
             ),
-            timeout=15,
+            within=15,
             what="acme's mail to be parked by its quota",
         )
         assert sent_by(ses, "acme") == 1
@@ -147,9 +148,9 @@ def test_quota_set_changes_a_running_sender_within_5s(
         # Lowering works the same way: the next mail waits for the new limit.
         code, _ = run_cli(capsys, "quota", "set", "acme", "4/minute")
         assert code == 0
-        wait_until(
+        wait_for(
             lambda: stats_json(capsys)["tenants"]["acme"]["limits"] == "4/minute",
-            timeout=5,
+            within=5,
             what="stats to show the override",
         )
 
@@ -172,9 +173,9 @@ def test_global_quota_set_wakes_a_sender_held_by_the_global_quota(
         send(client, "acme", 1)
         ses.wait_for(1, timeout=15)
         send(client, "beta", 2)
-        wait_until(
+        wait_for(
             lambda: stats_json(capsys)["global"]["retry_after_seconds"] > 30,
-            timeout=10,
+            within=10,
             what="the global quota to be spent",
         )
         code, _ = run_cli(capsys, "quota", "set", "--global", "50/second")
@@ -231,17 +232,17 @@ def test_pause_holds_mail_already_in_sqs_and_resume_releases_it(
     with daemon_process(env_now(), tmp_path, replica="d1", role="dispatcher") as d1, MailClient() as client:
         job_ids = send(client, "acme", 2)
         # Handed to SQS, not only claimed: a claim cut off by the stop would wait out its lease.
-        wait_until(
+        wait_for(
             lambda: all(client.status(j).state == "dispatched" for j in job_ids),
-            timeout=15,
+            within=15,
             what="acme's mail to reach SQS",
         )
         assert d1.stop() == 0
     assert run_cli(capsys, "tenant", "pause", "acme")[0] == 0
     with daemon_process(env_now(), tmp_path, replica="s1", role="sender") as sender:
-        wait_until(
+        wait_for(
             lambda: sender.logged("tenant over quota (paused)"),
-            timeout=15,
+            within=15,
             what="the sender to park the paused tenant's mail",
         )
         assert sent_by(ses, "acme") == 0
@@ -300,7 +301,7 @@ def test_stats_json_for_a_known_load(
             acme = stats_json(capsys)["tenants"]["acme"]
             return bool(acme["backlog"] == 3 and acme["in_flight"] == 2 and acme["retry_after_seconds"] > 0)
 
-        wait_until(steady, timeout=15, what="acme's steady state")
+        wait_for(steady, within=15, what="acme's steady state")
         data = stats_json(capsys)
         acme, beta, glob = data["tenants"]["acme"], data["tenants"]["beta"], data["global"]
         assert [(w["window"], w["used"], w["limit"]) for w in acme["windows"]] == [
@@ -380,9 +381,9 @@ def test_metrics_healthz_readyz_and_health_command(
         send(client, "acme", 3, recipients=2)
         send(client, "beta", 1)
         ses.wait_for(4, timeout=15)
-        wait_until(
+        wait_for(
             lambda: metric(daemon.get("/metrics")[1], "fairpost_mail_sent_total", tenant="acme") == 3,
-            timeout=5,
+            within=5,
             what="the sent counter",
         )
         text = daemon.get("/metrics")[1]
@@ -530,12 +531,12 @@ def test_auto_global_limits_follow_the_ses_account(
         ses.wait_for(2, timeout=15)
 
         ses.set_quota(max_send_rate=20)
-        wait_until(
+        wait_for(
             lambda: (
                 json.loads(run_cli(capsys, "quota", "show", "--json")[1])["global"]["limits"]
                 == "10/second; 400/day"
             ),
-            timeout=10,
+            within=10,
             what="the new SES quota to be read",
         )
         assert daemon.logged("global limits from SES: 10/second; 400/day")

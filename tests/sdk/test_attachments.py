@@ -24,8 +24,9 @@ from mailer.daemon.ses import send_email_request
 from mailer.errors import PoisonMessage
 from mailer.sdk.envelope import Envelope, decode, encode
 from mailer.sdk.mail import validate
-from tests.support.pipeline import pipeline, wait_for
-from tests.support.ses_server import SesServer
+from mailer.testing.ses_server import SesServer
+from mailer.testing.wait import wait_for_async
+from tests.support.pipeline import pipeline
 
 KEYS = Keys()
 GOOD: dict[str, Any] = {"sender": "app@example.com", "to": ["ada@example.org"], "subject": "s", "text": "t"}
@@ -280,7 +281,7 @@ async def test_attachments_and_big_mail_reach_ses_as_raw_mime_through_a_claim_ch
         big_text = await client.send("acme", **{**GOOD, "text": text})
         plain = await client.send("acme", **GOOD)
         ids = [with_files, big_text, plain]
-        await wait_for(lambda: all_sent(client, ids), within=20, what="every mail")
+        await wait_for_async(lambda: all_sent(client, ids), within=20, what="every mail")
         bodies = [body for _, body in run.receives.bodies]
     by_job = {m.job_id: m for m in ses.sent}
     assert set(by_job) == {with_files, big_text, plain}
@@ -309,7 +310,9 @@ async def test_a_claim_check_whose_content_is_gone_is_a_dead_letter(redis_url: s
         with redis.Redis.from_url(redis_url) as raw:
             raw.delete(KEYS.content(job_id))
         async with pipeline(settings) as run:
-            await wait_for(lambda: state_is(client, job_id, JobState.DEAD), within=20, what="the dead letter")
+            await wait_for_async(
+                lambda: state_is(client, job_id, JobState.DEAD), within=20, what="the dead letter"
+            )
             usage = await run.quota.usage("acme", settings.limits_for("acme"))
         status = await client.status(job_id)
     assert status.dead_reason is not None and "content (a claim check) is gone" in status.dead_reason

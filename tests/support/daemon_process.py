@@ -18,7 +18,7 @@ from typing import Any
 import redis
 
 from dispatcher.keys import Keys
-from tests.support.servers import wait_until
+from mailer.testing.wait import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -105,9 +105,9 @@ def daemon_process(
             client = redis.Redis.from_url(full_env["FAIRPOST_REDIS_URL"])
             key = Keys(full_env.get("FAIRPOST_KEY_PREFIX", "fairpost")).heartbeat(replica)
             try:
-                wait_until(
+                wait_for(
                     lambda: client.exists(key) or process.poll() is not None,
-                    timeout=30,
+                    within=30,
                     what=f"daemon {replica} to beat",
                 )
             finally:

@@ -99,20 +99,6 @@ async def pipeline(
     await client.aclose()
 
 
-async def wait_for(predicate: Callable[[], Any], *, within: float, what: str, interval: float = 0.05) -> None:
-    """Await ``predicate()`` (sync or async) until truthy, or fail after ``within`` seconds."""
-    deadline = time.monotonic() + within
-    while True:
-        result = predicate()
-        if asyncio.iscoroutine(result):
-            result = await result
-        if result:
-            return
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {within}s waiting for {what}")
-        await asyncio.sleep(interval)
-
-
 @asynccontextmanager
 async def sender_only(settings: Settings, queue_url: str) -> AsyncIterator[Sender]:
     """A sender whose loop does not run: the test hands it received messages itself."""

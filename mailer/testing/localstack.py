@@ -1,4 +1,4 @@
-"""Start LocalStack's SQS (host mode, no Docker) for the tests that need real FIFO semantics.
+"""Start LocalStack's SQS (host mode, no Docker) for the tests and benchmarks that need real FIFO semantics.
 
 LocalStack lives in its own pinned virtualenv, built by ``scripts/install-localstack.sh``
 (once, about a minute; later calls find its marker and return at once). The server runs
@@ -23,7 +23,9 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.support.servers import free_port, wait_until
+from mailer.errors import ServiceError
+from mailer.testing.services import free_port
+from mailer.testing.wait import wait_for
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 INSTALL_SCRIPT = REPO_ROOT / "scripts" / "install-localstack.sh"
@@ -48,7 +50,7 @@ def ensure_localstack() -> Path:
     )
     if result.returncode != 0:
         output = result.stdout[-2000:] + result.stderr[-4000:]
-        raise RuntimeError(f"{INSTALL_SCRIPT.name} failed ({result.returncode}):\n{output}")
+        raise ServiceError(f"{INSTALL_SCRIPT.name} failed ({result.returncode}):\n{output}")
     return localstack_venv() / "bin" / "python"
 
 
@@ -119,16 +121,16 @@ def localstack_server() -> Iterator[LocalStackServer]:
                 start_new_session=True,
             )
         try:
-            wait_until(
+            wait_for(
                 lambda: _exited(process, server) or _sqs_state(server.url) in ("available", "running"),
-                timeout=START_TIMEOUT,
+                within=START_TIMEOUT,
                 what=f"LocalStack to answer /_localstack/health on {server.url}",
                 interval=0.1,
             )
             _load_sqs(server.url)
-            wait_until(
+            wait_for(
                 lambda: _exited(process, server) or _sqs_state(server.url) == "running",
-                timeout=START_TIMEOUT,
+                within=START_TIMEOUT,
                 what=f"LocalStack to report SQS running on {server.url}",
                 interval=0.1,
             )
@@ -140,7 +142,7 @@ def localstack_server() -> Iterator[LocalStackServer]:
 def _exited(process: subprocess.Popen[bytes], server: LocalStackServer) -> bool:
     if process.poll() is None:
         return False
-    raise RuntimeError(
+    raise ServiceError(
         f"LocalStack exited with {process.returncode} before it was ready:\n{server.log_tail()}"
     )
 

@@ -55,7 +55,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, ClassVar, Literal
 from urllib.parse import urlsplit
 
-from tests.support.servers import free_port
+from mailer.errors import RefusedRequest
+from mailer.testing.services import free_port
 
 __all__ = [
     "JOB_ID_TAG",
@@ -242,10 +243,8 @@ class _Answer:
     delay: float = 0.0
 
 
-class _RequestError(Exception):
-    def __init__(self, error: SesError) -> None:
-        super().__init__(error.message)
-        self.error = error
+def _refused(error: SesError) -> RefusedRequest:
+    return RefusedRequest(error.code or str(error.status), error.status, error.message)
 
 
 class SesServer:
@@ -622,8 +621,8 @@ class SesServer:
         try:
             mail: SentMail | None = _parse_send_email(body)
             parse_error: SesError | None = None
-        except _RequestError as exc:
-            mail, parse_error = None, exc.error
+        except RefusedRequest as exc:
+            mail, parse_error = None, SesError(exc.code, exc.status, exc.message)
         with self._cond:
             self._requests += 1
             now = time.monotonic()
@@ -760,7 +759,7 @@ def _strings(value: object, what: str) -> tuple[str, ...]:
     if value is None:
         return ()
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise _RequestError(Faults.BAD_REQUEST.with_message(f"{what} must be a list of strings"))
+        raise _refused(Faults.BAD_REQUEST.with_message(f"{what} must be a list of strings"))
     return tuple(value)
 
 
@@ -772,17 +771,17 @@ def _parse_send_email(body: bytes) -> SentMail:
     try:
         request = json.loads(body or b"{}")
     except ValueError as exc:
-        raise _RequestError(SesError("SerializationException", 400, f"Malformed JSON: {exc}")) from None
+        raise _refused(SesError("SerializationException", 400, f"Malformed JSON: {exc}")) from None
     if not isinstance(request, dict):
-        raise _RequestError(SesError("SerializationException", 400, "Expected a JSON object"))
+        raise _refused(SesError("SerializationException", 400, "Expected a JSON object"))
     destination = request.get("Destination")
     destination = destination if isinstance(destination, dict) else None
     content = request.get("Content")
     if not isinstance(content, dict):
-        raise _RequestError(Faults.BAD_REQUEST.with_message("Content is required"))
+        raise _refused(Faults.BAD_REQUEST.with_message("Content is required"))
     kinds = [k for k in ("Simple", "Raw", "Template") if isinstance(content.get(k), dict)]
     if len(kinds) != 1:
-        raise _RequestError(
+        raise _refused(
             Faults.BAD_REQUEST.with_message("Content must have exactly one of Simple, Raw or Template")
         )
     from_address = _opt_str(request.get("FromEmailAddress"))
@@ -798,11 +797,11 @@ def _parse_send_email(body: bytes) -> SentMail:
     elif kinds == ["Raw"]:
         encoded = content["Raw"].get("Data")
         if not isinstance(encoded, str):
-            raise _RequestError(Faults.BAD_REQUEST.with_message("Raw.Data is required"))
+            raise _refused(Faults.BAD_REQUEST.with_message("Raw.Data is required"))
         try:
             raw_data = base64.b64decode(encoded, validate=True)
         except (binascii.Error, ValueError):
-            raise _RequestError(Faults.BAD_REQUEST.with_message("Raw.Data is not valid base64")) from None
+            raise _refused(Faults.BAD_REQUEST.with_message("Raw.Data is not valid base64")) from None
         headers = BytesHeaderParser(policy=policy.default).parsebytes(raw_data)
         header_subject = headers.get("Subject")
         subject = None if header_subject is None else str(header_subject)
