@@ -17,7 +17,7 @@ from dispatcher.jobs import Job, JobState
 from dispatcher.keys import Keys
 from dispatcher.lifecycle import Lifecycle
 from dispatcher.store import JobStore, NewJob, StoreLimits
-from tests.support.pipeline import wait_for
+from mailer.testing.wait import wait_for_async
 
 
 @pytest.fixture
@@ -87,7 +87,7 @@ async def test_an_expired_slot_brings_its_blocked_tenant_back(aredis: redis.asyn
         await store.reap()
         return not await aredis.sismember(store.keys.blocked(), "acme")
 
-    await wait_for(unblocked, within=10, what="the expired slot to unblock acme")
+    await wait_for_async(unblocked, within=10, what="the expired slot to unblock acme")
     assert [job.id for job in await store.claim(10)] == ["acme-1"]
     assert await aredis.zscore(store.keys.expiring(), "acme") is not None
     assert await aredis.hget(store.keys.totals(), "inflight") == "1"
@@ -132,7 +132,7 @@ async def test_the_counters_match_a_full_count_after_every_kind_of_change(
         await store.reap()
         return await aredis.zcard(keys.leases()) == 0
 
-    await wait_for(leases_reaped, within=10, what="the rest of the leases to expire")
+    await wait_for_async(leases_reaped, within=10, what="the rest of the leases to expire")
     await store.claim(3)
 
     async def full_count() -> tuple[dict[str, int], int, int]:
