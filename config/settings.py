@@ -139,6 +139,10 @@ class Settings(BaseSettings):
     idempotency_ttl: int = Field(default=86400, ge=1, le=365 * 86400)
     """Seconds an idempotency key keeps returning its first job's id (FAIRPOST_IDEMPOTENCY_TTL)."""
 
+    reconcile_handoffs: int = Field(default=3, ge=0, le=100)
+    """Times a dispatched job whose SQS message is gone (a redrive policy, a purge,
+    the retention period) is handed to SQS again before it becomes a dead letter."""
+
     dispatcher: DispatcherSettings = DispatcherSettings()
     sender: SenderSettings = SenderSettings()
 
@@ -203,6 +207,28 @@ class Settings(BaseSettings):
         times the mail in flight."""
         scale = -(-self.weight_for(tenant_id) // self.default_weight)  # ceiling division
         return self.tenant(tenant_id).inflight_cap or self.inflight_cap * max(1, scale)
+
+    def stranded_after_seconds(self) -> float:
+        """The longest a dispatched job can legitimately go without a sign of progress.
+
+        Its signs are its hand-off and every park of its tenant (which keeps the
+        tenant's in-flight slots until the park ends plus the in-flight TTL). Past
+        the last one it may still wait: the in-flight TTL (in SQS behind its
+        group's other mail), the longest global window (while the global quota
+        is spent no sender receives, and nothing parks), the visibility timeout
+        (a received message in its SES call) and the longest retry delay (after
+        a transient failure). Past all of that, SQS no longer holds its message.
+        """
+        if isinstance(self.global_limits, str):
+            longest = 86400  # "auto": SES's quotas are per second and per 24 hours
+        else:
+            longest = max((w.seconds for w in self.global_limits), default=0)
+        return (
+            self.dispatcher.inflight_ttl_seconds
+            + longest
+            + self.sender.visibility_timeout
+            + self.sender.backoff_max_seconds
+        )
 
     def redacted(self) -> dict[str, Any]:
         """The effective settings, safe to print: passwords masked."""

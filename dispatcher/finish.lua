@@ -1,6 +1,7 @@
 -- A job ended (sent, dead, or done): record it and free its in-flight slot.
 -- KEYS[1..9] ring context (ring.lua), KEYS[10] job hash, KEYS[11] leases (zset),
--- KEYS[12] dead letters (zset), KEYS[13] the job's content (string, may not exist)
+-- KEYS[12] dead letters (zset), KEYS[13] the job's content (string, may not exist),
+-- KEYS[14] dispatched jobs (zset, dispatcher/reconcile.lua)
 -- ARGV[1..3] ring context, ARGV[4] job id, ARGV[5] final state ('sent' or 'dead'),
 -- ARGV[6] seconds to keep the record (0: forever), ARGV[7..] field, value pairs
 -- Returns 1; 0 if the job was already sent (nothing changed); -1 if unknown.
@@ -14,6 +15,7 @@ end
 local now = now_ms()
 release_slot(ctx, tenant, job_id)
 redis.call('ZREM', KEYS[11], job_id)
+redis.call('ZREM', KEYS[14], job_id)
 if state == 'sent' then
   activate(ctx, tenant, now)
   return 0

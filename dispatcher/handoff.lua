@@ -1,14 +1,16 @@
 -- Jobs were handed to their downstream (SQS): end their leases, keep their
--- in-flight slots until they finish (or, as a floor, for a TTL).
--- KEYS[1] leases (zset)
+-- in-flight slots until they finish (or, as a floor, for a TTL), and index
+-- them by when they count as stranded unless they show progress first.
+-- KEYS[1] leases (zset), KEYS[2] dispatched jobs (zset: job id -> stranded at ms)
 -- ARGV[1] job key prefix, ARGV[2] queue key prefix, ARGV[3] in-flight key prefix,
--- ARGV[4] in-flight TTL ms, ARGV[5..] job ids
-local leases = KEYS[1]
+-- ARGV[4] in-flight TTL ms, ARGV[5] stranded after ms, ARGV[6..] job ids
+local leases, dispatched = KEYS[1], KEYS[2]
 local job_prefix, queue_prefix, inflight_prefix = ARGV[1], ARGV[2], ARGV[3]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local expiry = now + tonumber(ARGV[4])
-for i = 5, #ARGV do
+local stranded_at = now + tonumber(ARGV[5])
+for i = 6, #ARGV do
   local job_id = ARGV[i]
   local job_key = job_prefix .. job_id
   redis.call('ZREM', leases, job_id)
@@ -23,6 +25,7 @@ for i = 5, #ARGV do
     if state == 'queued' or state == 'claimed' then
       redis.call('HSET', job_key, 'state', 'dispatched', 'dispatched_ms', now)
       redis.call('ZADD', inflight_prefix .. tenant, expiry, job_id)
+      redis.call('ZADD', dispatched, stranded_at, job_id)
     end
   end
 end

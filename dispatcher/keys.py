@@ -94,9 +94,21 @@ class Keys:
         """List: tokens that wake an idle dispatcher blocked on BLPOP."""
         return f"{self.root}:wake"
 
+    def dispatched(self) -> str:
+        """Sorted set: dispatched jobs, scored by when they count as stranded unless
+        they show progress first (ms; dispatcher/reconcile.lua)."""
+        return f"{self.root}:dispatched"
+
+    def reconciled(self) -> str:
+        """Hash: what the reconciler did, outcome → count, for stats."""
+        return f"{self.root}:reconciled"
+
     def sending(self, job_id: str) -> str:
         """String with a TTL: a sender is sending this job now (dispatcher/send_claim.lua)."""
         return f"{self.root}:sending:{job_id}"
+
+    def sending_prefix(self) -> str:
+        return f"{self.root}:sending:"
 
     def tenants(self) -> str:
         """Set: every tenant that ever enqueued, for stats."""

@@ -36,6 +36,8 @@ class StoreLimits:
     default_cap: int = 20
     lease_ms: int = 30_000
     inflight_ttl_ms: int = 1_800_000
+    stranded_after_ms: int = 1_800_000 + 86_400_000 + 60_000 + 900_000
+    """A dispatched job without progress this long is stranded (Settings.stranded_after_seconds)."""
 
 
 def store_limits(settings: Settings) -> StoreLimits:
@@ -44,6 +46,7 @@ def store_limits(settings: Settings) -> StoreLimits:
         default_cap=settings.inflight_cap,
         lease_ms=int(settings.dispatcher.lease_seconds * 1000),
         inflight_ttl_ms=int(settings.dispatcher.inflight_ttl_seconds * 1000),
+        stranded_after_ms=int(settings.stranded_after_seconds() * 1000),
     )
 
 
@@ -169,12 +172,13 @@ class JobStore:
             return 0
         k = self.keys
         now: int = await self._handoff(
-            keys=[k.leases()],
+            keys=[k.leases(), k.dispatched()],
             args=[
                 k.job_prefix(),
                 k.queue_prefix(),
                 k.inflight_prefix(),
                 self.limits.inflight_ttl_ms,
+                self.limits.stranded_after_ms,
                 *job_ids,
             ],
         )
@@ -238,6 +242,7 @@ class JobStore:
                 self.keys.leases(),
                 self.keys.dead(),
                 self.keys.content(job_id),
+                self.keys.dispatched(),
             ],
             args=[*c.ring_args(), job_id, state.value, keep_seconds, *extra],
             client=pipeline,  # None: the store's own client, at once
@@ -246,7 +251,8 @@ class JobStore:
 
     async def touch_inflight(self, tenant: str, until_ms: int) -> None:
         """Keep the tenant's in-flight slots while its mail waits in SQS for its quota."""
-        await self._touch(keys=[self.keys.inflight(tenant)], args=[until_ms])
+        margin = self.limits.stranded_after_ms - self.limits.inflight_ttl_ms
+        await self._touch(keys=[self.keys.inflight(tenant), self.keys.dispatched()], args=[until_ms, margin])
 
     async def wait_for_work(self, seconds: float) -> bool:
         """Block on Redis until something may be claimable, or ``seconds`` pass."""

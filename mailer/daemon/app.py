@@ -8,6 +8,7 @@ background task dies, the daemon says why and exits non-zero rather than
 run half-alive.
 
 The background tasks, each named and watched: ``dispatcher``, ``sender``,
+``reconciler`` (dispatched jobs SQS lost, :mod:`mailer.daemon.reconcile`),
 ``overrides`` (live quota overrides, :mod:`mailer.quota.overrides`),
 ``ses-account`` (``FAIRPOST_GLOBAL_LIMITS=auto``, :mod:`mailer.daemon.ses_account`),
 ``heartbeat`` (:mod:`mailer.daemon.health`) and ``http`` (``/metrics``,
@@ -33,6 +34,7 @@ from mailer.daemon.handoff import MailWorker
 from mailer.daemon.health import Heartbeat, Liveness, replica_name
 from mailer.daemon.http import Check, HttpServer
 from mailer.daemon.metrics import Metrics, TenantLabels
+from mailer.daemon.reconcile import Reconciler
 from mailer.daemon.sender import Sender
 from mailer.daemon.ses_account import SesAccountLimits
 from mailer.ops.stats import collect_stats
@@ -98,9 +100,10 @@ async def _run(settings: Settings, role: Role, client: redis.asyncio.Redis, stop
         sender: Sender | None = None
         tasks: dict[str, asyncio.Task[None]] = {}
         if role in ("all", "dispatcher"):
+            worker = MailWorker(sqs, queue_url, metrics=metrics)
             dispatcher = Dispatcher(
                 store,
-                [MailWorker(sqs, queue_url, metrics=metrics)],
+                [worker],
                 concurrency=settings.dispatcher.concurrency,
                 batch_size=settings.dispatcher.batch_size,
                 linger_seconds=settings.dispatcher.linger_seconds,
@@ -108,6 +111,8 @@ async def _run(settings: Settings, role: Role, client: redis.asyncio.Redis, stop
                 max_outage_seconds=settings.max_outage_seconds,
             )
             tasks["dispatcher"] = asyncio.create_task(dispatcher.run(stop), name="dispatcher")
+            reconciler = Reconciler(store, worker, settings, metrics=metrics)
+            tasks["reconciler"] = asyncio.create_task(reconciler.run(stop), name="reconciler")
         if role in ("all", "sender"):
             auto = None
             if isinstance(settings.global_limits, str):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from dispatcher.jobs import Job
 from dispatcher.worker import Dead, HandedOff, Outcome, Retry
@@ -36,6 +36,11 @@ class MailWorker:
         self.metrics = metrics or Metrics()
 
     async def handle(self, jobs: Sequence[Job]) -> Sequence[Outcome]:
+        return await self.hand_off(jobs)
+
+    async def hand_off(self, jobs: Sequence[Job], *, again: Mapping[str, int] | None = None) -> list[Outcome]:
+        """Send the jobs to SQS; ``again``: job id → how many times the reconciler has
+        handed it over again (mailer/daemon/reconcile.py), for a dedup id of its own."""
         outcomes: dict[str, Outcome] = {}
         entries: dict[str, dict[str, str]] = {}
         for job in jobs:
@@ -51,7 +56,7 @@ class MailWorker:
                 "MessageGroupId": job.tenant,
                 # A replayed job is a new hand-off: SQS must not drop it as a
                 # duplicate of its first life's message (5-minute dedup window).
-                "MessageDeduplicationId": f"{job.id}-r{job.replays}" if job.replays else job.id,
+                "MessageDeduplicationId": _dedup_id(job, (again or {}).get(job.id, 0)),
             }
         failure: str | None = None
         for batch in _batches(list(entries.values())):
@@ -106,6 +111,12 @@ class MailWorker:
             log.warning("SQS refused %d of %d entries; retrying them", len(pending), len(batch))
             await asyncio.sleep(0.1 * 2**attempt)
         return outcomes, None
+
+
+def _dedup_id(job: Job, again: int) -> str:
+    dedup = f"{job.id}-r{job.replays}" if job.replays else job.id
+    # Handed over again because SQS lost the first message: a new message too.
+    return f"{dedup}-a{again}" if again else dedup
 
 
 def _batches(entries: list[dict[str, str]]) -> list[list[dict[str, str]]]:

@@ -42,6 +42,7 @@ __all__ = [
     "DEAD_REASONS",
     "DROP_REASONS",
     "OTHER_TENANT",
+    "RECONCILE_REASONS",
     "THROTTLE_REASONS",
     "Metrics",
     "TenantLabels",
@@ -56,10 +57,24 @@ OTHER_TENANT = "~other"
 THROTTLE_REASONS = ("tenant_quota", "global_quota", "global_share", "ses", "paused")
 """``fairpost_mail_throttled_total{reason}``: who held the mail back."""
 
-DEAD_REASONS = ("rejected", "attempts", "too_many_recipients", "poison", "too_large", "sqs_rejected")
+DEAD_REASONS = (
+    "rejected",
+    "attempts",
+    "too_many_recipients",
+    "poison",
+    "too_large",
+    "sqs_rejected",
+    "stranded",
+)
 """``fairpost_mail_dead_total{reason}``: SES refused it for good; transient failures
 ran out of attempts; more recipients than a quota window allows; an unreadable
-SQS message; bigger than an SQS message; SQS refused the entry."""
+SQS message; bigger than an SQS message; SQS refused the entry; SQS lost its
+message again and again (mailer/daemon/reconcile.py)."""
+
+RECONCILE_REASONS = ("handed_again", "dead")
+"""``fairpost_jobs_reconciled_total{reason}``: dispatched jobs SQS no longer held
+(a redrive policy, a purge, the retention period): handed to SQS again, or,
+after FAIRPOST_RECONCILE_HANDOFFS such hand-offs, dead-lettered."""
 
 DROP_REASONS = ("no_record",)
 """``fairpost_mail_dropped_total{reason}``: SQS messages deleted unsent because
@@ -131,6 +146,14 @@ class Metrics:
             "fairpost_mail_dropped",
             "SQS messages deleted unsent, by reason: " + ", ".join(DROP_REASONS) + ".",
             ["tenant", "reason"],
+            registry=r,
+        )
+        self.reconciled_total = Counter(
+            "fairpost_jobs_reconciled",
+            "Dispatched jobs SQS no longer held, by what the reconciler did: "
+            + ", ".join(RECONCILE_REASONS)
+            + ".",
+            ["reason"],
             registry=r,
         )
         self.ses_calls_total = Counter(
@@ -222,6 +245,9 @@ class Metrics:
 
     def dropped(self, tenant: str, reason: str) -> None:
         self.dropped_total.labels(self.labels(tenant), reason).inc()
+
+    def reconciled(self, reason: str) -> None:
+        self.reconciled_total.labels(reason).inc()
 
     def ses_call(self, result: str, seconds: float) -> None:
         self.ses_calls_total.labels(result).inc()

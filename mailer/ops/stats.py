@@ -88,6 +88,8 @@ class Stats:
     tenants: list[ScopeStats] = field(default_factory=list)
     replicas: list[str] = field(default_factory=list)
     """Replicas with a live heartbeat."""
+    reconciled: dict[str, int] = field(default_factory=dict)
+    """Dispatched jobs SQS lost, by what the reconcilers did (``handed_again``, ``dead``)."""
 
     def tenant(self, tenant: str) -> ScopeStats | None:
         return next((t for t in self.tenants if t.scope == tenant), None)
@@ -98,6 +100,7 @@ class Stats:
             "global": self.global_.to_json(self.at_ms),
             "tenants": {t.scope: t.to_json(self.at_ms) for t in self.tenants},
             "replicas": self.replicas,
+            "reconciled": {"handed_again": 0, "dead": 0, **self.reconciled},
         }
 
 
@@ -127,7 +130,8 @@ async def collect_stats(
         pipe.smembers(keys.tenants())
         pipe.get(keys.auto_limits())
         pipe.zrangebyscore(keys.replicas(), "(" + str(int(time.time() * 1000)), "+inf")
-        server_time, raw_overrides, paused, known, auto_text, replicas = await pipe.execute()
+        pipe.hgetall(keys.reconciled())
+        server_time, raw_overrides, paused, known, auto_text, replicas, reconciled = await pipe.execute()
     at_ms = int(server_time[0]) * 1000 + int(server_time[1]) // 1000
     overrides = read_overrides(raw_overrides, paused)
     if tenants is None:
@@ -190,6 +194,7 @@ async def collect_stats(
         global_=results[0],
         tenants=list(results[1:]),
         replicas=sorted(_s(r) for r in replicas),
+        reconciled={_s(k): int(v) for k, v in reconciled.items()},
     )
 
 
@@ -249,7 +254,13 @@ def render_text(stats: Stats) -> str:
     widths = [max(len(row[i]) for row in rows) for i in range(len(_HEADERS))]
     lines = ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in rows]
     lines.append(f"replicas alive: {len(stats.replicas)} ({', '.join(stats.replicas) or 'none'})")
+    lines.append(_reconciled(stats))
     return "\n".join(lines)
+
+
+def _reconciled(stats: Stats) -> str:
+    again, dead = stats.reconciled.get("handed_again", 0), stats.reconciled.get("dead", 0)
+    return f"jobs SQS lost: {again} handed to SQS again, {dead} dead-lettered"
 
 
 def render_table(stats: Stats) -> Table:
@@ -259,7 +270,8 @@ def render_table(stats: Stats) -> Table:
     stamp = time.strftime("%H:%M:%S", time.localtime(stats.at_ms / 1000))
     table = Table(
         title=f"fairpost at {stamp}",
-        caption=f"replicas alive: {len(stats.replicas)} ({', '.join(stats.replicas) or 'none'})",
+        caption=f"replicas alive: {len(stats.replicas)} ({', '.join(stats.replicas) or 'none'}); "
+        + _reconciled(stats),
     )
     for header in _HEADERS:
         table.add_column(header, justify="right" if header in ("backlog", "in flight") else "left")

@@ -344,6 +344,8 @@ DOCUMENTED_METRICS = (
     "fairpost_mail_throttled_total",
     "fairpost_mail_retried_total",
     "fairpost_mail_dead_total",
+    "fairpost_mail_dropped_total",
+    "fairpost_jobs_reconciled_total",
     "fairpost_ses_calls_total",
     "fairpost_sqs_receives_total",
     "fairpost_sqs_handed_back_total",
@@ -402,7 +404,7 @@ def test_metrics_healthz_readyz_and_health_command(
 
         assert daemon.get("/healthz") == (
             200,
-            "ok: running: dispatcher, heartbeat, http, overrides, sender\n",
+            "ok: running: dispatcher, heartbeat, http, overrides, reconciler, sender\n",
         )
         assert daemon.get("/readyz") == (200, "ok: Redis and SQS answer\n")
         assert daemon.get("/nope")[0] == 404

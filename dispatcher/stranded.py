@@ -1,0 +1,96 @@
+"""Dispatched jobs their downstream lost: the index the reconciler scans.
+
+Every dispatched job sits in a sorted set scored by the moment it counts as
+stranded unless it shows progress first (``handoff.lua`` puts it there,
+``touch.lua`` moves it on while its tenant is parked, ``finish.lua`` takes it
+out). A scan reads only the jobs that are due, a bounded batch at a time, so
+it costs the same however many jobs are waiting. The decision and the move of
+the deadline are one script (``reconcile.lua``), so any number of replicas
+may scan at once and each stranded job is picked once per round.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import redis.asyncio
+
+from dispatcher.jobs import Job
+from dispatcher.keys import Keys
+from dispatcher.scripts import lua_source
+from dispatcher.store import StoreLimits
+
+SCAN_BATCH = 200
+"""Most stranded jobs one scan returns; more are picked by the next scan at once."""
+
+
+def _s(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+@dataclass(frozen=True)
+class Stranded:
+    """A job that made no progress for longer than it legitimately can."""
+
+    job: Job
+    outcome: Literal["again", "dead"]
+    """``again``: hand it to its downstream again; ``dead``: it was, often enough."""
+    handoffs: int
+    """Times it has been handed again by the reconciler, this one included."""
+
+
+class StrandedJobs:
+    def __init__(self, client: redis.asyncio.Redis, keys: Keys, limits: StoreLimits) -> None:
+        self.redis = client
+        self.keys = keys
+        self.limits = limits
+        self._scan = client.register_script(lua_source("dispatcher", "reconcile"))
+
+    async def scan(self, handoffs_allowed: int, batch: int = SCAN_BATCH) -> list[Stranded]:
+        """Pick the stranded jobs that are due, at most ``batch``."""
+        k = self.keys
+        flat: list[Any] = await self._scan(
+            keys=[k.dispatched(), k.reconciled()],
+            args=[
+                k.job_prefix(),
+                k.inflight_prefix(),
+                k.sending_prefix(),
+                self.limits.stranded_after_ms,
+                self.limits.inflight_ttl_ms,
+                handoffs_allowed,
+                batch,
+            ],
+        )
+        out = []
+        for i in range(0, len(flat), 8):
+            outcome: Literal["again", "dead"] = "again" if _s(flat[i]) == "again" else "dead"
+            job = Job(
+                id=_s(flat[i + 1]),
+                tenant=_s(flat[i + 2]),
+                kind=_s(flat[i + 3]),
+                payload=_s(flat[i + 4]),
+                attempts=0,
+                created_ms=int(flat[i + 5]),
+                replays=int(flat[i + 6]),
+            )
+            out.append(Stranded(job=job, outcome=outcome, handoffs=int(flat[i + 7])))
+        return out
+
+    async def handoff_failed(self, job_ids: list[str], retry_in_ms: int) -> None:
+        """A hand-off again did not reach SQS: it does not count, and is tried again soon."""
+        if not job_ids:
+            return
+        seconds, micros = await self.redis.time()
+        at = int(seconds) * 1000 + int(micros) // 1000 + retry_in_ms
+        async with self.redis.pipeline(transaction=True) as pipe:
+            for job_id in job_ids:
+                pipe.hincrby(self.keys.job(job_id), "reconciled", -1)
+                pipe.zadd(self.keys.dispatched(), {job_id: at}, xx=True)
+            pipe.hincrby(self.keys.reconciled(), "handed_again", -len(job_ids))
+            await pipe.execute()
+
+    async def counts(self) -> dict[str, int]:
+        """What the reconcilers did, all replicas together: outcome → jobs."""
+        raw: dict[Any, Any] = await self.redis.hgetall(self.keys.reconciled())
+        return {_s(k): int(v) for k, v in raw.items()}

@@ -1,0 +1,143 @@
+"""The reconciler: no job is left ``dispatched`` once SQS no longer holds it.
+
+SQS can stop holding a job's message without fairpost doing anything: a
+queue ``RedrivePolicy`` moves it to a dead-letter queue after
+``maxReceiveCount`` receives (every quota park is a receive), an operator
+purges the queue, the retention period ends. The job would stay
+``dispatched`` forever, neither sent nor dead.
+
+Every few seconds the reconciler asks the store for dispatched jobs that
+made no progress for longer than they can legitimately wait
+(:meth:`config.Settings.stranded_after_seconds`, derived from the windows,
+the visibility timeout, the retry delays and the in-flight TTL) and hands
+each one to SQS again with a deduplication id of its own. That is safe even
+if the old message still exists somewhere: a job recorded as sent is never
+sent again (its record and its sending marker). After
+``FAIRPOST_RECONCILE_HANDOFFS`` such hand-offs a job that is lost once more
+becomes a dead letter with the reason. Every replica with the dispatcher
+role runs one; the scan is atomic, so they never pick the same job twice in
+a round.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass
+
+from redis.exceptions import RedisError
+
+from config import Settings
+from dispatcher.jobs import JobState
+from dispatcher.store import JobStore
+from dispatcher.stranded import SCAN_BATCH, Stranded, StrandedJobs
+from dispatcher.worker import Dead, HandedOff
+from mailer.daemon.handoff import MailWorker
+from mailer.daemon.metrics import Metrics
+
+log = logging.getLogger("fairpost.reconcile")
+
+RETRY_FAILED_HANDOFF_MS = 30_000
+"""A hand-off again that did not reach SQS is tried again this much later."""
+
+
+@dataclass
+class ReconcileReport:
+    handed_again: int = 0
+    dead: int = 0
+    failed: int = 0
+
+
+def dead_reason(handoffs: int) -> str:
+    return (
+        "stranded: SQS no longer held its message (a queue redrive policy, a purge or the "
+        f"retention period), and it was handed to SQS again {handoffs} times"
+    )
+
+
+class Reconciler:
+    def __init__(
+        self,
+        store: JobStore,
+        worker: MailWorker,
+        settings: Settings,
+        *,
+        metrics: Metrics | None = None,
+        interval: float | None = None,
+    ) -> None:
+        self.store = store
+        self.stranded = StrandedJobs(store.redis, store.keys, store.limits)
+        self.worker = worker
+        self.settings = settings
+        self.metrics = metrics or worker.metrics
+        # Often enough to notice within a small part of the wait that defines
+        # "stranded", rarely enough to cost nothing: each scan is one script call.
+        self.interval = interval or min(30.0, max(1.0, settings.stranded_after_seconds() / 10))
+
+    async def run(self, stop: asyncio.Event) -> None:
+        errors, failing_since = 0, 0.0
+        while not stop.is_set():
+            try:
+                report = await self.run_once()
+                errors = 0
+            except RedisError as exc:
+                errors += 1
+                failing_since = failing_since if errors > 1 else time.monotonic()
+                if time.monotonic() - failing_since > self.settings.max_outage_seconds:
+                    raise
+                log.error("reconciler scan failed (%s: %s)", type(exc).__name__, exc)
+                report = ReconcileReport()
+            busy = report.handed_again + report.dead >= SCAN_BATCH
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=0 if busy else self.interval)
+
+    async def run_once(self) -> ReconcileReport:
+        """One scan: hand stranded jobs to SQS again, or end them dead."""
+        report = ReconcileReport()
+        picked = await self.stranded.scan(self.settings.reconcile_handoffs)
+        for item in picked:
+            if item.outcome == "dead":
+                await self._dead(item, dead_reason(item.handoffs))
+                report.dead += 1
+        again = [item for item in picked if item.outcome == "again"]
+        if not again:
+            return report
+        outcomes = await self.worker.hand_off(
+            [item.job for item in again], again={item.job.id: item.handoffs for item in again}
+        )
+        failed: list[str] = []
+        for item, outcome in zip(again, outcomes, strict=True):
+            extra = {"job_id": item.job.id, "tenant": item.job.tenant}
+            if isinstance(outcome, HandedOff):
+                report.handed_again += 1
+                self.metrics.reconciled("handed_again")
+                log.warning(
+                    "job made no progress for %.0fs: SQS no longer holds it; handed to SQS again (%d of %d)",
+                    self.settings.stranded_after_seconds(),
+                    item.handoffs,
+                    self.settings.reconcile_handoffs,
+                    extra=extra,
+                )
+            elif isinstance(outcome, Dead):
+                await self._dead(item, outcome.reason)
+                report.dead += 1
+            else:
+                failed.append(item.job.id)
+                log.warning("could not hand a stranded job to SQS again; retrying soon", extra=extra)
+        if failed:
+            report.failed = len(failed)
+            await self.stranded.handoff_failed(failed, RETRY_FAILED_HANDOFF_MS)
+        return report
+
+    async def _dead(self, item: Stranded, reason: str) -> None:
+        await self.store.finish(
+            item.job.id,
+            JobState.DEAD,
+            keep_seconds=self.settings.job_ttl,
+            fields={"dead_reason": reason, "last_error": reason},
+        )
+        self.metrics.reconciled("dead")
+        self.metrics.dead(item.job.tenant, "stranded")
+        log.error("dead letter: %s", reason, extra={"job_id": item.job.id, "tenant": item.job.tenant})

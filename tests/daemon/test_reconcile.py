@@ -1,0 +1,222 @@
+"""Nothing stranded: a job whose SQS message is gone (a redrive policy moved it
+to a dead-letter queue, a purge) ends sent, or dead with the reason.
+
+SQS is moto's server over HTTP; SES the recording server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import boto3
+import pytest
+import redis.asyncio
+
+from config import Settings
+from dispatcher.jobs import JobState
+from dispatcher.keys import Keys
+from dispatcher.store import JobStore, NewJob, StoreLimits
+from dispatcher.stranded import StrandedJobs
+from mailer import AsyncMailClient
+from mailer.daemon.handoff import MailWorker
+from mailer.daemon.metrics import Metrics
+from mailer.daemon.reconcile import Reconciler
+from mailer.ops.stats import collect_stats
+from mailer.sdk.mail import Mail
+from tests.support.pipeline import Running, pipeline, quick_settings, wait_for
+from tests.support.ses_server import SesServer
+
+
+@pytest.fixture
+def ses(aws_env: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[SesServer]:
+    with SesServer() as server:
+        monkeypatch.setenv("AWS_ENDPOINT_URL_SESV2", server.url)
+        yield server
+
+
+def reconcile_settings(redis_url: str, **overrides: Any) -> Settings:
+    # Stranded after 0.5 (in-flight TTL) + 1 (longest global window) + 5 (visibility)
+    # + 0.5 (longest retry delay) = 7 s without progress.
+    base: dict[str, Any] = {
+        "dispatcher": {"inflight_ttl_seconds": 0.5},
+        "sender": {
+            "wait_seconds": 1,
+            "receivers": 1,
+            "visibility_timeout": 5,
+            "backoff_base_seconds": 0.5,
+            "backoff_max_seconds": 0.5,
+            "pause_seconds": 1,
+            "max_jitter_seconds": 0.2,
+        },
+    }
+    base.update(overrides)
+    return quick_settings(redis_url, **base)
+
+
+def mails(count: int) -> list[Mail]:
+    return [
+        Mail(sender="app@example.com", to=[f"user{i}@example.org"], subject=f"m{i}", text="hi")
+        for i in range(count)
+    ]
+
+
+async def all_in(client: AsyncMailClient, ids: list[str], state: str) -> bool:
+    return {(await client.status(i)).state for i in ids} == {state}
+
+
+async def reconciling(run: Running, metrics: Metrics) -> asyncio.Task[None]:
+    """A reconciler beside the test's dispatcher and sender, as the daemon runs one."""
+    stop = asyncio.Event()
+    aws_sqs = run.dispatcher.workers["mail"]
+    assert isinstance(aws_sqs, MailWorker)
+    worker = MailWorker(aws_sqs.sqs, run.queue_url, metrics=metrics)
+    reconciler = Reconciler(run.store, worker, run.settings, metrics=metrics, interval=0.2)
+    task = asyncio.create_task(reconciler.run(stop))
+    task.add_done_callback(lambda _: stop.set())
+    return task
+
+
+class Gate:
+    """Holds the sender's receives until opened."""
+
+    def __init__(self) -> None:
+        self.opened = asyncio.Event()
+
+    async def __call__(self) -> None:
+        await self.opened.wait()
+
+
+async def test_jobs_whose_messages_were_purged_stayed_dispatched_forever(
+    redis_url: str, ses: SesServer
+) -> None:
+    settings = reconcile_settings(redis_url)
+    gate = Gate()
+    metrics = Metrics()
+    async with pipeline(settings, before_receive=gate) as run, AsyncMailClient(settings) as client:
+        ids = await client.send_many("acme", mails(3)) + await client.send_many("globex", mails(2))
+        await wait_for(lambda: all_in(client, ids, "dispatched"), within=10, what="all in SQS")
+        boto3.client("sqs").purge_queue(QueueUrl=run.queue_url)
+        task = await reconciling(run, metrics)
+        try:
+            await wait_for(
+                lambda: all_handed_again(run.store, ids), within=30, what="the reconciler to hand them again"
+            )
+            gate.opened.set()
+            await wait_for(lambda: all_in(client, ids, "sent"), within=20, what="every job sent")
+            stats = await collect_stats(run.store.redis, run.store.keys, settings)
+        finally:
+            task.cancel()
+    assert sorted(m.job_id or "" for m in ses.sent) == sorted(ids), "each job sent exactly once"
+    assert stats.reconciled == {"handed_again": 5}
+    assert stats.to_json()["reconciled"] == {"handed_again": 5, "dead": 0}
+    assert metrics.reconciled_total.labels("handed_again")._value.get() == 5
+
+
+class Thief:
+    """Takes messages from the queue behind fairpost's back (PurgeQueue: once a minute)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.taken = 0
+
+    def took(self, count: int) -> bool:
+        """Receive and delete what is there; True once ``count`` are gone."""
+        sqs = boto3.client("sqs")
+        for message in sqs.receive_message(QueueUrl=self.url, MaxNumberOfMessages=10).get("Messages", []):
+            sqs.delete_message(QueueUrl=self.url, ReceiptHandle=message["ReceiptHandle"])
+            self.taken += 1
+        return self.taken >= count
+
+
+async def all_handed_again(store: JobStore, ids: list[str]) -> bool:
+    return all([(await store.job(i)).get("reconciled") == "1" for i in ids])
+
+
+async def test_mail_a_redrive_policy_moved_to_a_dead_letter_queue_stayed_dispatched_forever(
+    redis_url: str, ses: SesServer
+) -> None:
+    # A throttled tenant: each park is a receive, and the queue's redrive policy
+    # moves a message to its DLQ at its third receive.
+    settings = reconcile_settings(redis_url, tenants={"slow": {"limits": "1/5 seconds"}})
+    sqs = boto3.client("sqs")
+    dlq = sqs.create_queue(QueueName="fairpost-dlq.fifo", Attributes={"FifoQueue": "true"})["QueueUrl"]
+    dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    url = sqs.create_queue(
+        QueueName=settings.queue_name,
+        Attributes={
+            "FifoQueue": "true",
+            "RedrivePolicy": json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": 2}),
+        },
+    )["QueueUrl"]
+    metrics = Metrics()
+    async with pipeline(settings) as run, AsyncMailClient(settings) as client:
+        assert run.queue_url == url
+        ids = await client.send_many("slow", mails(3))
+        task = await reconciling(run, metrics)
+        try:
+            await wait_for(lambda: all_in(client, ids, "sent"), within=60, what="every job sent")
+        finally:
+            task.cancel()
+    moved = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["ApproximateNumberOfMessages"])
+    assert int(moved["Attributes"]["ApproximateNumberOfMessages"]) >= 1, "no message reached the DLQ"
+    assert metrics.reconciled_total.labels("handed_again")._value.get() >= 1
+    assert sorted(m.job_id or "" for m in ses.sent) == sorted(ids), "each job sent exactly once"
+
+
+async def test_a_job_sqs_keeps_losing_lived_forever_instead_of_ending_dead(
+    redis_url: str, ses: SesServer
+) -> None:
+    settings = reconcile_settings(redis_url, reconcile_handoffs=1)
+    gate = Gate()
+    metrics = Metrics()
+    sqs = boto3.client("sqs")
+    async with pipeline(settings, before_receive=gate) as run, AsyncMailClient(settings) as client:
+        ids = await client.send_many("acme", mails(2))
+        await wait_for(lambda: all_in(client, ids, "dispatched"), within=10, what="all in SQS")
+        sqs.purge_queue(QueueUrl=run.queue_url)
+        task = await reconciling(run, metrics)
+        try:
+            await wait_for(lambda: all_handed_again(run.store, ids), within=30, what="a second hand-off")
+            thief = Thief(run.queue_url)
+            await wait_for(lambda: thief.took(2), within=10, what="the new messages lost again")
+            await wait_for(lambda: all_in(client, ids, "dead"), within=30, what="dead letters")
+            statuses = [await client.status(i) for i in ids]
+            stats = await collect_stats(run.store.redis, run.store.keys, settings)
+        finally:
+            task.cancel()
+    for status in statuses:
+        assert status.dead_reason and status.dead_reason.startswith("stranded: SQS no longer held")
+    assert stats.reconciled == {"handed_again": 2, "dead": 2}
+    assert metrics.dead_total.labels("acme", "stranded")._value.get() == 2
+    assert ses.sent_count == 0
+
+
+@pytest.fixture
+async def aredis(redis_url: str) -> AsyncIterator[redis.asyncio.Redis]:
+    client = redis.asyncio.Redis.from_url(redis_url)
+    yield client
+    await client.aclose()
+
+
+async def test_a_parked_job_is_not_taken_for_stranded_while_its_tenant_waits(
+    aredis: redis.asyncio.Redis,
+) -> None:
+    keys = Keys("t")
+    limits = StoreLimits(inflight_ttl_ms=100, stranded_after_ms=300)
+    store = JobStore(aredis, keys, limits)
+    stranded = StrandedJobs(aredis, keys, limits)
+    await store.enqueue([NewJob(id=f"j{i}", tenant="acme", kind="mail", payload="{}") for i in range(2)])
+    await store.handed_off([job.id for job in await store.claim(2)])
+    assert await stranded.scan(3) == []
+    # Its tenant is parked for a second (a quota wait): that is progress.
+    seconds, micros = await aredis.time()
+    now_ms = int(seconds) * 1000 + int(micros) // 1000
+    await store.touch_inflight("acme", now_ms + 1000)
+    await asyncio.sleep(0.5)
+    assert await stranded.scan(3) == [], "taken for stranded while its tenant waits for its quota"
+    await store.finish("j0", JobState.SENT)
+    await wait_for(lambda: stranded.scan(3), within=5, what="the other job to be stranded")
+    assert await aredis.zrange(keys.dispatched(), 0, -1) == [b"j1"]
