@@ -26,8 +26,9 @@ from mailer.daemon.metrics import Metrics
 from mailer.daemon.reconcile import Reconciler
 from mailer.ops.stats import collect_stats
 from mailer.sdk.mail import Mail
-from tests.support.pipeline import Running, pipeline, quick_settings, wait_for
-from tests.support.ses_server import SesServer
+from mailer.testing.ses_server import SesServer
+from mailer.testing.wait import wait_for_async
+from tests.support.pipeline import Running, pipeline, quick_settings
 
 
 @pytest.fixture
@@ -97,15 +98,15 @@ async def test_jobs_whose_messages_were_purged_stayed_dispatched_forever(
     metrics = Metrics()
     async with pipeline(settings, before_receive=gate) as run, AsyncMailClient(settings) as client:
         ids = await client.send_many("acme", mails(3)) + await client.send_many("globex", mails(2))
-        await wait_for(lambda: all_in(client, ids, "dispatched"), within=10, what="all in SQS")
+        await wait_for_async(lambda: all_in(client, ids, "dispatched"), within=10, what="all in SQS")
         boto3.client("sqs").purge_queue(QueueUrl=run.queue_url)
         task = await reconciling(run, metrics)
         try:
-            await wait_for(
+            await wait_for_async(
                 lambda: all_handed_again(run.store, ids), within=30, what="the reconciler to hand them again"
             )
             gate.opened.set()
-            await wait_for(lambda: all_in(client, ids, "sent"), within=20, what="every job sent")
+            await wait_for_async(lambda: all_in(client, ids, "sent"), within=20, what="every job sent")
             stats = await collect_stats(run.store.redis, run.store.keys, settings)
         finally:
             task.cancel()
@@ -157,7 +158,7 @@ async def test_mail_a_redrive_policy_moved_to_a_dead_letter_queue_stayed_dispatc
         ids = await client.send_many("slow", mails(3))
         task = await reconciling(run, metrics)
         try:
-            await wait_for(lambda: all_in(client, ids, "sent"), within=60, what="every job sent")
+            await wait_for_async(lambda: all_in(client, ids, "sent"), within=60, what="every job sent")
         finally:
             task.cancel()
     moved = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["ApproximateNumberOfMessages"])
@@ -175,14 +176,16 @@ async def test_a_job_sqs_keeps_losing_lived_forever_instead_of_ending_dead(
     sqs = boto3.client("sqs")
     async with pipeline(settings, before_receive=gate) as run, AsyncMailClient(settings) as client:
         ids = await client.send_many("acme", mails(2))
-        await wait_for(lambda: all_in(client, ids, "dispatched"), within=10, what="all in SQS")
+        await wait_for_async(lambda: all_in(client, ids, "dispatched"), within=10, what="all in SQS")
         sqs.purge_queue(QueueUrl=run.queue_url)
         task = await reconciling(run, metrics)
         try:
-            await wait_for(lambda: all_handed_again(run.store, ids), within=30, what="a second hand-off")
+            await wait_for_async(
+                lambda: all_handed_again(run.store, ids), within=30, what="a second hand-off"
+            )
             thief = Thief(run.queue_url)
-            await wait_for(lambda: thief.took(2), within=10, what="the new messages lost again")
-            await wait_for(lambda: all_in(client, ids, "dead"), within=30, what="dead letters")
+            await wait_for_async(lambda: thief.took(2), within=10, what="the new messages lost again")
+            await wait_for_async(lambda: all_in(client, ids, "dead"), within=30, what="dead letters")
             statuses = [await client.status(i) for i in ids]
             stats = await collect_stats(run.store.redis, run.store.keys, settings)
         finally:
@@ -218,5 +221,5 @@ async def test_a_parked_job_is_not_taken_for_stranded_while_its_tenant_waits(
     await asyncio.sleep(0.5)
     assert await stranded.scan(3) == [], "taken for stranded while its tenant waits for its quota"
     await store.finish("j0", JobState.SENT)
-    await wait_for(lambda: stranded.scan(3), within=5, what="the other job to be stranded")
+    await wait_for_async(lambda: stranded.scan(3), within=5, what="the other job to be stranded")
     assert await aredis.zrange(keys.dispatched(), 0, -1) == [b"j1"]
