@@ -1,19 +1,26 @@
-"""Fixtures: a real redis-server and moto's server, each on a free port.
+"""Fixtures every folder shares: real services, and the clients most tests talk through.
 
-Servers start once per session; every test gets a flushed Redis and a reset
-moto, and the AWS variables boto3 reads point at moto.
+Servers (redis-server, moto, LocalStack) start once per session, through
+mailer.testing like the demo's and the benchmarks'; every test gets a flushed
+Redis and a reset moto, and the AWS variables boto3 reads point at moto. Each
+folder's conftest.py adds what only its tests use; a test module that needs
+other settings overrides ``settings`` and keeps the clients built on it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import boto3
 import pytest
 import redis
+import redis.asyncio
 
+from config import Settings, load_settings
+from mailer import AsyncMailClient, MailClient
 from mailer.testing.localstack import LocalStackServer, localstack_server
 from mailer.testing.services import MotoServer, RedisServer, moto_server, redis_server
+from mailer.testing.ses_server import SesServer
 
 
 @pytest.fixture(scope="session")
@@ -35,6 +42,32 @@ def redis_client(redis_url: str) -> Iterator[redis.Redis]:
     client = redis.Redis.from_url(redis_url, decode_responses=True)
     yield client
     client.close()
+
+
+@pytest.fixture
+async def aredis(redis_url: str) -> AsyncIterator[redis.asyncio.Redis]:
+    """An asyncio client built as the daemon builds its own (bytes in, bytes out)."""
+    client = redis.asyncio.Redis.from_url(redis_url)
+    yield client
+    await client.aclose()
+
+
+@pytest.fixture
+def settings(redis_url: str) -> Settings:
+    """The defaults, on this test's Redis."""
+    return load_settings(redis_url=redis_url)
+
+
+@pytest.fixture
+def client(settings: Settings) -> Iterator[MailClient]:
+    with MailClient(settings) as mail_client:
+        yield mail_client
+
+
+@pytest.fixture
+async def aclient(settings: Settings) -> AsyncIterator[AsyncMailClient]:
+    async with AsyncMailClient(settings) as mail_client:
+        yield mail_client
 
 
 @pytest.fixture(scope="session")
@@ -61,6 +94,20 @@ def aws_env(moto_srv: MotoServer, monkeypatch: pytest.MonkeyPatch) -> Iterator[s
     for name in ("AWS_PROFILE", "AWS_ENDPOINT_URL_SQS", "AWS_ENDPOINT_URL_SESV2"):
         monkeypatch.delenv(name, raising=False)
     yield moto_srv.url
+
+
+@pytest.fixture
+def ses() -> Iterator[SesServer]:
+    """The recording SES v2 server (mailer/testing/ses_server.py), fresh for each test."""
+    with SesServer() as server:
+        yield server
+
+
+@pytest.fixture
+def ses_env(aws_env: str, ses: SesServer, monkeypatch: pytest.MonkeyPatch) -> SesServer:
+    """boto3 as the pipeline sees it: SQS from moto, SES v2 from the recording server."""
+    monkeypatch.setenv("AWS_ENDPOINT_URL_SESV2", ses.url)
+    return ses
 
 
 @pytest.fixture(autouse=True)

@@ -6,7 +6,6 @@ message carries its key (envelope version 2), and SES v2 gets ``Content.Raw``.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from email import message_from_bytes, policy
 from email.message import EmailMessage
 from pathlib import Path
@@ -17,7 +16,6 @@ import redis
 
 from config import ConfigError, Settings, TenantSettings, load_settings
 from dispatcher.jobs import JobState
-from dispatcher.keys import Keys
 from mailer import AsyncMailClient, Attachment, InvalidMail, Mail, MailClient
 from mailer.cli import main
 from mailer.daemon.ses import send_email_request
@@ -26,17 +24,16 @@ from mailer.sdk.envelope import Envelope, decode, encode
 from mailer.sdk.mail import validate
 from mailer.testing.ses_server import SesServer
 from mailer.testing.wait import wait_for_async
+from tests.support import KEYS
 from tests.support.pipeline import pipeline
 
-KEYS = Keys()
 GOOD: dict[str, Any] = {"sender": "app@example.com", "to": ["ada@example.org"], "subject": "s", "text": "t"}
 PDF = Attachment("report.pdf", "application/pdf", b"%PDF-1.4\n" + bytes(range(256)) * 40)
 
 
 @pytest.fixture
-def client(redis_url: str) -> Iterator[MailClient]:
-    with MailClient(load_settings(redis_url=redis_url, max_message_bytes=5_000_000)) as mail_client:
-        yield mail_client
+def settings(redis_url: str) -> Settings:
+    return load_settings(redis_url=redis_url, max_message_bytes=5_000_000)
 
 
 def parse(raw: bytes) -> EmailMessage:
@@ -243,13 +240,6 @@ def test_ses_gets_raw_content_with_every_recipient_in_destination() -> None:
 # -- end to end ---------------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def ses(aws_env: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[SesServer]:
-    with SesServer() as server:
-        monkeypatch.setenv("AWS_ENDPOINT_URL_SESV2", server.url)
-        yield server
-
-
 def e2e_settings(redis_url: str) -> Settings:
     return load_settings(
         redis_url=redis_url,
@@ -270,6 +260,7 @@ async def all_sent(client: AsyncMailClient, ids: list[str]) -> bool:
 
 # aiohttp warns (ResourceWarning) about request bodies over 1 MiB; the tests turn warnings into errors.
 @pytest.mark.filterwarnings("ignore:Sending a large body directly:ResourceWarning")
+@pytest.mark.usefixtures("ses_env")
 async def test_attachments_and_big_mail_reach_ses_as_raw_mime_through_a_claim_check(
     redis_url: str, ses: SesServer
 ) -> None:
@@ -303,6 +294,7 @@ async def test_attachments_and_big_mail_reach_ses_as_raw_mime_through_a_claim_ch
     assert content_of(redis_url, with_files) is None and content_of(redis_url, big_text) is None
 
 
+@pytest.mark.usefixtures("ses_env")
 async def test_a_claim_check_whose_content_is_gone_is_a_dead_letter(redis_url: str, ses: SesServer) -> None:
     settings = e2e_settings(redis_url)
     async with AsyncMailClient(settings) as client:

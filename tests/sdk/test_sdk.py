@@ -7,18 +7,17 @@ leave Redis exactly as empty as the flushed database it found.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import pytest
 import redis
 
-from config import ConfigError, Settings, load_settings
-from dispatcher.keys import Keys
+from config import ConfigError, load_settings
 from mailer import AsyncMailClient, InvalidMail, JobStatus, Mail, MailClient, UnknownJob
+from tests.support import KEYS
 
 TENANT = "acme"
-KEYS = Keys()
 GOOD: dict[str, Any] = {
     "sender": "Acme <no-reply@acme.example>",
     "to": ["ada@example.com"],
@@ -62,23 +61,6 @@ ADDRESS_FIELDS: dict[str, tuple[Callable[[object], Any], str]] = {
     "bcc": (_second, "bcc[1]"),
     "reply_to": (_second, "reply_to[1]"),
 }
-
-
-@pytest.fixture
-def settings(redis_url: str) -> Settings:
-    return load_settings(redis_url=redis_url)
-
-
-@pytest.fixture
-def client(settings: Settings) -> Iterator[MailClient]:
-    with MailClient(settings) as mail_client:
-        yield mail_client
-
-
-@pytest.fixture
-async def async_client(settings: Settings) -> AsyncIterator[AsyncMailClient]:
-    async with AsyncMailClient(settings) as mail_client:
-        yield mail_client
 
 
 def rejected(
@@ -204,10 +186,8 @@ def test_status_of_unknown_job(client: MailClient) -> None:
     assert info.value.job_id == "0" * 32
 
 
-async def test_async_client_sends_and_reports(
-    async_client: AsyncMailClient, redis_client: redis.Redis
-) -> None:
-    job_id = await async_client.send(
+async def test_async_client_sends_and_reports(aclient: AsyncMailClient, redis_client: redis.Redis) -> None:
+    job_id = await aclient.send(
         TENANT,
         sender="no-reply@acme.example",
         to=["ada@example.com"],
@@ -216,25 +196,25 @@ async def test_async_client_sends_and_reports(
         text="Hello!",
     )
     assert_enqueued(redis_client, job_id, recipients=2)
-    assert_status(await async_client.status(job_id), job_id, recipients=2)
+    assert_status(await aclient.status(job_id), job_id, recipients=2)
     with pytest.raises(UnknownJob):
-        await async_client.status("f" * 32)
+        await aclient.status("f" * 32)
 
 
 async def test_async_client_rejects_and_writes_nothing(
-    async_client: AsyncMailClient, redis_client: redis.Redis
+    aclient: AsyncMailClient, redis_client: redis.Redis
 ) -> None:
     with pytest.raises(InvalidMail) as info:
-        await async_client.send(TENANT, **{**GOOD, "to": ["ok@example.com", "a@b..c"]})
+        await aclient.send(TENANT, **{**GOOD, "to": ["ok@example.com", "a@b..c"]})
     assert info.value.field == "to[1]"
     with pytest.raises(InvalidMail) as info:
-        await async_client.send_many(TENANT, [Mail(**GOOD), {**GOOD, "subject": ""}])
+        await aclient.send_many(TENANT, [Mail(**GOOD), {**GOOD, "subject": ""}])
     assert info.value.field == "mails[1].subject"
     assert redis_client.dbsize() == 0
 
 
-async def test_async_send_many_in_order(async_client: AsyncMailClient, redis_client: redis.Redis) -> None:
-    ids = await async_client.send_many(TENANT, [GOOD] * 20, priority="low")
+async def test_async_send_many_in_order(aclient: AsyncMailClient, redis_client: redis.Redis) -> None:
+    ids = await aclient.send_many(TENANT, [GOOD] * 20, priority="low")
     assert redis_client.lrange(KEYS.queue(TENANT, "low"), 0, -1) == ids
     assert len(set(ids)) == 20
 

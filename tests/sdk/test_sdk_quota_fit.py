@@ -8,13 +8,12 @@ a bigger mail is accepted (it goes alone once that window is empty).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import redis
 
-from config import load_settings
+from config import Settings, load_settings
 from mailer import InvalidMail, MailClient
 
 MAIL: dict[str, Any] = {"sender": "no-reply@acme.example", "subject": "Hi", "text": "Hello"}
@@ -25,15 +24,13 @@ def _to(count: int) -> list[str]:
 
 
 @pytest.fixture
-def client(redis_url: str) -> Iterator[MailClient]:
-    settings = load_settings(
+def settings(redis_url: str) -> Settings:
+    return load_settings(
         redis_url=redis_url,
         tenant_limits="5/second; 8/hour",
         global_limits="14/second; 30/minute",
         tenants={"big": {"limits": "5/second; 100/day"}},
     )
-    with MailClient(settings) as mail_client:
-        yield mail_client
 
 
 def test_a_mail_over_a_rate_limit_is_accepted(client: MailClient, redis_client: redis.Redis) -> None:
