@@ -4,6 +4,7 @@
 -- KEYS[14] dispatched jobs (zset, dispatcher/reconcile.lua)
 -- ARGV[1..3] ring context, ARGV[4] job id, ARGV[5] final state ('sent' or 'dead'),
 -- ARGV[6] seconds to keep the record (0: forever), ARGV[7..] field, value pairs
+-- A sent job gets sent_ms (Redis time, as every stored time).
 -- Returns 1; 0 if the job was already sent (nothing changed); -1 if unknown.
 local ctx = ring_context(KEYS, ARGV)
 local job_key, job_id, final, keep = KEYS[10], ARGV[4], ARGV[5], tonumber(ARGV[6])
@@ -23,6 +24,9 @@ end
 redis.call('HSET', job_key, 'state', final, 'finished_ms', now)
 if #ARGV >= 7 then
   redis.call('HSET', job_key, unpack(ARGV, 7))
+end
+if final == 'sent' then
+  redis.call('HSET', job_key, 'sent_ms', now)
 end
 if final == 'sent' then
   -- Sent after all (a dead letter replayed, or one that was racing its sender):

@@ -123,6 +123,7 @@ class JobStore:
         self._touch = client.register_script(lua_source("dispatcher", "touch"))
         self._renew = client.register_script(lua_source("dispatcher", "renew"))
         self._send_claim = client.register_script(lua_source("dispatcher", "send_claim"))
+        self._dead_letter = client.register_script(lua_source("dispatcher", "dead_letter"))
 
     async def enqueue(self, jobs: Sequence[NewJob]) -> list[bool]:
         """Enqueue jobs in one pipelined round trip; False where nothing was written
@@ -317,7 +318,6 @@ class JobStore:
         self,
         sent: Sequence[tuple[str, str]],
         *,
-        sent_ms: int,
         keep_seconds: int,
         pipeline: redis.asyncio.client.Pipeline,
     ) -> None:
@@ -328,37 +328,27 @@ class JobStore:
                 job_id,
                 JobState.SENT,
                 keep_seconds=keep_seconds,
-                fields={"ses_message_id": message_id, "sent_ms": sent_ms},
+                fields={"ses_message_id": message_id},
                 pipeline=pipeline,
             )
         for job_id, _ in sent:
             pipeline.delete(self.keys.sending(job_id))
 
     async def record_dead(
-        self, job_id: str, tenant: str, reason: str, raw_body: str, *, keep_seconds: int, now_ms: int
+        self, job_id: str, tenant: str, reason: str, raw_body: str, *, keep_seconds: int
     ) -> None:
         """A dead letter for a job without a record (expired, lost, or an unreadable
-        message that names none): written whole, so it can be listed and read."""
-        key = self.keys.job(job_id)
-        async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.hset(
-                key,
-                mapping={
-                    "tenant": tenant,
-                    "kind": "mail",
-                    "state": JobState.DEAD.value,
-                    "priority": "normal",
-                    "created_ms": now_ms,
-                    "finished_ms": now_ms,
-                    "dead_reason": reason,
-                    "last_error": reason,
-                    "raw_body": raw_body[:262_144],
-                    "attempts": 0,
-                },
-            )
-            pipe.zadd(self.keys.dead(), {job_id: now_ms})
-            pipe.expire(key, keep_seconds)
-            await pipe.execute()
+        message that names none): written whole (dead_letter.lua), so it can be
+        listed and read."""
+        await self._dead_letter(
+            keys=[self.keys.job(job_id), self.keys.dead()],
+            args=[job_id, tenant, reason, raw_body[:262_144], keep_seconds],
+        )
+
+    async def now_ms(self) -> int:
+        """Redis's time: the one clock every stored time is read from."""
+        seconds, micros = await self.redis.time()
+        return int(seconds) * 1000 + int(micros) // 1000
 
     async def sync_tenant_settings(self, weights: Mapping[str, int], caps: Mapping[str, int]) -> None:
         """Publish per-tenant weights and caps where the scripts read them."""

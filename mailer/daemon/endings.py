@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 
 from dispatcher.jobs import JobState
 from mailer.daemon.context import SenderContext
@@ -67,14 +66,7 @@ class Endings:
         log.error("poison message dead-lettered: %s", reason, extra={"job_id": job_id, "tenant": msg.group})
 
     async def _record_dead(self, job_id: str, tenant: str, reason: str, raw_body: str) -> None:
-        await self.ctx.store.record_dead(
-            job_id,
-            tenant,
-            reason,
-            raw_body,
-            keep_seconds=self.ctx.finished_ttl,
-            now_ms=int(time.time() * 1000),
-        )
+        await self.ctx.store.record_dead(job_id, tenant, reason, raw_body, keep_seconds=self.ctx.finished_ttl)
 
 
 def _job_id_in(body: str) -> str | None:

@@ -72,7 +72,7 @@ class GroupDecision:
             return
         if ctx.limits.is_paused(tenant):
             # An operator paused the tenant: its mail already in SQS waits too.
-            await self.park(tenant, todo, PAUSED_RECHECK_SECONDS, "paused", int(time.time() * 1000))
+            await self.park(tenant, todo, PAUSED_RECHECK_SECONDS, "paused", await ctx.store.now_ms())
             return
         costs = [m.envelope.mail.recipients for m in todo if m.envelope]
         grant = await ctx.quota.acquire(

@@ -238,7 +238,5 @@ class Sending:
         ctx = self.ctx
         async with ctx.store.pipeline() as pipe:
             await self.counting.move_to_answers(tenant, answered, pipe)
-            await ctx.store.record_sent(
-                sent, sent_ms=int(time.time() * 1000), keep_seconds=ctx.finished_ttl, pipeline=pipe
-            )
+            await ctx.store.record_sent(sent, keep_seconds=ctx.finished_ttl, pipeline=pipe)
             await pipe.execute()

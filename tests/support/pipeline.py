@@ -22,6 +22,7 @@ from mailer.daemon.handoff import MailWorker
 from mailer.daemon.sender import Sender
 from mailer.ops.queue_setup import init_queue
 from mailer.quota.engine import QuotaEngine
+from mailer.quota.overrides import LimitSource
 
 
 @dataclass
@@ -100,7 +101,9 @@ async def pipeline(
 
 
 @asynccontextmanager
-async def sender_only(settings: Settings, queue_url: str) -> AsyncIterator[Sender]:
+async def sender_only(
+    settings: Settings, queue_url: str, *, limits: LimitSource | None = None
+) -> AsyncIterator[Sender]:
     """A sender whose loop does not run: the test hands it received messages itself."""
     client = redis.asyncio.Redis.from_url(settings.redis_url)
     keys = Keys(settings.key_prefix)
@@ -109,7 +112,7 @@ async def sender_only(settings: Settings, queue_url: str) -> AsyncIterator[Sende
     async with aws.client("sqs", config=SQS_CONFIG) as sqs, aws.client("sesv2", config=SES_CONFIG) as ses:
         yield Sender(
             sqs=sqs, ses_client=ses, queue_url=queue_url, store=store, quota=QuotaEngine(client, keys),
-            settings=settings,
+            settings=settings, limits=limits,
         )  # fmt: skip
     await client.aclose()
 
