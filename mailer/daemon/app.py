@@ -26,6 +26,7 @@ from typing import Literal
 import redis.asyncio
 
 from config import Settings
+from config.limits import Limits
 from dispatcher.keys import Keys
 from dispatcher.runner import Dispatcher
 from dispatcher.store import JobStore, store_limits
@@ -36,7 +37,7 @@ from mailer.daemon.http import Check, HttpServer
 from mailer.daemon.metrics import Metrics, TenantLabels
 from mailer.daemon.reconcile import Reconciler
 from mailer.daemon.sender import Sender
-from mailer.daemon.ses_account import SesAccountLimits
+from mailer.daemon.ses_account import SesAccountLimits, limits_rose
 from mailer.ops.stats import collect_stats
 from mailer.quota.engine import QuotaEngine
 from mailer.quota.overrides import OverrideCache, Overrides, changed_scopes
@@ -116,7 +117,17 @@ async def _run(settings: Settings, role: Role, client: redis.asyncio.Redis, stop
         if role in ("all", "sender"):
             auto = None
             if isinstance(settings.global_limits, str):
-                account = SesAccountLimits(ses_client, settings, client=client, keys=keys, quota=quota)
+
+                async def auto_limits_changed(old: Limits | None, new: Limits) -> None:
+                    # SES allows more (a raised quota, a day's mail aging out): a gate
+                    # closed, or mail parked, under the old limits is looked at now.
+                    if sender is not None and limits_rose(old, new):
+                        sender.regate()
+                        await sender.unpark(None)
+
+                account = SesAccountLimits(
+                    ses_client, settings, client=client, keys=keys, quota=quota, on_change=auto_limits_changed
+                )
                 await account.start()
                 auto = account.current
                 tasks["ses-account"] = asyncio.create_task(account.run(stop), name="ses-account")

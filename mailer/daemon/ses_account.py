@@ -9,11 +9,21 @@ takes ``FAIRPOST_SES_SAFETY_FACTOR`` (default 0.9) of each:
   account in the last 24 hours (``SentLast24Hours`` less what fairpost's own
   day window counts), at least 1.
 
+fairpost's own day count is read on every read, the first one included: a
+replica started after a busy day must not take fairpost's own sends for
+others' (they would count twice, once in ``SentLast24Hours`` and once in the
+day window, and stop sending for most of a day).
+
 It reads the account at start-up (the sender does not start without it) and
 every ``FAIRPOST_SES_ACCOUNT_REFRESH`` seconds; a failed refresh keeps the
-last limits. A change is logged, and the limits are published in Redis
-(``Keys.auto_limits()``) for ``fairpost quota show`` and ``fairpost stats``.
-Needs ``ses:GetAccount``.
+last limits. A change is logged, handed to ``on_change`` (the daemon wakes
+the sender's gate when the limits rose: :func:`limits_rose`), and the limits
+are published in Redis (``Keys.auto_limits()``) for ``fairpost quota show``
+and ``fairpost stats``. Needs ``ses:GetAccount``.
+
+SES's "Daily message quota exceeded" is not a rate to back off from for
+seconds: :func:`daily_quota_wait` re-reads the account and says how long to
+hold sending (until the day window can free, or the next look at the account).
 """
 
 from __future__ import annotations
@@ -22,7 +32,7 @@ import asyncio
 import contextlib
 import logging
 import math
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import redis.asyncio
@@ -34,7 +44,13 @@ from mailer.daemon.aws import SesClient
 from mailer.errors import SesAccountError
 from mailer.quota.engine import QuotaEngine
 
-__all__ = ["SesAccountLimits", "derive_limits"]
+__all__ = [
+    "SesAccountLimits",
+    "daily_quota_wait",
+    "derive_limits",
+    "is_daily_quota_exceeded",
+    "limits_rose",
+]
 
 log = logging.getLogger("fairpost.ses_account")
 
@@ -56,6 +72,30 @@ def derive_limits(send_quota: Mapping[str, Any], factor: float, own_last_24h: in
     return tuple(windows)
 
 
+OnChange = Callable[[Limits | None, Limits], Awaitable[None]]
+"""Called with the old limits (``None`` before the first read) and the new ones."""
+
+
+def limits_rose(old: Limits | None, new: Limits) -> bool:
+    """Whether ``new`` allows more somewhere: a window's limit went up, or a window went away.
+
+    Then a gate closed under ``old`` may be open: look again at once."""
+    if old is None:
+        return True
+    now = {w.seconds: w.limit for w in new}
+    return any(w.seconds not in now or now[w.seconds] > w.limit for w in old)
+
+
+def is_daily_quota_exceeded(error: str | None) -> bool:
+    """Whether an SES throttling error says the *daily* quota is spent (not the rate)."""
+    return error is not None and "daily message quota exceeded" in error.lower()
+
+
+async def _own_last_24h(quota: QuotaEngine) -> int:
+    """What fairpost's global day window counts now (the key does not depend on the limit)."""
+    return (await quota.usage(None, [Window(DAY, 1)]))[0][1]
+
+
 class SesAccountLimits:
     """The current auto limits; :meth:`run` keeps them fresh. Use :meth:`current` as
     the :class:`mailer.overrides.OverrideCache`'s ``auto`` source."""
@@ -68,8 +108,12 @@ class SesAccountLimits:
         client: redis.asyncio.Redis,
         keys: Keys,
         quota: QuotaEngine,
+        on_change: OnChange | None = None,
     ) -> None:
         self._ses = ses
+        self.on_change = on_change
+        self.send_quota: Mapping[str, Any] | None = None
+        """The ``SendQuota`` of the last successful read."""
         self._factor = settings.ses_safety_factor
         self.refresh_seconds = settings.ses_account_refresh
         self._redis = client
@@ -90,13 +134,12 @@ class SesAccountLimits:
         quota = response.get("SendQuota")
         if not isinstance(quota, Mapping):
             raise SesAccountError("SES GetAccount answered without a SendQuota")
-        own = 0
-        if self._limits is not None:
-            day = [w for w in self._limits if w.seconds == DAY]
-            if day:
-                own = (await self._quota.usage(None, day))[0][1]
+        # Every read, the first too: after a restart fairpost's own sends of the
+        # day are in SentLast24Hours and in the day window alike.
+        own = await _own_last_24h(self._quota)
         limits = derive_limits(quota, self._factor, own)
-        if limits != self._limits:
+        old, self.send_quota = self._limits, quota
+        if limits != old:
             log.info(
                 "global limits from SES: %s (MaxSendRate %s, Max24HourSend %s, SentLast24Hours %s, x%s)",
                 format_limits(limits),
@@ -109,6 +152,11 @@ class SesAccountLimits:
         await self._redis.set(
             self._keys.auto_limits(), format_limits(limits), ex=int(self.refresh_seconds * 3) + 60
         )
+        if limits != old and old is not None and self.on_change is not None:
+            try:
+                await self.on_change(old, limits)
+            except Exception as exc:
+                log.warning("could not act on the new SES limits at once: %s", exc)
         return limits
 
     async def start(self, attempts: int = 5) -> Limits:
@@ -137,3 +185,50 @@ class SesAccountLimits:
                 await self.refresh()
             except (SesAccountError, redis.RedisError, OSError) as exc:
                 log.warning("keeping the last SES limits (%s): %s", format_limits(self.current()), exc)
+
+
+async def daily_quota_wait(
+    ses: SesClient,
+    quota: QuotaEngine,
+    global_limits: Limits,
+    *,
+    recheck_seconds: float,
+    account: SesAccountLimits | None = None,
+) -> float:
+    """SES refused a send with "Daily message quota exceeded": seconds to hold sending.
+
+    The account is read again (through ``account`` with ``auto`` limits, which
+    then derives and publishes new ones; else ``GetAccount`` directly). If SES
+    has room again (the quota was raised, old mail aged out), 0.0. Else, if
+    fairpost's own global day window is spent under the limits in force, until
+    it frees; if fairpost's count still shows room (mail it cannot see, sent by
+    others on the account), until its own oldest unit leaves the day or
+    ``recheck_seconds``, whichever is sooner, to look at the account again then.
+    Raises :class:`SesAccountError` if the account cannot be read.
+    """
+    if account is not None:
+        global_limits = await account.refresh()
+        send_quota = account.send_quota or {}
+    else:
+        try:
+            response = await ses.get_account()
+        except Exception as exc:
+            raise SesAccountError(f"SES GetAccount failed: {type(exc).__name__}: {exc}") from None
+        send_quota = response.get("SendQuota") or {}
+    try:
+        daily = float(send_quota["Max24HourSend"])
+        sent = float(send_quota.get("SentLast24Hours", 0.0))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise SesAccountError(f"SendQuota without a usable {exc}") from None
+    if daily < 0 or sent < daily:
+        return 0.0
+    day = [w for w in global_limits if w.seconds == DAY]
+    if day:
+        closed = await quota.global_retry_after(day)
+        if closed > 0:
+            return closed
+    own = await _own_last_24h(quota)
+    if own > 0:
+        # The oldest of fairpost's own units leaves the day then: SES frees as much.
+        return min(recheck_seconds, await quota.global_retry_after([Window(DAY, own)]))
+    return recheck_seconds
