@@ -26,7 +26,7 @@ from mailer.daemon.ses_account import (
 )
 from mailer.quota.engine import QuotaEngine
 from mailer.quota.overrides import OverrideCache
-from tests.support.ses_server import SesServer
+from mailer.testing.ses_server import SesServer
 
 DAY = 86_400
 
