@@ -176,8 +176,19 @@ async def _run(settings: Settings, role: Role, client: redis.asyncio.Redis, stop
                 return Check(True, "Redis and SQS answer")
 
             async def refresh() -> None:
-                labelled = metrics.labels.labelled
-                metrics.update(await collect_stats(client, keys, settings, quota=quota, detail=labelled))
+                # Bounded per scrape: the tenants with labels, and as many more of the
+                # largest backlogs as there are labels left to give.
+                labels = metrics.labels
+                stats = await collect_stats(
+                    client,
+                    keys,
+                    settings,
+                    quota=quota,
+                    detail=labels.labelled,
+                    sample=max(1, labels.limit),
+                    also=labels.known(),
+                )
+                metrics.update(stats)
 
             http = HttpServer(metrics, port=settings.http_port, alive=alive, ready=ready, refresh=refresh)
             await http.start()

@@ -106,6 +106,14 @@ class TenantLabels:
         """Whether the tenant has (or now gets) a label of its own."""
         return self(tenant) != OTHER_TENANT
 
+    @property
+    def limit(self) -> int:
+        return self._limit
+
+    def known(self) -> frozenset[str]:
+        """The tenants that have a label of their own so far."""
+        return self._fixed | self._seen
+
 
 class Metrics:
     """Every metric of one daemon, in its own registry (none is global)."""
@@ -115,6 +123,7 @@ class Metrics:
         platform and GC metrics, and drop the ``*_created`` series (process-wide)."""
         self.registry = CollectorRegistry()
         self.labels = labels or TenantLabels()
+        self._other_seen = False
         if process_metrics:
             # The daemon owns its process: its memory, CPU and file descriptors are
             # worth a series; each counter's "_created" twin is not.
@@ -264,25 +273,37 @@ class Metrics:
 
     # -- gauges -----------------------------------------------------------------
     def update(self, stats: Stats) -> None:
-        """Set the gauges from a :func:`mailer.stats.collect_stats` result."""
+        """Set the gauges from a :func:`mailer.stats.collect_stats` result.
+
+        ``stats`` may list only some tenants (a sample): ``~other`` is what the
+        global counts hold beyond the labelled tenants, so the labels still sum
+        to the global figure.
+        """
         backlog: dict[str, int] = {}
         inflight: dict[str, int] = {}
         for t in stats.tenants:
             label = self.labels(t.scope)
+            if label == OTHER_TENANT:
+                self._other_seen = True
+                continue
             backlog[label] = backlog.get(label, 0) + t.backlog
             inflight[label] = inflight.get(label, 0) + t.inflight
-            if label == OTHER_TENANT:
-                continue
             self.tenant_paused.labels(label).set(1 if t.paused else 0)
             self.tenant_retry_after.labels(label).set(max(0.0, t.retry_after))
             for w in t.windows:
                 self.tenant_quota_used.labels(label, w.name).set(w.used)
                 self.tenant_quota_limit.labels(label, w.name).set(w.limit)
+        g = stats.global_
+        other_backlog = max(0, g.backlog - sum(backlog.values()))
+        other_inflight = max(0, g.inflight - sum(inflight.values()))
+        if self._other_seen or other_backlog or other_inflight:
+            self._other_seen = True
+            backlog[OTHER_TENANT] = other_backlog
+            inflight[OTHER_TENANT] = other_inflight
         for label, value in backlog.items():
             self.backlog.labels(label).set(value)
         for label, value in inflight.items():
             self.inflight.labels(label).set(value)
-        g = stats.global_
         self.global_quota_used.clear()
         self.global_quota_limit.clear()
         for w in g.windows:

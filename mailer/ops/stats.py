@@ -1,8 +1,12 @@
 """``fairpost stats``: per tenant and global backlog, in flight, quota use and pauses.
 
 Everything is read from Redis, so any replica (or an operator's laptop) sees
-the same numbers. ``backlog`` is the jobs waiting in the tenant's queues in
-Redis (not yet handed to SQS); ``in flight`` the live members of its
+the same numbers, and nothing reads every tenant: one tenant costs a few
+O(log n) reads, the global numbers are counters the dispatcher's scripts keep
+as work happens, and the tenants listed without ``--tenant`` are every tenant
+when there are at most :data:`SAMPLE` of them, else the top :data:`SAMPLE` by
+backlog (plus those configured, overridden or paused). ``backlog`` is the
+jobs waiting in the tenant's queues in Redis (not yet handed to SQS); ``in flight`` the live members of its
 in-flight set (claimed, or handed to SQS and not finished); ``used`` the
 recipients counted in each quota window (granted sends); ``retry after``
 how long until one more recipient fits (0: it fits now); ``paused`` an
@@ -24,7 +28,7 @@ import redis.asyncio
 
 from config import Settings
 from config.limits import Limits, Window, format_limits, parse_limits
-from dispatcher.keys import PRIORITIES, Keys
+from dispatcher.keys import Keys
 from mailer.quota.engine import QuotaEngine
 from mailer.quota.overrides import read_overrides, resolve_global, resolve_tenant
 
@@ -34,6 +38,10 @@ if TYPE_CHECKING:
 __all__ = ["ScopeStats", "Stats", "WindowUsage", "collect_stats", "render_table", "render_text"]
 
 _CONCURRENT_READS = 16
+
+SAMPLE = 1000
+"""Most tenants a whole-system view reads, besides those named (configured,
+overridden, paused): beyond it, the top tenants by backlog."""
 
 
 @dataclass(frozen=True)
@@ -90,6 +98,8 @@ class Stats:
     """Replicas with a live heartbeat."""
     reconciled: dict[str, int] = field(default_factory=dict)
     """Dispatched jobs SQS lost, by what the reconcilers did (``handed_again``, ``dead``)."""
+    known_tenants: int = 0
+    """Tenants that ever enqueued: more than :attr:`tenants` lists when it is a sample."""
 
     def tenant(self, tenant: str) -> ScopeStats | None:
         return next((t for t in self.tenants if t.scope == tenant), None)
@@ -101,6 +111,7 @@ class Stats:
             "tenants": {t.scope: t.to_json(self.at_ms) for t in self.tenants},
             "replicas": self.replicas,
             "reconciled": {"handed_again": 0, "dead": 0, **self.reconciled},
+            "known_tenants": self.known_tenants,
         }
 
 
@@ -112,11 +123,15 @@ async def collect_stats(
     quota: QuotaEngine | None = None,
     tenants: Iterable[str] | None = None,
     detail: Callable[[str], bool] | None = None,
+    sample: int = SAMPLE,
+    also: Iterable[str] = (),
 ) -> Stats:
     """Read every number in a few pipelined round trips.
 
-    ``tenants``: which tenants to report (default: every tenant that ever
-    enqueued, is configured, has an override or is paused).
+    ``tenants``: which tenants to report (default: every tenant that is
+    configured, has an override or is paused, and every tenant that ever
+    enqueued when they are at most ``sample``, else the ``sample`` with the
+    largest backlogs); ``also``: more tenants to report with the default.
     ``detail``: which tenants get their quota windows read (two script calls
     each; default all): the metrics ask only for the tenants they label.
     Global limits set to ``auto`` show what a running daemon last derived
@@ -127,15 +142,21 @@ async def collect_stats(
         pipe.time()
         pipe.hgetall(keys.limit_overrides())
         pipe.smembers(keys.paused())
-        pipe.smembers(keys.tenants())
+        pipe.scard(keys.tenants())
         pipe.get(keys.auto_limits())
         pipe.zrangebyscore(keys.replicas(), "(" + str(int(time.time() * 1000)), "+inf")
         pipe.hgetall(keys.reconciled())
-        server_time, raw_overrides, paused, known, auto_text, replicas, reconciled = await pipe.execute()
+        pipe.hmget(keys.totals(), "waiting", "inflight")
+        pipe.zrevrange(keys.backlogs(), 0, sample - 1)
+        values = await pipe.execute()
+        server_time, raw_overrides, paused, known, auto_text, replicas, reconciled, totals, top = values
     at_ms = int(server_time[0]) * 1000 + int(server_time[1]) // 1000
     overrides = read_overrides(raw_overrides, paused)
     if tenants is None:
-        names = {_s(t) for t in known} | set(settings.tenants) | set(overrides.tenants) | overrides.paused
+        # Bounded: every tenant only while they are few, else the top backlogs.
+        listed = await client.smembers(keys.tenants()) if known <= sample else top
+        names = {_s(t) for t in listed} | set(settings.tenants) | set(overrides.tenants) | overrides.paused
+        names |= set(also)
     else:
         names = set(tenants)
     ordered = sorted(names)
@@ -145,13 +166,12 @@ async def collect_stats(
 
     async with client.pipeline(transaction=False) as pipe:
         for tenant in ordered:
-            for priority in PRIORITIES:
-                pipe.llen(keys.queue(tenant, priority))
+            # The scripts' count: a queue may still hold ids of cancelled jobs.
+            pipe.zscore(keys.backlogs(), tenant)
             pipe.zcount(keys.inflight(tenant), "(" + str(at_ms), "+inf")
         counts = await pipe.execute()
-    per = len(PRIORITIES) + 1
-    backlog = {t: sum(counts[i * per : i * per + len(PRIORITIES)]) for i, t in enumerate(ordered)}
-    inflight = {t: int(counts[i * per + len(PRIORITIES)]) for i, t in enumerate(ordered)}
+    backlog = {t: int(counts[2 * i] or 0) for i, t in enumerate(ordered)}
+    inflight = {t: int(counts[2 * i + 1]) for i, t in enumerate(ordered)}
 
     # Bounded: thousands of tenants must not mean thousands of connections.
     slots = asyncio.Semaphore(_CONCURRENT_READS)
@@ -181,8 +201,8 @@ async def collect_stats(
         retry = await quota.global_retry_after(windows) if windows else 0.0
         return ScopeStats(
             scope="global",
-            backlog=sum(backlog.values()),
-            inflight=sum(inflight.values()),
+            backlog=max(0, int(totals[0] or 0)),
+            inflight=max(0, int(totals[1] or 0)),
             windows=[WindowUsage(w.seconds, w.limit, n) for w, n in used],
             limits_source=glob.source if glob.windows is not None else "auto (no daemon has read SES yet)",
             retry_after=retry,
@@ -195,6 +215,7 @@ async def collect_stats(
         tenants=list(results[1:]),
         replicas=sorted(_s(r) for r in replicas),
         reconciled={_s(k): int(v) for k, v in reconciled.items()},
+        known_tenants=int(known),
     )
 
 
@@ -253,7 +274,7 @@ def render_text(stats: Stats) -> str:
     rows = [_HEADERS, *_rows(stats)]
     widths = [max(len(row[i]) for row in rows) for i in range(len(_HEADERS))]
     lines = ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in rows]
-    lines.append(f"replicas alive: {len(stats.replicas)} ({', '.join(stats.replicas) or 'none'})")
+    lines.append(_caption(stats))
     lines.append(_reconciled(stats))
     return "\n".join(lines)
 
@@ -263,6 +284,15 @@ def _reconciled(stats: Stats) -> str:
     return f"jobs SQS lost: {again} handed to SQS again, {dead} dead-lettered"
 
 
+def _caption(stats: Stats) -> str:
+    text = f"replicas alive: {len(stats.replicas)} ({', '.join(stats.replicas) or 'none'})"
+    if stats.known_tenants > len(stats.tenants):
+        text += (
+            f"; {len(stats.tenants)} of {stats.known_tenants} tenants shown (those with the largest backlogs)"
+        )
+    return text
+
+
 def render_table(stats: Stats) -> Table:
     """The same as :func:`render_text`, as a rich table (``--watch``)."""
     from rich.table import Table
@@ -270,8 +300,7 @@ def render_table(stats: Stats) -> Table:
     stamp = time.strftime("%H:%M:%S", time.localtime(stats.at_ms / 1000))
     table = Table(
         title=f"fairpost at {stamp}",
-        caption=f"replicas alive: {len(stats.replicas)} ({', '.join(stats.replicas) or 'none'}); "
-        + _reconciled(stats),
+        caption=_caption(stats) + "; " + _reconciled(stats),
     )
     for header in _HEADERS:
         table.add_column(header, justify="right" if header in ("backlog", "in flight") else "left")

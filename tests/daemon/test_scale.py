@@ -13,10 +13,12 @@ from typing import Any
 import pytest
 import redis.asyncio
 
+from config import load_settings
 from dispatcher.jobs import Job, JobState
 from dispatcher.keys import Keys
 from dispatcher.lifecycle import Lifecycle
 from dispatcher.store import JobStore, NewJob, StoreLimits
+from mailer.ops.stats import collect_stats
 from mailer.testing.wait import wait_for_async
 
 
@@ -152,3 +154,28 @@ async def test_the_counters_match_a_full_count_after_every_kind_of_change(
     backlogs = {str(t): int(n) for t, n in scored}
     assert backlogs == waiting
     assert await aredis.hmget(keys.totals(), "waiting", "inflight") == [str(total), str(inflight)]
+
+
+async def test_whole_system_stats_read_a_bounded_sample_and_the_counters(
+    aredis: redis.asyncio.Redis, redis_url: str
+) -> None:
+    # Before: every tenant that ever enqueued was read, four commands each, on
+    # every `fairpost stats` and every /metrics scrape of every replica.
+    work = {}
+    for count in (20, 400):
+        keys = Keys(f"stats{count}")
+        store = make_store(aredis, keys, default_cap=1)
+        await store.enqueue([job for t in range(count) for job in jobs(f"t{t:04}", 1 + t % 3)])
+        settings = load_settings(redis_url=redis_url, key_prefix=keys.prefix)
+        await collect_stats(aredis, keys, settings, sample=10)  # loads the quota script
+        before = await commands_run(aredis)
+        stats = await collect_stats(aredis, keys, settings, sample=10)
+        work[count] = sum(((await commands_run(aredis)) - before).values())
+        assert len(stats.tenants) == 10 and stats.known_tenants == count
+        # The largest backlogs are the ones shown.
+        largest = sorted((1 + t % 3 for t in range(count)), reverse=True)[:10]
+        assert sorted((t.backlog for t in stats.tenants), reverse=True) == largest
+        assert stats.global_.backlog == sum(1 + t % 3 for t in range(count))
+        one = await collect_stats(aredis, keys, settings, tenants=["t0001"])
+        assert [(t.scope, t.backlog, t.inflight) for t in one.tenants] == [("t0001", 2, 0)]
+    assert work[400] == work[20], work
