@@ -351,8 +351,12 @@ class JobStore:
         return int(seconds) * 1000 + int(micros) // 1000
 
     async def sync_tenant_settings(self, weights: Mapping[str, int], caps: Mapping[str, int]) -> None:
-        """Publish per-tenant weights and caps where the scripts read them."""
+        """Publish per-tenant weights and caps where the scripts read them: exactly
+        these (the configuration is the source of truth; a tenant whose weight or
+        cap was removed from it falls back to the defaults). Live overrides
+        (limits, pauses) are kept elsewhere and are not touched."""
         async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.delete(self.keys.weights(), self.keys.caps())
             if weights:
                 pipe.hset(self.keys.weights(), mapping={t: str(w) for t, w in weights.items()})
             if caps:
