@@ -129,10 +129,12 @@ class Settings(BaseSettings):
     inflight_cap: int = Field(default=20, ge=1, le=10_000)
     tenants: dict[str, TenantSettings] = Field(default_factory=dict)
 
-    max_message_bytes: int = Field(default=200_000, ge=1024, le=40_000_000)
+    max_message_bytes: int = Field(default=10_000_000, ge=1024, le=40_000_000)
     """Largest mail (subject, bodies, headers, addresses; with attachments: the
-    whole MIME message) the SDK accepts. Up to SES v2's 40 MB: a mail too big
-    for an SQS message travels as a claim check (its content stays in Redis)."""
+    whole MIME message, base64 and all) the SDK accepts. Up to SES v2's 40 MB: a
+    mail too big for an SQS message travels as a claim check (its content stays
+    in Redis until it is sent). The default, 10 MB, takes attachments of about
+    7 MB (an invoice, a report), as most mail providers do."""
 
     job_ttl: int = Field(default=7 * 86400, ge=60, le=365 * 86400)
     """Seconds a finished job's record is kept (FAIRPOST_JOB_TTL)."""
