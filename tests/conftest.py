@@ -46,8 +46,8 @@ def redis_client(redis_url: str) -> Iterator[redis.Redis]:
 
 @pytest.fixture
 async def aredis(redis_url: str) -> AsyncIterator[redis.asyncio.Redis]:
-    """An asyncio client built as the daemon builds its own (bytes in, bytes out)."""
-    client = redis.asyncio.Redis.from_url(redis_url)
+    """The asyncio twin of ``redis_client``: replies decoded to str."""
+    client = redis.asyncio.Redis.from_url(redis_url, decode_responses=True)
     yield client
     await client.aclose()
 

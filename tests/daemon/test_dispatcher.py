@@ -4,26 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import collections
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 
 import pytest
 import redis.asyncio
 
 from dispatcher.jobs import Job, JobState
-from dispatcher.keys import Keys
 from dispatcher.runner import Dispatcher
 from dispatcher.store import JobStore, NewJob, StoreLimits
 from dispatcher.worker import Dead, Done, HandedOff, Outcome
 from mailer.testing.wait import wait_for_async
-
-KEYS = Keys("test")
-
-
-@pytest.fixture
-async def aredis(redis_url: str) -> AsyncIterator[redis.asyncio.Redis]:
-    client = redis.asyncio.Redis.from_url(redis_url)
-    yield client
-    await client.aclose()
+from tests.support import KEYS
 
 
 def make_store(client: redis.asyncio.Redis, **limits: int) -> JobStore:
@@ -98,11 +89,11 @@ async def test_expired_lease_returns_jobs_to_the_head_in_order(aredis: redis.asy
         assert asyncio.get_running_loop().time() < deadline, "lease never expired"
         await asyncio.sleep(0.02)
     assert await aredis.lrange(KEYS.queue("acme", "normal"), 0, -1) == [
-        b"acme-0",
-        b"acme-1",
-        b"acme-2",
-        b"acme-3",
-        b"acme-4",
+        "acme-0",
+        "acme-1",
+        "acme-2",
+        "acme-3",
+        "acme-4",
     ]
     again = await store.claim(10)
     assert [job.id for job in again] == ["acme-0", "acme-1", "acme-2"]
@@ -232,7 +223,7 @@ async def test_a_parked_tenant_keeps_every_in_flight_slot(aredis: redis.asyncio.
     now_ms = await store.handed_off([job.id for job in claimed])
     until = now_ms + 86_400_000
     await store.touch_inflight("acme", until)
-    scores: list[tuple[bytes, float]] = await aredis.zrange(KEYS.inflight("acme"), 0, -1, withscores=True)  # type: ignore[assignment]
+    scores: list[tuple[str, float]] = await aredis.zrange(KEYS.inflight("acme"), 0, -1, withscores=True)  # type: ignore[assignment]
     assert len(scores) == 3 and all(score >= until for _, score in scores)
     # Never shortened: an earlier "until" leaves them as they are.
     await store.touch_inflight("acme", now_ms)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import boto3
 import pytest
 
@@ -14,12 +12,8 @@ from mailer.sdk.envelope import encode
 from mailer.testing.ses_server import SesServer
 from tests.support.pipeline import quick_settings, sender_only
 
-
-@pytest.fixture
-def ses(aws_env: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[SesServer]:
-    with SesServer() as server:
-        monkeypatch.setenv("AWS_ENDPOINT_URL_SESV2", server.url)
-        yield server
+# Every test here runs the pipeline against moto (SQS) and the recording SES.
+pytestmark = pytest.mark.usefixtures("ses_env")
 
 
 async def test_a_message_whose_job_record_is_gone_was_sent(redis_url: str, ses: SesServer) -> None:

@@ -8,7 +8,6 @@ window so that the expected retry times below can be worked out by hand.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 import pytest
@@ -17,10 +16,9 @@ from hypothesis import strategies as st
 from redis.asyncio import Redis
 
 from config.limits import Window
-from dispatcher.keys import Keys
 from mailer.quota.engine import NEVER, Grant, QuotaEngine
+from tests.support import KEYS
 
-KEYS = Keys()
 BUCKETS = 20
 T0 = 1_700_000_000_000 - 1_700_000_000_000 % 86_400_000  # a day boundary, so every bucket's too
 SECOND = Window(1, 5)
@@ -28,15 +26,8 @@ DAY = Window(86400, 50_000)
 
 
 @pytest.fixture
-async def client(redis_url: str) -> AsyncIterator[Redis]:
-    redis = Redis.from_url(redis_url, decode_responses=True)
-    yield redis
-    await redis.aclose()
-
-
-@pytest.fixture
-def engine(client: Redis) -> QuotaEngine:
-    return QuotaEngine(client, KEYS, buckets_per_window=BUCKETS)
+def engine(aredis: Redis) -> QuotaEngine:
+    return QuotaEngine(aredis, KEYS, buckets_per_window=BUCKETS)
 
 
 # -- counting ----------------------------------------------------------------
@@ -116,8 +107,8 @@ async def test_concurrent_replicas_never_overdraw(redis_url: str) -> None:
             await c.aclose()
 
 
-async def test_uses_the_redis_server_clock(engine: QuotaEngine, client: Redis) -> None:
-    seconds, micros = await client.time()
+async def test_uses_the_redis_server_clock(engine: QuotaEngine, aredis: Redis) -> None:
+    seconds, micros = await aredis.time()
     grant = await engine.acquire("a", [1], [], [SECOND])
 
     assert 0 <= grant.at_ms - (seconds * 1000 + micros // 1000) < 1000
@@ -172,7 +163,7 @@ async def test_the_later_scope_is_named_when_both_block(engine: QuotaEngine) -> 
     assert grant.retry_after == pytest.approx(10.499 - 0.1)  # 10 s windows have 500 ms buckets
 
 
-async def test_a_cost_over_a_budget_limit_never_fits(engine: QuotaEngine, client: Redis) -> None:
+async def test_a_cost_over_a_budget_limit_never_fits(engine: QuotaEngine, aredis: Redis) -> None:
     # A window of a minute or more is a budget (a shorter one is a rate: test_quota_big_mail.py).
     minute = Window(60, 5)
     tenant = await engine.acquire("a", [1, 6], [DAY], [minute], now_ms=T0)
@@ -180,7 +171,7 @@ async def test_a_cost_over_a_budget_limit_never_fits(engine: QuotaEngine, client
 
     assert (tenant.granted, tenant.retry_after, tenant.blocked_by) == (1, NEVER, "tenant")
     assert (global_.granted, global_.retry_after, global_.blocked_by) == (0, -1.0, "global")
-    assert await client.hlen(KEYS.quota("global", 60)) == 0
+    assert await aredis.hlen(KEYS.quota("global", 60)) == 0
 
 
 async def test_global_retry_after(engine: QuotaEngine) -> None:
@@ -207,20 +198,20 @@ async def test_refund_gives_units_back_where_they_were_counted(engine: QuotaEngi
     assert (await engine.acquire("a", [3], *windows, now_ms=T0 + 40)).granted == 1
 
 
-async def test_refund_never_goes_below_zero_nor_revives_a_bucket(engine: QuotaEngine, client: Redis) -> None:
+async def test_refund_never_goes_below_zero_nor_revives_a_bucket(engine: QuotaEngine, aredis: Redis) -> None:
     grant = await engine.acquire("a", [2], [], [SECOND], now_ms=T0)
 
     await engine.refund("a", 5, grant.at_ms, [], [SECOND])
     await engine.refund("a", 1, grant.at_ms, [DAY], [SECOND])
 
-    assert await client.exists(KEYS.quota("t:a", 1), KEYS.quota("global", 86400)) == 0
+    assert await aredis.exists(KEYS.quota("t:a", 1), KEYS.quota("global", 86400)) == 0
     assert await engine.usage("a", [SECOND], now_ms=T0) == [(SECOND, 0)]
 
 
 # -- memory ------------------------------------------------------------------
 
 
-async def test_memory_stays_bounded_over_a_day(engine: QuotaEngine, client: Redis) -> None:
+async def test_memory_stays_bounded_over_a_day(engine: QuotaEngine, aredis: Redis) -> None:
     global_windows, tenant_windows = [Window(1, 100), DAY], [Window(60, 1000), DAY]
     calls, per_call = 2000, 25
     step_ms = 86_400_000 // calls
@@ -229,42 +220,42 @@ async def test_memory_stays_bounded_over_a_day(engine: QuotaEngine, client: Redi
         grant = await engine.acquire("a", [per_call], global_windows, tenant_windows, now_ms=now)
         assert grant.granted == 1
         for key in (KEYS.quota("global", 86400), KEYS.quota("t:a", 86400), KEYS.quota("t:a", 60)):
-            assert await client.hlen(key) <= BUCKETS + 1
+            assert await aredis.hlen(key) <= BUCKETS + 1
 
     assert await engine.usage(None, [DAY], now_ms=now) == [(DAY, 50_000)]
     refused = await engine.acquire("a", [1], global_windows, tenant_windows, now_ms=now)
     assert refused.blocked_by == "global"  # both day windows free at once: a tie names global
 
 
-async def test_keys_expire_once_their_buckets_leave_the_window(engine: QuotaEngine, client: Redis) -> None:
+async def test_keys_expire_once_their_buckets_leave_the_window(engine: QuotaEngine, aredis: Redis) -> None:
     await engine.acquire("a", [1], [DAY], [SECOND], now_ms=T0 + 10)
 
     # The newest bucket [T0, T0+50) counts until T0 + 1049 in the second window.
-    assert await client.pttl(KEYS.quota("t:a", 1)) in range(1030, 1040)
-    day_ttl = await client.pttl(KEYS.quota("global", 86400))
+    assert await aredis.pttl(KEYS.quota("t:a", 1)) in range(1030, 1040)
+    day_ttl = await aredis.pttl(KEYS.quota("global", 86400))
     assert 86_400_000 < day_ttl <= 86_400_000 + 86_400_000 // BUCKETS
 
 
-async def test_an_idle_key_is_gone_in_real_time(engine: QuotaEngine, client: Redis) -> None:
+async def test_an_idle_key_is_gone_in_real_time(engine: QuotaEngine, aredis: Redis) -> None:
     await engine.acquire("a", [1], [], [SECOND])
-    assert await client.exists(KEYS.quota("t:a", 1)) == 1
+    assert await aredis.exists(KEYS.quota("t:a", 1)) == 1
 
     await asyncio.sleep(1.1)
 
-    assert await client.exists(KEYS.quota("t:a", 1)) == 0
+    assert await aredis.exists(KEYS.quota("t:a", 1)) == 0
 
 
 # -- input -------------------------------------------------------------------
 
 
-async def test_bad_input_is_refused_before_redis(engine: QuotaEngine, client: Redis) -> None:
+async def test_bad_input_is_refused_before_redis(engine: QuotaEngine, aredis: Redis) -> None:
     with pytest.raises(ValueError, match="at least 1"):
         await engine.acquire("a", [1, 0], [], [SECOND])
     with pytest.raises(ValueError, match="same length"):
         await engine.acquire("a", [1], [Window(1, 2), Window(1, 3)], [])
     with pytest.raises(ValueError, match="at least 1"):
-        QuotaEngine(client, KEYS, buckets_per_window=0)
-    assert await client.dbsize() == 0
+        QuotaEngine(aredis, KEYS, buckets_per_window=0)
+    assert await aredis.dbsize() == 0
 
 
 # -- the property: against a model that keeps every unit's exact time --------
@@ -327,8 +318,8 @@ def scenarios(draw: st.DrawFn) -> Scenario:
     )
 
 
-async def _play(client: Redis, engine: QuotaEngine, scenario: Scenario) -> None:
-    await client.flushdb()
+async def _play(aredis: Redis, engine: QuotaEngine, scenario: Scenario) -> None:
+    await aredis.flushdb()
     model = Model()
     gw, tws = scenario.global_windows, scenario.tenant_windows
 
@@ -385,15 +376,15 @@ async def _play(client: Redis, engine: QuotaEngine, scenario: Scenario) -> None:
 
 def test_matches_a_brute_force_model(redis_url: str) -> None:
     with asyncio.Runner() as runner:
-        client = Redis.from_url(redis_url)
-        engine = QuotaEngine(client, KEYS, buckets_per_window=BUCKETS)
+        aredis = Redis.from_url(redis_url)
+        engine = QuotaEngine(aredis, KEYS, buckets_per_window=BUCKETS)
 
         @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
         @given(scenario=scenarios())
         def check(scenario: Scenario) -> None:
-            runner.run(_play(client, engine, scenario))
+            runner.run(_play(aredis, engine, scenario))
 
         try:
             check()
         finally:
-            runner.run(client.aclose())
+            runner.run(aredis.aclose())

@@ -7,16 +7,13 @@ longer is a budget: a mail that can never fit is refused, naming the window.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import pytest
 from redis.asyncio import Redis
 
 from config.limits import Window
-from dispatcher.keys import Keys
 from mailer.quota.engine import NEVER, QuotaEngine, never_fits_reason
+from tests.support import KEYS
 
-KEYS = Keys()
 BUCKETS = 20
 T0 = 1_700_000_000_000 - 1_700_000_000_000 % 86_400_000
 SECOND = Window(1, 5)
@@ -24,10 +21,8 @@ DAY = Window(86400, 50_000)
 
 
 @pytest.fixture
-async def engine(redis_url: str) -> AsyncIterator[QuotaEngine]:
-    client = Redis.from_url(redis_url)
-    yield QuotaEngine(client, KEYS, buckets_per_window=BUCKETS)
-    await client.aclose()
+def engine(aredis: Redis) -> QuotaEngine:
+    return QuotaEngine(aredis, KEYS, buckets_per_window=BUCKETS)
 
 
 async def test_a_mail_over_a_rate_limit_is_not_dead_lettered_it_goes_alone(engine: QuotaEngine) -> None:

@@ -10,24 +10,14 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from collections.abc import AsyncIterator
 
 import pytest
-import redis.asyncio
 
 from config import parse_limits
-from dispatcher.keys import Keys
 from mailer.quota.engine import QuotaEngine
 
 GLOBAL = parse_limits("12/second")
 TENANT = parse_limits("1000/second")
-
-
-@pytest.fixture
-async def engine(redis_url: str) -> AsyncIterator[QuotaEngine]:
-    client = redis.asyncio.Redis.from_url(redis_url)
-    yield QuotaEngine(client, Keys("share"))
-    await client.aclose()
 
 
 async def simulate(

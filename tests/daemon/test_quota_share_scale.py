@@ -8,32 +8,15 @@ back). Per acquire the share state is read in O(log n) of the contending tenants
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
-import pytest
 import redis.asyncio
 
 from config.limits import Window
-from dispatcher.keys import Keys
 from mailer.quota.engine import QuotaEngine
 
-KEYS = Keys("share")
 T0 = 1_700_000_000_000 - 1_700_000_000_000 % 86_400_000
 HOUR_MS = 3_600_000
 DAY_ONLY = [Window(86400, 1000)]
 ROOMY = [Window(1, 100_000)]
-
-
-@pytest.fixture
-async def client(redis_url: str) -> AsyncIterator[redis.asyncio.Redis]:
-    c = redis.asyncio.Redis.from_url(redis_url)
-    yield c
-    await c.aclose()
-
-
-@pytest.fixture
-def engine(client: redis.asyncio.Redis) -> QuotaEngine:
-    return QuotaEngine(client, KEYS)
 
 
 async def test_a_day_only_global_window_does_not_park_a_tenant_for_a_day_with_room_left(
@@ -97,13 +80,13 @@ async def _contend(engine: QuotaEngine, count: int, windows: list[Window]) -> No
         assert grant.granted == 1
 
 
-async def _commands(client: redis.asyncio.Redis) -> int:
-    stats = await client.info("commandstats")
+async def _commands(aredis: redis.asyncio.Redis) -> int:
+    stats = await aredis.info("commandstats")
     return sum(int(v["calls"]) for k, v in stats.items() if k not in ("cmdstat_info", "cmdstat_evalsha"))
 
 
 async def test_thousands_of_contending_tenants_share_by_weight(
-    client: redis.asyncio.Redis, engine: QuotaEngine
+    aredis: redis.asyncio.Redis, engine: QuotaEngine
 ) -> None:
     count = 3000
     weight_sum = sum(1 + i % 3 for i in range(count))  # 6000
@@ -127,7 +110,7 @@ async def test_thousands_of_contending_tenants_share_by_weight(
 
 
 async def test_an_acquire_reads_a_bounded_number_of_keys_whatever_the_number_of_contenders(
-    client: redis.asyncio.Redis, engine: QuotaEngine
+    aredis: redis.asyncio.Redis, engine: QuotaEngine
 ) -> None:
     # Today: ZRANGE waiting 0 -1 and one HGET per contending tenant, on every acquire.
     windows = [Window(1, 60_000)]
@@ -135,7 +118,7 @@ async def test_an_acquire_reads_a_bounded_number_of_keys_whatever_the_number_of_
     await engine.acquire("filler", [60_000 - 2000], windows, ROOMY, weight=1, now_ms=T0 + 2)
     assert (await engine.acquire("late", [5], windows, ROOMY, weight=1, now_ms=T0 + 3)).blocked_by == "global"
 
-    await client.config_resetstat()
+    await aredis.config_resetstat()
     await engine.acquire("t7", [1] * 10, windows, ROOMY, weight=2, now_ms=T0 + 1100)
 
-    assert await _commands(client) <= 40
+    assert await _commands(aredis) <= 40

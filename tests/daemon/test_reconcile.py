@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import boto3
@@ -29,13 +28,6 @@ from mailer.sdk.mail import Mail
 from mailer.testing.ses_server import SesServer
 from mailer.testing.wait import wait_for_async
 from tests.support.pipeline import Running, pipeline, quick_settings
-
-
-@pytest.fixture
-def ses(aws_env: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[SesServer]:
-    with SesServer() as server:
-        monkeypatch.setenv("AWS_ENDPOINT_URL_SESV2", server.url)
-        yield server
 
 
 def reconcile_settings(redis_url: str, **overrides: Any) -> Settings:
@@ -90,6 +82,7 @@ class Gate:
         await self.opened.wait()
 
 
+@pytest.mark.usefixtures("ses_env")
 async def test_jobs_whose_messages_were_purged_stayed_dispatched_forever(
     redis_url: str, ses: SesServer
 ) -> None:
@@ -136,6 +129,7 @@ async def all_handed_again(store: JobStore, ids: list[str]) -> bool:
     return all([(await store.job(i)).get("reconciled") == "1" for i in ids])
 
 
+@pytest.mark.usefixtures("ses_env")
 async def test_mail_a_redrive_policy_moved_to_a_dead_letter_queue_stayed_dispatched_forever(
     redis_url: str, ses: SesServer
 ) -> None:
@@ -167,6 +161,7 @@ async def test_mail_a_redrive_policy_moved_to_a_dead_letter_queue_stayed_dispatc
     assert sorted(m.job_id or "" for m in ses.sent) == sorted(ids), "each job sent exactly once"
 
 
+@pytest.mark.usefixtures("ses_env")
 async def test_a_job_sqs_keeps_losing_lived_forever_instead_of_ending_dead(
     redis_url: str, ses: SesServer
 ) -> None:
@@ -197,13 +192,6 @@ async def test_a_job_sqs_keeps_losing_lived_forever_instead_of_ending_dead(
     assert ses.sent_count == 0
 
 
-@pytest.fixture
-async def aredis(redis_url: str) -> AsyncIterator[redis.asyncio.Redis]:
-    client = redis.asyncio.Redis.from_url(redis_url)
-    yield client
-    await client.aclose()
-
-
 async def test_a_parked_job_is_not_taken_for_stranded_while_its_tenant_waits(
     aredis: redis.asyncio.Redis,
 ) -> None:
@@ -222,4 +210,4 @@ async def test_a_parked_job_is_not_taken_for_stranded_while_its_tenant_waits(
     assert await stranded.scan(3) == [], "taken for stranded while its tenant waits for its quota"
     await store.finish("j0", JobState.SENT)
     await wait_for_async(lambda: stranded.scan(3), within=5, what="the other job to be stranded")
-    assert await aredis.zrange(keys.dispatched(), 0, -1) == [b"j1"]
+    assert await aredis.zrange(keys.dispatched(), 0, -1) == ["j1"]

@@ -7,10 +7,8 @@ also those a script runs), never timed: a busy machine cannot fail these.
 from __future__ import annotations
 
 import collections
-from collections.abc import AsyncIterator
 from typing import Any
 
-import pytest
 import redis.asyncio
 
 from config import load_settings
@@ -20,13 +18,6 @@ from dispatcher.lifecycle import Lifecycle
 from dispatcher.store import JobStore, NewJob, StoreLimits
 from mailer.ops.stats import collect_stats
 from mailer.testing.wait import wait_for_async
-
-
-@pytest.fixture
-async def aredis(redis_url: str) -> AsyncIterator[redis.asyncio.Redis]:
-    client = redis.asyncio.Redis.from_url(redis_url, decode_responses=True)
-    yield client
-    await client.aclose()
 
 
 def make_store(client: redis.asyncio.Redis, keys: Keys, **limits: int) -> JobStore:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import boto3
@@ -25,12 +24,8 @@ from mailer.testing.ses_server import Faults, SesServer
 from mailer.testing.wait import wait_for_async
 from tests.support.pipeline import pipeline, quick_settings, sender_only
 
-
-@pytest.fixture
-def ses(aws_env: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[SesServer]:
-    with SesServer() as server:
-        monkeypatch.setenv("AWS_ENDPOINT_URL_SESV2", server.url)
-        yield server
+# Every test here runs the pipeline against moto (SQS) and the recording SES.
+pytestmark = pytest.mark.usefixtures("ses_env")
 
 
 def mail(i: int, recipients: int = 1) -> Mail:

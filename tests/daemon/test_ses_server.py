@@ -6,7 +6,6 @@ import contextlib
 import socket
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import boto3
@@ -43,8 +42,8 @@ def sesv2(url: str, config: Config = ONE_ATTEMPT) -> Any:
     )
 
 
-def send(client: Any, to: list[str] | None = None, **extra: Any) -> str:
-    response = client.send_email(
+def send(ses_client: Any, to: list[str] | None = None, **extra: Any) -> str:
+    response = ses_client.send_email(
         FromEmailAddress=extra.pop("FromEmailAddress", "sender@example.com"),
         Destination={"ToAddresses": to or ["rcpt@example.org"]},
         Content=extra.pop("Content", SIMPLE),
@@ -55,22 +54,16 @@ def send(client: Any, to: list[str] | None = None, **extra: Any) -> str:
 
 
 @pytest.fixture
-def ses() -> Iterator[SesServer]:
-    with SesServer() as server:
-        yield server
-
-
-@pytest.fixture
-def client(ses: SesServer) -> Any:
+def ses_client(ses: SesServer) -> Any:
     return sesv2(ses.url)
 
 
 # -- SendEmail and GetAccount ---------------------------------------------------------------
 
 
-def test_simple_send_is_recorded_with_every_field(ses: SesServer, client: Any) -> None:
+def test_simple_send_is_recorded_with_every_field(ses: SesServer, ses_client: Any) -> None:
     before_mono, before_wall = time.monotonic(), time.time()
-    message_id = client.send_email(
+    message_id = ses_client.send_email(
         FromEmailAddress="Acme <noreply@acme.example>",
         Destination={
             "ToAddresses": ["a@example.org", "b@example.org"],
@@ -105,19 +98,21 @@ def test_simple_send_is_recorded_with_every_field(ses: SesServer, client: Any) -
     assert (ses.sent_count, ses.requests, ses.rejected_count, ses.recipients_sent) == (1, 1, 0, 4)
 
 
-def test_message_ids_are_unique(ses: SesServer, client: Any) -> None:
-    ids = {send(client) for _ in range(20)}
+def test_message_ids_are_unique(ses: SesServer, ses_client: Any) -> None:
+    ids = {send(ses_client) for _ in range(20)}
     assert len(ids) == 20
     assert {m.message_id for m in ses.sent} == ids
 
 
-def test_raw_send_takes_recipients_from_headers_unless_destination_given(ses: SesServer, client: Any) -> None:
+def test_raw_send_takes_recipients_from_headers_unless_destination_given(
+    ses: SesServer, ses_client: Any
+) -> None:
     raw = (
         b"From: Acme <noreply@acme.example>\r\nTo: A <a@example.org>, b@example.org\r\n"
         b"Cc: c@example.org\r\nSubject: =?utf-8?q?Caf=C3=A9?=\r\n\r\n" + b"x" * 5000
     )
-    client.send_email(Content={"Raw": {"Data": raw}}, EmailTags=[{"Name": JOB_ID_TAG, "Value": "j1"}])
-    send(client, to=["only@example.org"], Content={"Raw": {"Data": raw}})
+    ses_client.send_email(Content={"Raw": {"Data": raw}}, EmailTags=[{"Name": JOB_ID_TAG, "Value": "j1"}])
+    send(ses_client, to=["only@example.org"], Content={"Raw": {"Data": raw}})
 
     from_headers, with_destination = ses.sent
     assert from_headers.raw_size == len(raw)
@@ -132,17 +127,17 @@ def test_raw_send_takes_recipients_from_headers_unless_destination_given(ses: Se
     assert with_destination.recipients == ("only@example.org",)
 
 
-def test_template_send_records_the_template(ses: SesServer, client: Any) -> None:
-    send(client, Content={"Template": {"TemplateName": "welcome", "TemplateData": "{}"}})
+def test_template_send_records_the_template(ses: SesServer, ses_client: Any) -> None:
+    send(ses_client, Content={"Template": {"TemplateName": "welcome", "TemplateData": "{}"}})
     assert ses.sent[0].template_name == "welcome"
     assert ses.sent[0].subject is None
 
 
 def test_get_account_reports_quotas_and_recipients_sent() -> None:
     with SesServer(max_send_rate=25, max_24_hour_send=1000, sent_last_24_hours=7, enforce_rate=False) as ses:
-        client = sesv2(ses.url)
-        send(client, to=["a@example.org", "b@example.org"])
-        account = client.get_account()
+        ses_client = sesv2(ses.url)
+        send(ses_client, to=["a@example.org", "b@example.org"])
+        account = ses_client.get_account()
         assert account["SendQuota"] == {"Max24HourSend": 1000.0, "MaxSendRate": 25.0, "SentLast24Hours": 9.0}
         assert account["SendingEnabled"] is True
         assert account["ProductionAccessEnabled"] is True
@@ -153,19 +148,19 @@ def test_get_account_reports_quotas_and_recipients_sent() -> None:
 
         ses.set_quota(max_send_rate=50, max_24_hour_send=200_000)
         ses.pause()
-        account = client.get_account()
+        account = ses_client.get_account()
         assert account["SendQuota"]["MaxSendRate"] == 50.0
         assert account["SendQuota"]["Max24HourSend"] == 200_000.0
         assert account["SendingEnabled"] is False
         ses.pause(Faults.ACCOUNT_SUSPENDED)
-        assert client.get_account()["EnforcementStatus"] == "SHUTDOWN"
+        assert ses_client.get_account()["EnforcementStatus"] == "SHUTDOWN"
 
 
-def test_default_quotas_are_reported_but_not_enforced(ses: SesServer, client: Any) -> None:
-    quota = client.get_account()["SendQuota"]
+def test_default_quotas_are_reported_but_not_enforced(ses: SesServer, ses_client: Any) -> None:
+    quota = ses_client.get_account()["SendQuota"]
     assert (quota["MaxSendRate"], quota["Max24HourSend"]) == (14.0, 50_000.0)
     for _ in range(20):
-        send(client)
+        send(ses_client)
     assert ses.sent_count == 20 and ses.rejected_count == 0
 
 
@@ -174,10 +169,10 @@ def test_found_through_the_standard_endpoint_variable(
 ) -> None:
     monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
     monkeypatch.setenv("AWS_ENDPOINT_URL_SESV2", ses.url)
-    client = boto3.client(
+    ses_client = boto3.client(
         "sesv2", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="y", config=ONE_ATTEMPT
     )
-    send(client)
+    send(ses_client)
     assert ses.sent_count == 1
 
 
@@ -187,10 +182,10 @@ ANSWERED = [error for error in Faults.all() if not error.is_network_error]
 
 
 @pytest.mark.parametrize("error", ANSWERED, ids=lambda e: f"{e.code}-{e.status}")
-def test_injected_error_surfaces_as_client_error(ses: SesServer, client: Any, error: SesError) -> None:
+def test_injected_error_surfaces_as_client_error(ses: SesServer, ses_client: Any, error: SesError) -> None:
     ses.fail_next(1, error)
     with pytest.raises(ClientError) as caught:
-        send(client)
+        send(ses_client)
     response = caught.value.response
     assert response["Error"]["Code"] == (error.code or str(error.status))
     assert response["Error"]["Message"] == error.message
@@ -200,7 +195,7 @@ def test_injected_error_surfaces_as_client_error(ses: SesServer, client: Any, er
     assert (rejection.reason, rejection.error, rejection.code) == ("injected", error, error.code)
     assert rejection.mail is not None and rejection.mail.to == ("rcpt@example.org",)
 
-    send(client)  # the fault was used up
+    send(ses_client)  # the fault was used up
     assert ses.sent_count == 1
 
 
@@ -230,26 +225,26 @@ def test_every_error_fairpost_handles_is_covered() -> None:
     assert codes - generic <= modeled
 
 
-def test_modeled_errors_map_to_botocore_exception_classes(ses: SesServer, client: Any) -> None:
+def test_modeled_errors_map_to_botocore_exception_classes(ses: SesServer, ses_client: Any) -> None:
     ses.fail_next(1, Faults.TOO_MANY_REQUESTS)
-    with pytest.raises(client.exceptions.TooManyRequestsException):
-        send(client)
+    with pytest.raises(ses_client.exceptions.TooManyRequestsException):
+        send(ses_client)
     ses.fail_next(1, Faults.SENDING_PAUSED)
-    with pytest.raises(client.exceptions.SendingPausedException):
-        send(client)
+    with pytest.raises(ses_client.exceptions.SendingPausedException):
+        send(ses_client)
 
 
 @pytest.mark.parametrize("error", [Faults.DROP_CONNECTION, Faults.RESET_CONNECTION], ids=["close", "reset"])
 def test_dropped_connection_is_a_botocore_connection_error(
-    ses: SesServer, client: Any, error: SesError
+    ses: SesServer, ses_client: Any, error: SesError
 ) -> None:
-    send(client)  # a pooled keep-alive connection exists; the fault hits a request on it
+    send(ses_client)  # a pooled keep-alive connection exists; the fault hits a request on it
     ses.fail_next(1, error)
     with pytest.raises(ConnectionClosedError):
-        send(client)
+        send(ses_client)
     assert ses.sent_count == 1 and ses.requests == 2
     assert ses.rejections[0].error == error
-    send(client)  # the client reconnects, the server goes on
+    send(ses_client)  # the ses_client reconnects, the server goes on
     assert ses.sent_count == 2
 
 
@@ -264,29 +259,29 @@ def test_reset_sends_rst(ses: SesServer) -> None:
 
 
 def test_delayed_fault_trips_the_read_timeout(ses: SesServer) -> None:
-    client = sesv2(ses.url, ONE_ATTEMPT.merge(Config(read_timeout=0.3)))
+    ses_client = sesv2(ses.url, ONE_ATTEMPT.merge(Config(read_timeout=0.3)))
     ses.fail_next(1, Faults.TOO_MANY_REQUESTS.delayed(2))
     started = time.monotonic()
     with pytest.raises(ReadTimeoutError):
-        send(client)
+        send(ses_client)
     assert time.monotonic() - started < 1.5
 
 
 def test_latency_delays_every_answer() -> None:
     with SesServer(latency=0.2) as ses:
-        client = sesv2(ses.url)
+        ses_client = sesv2(ses.url)
         started = time.monotonic()
-        send(client)
+        send(ses_client)
         assert time.monotonic() - started >= 0.2
 
 
-def test_fail_next_queues_n_errors_in_order(ses: SesServer, client: Any) -> None:
+def test_fail_next_queues_n_errors_in_order(ses: SesServer, ses_client: Any) -> None:
     ses.fail_next(2, Faults.TOO_MANY_REQUESTS)
     ses.fail_next(1, Faults.SERVICE_UNAVAILABLE)
     codes = []
     for _ in range(4):
         try:
-            send(client)
+            send(ses_client)
             codes.append("ok")
         except ClientError as exc:
             codes.append(exc.response["Error"]["Code"])
@@ -294,76 +289,76 @@ def test_fail_next_queues_n_errors_in_order(ses: SesServer, client: Any) -> None
     assert (ses.requests, ses.sent_count, ses.rejected_count) == (4, 1, 3)
 
 
-def test_fail_when_picks_requests_by_recipient_and_tenant(ses: SesServer, client: Any) -> None:
+def test_fail_when_picks_requests_by_recipient_and_tenant(ses: SesServer, ses_client: Any) -> None:
     ses.fail_when(lambda m: "bounce@example.org" in m.recipients, Faults.MESSAGE_REJECTED)
     limited = ses.fail_when(lambda m: m.tenant_name == "noisy", Faults.TOO_MANY_REQUESTS, times=2)
 
     with pytest.raises(ClientError, match="MessageRejected"):
-        send(client, to=["ok@example.org", "bounce@example.org"])
-    send(client, to=["ok@example.org"])
+        send(ses_client, to=["ok@example.org", "bounce@example.org"])
+    send(ses_client, to=["ok@example.org"])
     for _ in range(2):
         with pytest.raises(ClientError, match="TooManyRequestsException"):
-            send(client, TenantName="noisy")
+            send(ses_client, TenantName="noisy")
     assert limited.remaining == 0
-    send(client, TenantName="noisy")  # the rule fired its two times
-    send(client, TenantName="quiet")
+    send(ses_client, TenantName="noisy")  # the rule fired its two times
+    send(ses_client, TenantName="quiet")
     assert [m.tenant_name for m in ses.sent] == [None, "noisy", "quiet"]
     assert [r.reason for r in ses.rejections] == ["rule"] * 3
 
 
-def test_fail_when_can_be_cancelled_and_faults_cleared(ses: SesServer, client: Any) -> None:
+def test_fail_when_can_be_cancelled_and_faults_cleared(ses: SesServer, ses_client: Any) -> None:
     rule = ses.fail_when(lambda m: True, Faults.INTERNAL_FAILURE)
     with pytest.raises(ClientError):
-        send(client)
+        send(ses_client)
     rule.cancel()
-    send(client)
+    send(ses_client)
     ses.fail_next(5, Faults.PLAIN_500)
     ses.fail_when(lambda m: True, Faults.INTERNAL_FAILURE)
     ses.pause()
     ses.clear_faults()
-    send(client)
+    send(ses_client)
     assert ses.sent_count == 2
 
 
-def test_a_failing_predicate_is_a_500_and_is_kept(ses: SesServer, client: Any) -> None:
+def test_a_failing_predicate_is_a_500_and_is_kept(ses: SesServer, ses_client: Any) -> None:
     def broken(mail: SentMail) -> bool:
         raise KeyError("oops")
 
     ses.fail_when(broken, Faults.MESSAGE_REJECTED)
     with pytest.raises(ClientError) as caught:
-        send(client)
+        send(ses_client)
     assert caught.value.response["Error"]["Code"] == "InternalFailure"
     assert [type(e) for e in ses.errors] == [KeyError]
 
 
-def test_pause_rejects_every_send_until_resumed(ses: SesServer, client: Any) -> None:
+def test_pause_rejects_every_send_until_resumed(ses: SesServer, ses_client: Any) -> None:
     ses.pause()
     assert ses.paused
     for _ in range(3):
-        with pytest.raises(client.exceptions.SendingPausedException):
-            send(client)
+        with pytest.raises(ses_client.exceptions.SendingPausedException):
+            send(ses_client)
     ses.resume()
-    send(client)
+    send(ses_client)
     assert (ses.sent_count, ses.rejected_count) == (1, 3)
     assert {r.reason for r in ses.rejections} == {"paused"}
 
 
 def test_unverified_sender_is_rejected_when_verification_is_required() -> None:
     with SesServer(require_verified={"verified@example.com", "acme.example"}) as ses:
-        client = sesv2(ses.url)
-        send(client, FromEmailAddress="verified@example.com")
-        send(client, FromEmailAddress="Acme <anyone@acme.example>")  # verified domain
+        ses_client = sesv2(ses.url)
+        send(ses_client, FromEmailAddress="verified@example.com")
+        send(ses_client, FromEmailAddress="Acme <anyone@acme.example>")  # verified domain
         with pytest.raises(ClientError) as caught:
-            send(client, FromEmailAddress="stranger@example.net")
+            send(ses_client, FromEmailAddress="stranger@example.net")
         assert caught.value.response["Error"]["Code"] == "MessageRejected"
         assert "Email address is not verified" in caught.value.response["Error"]["Message"]
         ses.verify("stranger@example.net")
-        send(client, FromEmailAddress="stranger@example.net")
+        send(ses_client, FromEmailAddress="stranger@example.net")
         assert ses.sent_count == 3
 
 
-def test_any_sender_is_accepted_by_default(ses: SesServer, client: Any) -> None:
-    send(client, FromEmailAddress="whoever@anywhere.example")
+def test_any_sender_is_accepted_by_default(ses: SesServer, ses_client: Any) -> None:
+    send(ses_client, FromEmailAddress="whoever@anywhere.example")
     assert ses.sent_count == 1
 
 
@@ -375,33 +370,35 @@ def test_any_sender_is_accepted_by_default(ses: SesServer, client: Any) -> None:
     ],
     ids=["malformed", "too-many"],
 )
-def test_invalid_requests_are_bad_requests(ses: SesServer, client: Any, to: list[str], expected: str) -> None:
+def test_invalid_requests_are_bad_requests(
+    ses: SesServer, ses_client: Any, to: list[str], expected: str
+) -> None:
     with pytest.raises(ClientError) as caught:
-        send(client, to=to)
+        send(ses_client, to=to)
     assert caught.value.response["Error"]["Code"] == "BadRequestException"
     assert caught.value.response["ResponseMetadata"]["HTTPStatusCode"] == 400
     assert expected in caught.value.response["Error"]["Message"]
     assert ses.rejections[0].reason == "invalid"
-    send(client, to=[f"r{i}@example.org" for i in range(50)])
+    send(ses_client, to=[f"r{i}@example.org" for i in range(50)])
 
 
 def test_unknown_configuration_set_or_tenant_is_not_found() -> None:
     with SesServer(configuration_sets={"cs"}, tenants={"acme"}) as ses:
-        client = sesv2(ses.url)
-        send(client, ConfigurationSetName="cs", TenantName="acme")
-        send(client)
+        ses_client = sesv2(ses.url)
+        send(ses_client, ConfigurationSetName="cs", TenantName="acme")
+        send(ses_client)
         unknown: list[dict[str, Any]] = [{"ConfigurationSetName": "nope"}, {"TenantName": "nope"}]
         for extra in unknown:
-            with pytest.raises(client.exceptions.NotFoundException):
-                send(client, **extra)
+            with pytest.raises(ses_client.exceptions.NotFoundException):
+                send(ses_client, **extra)
         assert ses.sent_count == 2
 
 
 def test_botocore_max_attempts_means_retries(ses: SesServer) -> None:
     """retries={"max_attempts": 1} is one retry: a throttle is sent twice and may be hidden."""
-    client = sesv2(ses.url, Config(retries={"max_attempts": 1, "mode": "standard"}))
+    ses_client = sesv2(ses.url, Config(retries={"max_attempts": 1, "mode": "standard"}))
     ses.fail_next(1, Faults.TOO_MANY_REQUESTS)
-    send(client)  # the retry succeeded: the caller never saw the throttle
+    send(ses_client)  # the retry succeeded: the caller never saw the throttle
     assert (ses.requests, ses.sent_count) == (2, 1)
 
 
@@ -410,12 +407,12 @@ def test_botocore_max_attempts_means_retries(ses: SesServer) -> None:
 
 def test_rate_enforcement_rejects_the_excess_in_any_second() -> None:
     with SesServer(max_send_rate=5) as ses:
-        client = sesv2(ses.url)
+        ses_client = sesv2(ses.url)
         started = time.monotonic()
-        send(client, to=[f"a{i}@example.org" for i in range(3)])
-        send(client, to=["b1@example.org", "b2@example.org"])  # 5 of 5
+        send(ses_client, to=[f"a{i}@example.org" for i in range(3)])
+        send(ses_client, to=["b1@example.org", "b2@example.org"])  # 5 of 5
         with pytest.raises(ClientError) as caught:
-            send(client, to=["c@example.org"])  # 6 > 5
+            send(ses_client, to=["c@example.org"])  # 6 > 5
         assert time.monotonic() - started < 1.0, "too slow a machine for this test's window"
         assert caught.value.response["Error"]["Code"] == "TooManyRequestsException"
         assert caught.value.response["ResponseMetadata"]["HTTPStatusCode"] == 429
@@ -425,7 +422,7 @@ def test_rate_enforcement_rejects_the_excess_in_any_second() -> None:
 
         first = ses.sent[0].monotonic
         time.sleep(max(0.0, first + 1.0 - time.monotonic()) + 0.01)  # the first mail leaves the window
-        send(client, to=["d@example.org"] * 3)  # the first mail left the window: 2 + 3 fit
+        send(ses_client, to=["d@example.org"] * 3)  # the first mail left the window: 2 + 3 fit
         assert ses.max_in_window(1.0) == 5
         assert ses.max_in_window(10.0) == 8
 
@@ -434,11 +431,11 @@ def test_rate_enforcement_holds_under_concurrent_senders() -> None:
     with SesServer(max_send_rate=10) as ses:
         clients = [sesv2(ses.url) for _ in range(8)]
 
-        def hammer(client: Any) -> None:
+        def hammer(ses_client: Any) -> None:
             deadline = time.monotonic() + 1.5
             while time.monotonic() < deadline:
                 with contextlib.suppress(ClientError):  # throttled: expected
-                    send(client, to=["x@example.org", "y@example.org"])
+                    send(ses_client, to=["x@example.org", "y@example.org"])
 
         threads = [threading.Thread(target=hammer, args=(c,)) for c in clients]
         for thread in threads:
@@ -452,14 +449,14 @@ def test_rate_enforcement_holds_under_concurrent_senders() -> None:
 
 def test_daily_quota_is_enforced_with_the_baseline() -> None:
     with SesServer(max_24_hour_send=10, sent_last_24_hours=7) as ses:
-        client = sesv2(ses.url)
-        send(client, to=["a@example.org", "b@example.org"])  # 9 of 10
+        ses_client = sesv2(ses.url)
+        send(ses_client, to=["a@example.org", "b@example.org"])  # 9 of 10
         with pytest.raises(ClientError) as caught:
-            send(client, to=["c@example.org", "d@example.org"])
+            send(ses_client, to=["c@example.org", "d@example.org"])
         assert caught.value.response["Error"]["Code"] == "LimitExceededException"
-        send(client)  # 10 of 10
+        send(ses_client)  # 10 of 10
         assert ses.sent_last_24_hours() == 10
-        assert client.get_account()["SendQuota"]["SentLast24Hours"] == 10.0
+        assert ses_client.get_account()["SendQuota"]["SentLast24Hours"] == 10.0
         assert [r.reason for r in ses.rejections] == ["daily"]
 
 
@@ -490,10 +487,10 @@ def test_max_in_window_on_a_known_sequence() -> None:
         max_in_window(mails, 0)
 
 
-def test_max_in_window_per_key_on_the_server(ses: SesServer, client: Any) -> None:
-    send(client, to=["a@example.org"] * 3, TenantName="acme")
-    send(client, to=["b@example.org"], TenantName="globex")
-    send(client, to=["c@example.org"] * 2, TenantName="acme")
+def test_max_in_window_per_key_on_the_server(ses: SesServer, ses_client: Any) -> None:
+    send(ses_client, to=["a@example.org"] * 3, TenantName="acme")
+    send(ses_client, to=["b@example.org"], TenantName="globex")
+    send(ses_client, to=["c@example.org"] * 2, TenantName="acme")
     assert ses.max_in_window(60) == 6
     assert ses.max_in_window(60, key=lambda m: m.tenant_name) == 5
     assert ses.max_in_window_by(60, key=lambda m: m.tenant_name) == {"acme": 5, "globex": 1}
@@ -504,9 +501,9 @@ def test_max_in_window_per_key_on_the_server(ses: SesServer, client: Any) -> Non
 
 def test_wait_for_returns_when_the_count_is_reached(ses: SesServer) -> None:
     def later() -> None:
-        client = sesv2(ses.url)
+        ses_client = sesv2(ses.url)
         for _ in range(3):
-            send(client)
+            send(ses_client)
 
     thread = threading.Thread(target=later)
     thread.start()
@@ -515,19 +512,19 @@ def test_wait_for_returns_when_the_count_is_reached(ses: SesServer) -> None:
     assert len(sent) >= 3
 
 
-def test_wait_for_times_out_with_an_assertion_error(ses: SesServer, client: Any) -> None:
-    send(client)
+def test_wait_for_times_out_with_an_assertion_error(ses: SesServer, ses_client: Any) -> None:
+    send(ses_client)
     started = time.monotonic()
     with pytest.raises(AssertionError, match=r"waiting for 2 sent mails: 1 sent"):
         ses.wait_for(2, timeout=0.3)
     assert 0.3 <= time.monotonic() - started < 2
 
 
-def test_wait_for_requests_counts_rejections(ses: SesServer, client: Any) -> None:
+def test_wait_for_requests_counts_rejections(ses: SesServer, ses_client: Any) -> None:
     ses.fail_next(2, Faults.TOO_MANY_REQUESTS)
     for _ in range(2):
         with pytest.raises(ClientError):
-            send(client)
+            send(ses_client)
     ses.wait_for_requests(2, timeout=1)
     with pytest.raises(AssertionError):
         ses.wait_for_requests(3, timeout=0.1)
@@ -539,9 +536,9 @@ def test_concurrent_sends_are_all_recorded(ses: SesServer) -> None:
     lock = threading.Lock()
 
     def worker(n: int) -> None:
-        client = sesv2(ses.url)
+        ses_client = sesv2(ses.url)
         for i in range(per_thread):
-            message_id = send(client, EmailTags=[{"Name": JOB_ID_TAG, "Value": f"{n}-{i}"}])
+            message_id = send(ses_client, EmailTags=[{"Name": JOB_ID_TAG, "Value": f"{n}-{i}"}])
             with lock:
                 ids.append(message_id)
 
@@ -556,16 +553,16 @@ def test_concurrent_sends_are_all_recorded(ses: SesServer) -> None:
     assert [m.monotonic for m in sent] == sorted(m.monotonic for m in sent)
 
 
-def test_reset_forgets_everything(ses: SesServer, client: Any) -> None:
-    send(client)
+def test_reset_forgets_everything(ses: SesServer, ses_client: Any) -> None:
+    send(ses_client)
     ses.fail_next(1, Faults.TOO_MANY_REQUESTS)
     with pytest.raises(ClientError):
-        send(client)
+        send(ses_client)
     ses.fail_next(1, Faults.TOO_MANY_REQUESTS)
     ses.reset()
     assert (ses.sent, ses.rejections, ses.requests) == ([], [], 0)
-    send(client)
-    assert client.get_account()["SendQuota"]["SentLast24Hours"] == 1.0
+    send(ses_client)
+    assert ses_client.get_account()["SendQuota"]["SentLast24Hours"] == 1.0
 
 
 def test_unknown_route_is_an_error(ses: SesServer) -> None:
@@ -581,14 +578,14 @@ def test_unknown_route_is_an_error(ses: SesServer) -> None:
 
 def test_stops_quickly_with_open_connections_and_pending_delays() -> None:
     ses = SesServer().start()
-    client = sesv2(ses.url, ONE_ATTEMPT.merge(Config(read_timeout=30)))
-    send(client)  # leaves a keep-alive connection open
+    ses_client = sesv2(ses.url, ONE_ATTEMPT.merge(Config(read_timeout=30)))
+    send(ses_client)  # leaves a keep-alive connection open
     ses.fail_next(1, Faults.TOO_MANY_REQUESTS.delayed(30))
     errors: list[BaseException] = []
 
     def stuck() -> None:
         try:
-            send(client)
+            send(ses_client)
         except Exception as exc:
             errors.append(exc)
 
@@ -606,11 +603,11 @@ def test_stops_quickly_with_open_connections_and_pending_delays() -> None:
         _ = ses.url
 
 
-def test_quiet(ses: SesServer, client: Any, capfd: pytest.CaptureFixture[str]) -> None:
-    send(client)
+def test_quiet(ses: SesServer, ses_client: Any, capfd: pytest.CaptureFixture[str]) -> None:
+    send(ses_client)
     ses.fail_next(1, Faults.DROP_CONNECTION)
     with pytest.raises(ConnectionClosedError):
-        send(client)
+        send(ses_client)
     ses.stop()
     out, err = capfd.readouterr()
     assert out == "" and err == ""
