@@ -86,7 +86,12 @@ class GroupDecision:
     async def park(
         self, tenant: str, refused: list[Received], retry_after: float, blocked_by: str | None, at_ms: int
     ) -> None:
-        """The refused mails wait in SQS until ``retry_after`` seconds from now."""
+        """The refused mails wait in SQS until ``retry_after`` seconds from now.
+
+        Only the first waits in flight: the rest go straight back to the queue,
+        where FIFO order keeps them behind it. So a throttled tenant holds one
+        message of SQS's 120,000 in-flight limit, not a receive's worth.
+        """
         ctx = self.ctx
         if retry_after < 0:
             # More recipients than a window allows: it can never fit.
@@ -99,6 +104,9 @@ class GroupDecision:
             retry_after = 1.0
         if not refused:
             return
+        for behind in refused[1:]:
+            behind.visibility, behind.retry_at = 0, None
+        refused = refused[:1]
         if blocked_by == "global":
             self.gate.hold(retry_after)
         precise = blocked_by in ("tenant", "global", "share") and retry_after <= PRECISE_WAIT_MAX
@@ -117,9 +125,8 @@ class GroupDecision:
         ttl_ms = int(ctx.settings.dispatcher.inflight_ttl_seconds * 1000)
         await ctx.store.touch_inflight(tenant, at_ms + int(wait * 1000) + ttl_ms)
         log.info(
-            "tenant over quota (%s): %d mails wait %.2fs",
+            "tenant over quota (%s): its next mail waits %.2fs",
             blocked_by,
-            len(refused),
             wait,
             extra={"tenant": tenant},
         )

@@ -1,0 +1,61 @@
+"""A throttled tenant holds one message in flight in SQS, however many it had received.
+
+Each message in flight counts against SQS FIFO's 120,000 in-flight limit;
+in a FIFO group one message in flight already holds the rest back. So the
+sender parks the refused group's head and hands the rest straight back,
+where FIFO order keeps them behind it.
+"""
+
+from __future__ import annotations
+
+import boto3
+
+from mailer import AsyncMailClient
+from mailer.daemon.sender import Received
+from mailer.ops.queue_setup import init_queue
+from mailer.sdk.envelope import encode
+from mailer.sdk.mail import Mail
+from mailer.testing.ses_server import SesServer
+from tests.support.pipeline import quick_settings, sender_only
+
+
+def queue_depth(url: str) -> tuple[int, int]:
+    """(visible, in flight) messages of the queue."""
+    attrs = boto3.client("sqs").get_queue_attributes(
+        QueueUrl=url, AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
+    )["Attributes"]
+    return int(attrs["ApproximateNumberOfMessages"]), int(attrs["ApproximateNumberOfMessagesNotVisible"])
+
+
+async def test_a_throttled_tenant_kept_every_refused_message_in_flight(
+    redis_url: str, ses_env: SesServer
+) -> None:
+    ses = ses_env
+    settings = quick_settings(redis_url, tenant_limits="2/minute")
+    url, _ = init_queue(boto3.client("sqs"), settings)
+    sqs = boto3.client("sqs")
+    async with AsyncMailClient(settings) as client, sender_only(settings, url) as sender:
+        mails = [
+            Mail(sender="app@example.com", to=[f"u{i}@example.org"], subject=f"m{i}", text="t")
+            for i in range(6)
+        ]
+        ids = await client.send_many("noisy", mails)
+        for job_id in ids:
+            record = await sender.store.job(job_id)
+            body = encode(job_id, "noisy", int(record["created_ms"]), record["payload"])
+            sqs.send_message(
+                QueueUrl=url, MessageBody=body, MessageGroupId="noisy", MessageDeduplicationId=job_id
+            )
+        got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, VisibilityTimeout=60)["Messages"]
+        assert len(got) == 6
+        await sender.process([
+            Received(message_id=m["MessageId"], receipt=m["ReceiptHandle"], group="noisy", body=m["Body"])
+            for m in got
+        ])  # fmt: skip
+        throttled = [(await client.status(i)).throttled for i in ids]
+        depth = queue_depth(url)
+    assert ses.sent_count == 2
+    # The first refused mail waits in flight for the quota; the other three are
+    # back in the queue, behind it in their group.
+    assert depth == (3, 1)
+    assert throttled == [0, 0, 1, 0, 0, 0]
