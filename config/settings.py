@@ -16,7 +16,16 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -114,6 +123,18 @@ class Settings(BaseSettings):
     )
 
     redis_url: str = "redis://127.0.0.1:6379/0"
+    """One server; with ``redis_cluster``: any node; with ``redis_sentinels``: only the
+    credentials, database and TLS (``rediss://``) of the data nodes (Sentinel names the host)."""
+    redis_cluster: bool = False
+    """A Redis Cluster (or ElastiCache cluster mode enabled): ``redis_url`` names any node."""
+    redis_sentinels: str | None = None
+    """``host:port,host:port``: the master is found through these sentinels."""
+    redis_sentinel_master: str | None = None
+    """The name the sentinels monitor the master under."""
+    redis_sentinel_password: SecretStr | None = None
+    """The sentinels' own password (``requirepass`` in sentinel.conf), if they have one."""
+    redis_sentinel_tls: bool = False
+    """Talk to the sentinels over TLS (the data nodes: ``rediss://`` in ``redis_url``)."""
     key_prefix: str = Field(default="fairpost", pattern=r"^[A-Za-z0-9:._-]{1,64}$")
     queue_name: str = "fairpost-mail.fifo"
     config_file: Path | None = None
@@ -181,6 +202,42 @@ class Settings(BaseSettings):
             raise ValueError("must be a redis://, rediss:// or unix:// URL")
         return value
 
+    @field_validator("redis_sentinels")
+    @classmethod
+    def _sentinel_list(cls, value: str | None) -> str | None:
+        if value is not None and not _parse_addresses(value):
+            raise ValueError(
+                "must be host:port pairs separated by commas (sentinel-1:26379,sentinel-2:26379)"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _one_topology(self) -> Settings:
+        """Bad combinations of the Redis topology settings, naming every variable involved."""
+        url, cluster, sentinels = "FAIRPOST_REDIS_URL", "FAIRPOST_REDIS_CLUSTER", "FAIRPOST_REDIS_SENTINELS"
+        master = "FAIRPOST_REDIS_SENTINEL_MASTER"
+        scheme = urlsplit(self.redis_url).scheme
+        problem: tuple[str, str] | None = None
+        if self.redis_cluster and self.redis_sentinels:
+            problem = (f"{cluster}, {sentinels}", "a cluster or Sentinel, not both")
+        elif bool(self.redis_sentinels) != bool(self.redis_sentinel_master):
+            problem = (f"{sentinels}, {master}", "are set together: the sentinels and the master name")
+        elif not self.redis_sentinels and (self.redis_sentinel_password or self.redis_sentinel_tls):
+            problem = (
+                f"FAIRPOST_REDIS_SENTINEL_PASSWORD, FAIRPOST_REDIS_SENTINEL_TLS, {sentinels}",
+                "sentinel password and TLS apply only with sentinels",
+            )
+        elif (self.redis_cluster or self.redis_sentinels) and scheme == "unix":
+            problem = (
+                f"{url}, {cluster if self.redis_cluster else sentinels}",
+                "a unix:// socket is one server",
+            )
+        elif self.redis_cluster and urlsplit(self.redis_url).path.strip("/") not in ("", "0"):
+            problem = (f"{url}, {cluster}", "a cluster has only database 0")
+        if problem is not None:
+            raise PydanticCustomError("topology", "{rule}", {"variables": problem[0], "rule": problem[1]})
+        return self
+
     @classmethod
     def settings_customise_sources(
         cls,
@@ -232,6 +289,10 @@ class Settings(BaseSettings):
             + self.sender.backoff_max_seconds
         )
 
+    def sentinel_addresses(self) -> list[tuple[str, int]]:
+        """``redis_sentinels`` as (host, port) pairs; empty without sentinels."""
+        return _parse_addresses(self.redis_sentinels or "")
+
     def redacted(self) -> dict[str, Any]:
         """The effective settings, safe to print: passwords masked."""
         data = self.model_dump(mode="json")
@@ -240,6 +301,17 @@ class Settings(BaseSettings):
 
 
 _NO_OVERRIDES = TenantSettings()
+
+
+def _parse_addresses(text: str) -> list[tuple[str, int]]:
+    """``"a:26379, b:26379"`` -> [("a", 26379), ("b", 26379)]; [] if any part is malformed."""
+    out = []
+    for part in text.split(","):
+        host, _, port = part.strip().rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            return []
+        out.append((host.strip("[]"), int(port)))
+    return out
 
 
 class _TomlFileSource(PydanticBaseSettingsSource):
@@ -291,10 +363,12 @@ def load_settings(**overrides: Any) -> Settings:
         name = ENV_PREFIX + field.group(1).upper() if field else ENV_PREFIX + "*"
         raise ConfigError([(name, 'is not valid JSON (a table such as {"acme": {"weight": 2}})')]) from None
     except ValidationError as exc:
-        raise ConfigError([(_variable_name(err["loc"]), _rule(err)) for err in exc.errors()]) from None
+        raise ConfigError([(_variable_name(err["loc"], err), _rule(err)) for err in exc.errors()]) from None
 
 
-def _variable_name(loc: tuple[int | str, ...]) -> str:
+def _variable_name(loc: tuple[int | str, ...], err: Any = None) -> str:
+    if not loc and err is not None and "variables" in err.get("ctx", {}):
+        return str(err["ctx"]["variables"])  # a check across settings names them all
     return ENV_PREFIX + "__".join(str(part) for part in loc).upper()
 
 

@@ -104,11 +104,12 @@ def cmd_stats(args: argparse.Namespace, settings: Settings) -> int:
     import redis
     import redis.asyncio
 
+    from dispatcher.connect import async_redis_client
     from dispatcher.keys import Keys
     from mailer.ops.stats import collect_stats, render_table, render_text
 
     async def run() -> None:
-        client = redis.asyncio.Redis.from_url(settings.redis_url)
+        client = async_redis_client(settings)
         keys = Keys(settings.key_prefix)
         try:
             stats = await collect_stats(client, keys, settings, tenants=args.tenant)

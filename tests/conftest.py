@@ -21,6 +21,7 @@ from mailer import AsyncMailClient, MailClient
 from mailer.testing.localstack import LocalStackServer, localstack_server
 from mailer.testing.services import MotoServer, RedisServer, moto_server, redis_server
 from mailer.testing.ses_server import SesServer
+from tests.support.topologies import Cluster, SentinelGroup, redis_cluster, redis_sentinel
 
 
 @pytest.fixture(scope="session")
@@ -35,6 +36,41 @@ def redis_url(redis_srv: RedisServer) -> Iterator[str]:
     client.flushall()
     client.close()
     yield redis_srv.url()
+
+
+@pytest.fixture(scope="session")
+def cluster_srv() -> Iterator[Cluster]:
+    """A 6-node Redis Cluster, started once, on first use (tests marked ``cluster``)."""
+    with redis_cluster() as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="session")
+def sentinel_srv() -> Iterator[SentinelGroup]:
+    """A master, a replica and three sentinels, started once, on first use (``sentinel``)."""
+    with redis_sentinel() as group:
+        yield group
+
+
+@pytest.fixture(
+    params=[
+        pytest.param("cluster", marks=pytest.mark.cluster),
+        pytest.param("sentinel", marks=pytest.mark.sentinel),
+    ]
+)
+def topology(request: pytest.FixtureRequest) -> dict[str, object]:
+    """The settings that point fairpost at a flushed replicated topology, one per param."""
+    if request.param == "cluster":
+        cluster: Cluster = request.getfixturevalue("cluster_srv")
+        cluster.flush()
+        return {"redis_url": cluster.url, "redis_cluster": True}
+    group: SentinelGroup = request.getfixturevalue("sentinel_srv")
+    group.flush()
+    return {
+        "redis_url": "redis://fairpost-master/0",  # Sentinel names the host
+        "redis_sentinels": group.sentinel_addresses,
+        "redis_sentinel_master": "fairpost",
+    }
 
 
 @pytest.fixture

@@ -27,6 +27,7 @@ import redis.asyncio
 
 from config import Settings
 from config.limits import Limits
+from dispatcher.connect import async_redis_client
 from dispatcher.keys import Keys
 from dispatcher.runner import Dispatcher
 from dispatcher.store import JobStore, store_limits
@@ -65,7 +66,7 @@ async def run_daemon(settings: Settings, role: Role = "all") -> int:
 
     for sig in signals:
         loop.add_signal_handler(sig, on_signal)
-    client = redis.asyncio.Redis.from_url(settings.redis_url)
+    client = async_redis_client(settings)
     try:
         return await _run(settings, role, client, stop)
     finally:

@@ -33,6 +33,7 @@ import redis
 import redis.asyncio
 
 from config import Settings
+from dispatcher.connect import redis_client
 from dispatcher.keys import Keys
 
 __all__ = [
@@ -167,7 +168,7 @@ class Heartbeat:
 def check_heartbeat(settings: Settings, replica: str | None = None, *, timeout: float = 3.0) -> Health:
     """Alive if the replica's heartbeat key exists (it expires unless renewed)."""
     name = replica or replica_name(settings)
-    client = redis.Redis.from_url(settings.redis_url, socket_timeout=timeout, socket_connect_timeout=timeout)
+    client = redis_client(settings, socket_timeout=timeout, socket_connect_timeout=timeout)
     try:
         raw = client.get(Keys(settings.key_prefix).heartbeat(name))
     except (redis.RedisError, OSError) as exc:

@@ -25,6 +25,7 @@ import redis.asyncio
 from rich.console import Console
 
 from config import Settings
+from dispatcher.connect import async_redis_client, redis_client
 from dispatcher.keys import Keys
 from mailer.demo.load import SENDER_DOMAIN, generate_load
 from mailer.demo.monitor import JobBook, snapshot
@@ -235,7 +236,7 @@ def _undo(backends: Backends, settings: Settings) -> None:
         with contextlib.suppress(Exception), contextlib.closing(backends.boto3_client("sqs")) as sqs:
             sqs.delete_queue(QueueUrl=sqs.get_queue_url(QueueName=settings.queue_name)["QueueUrl"])
     if not backends.private_redis:
-        with contextlib.suppress(redis.RedisError), redis.Redis.from_url(settings.redis_url) as client:
+        with contextlib.suppress(redis.RedisError), redis_client(settings) as client:
             keys = list(client.scan_iter(match=Keys(settings.key_prefix).root + "*", count=1000))
             for start in range(0, len(keys), 500):
                 client.delete(*keys[start : start + 500])
@@ -288,7 +289,7 @@ class Demo:
             signal.signal(signal.SIGTERM, signal.default_int_handler)
 
     async def _run(self) -> int:
-        client = redis.asyncio.Redis.from_url(self.settings.redis_url)
+        client = async_redis_client(self.settings)
         try:
             return await self._with_replicas(client)
         finally:

@@ -35,6 +35,7 @@ import redis.asyncio
 from config import ConfigError, Settings, load_settings
 from config.limits import Limits, Window, format_limits, parse_limits
 from config.tenant_id import TENANT_ID_RULE, is_valid_tenant_id
+from dispatcher import connect
 from dispatcher.keys import Keys
 from dispatcher.scripts import lua_source
 from dispatcher.store import ScriptCalls, store_limits
@@ -318,7 +319,7 @@ class QuotaAdmin:
     def __init__(self, settings: Settings | None = None, *, redis_client: redis.Redis | None = None) -> None:
         self.settings = settings or load_settings()
         self._owns_redis = redis_client is None
-        self._redis = redis_client or redis.Redis.from_url(self.settings.redis_url)
+        self._redis = redis_client or connect.redis_client(self.settings)
         self.keys = Keys(self.settings.key_prefix)
         self._calls = ScriptCalls(self.keys, store_limits(self.settings))
         self._resume = self._redis.register_script(

@@ -17,6 +17,7 @@ import redis.asyncio
 
 from config import Settings, load_settings
 from config.limits import budget_exceeded
+from dispatcher import connect
 from dispatcher.jobs import check_priority
 from dispatcher.keys import Keys
 from dispatcher.lifecycle import Lifecycle, SyncLifecycle
@@ -100,7 +101,7 @@ class MailClient:
     def __init__(self, settings: Settings | None = None, *, redis_client: redis.Redis | None = None) -> None:
         self.settings = settings or load_settings()
         self._owns_redis = redis_client is None
-        self._redis = redis_client or redis.Redis.from_url(self.settings.redis_url)
+        self._redis = redis_client or connect.redis_client(self.settings)
         self._store = SyncJobStore(self._redis, Keys(self.settings.key_prefix), store_limits(self.settings))
         self._lifecycle = SyncLifecycle(self._redis, self._store.keys, store_limits(self.settings))
 
@@ -202,7 +203,7 @@ class AsyncMailClient:
     ) -> None:
         self.settings = settings or load_settings()
         self._owns_redis = redis_client is None
-        self._redis = redis_client or redis.asyncio.Redis.from_url(self.settings.redis_url)
+        self._redis = redis_client or connect.async_redis_client(self.settings)
         self._store = JobStore(self._redis, Keys(self.settings.key_prefix), store_limits(self.settings))
         self._lifecycle = Lifecycle(self._redis, self._store.keys, self._store.limits)
 

@@ -23,6 +23,7 @@ from typing import Any, Self
 import redis
 
 from config import Settings, load_settings
+from dispatcher import connect
 from dispatcher.errors import NotReplayable, UnknownJob
 from dispatcher.keys import Keys
 from dispatcher.lifecycle import SyncLifecycle
@@ -92,7 +93,7 @@ class DeadLetters:
     def __init__(self, settings: Settings | None = None, *, redis_client: redis.Redis | None = None) -> None:
         self.settings = settings or load_settings()
         self._owns_redis = redis_client is None
-        self._redis = redis_client or redis.Redis.from_url(self.settings.redis_url)
+        self._redis = redis_client or connect.redis_client(self.settings)
         self.keys = Keys(self.settings.key_prefix)
         self._lifecycle = SyncLifecycle(self._redis, self.keys, store_limits(self.settings))
 

@@ -399,3 +399,52 @@ def test_check_config_as_a_real_command() -> None:
     assert good.returncode == 0, good.stderr
     assert SECRET not in good.stdout + good.stderr
     assert json.loads(good.stdout)["redis_url"] == "redis://:***@redis.internal:6379/0"
+
+
+# -- the Redis topology ------------------------------------------------------------
+
+
+_SENTINELS, _MASTER = "FAIRPOST_REDIS_SENTINELS", "FAIRPOST_REDIS_SENTINEL_MASTER"
+
+
+@pytest.mark.parametrize(
+    ("env", "named"),
+    [
+        (
+            {"FAIRPOST_REDIS_CLUSTER": "true", "FAIRPOST_REDIS_SENTINELS": "s1:26379",
+             "FAIRPOST_REDIS_SENTINEL_MASTER": "m"},
+            ["FAIRPOST_REDIS_CLUSTER", "FAIRPOST_REDIS_SENTINELS"],
+        ),
+        ({_SENTINELS: "s1:26379"}, [_SENTINELS, _MASTER]),
+        ({_MASTER: "m"}, [_SENTINELS, _MASTER]),
+        ({"FAIRPOST_REDIS_SENTINEL_PASSWORD": "x"}, ["FAIRPOST_REDIS_SENTINEL_PASSWORD", _SENTINELS]),
+        (
+            {"FAIRPOST_REDIS_CLUSTER": "true", "FAIRPOST_REDIS_URL": "unix:///run/redis.sock"},
+            ["FAIRPOST_REDIS_URL", "FAIRPOST_REDIS_CLUSTER"],
+        ),
+        (
+            {"FAIRPOST_REDIS_CLUSTER": "true", "FAIRPOST_REDIS_URL": "redis://node-1:6379/3"},
+            ["FAIRPOST_REDIS_URL", "FAIRPOST_REDIS_CLUSTER"],
+        ),
+        ({_SENTINELS: "s1", _MASTER: "m"}, [_SENTINELS]),
+    ],
+)  # fmt: skip
+def test_bad_redis_topology_names_every_variable_involved(
+    monkeypatch: pytest.MonkeyPatch, env: dict[str, str], named: list[str]
+) -> None:
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    [(names, rule)] = config_error().problems
+    assert all(name in names for name in named), (names, rule)
+
+
+def test_redis_topologies_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert load_settings(
+        redis_cluster=True, redis_url="rediss://:pw@cfg.cache.amazonaws.com:6379"
+    ).redis_cluster
+    monkeypatch.setenv("FAIRPOST_REDIS_SENTINELS", "s1:26379, [::1]:26380")
+    monkeypatch.setenv("FAIRPOST_REDIS_SENTINEL_MASTER", "mymaster")
+    monkeypatch.setenv("FAIRPOST_REDIS_SENTINEL_PASSWORD", SECRET)
+    settings = load_settings()
+    assert settings.sentinel_addresses() == [("s1", 26379), ("::1", 26380)]
+    assert SECRET not in json.dumps(settings.redacted())

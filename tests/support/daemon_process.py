@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import redis
-
+from config import Settings, load_settings
+from dispatcher.connect import redis_client
 from dispatcher.keys import Keys
 from mailer.testing.wait import wait_for
 
@@ -102,7 +102,7 @@ def daemon_process(
     daemon = DaemonProcess(process, log_path, replica, http_port)
     try:
         if wait_ready:
-            client = redis.Redis.from_url(full_env["FAIRPOST_REDIS_URL"])
+            client = redis_client(_redis_settings(full_env))
             key = Keys(full_env.get("FAIRPOST_KEY_PREFIX", "fairpost")).heartbeat(replica)
             try:
                 wait_for(
@@ -119,3 +119,14 @@ def daemon_process(
         if process.poll() is None:
             os.kill(process.pid, signal.SIGKILL)
             process.wait(timeout=10)
+
+
+def _redis_settings(env: Mapping[str, str]) -> Settings:
+    """The Redis topology the daemon's environment names (any topology)."""
+    prefix = "FAIRPOST_"
+    topology = {
+        name[len(prefix) :].lower(): value
+        for name, value in env.items()
+        if name.startswith(prefix + "REDIS_") or name == prefix + "KEY_PREFIX"
+    }
+    return load_settings(**topology)

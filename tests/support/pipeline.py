@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import boto3
-import redis.asyncio
 
 from config import Settings, load_settings
+from dispatcher.connect import async_redis_client
 from dispatcher.keys import Keys
 from dispatcher.runner import Dispatcher
 from dispatcher.store import JobStore, store_limits
@@ -72,7 +72,7 @@ async def pipeline(
 ) -> AsyncIterator[Running]:
     """Dispatcher and sender running until the block ends; then a clean shutdown."""
     url, _ = init_queue(boto3.client("sqs"), settings)
-    client = redis.asyncio.Redis.from_url(settings.redis_url)
+    client = async_redis_client(settings)
     keys = Keys(settings.key_prefix)
     store = JobStore(client, keys, store_limits(settings))
     await publish_tenant_settings(store, settings)
@@ -105,7 +105,7 @@ async def sender_only(
     settings: Settings, queue_url: str, *, limits: LimitSource | None = None
 ) -> AsyncIterator[Sender]:
     """A sender whose loop does not run: the test hands it received messages itself."""
-    client = redis.asyncio.Redis.from_url(settings.redis_url)
+    client = async_redis_client(settings)
     keys = Keys(settings.key_prefix)
     store = JobStore(client, keys, store_limits(settings))
     aws = session()

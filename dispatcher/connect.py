@@ -1,0 +1,266 @@
+"""Redis clients for every topology, chosen by the settings: the one place a client is built.
+
+- ``FAIRPOST_REDIS_URL`` alone: one server.
+- ``FAIRPOST_REDIS_SENTINELS`` + ``FAIRPOST_REDIS_SENTINEL_MASTER``: the master is
+  asked of Sentinel on every new connection, so a failover is followed (redis-py's
+  Sentinel pool; a demoted master's ``READONLY`` answer drops the connection).
+- ``FAIRPOST_REDIS_CLUSTER=true``: a redis-py cluster client (``RedisCluster``)
+  follows the topology from any node, and the connections go to the master of
+  the one slot all of fairpost's keys hash to (they share the ``{prefix}`` tag).
+
+Both replicated topologies hand back a plain ``Redis`` whose connection pool
+finds the master, in the way redis-py's ``Sentinel.master_for`` does: scripts,
+pipelines of scripts (which redis-py's cluster pipeline refuses), ``MULTI``,
+``BLPOP``, ``TIME`` and ``WAIT`` all go to the node that holds fairpost's data,
+and the rest of the code needs no cluster-specific path. A ``MOVED`` or
+``CLUSTERDOWN`` answer (the slot changed hands, a failover under way) drops the
+connection and is raised as a ``ConnectionError``: the command did not run, and
+the next connection asks the cluster again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from typing import Any
+
+import redis
+import redis.asyncio
+import redis.asyncio.cluster
+import redis.asyncio.connection
+import redis.asyncio.sentinel
+import redis.cluster
+import redis.connection
+import redis.sentinel
+from redis.crc import key_slot
+from redis.exceptions import AskError, ClusterDownError, ConnectionError, TryAgainError
+
+from config import Settings
+from dispatcher.keys import Keys
+
+__all__ = ["async_redis_client", "redis_client", "slot_of"]
+
+# Answers that mean "not here (now)": the command did not run.
+_ELSEWHERE = (AskError, ClusterDownError, TryAgainError)
+
+
+def slot_of(settings: Settings) -> int:
+    """The cluster slot of every fairpost key (they share the ``{prefix}`` hash tag)."""
+    return key_slot(Keys(settings.key_prefix).root.encode())
+
+
+def redis_client(settings: Settings, **options: Any) -> redis.Redis:
+    """A blocking client for the topology the settings name (``options``: socket timeouts...)."""
+    if settings.redis_cluster:
+        return redis.Redis.from_pool(_SyncSlotPool(settings, **options))
+    if settings.redis_sentinels:
+        sentinel = redis.sentinel.Sentinel(  # type: ignore[no-untyped-call]
+            _sentinel_addresses(settings),
+            sentinel_kwargs=_sentinel_kwargs(settings, options),
+            **_node_kwargs(settings),
+            **options,
+        )
+        master: redis.Redis = sentinel.master_for(  # type: ignore[no-untyped-call]
+            _master_name(settings), connection_pool_class=_SyncSentinelPool
+        )
+        return master
+    return redis.Redis.from_url(settings.redis_url, **options)
+
+
+def async_redis_client(settings: Settings, **options: Any) -> redis.asyncio.Redis:
+    """An asyncio client for the topology the settings name."""
+    if settings.redis_cluster:
+        return redis.asyncio.Redis.from_pool(_AsyncSlotPool(settings, **options))
+    if settings.redis_sentinels:
+        sentinel = redis.asyncio.sentinel.Sentinel(  # type: ignore[no-untyped-call]
+            _sentinel_addresses(settings),
+            sentinel_kwargs=_sentinel_kwargs(settings, options),
+            **_node_kwargs(settings),
+            **options,
+        )
+        async_master: redis.asyncio.Redis = sentinel.master_for(
+            _master_name(settings), connection_pool_class=_AsyncSentinelPool
+        )
+        return async_master
+    return redis.asyncio.Redis.from_url(settings.redis_url, **options)
+
+
+# -- settings to redis-py arguments ---------------------------------------------
+
+
+def _node_kwargs(settings: Settings) -> dict[str, Any]:
+    """What ``FAIRPOST_REDIS_URL`` says of the data nodes beside their address:
+    credentials, database, TLS (``rediss://``) and any query options."""
+    kwargs: dict[str, Any] = redis.connection.parse_url(settings.redis_url)  # type: ignore[no-untyped-call]
+    kwargs.pop("host", None)
+    kwargs.pop("port", None)
+    if kwargs.pop("connection_class", None) is redis.connection.SSLConnection:
+        kwargs["ssl"] = True
+    return kwargs
+
+
+def _sentinel_addresses(settings: Settings) -> list[tuple[str, int]]:
+    addresses = settings.sentinel_addresses()
+    assert addresses, "settings validation guarantees sentinels here"
+    return addresses
+
+
+def _master_name(settings: Settings) -> str:
+    assert settings.redis_sentinel_master is not None
+    return settings.redis_sentinel_master
+
+
+def _sentinel_kwargs(settings: Settings, options: dict[str, Any]) -> dict[str, Any]:
+    kwargs: dict[str, Any] = dict(options)
+    if settings.redis_sentinel_password is not None:
+        kwargs["password"] = settings.redis_sentinel_password.get_secret_value()
+    if settings.redis_sentinel_tls:
+        kwargs["ssl"] = True
+    return kwargs
+
+
+# -- Sentinel: redis-py's pools, closing the sentinel connections with the client ---
+
+
+class _SyncSentinelPool(redis.sentinel.SentinelConnectionPool):
+    def close(self) -> None:
+        super().close()
+        for sentinel in self.sentinel_manager.sentinels:
+            sentinel.close()
+
+
+class _AsyncSentinelPool(redis.asyncio.sentinel.SentinelConnectionPool):
+    async def aclose(self) -> None:
+        await super().aclose()
+        for sentinel in self.sentinel_manager.sentinels:
+            await sentinel.aclose()
+
+
+# -- Cluster: connections to the master of fairpost's slot ------------------------
+
+
+def _cluster_kwargs(settings: Settings, options: dict[str, Any]) -> dict[str, Any]:
+    kwargs = _node_kwargs(settings)
+    kwargs.pop("db", None)  # a cluster has only database 0 (settings check it)
+    kwargs.update(options)
+    return kwargs
+
+
+def _moved_to_connection_error(exc: Exception) -> ConnectionError:
+    return ConnectionError(f"fairpost's slot is not served here now ({type(exc).__name__}: {exc})")
+
+
+class _SyncSlotConnection(redis.connection.Connection):
+    def __init__(self, **kwargs: Any) -> None:
+        self.slot_pool: _SyncSlotPool = kwargs.pop("slot_pool")
+        super().__init__(**kwargs)  # type: ignore[no-untyped-call]
+
+    def connect(self) -> None:
+        self.retry.call_with_retry(self._connect_to_slot_master, lambda error: None)
+
+    def _connect_to_slot_master(self) -> None:
+        if self._sock:
+            return
+        self.host, self.port = self.slot_pool.slot_master()
+        self.connect_check_health(check_health=False, retry_socket_connect=False)
+
+    def read_response(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().read_response(*args, **kwargs)
+        except _ELSEWHERE as exc:
+            self.disconnect()  # type: ignore[no-untyped-call]
+            raise _moved_to_connection_error(exc) from exc
+
+
+class _SyncSlotSSLConnection(_SyncSlotConnection, redis.connection.SSLConnection):
+    pass
+
+
+class _SyncSlotPool(redis.ConnectionPool):
+    """Connections to whichever node is master of fairpost's slot, asked of the cluster."""
+
+    def __init__(self, settings: Settings, **options: Any) -> None:
+        kwargs = _cluster_kwargs(settings, options)
+        ssl = kwargs.pop("ssl", False)
+        self._cluster_options = dict(options)  # the cluster client reads the URL itself
+        self._url = settings.redis_url
+        self._slot = slot_of(settings)
+        self._cluster: redis.cluster.RedisCluster | None = None
+        kwargs["connection_class"] = _SyncSlotSSLConnection if ssl else _SyncSlotConnection
+        super().__init__(**kwargs)
+        self.connection_kwargs["slot_pool"] = weakref.proxy(self)
+
+    def slot_master(self) -> tuple[str, int]:
+        """Ask the cluster afresh: a new connection is made after a failure, when
+        the slot may have moved."""
+        if self._cluster is None:
+            self._cluster = redis.cluster.RedisCluster.from_url(self._url, **self._cluster_options)
+        else:
+            self._cluster.nodes_manager.initialize()
+        node = self._cluster.nodes_manager.get_node_from_slot(self._slot)
+        return str(node.host), int(node.port)
+
+    def close(self) -> None:
+        super().close()
+        if self._cluster is not None:
+            self._cluster.close()
+            self._cluster = None
+
+
+class _AsyncSlotConnection(redis.asyncio.connection.Connection):
+    def __init__(self, **kwargs: Any) -> None:
+        self.slot_pool: _AsyncSlotPool = kwargs.pop("slot_pool")
+        super().__init__(**kwargs)
+
+    async def connect(self) -> None:
+        await self.retry.call_with_retry(self._connect_to_slot_master, lambda error: asyncio.sleep(0))
+
+    async def _connect_to_slot_master(self) -> None:
+        if self._reader:
+            return
+        self.host, self.port = await self.slot_pool.slot_master()
+        await self.connect_check_health(check_health=False, retry_socket_connect=False)
+
+    async def read_response(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await super().read_response(*args, **kwargs)
+        except _ELSEWHERE as exc:
+            await self.disconnect()
+            raise _moved_to_connection_error(exc) from exc
+
+
+class _AsyncSlotSSLConnection(_AsyncSlotConnection, redis.asyncio.connection.SSLConnection):
+    pass
+
+
+class _AsyncSlotPool(redis.asyncio.ConnectionPool):
+    def __init__(self, settings: Settings, **options: Any) -> None:
+        kwargs = _cluster_kwargs(settings, options)
+        ssl = kwargs.pop("ssl", False)
+        self._cluster_options = dict(options)  # the cluster client reads the URL itself
+        self._url = settings.redis_url
+        self._slot = slot_of(settings)
+        self._cluster: redis.asyncio.cluster.RedisCluster | None = None
+        self._asking = asyncio.Lock()
+        kwargs["connection_class"] = _AsyncSlotSSLConnection if ssl else _AsyncSlotConnection
+        super().__init__(**kwargs)
+        self.connection_kwargs["slot_pool"] = weakref.proxy(self)
+
+    async def slot_master(self) -> tuple[str, int]:
+        # One question at a time: after a failover every connection asks at once.
+        async with self._asking:
+            if self._cluster is None:
+                self._cluster = redis.asyncio.cluster.RedisCluster.from_url(
+                    self._url, **self._cluster_options
+                )
+                await self._cluster.initialize()
+            else:
+                await self._cluster.nodes_manager.initialize()
+            node = self._cluster.nodes_manager.get_node_from_slot(self._slot)
+            return str(node.host), int(node.port)
+
+    async def aclose(self) -> None:
+        await super().aclose()
+        if self._cluster is not None:
+            await self._cluster.aclose()
+            self._cluster = None
