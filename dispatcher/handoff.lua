@@ -1,5 +1,6 @@
 -- Jobs were handed to their downstream (SQS): end their leases, keep their
--- in-flight slots until they finish (or, as a floor, for a TTL), and index
+-- in-flight slots until they finish (or, as a floor, for a TTL from now, never
+-- shortening one the sender already kept longer), and index
 -- them by when they count as stranded unless they show progress first.
 -- KEYS[1] leases (zset), KEYS[2] dispatched jobs (zset: job id -> stranded at ms)
 -- ARGV[1] job key prefix, ARGV[2] queue key prefix, ARGV[3] in-flight key prefix,
@@ -24,7 +25,9 @@ for i = 6, #ARGV do
     end
     if state == 'queued' or state == 'claimed' then
       redis.call('HSET', job_key, 'state', 'dispatched', 'dispatched_ms', now)
-      redis.call('ZADD', inflight_prefix .. tenant, expiry, job_id)
+      -- GT: the sender may have parked the message (touch.lua) before this
+      -- hand-off was recorded; its longer expiry stands.
+      redis.call('ZADD', inflight_prefix .. tenant, 'GT', expiry, job_id)
       redis.call('ZADD', dispatched, stranded_at, job_id)
     end
   end

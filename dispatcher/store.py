@@ -121,6 +121,7 @@ class JobStore:
         self._finish = client.register_script(_script_source("finish"))
         self._handoff = client.register_script(lua_source("dispatcher", "handoff"))
         self._touch = client.register_script(lua_source("dispatcher", "touch"))
+        self._keep = client.register_script(lua_source("dispatcher", "keep"))
         self._renew = client.register_script(lua_source("dispatcher", "renew"))
         self._send_claim = client.register_script(lua_source("dispatcher", "send_claim"))
         self._dead_letter = client.register_script(lua_source("dispatcher", "dead_letter"))
@@ -254,6 +255,19 @@ class JobStore:
         """Keep the tenant's in-flight slots while its mail waits in SQS for its quota."""
         margin = self.limits.stranded_after_ms - self.limits.inflight_ttl_ms
         await self._touch(keys=[self.keys.inflight(tenant), self.keys.dispatched()], args=[until_ms, margin])
+
+    async def keep_inflight(self, keep_ms: int, due_ms: int, offset: int, page: int) -> tuple[int, int, int]:
+        """Renew, to ``keep_ms`` from now, the live in-flight slots of tenants whose
+        earliest slot expires within ``due_ms``: their mail waits in SQS while no
+        sender receives (mailer/daemon/slots.py). One page of tenants from
+        ``offset``; returns (tenants visited, of them still due, slots kept)."""
+        margin = self.limits.stranded_after_ms - self.limits.inflight_ttl_ms
+        reply = await self._keep(
+            keys=[self.keys.expiring(), self.keys.dispatched()],
+            args=[self.keys.inflight_prefix(), keep_ms, due_ms, margin, offset, page],
+        )
+        visited, stayed, kept = (int(v) for v in reply)
+        return visited, stayed, kept
 
     async def wait_for_work(self, seconds: float) -> bool:
         """Block on Redis until something may be claimable, or ``seconds`` pass."""

@@ -11,6 +11,7 @@ The background tasks, each named and watched: ``dispatcher``, ``sender``,
 ``reconciler`` (dispatched jobs SQS lost, :mod:`mailer.daemon.reconcile`),
 ``overrides`` (live quota overrides, :mod:`mailer.quota.overrides`),
 ``ses-account`` (``FAIRPOST_GLOBAL_LIMITS=auto``, :mod:`mailer.daemon.ses_account`),
+``slots`` (in-flight slots kept while the sender's gate is closed, :mod:`mailer.daemon.slots`),
 ``heartbeat`` (:mod:`mailer.daemon.health`) and ``http`` (``/metrics``,
 ``/healthz``, ``/readyz`` on ``FAIRPOST_HTTP_PORT``, :mod:`mailer.daemon.http`).
 """
@@ -39,6 +40,7 @@ from mailer.daemon.metrics import Metrics, TenantLabels
 from mailer.daemon.reconcile import Reconciler
 from mailer.daemon.sender import Sender
 from mailer.daemon.ses_account import SesAccountLimits, limits_rose
+from mailer.daemon.slots import SlotKeeper
 from mailer.ops.stats import collect_stats
 from mailer.quota.engine import QuotaEngine
 from mailer.quota.overrides import OverrideCache, Overrides, changed_scopes
@@ -157,6 +159,9 @@ async def _run(settings: Settings, role: Role, client: redis.asyncio.Redis, stop
                 metrics=metrics,
             )
             tasks["sender"] = asyncio.create_task(sender.run(stop), name="sender")
+            # While the sender's gate is closed, mail waiting in SQS keeps its slots.
+            keeper = SlotKeeper(store, quota, overrides, ttl_ms=store.limits.inflight_ttl_ms)
+            tasks["slots"] = asyncio.create_task(keeper.run(stop), name="slots")
         if settings.http_port is not None:
 
             def alive() -> Check:

@@ -1,0 +1,188 @@
+"""In-flight slots last as long as their messages may wait in SQS (issue 12, item 4).
+
+Real dispatcher scripts on a real redis-server, with a short in-flight TTL. A
+slot lapsing while its message still waits in SQS lets the dispatcher hand
+another cap's worth of the tenant's backlog to SQS.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+import redis.asyncio
+
+from config.limits import Limits, Window
+from dispatcher.keys import Keys
+from dispatcher.store import JobStore, NewJob, StoreLimits
+from mailer.daemon.slots import SlotKeeper
+from mailer.quota.engine import QuotaEngine
+from mailer.testing.wait import wait_for_async
+
+KEYS = Keys("slots")
+TTL_MS = 1_500
+DAY_LIMITS: Limits = (Window(1, 100), Window(86400, 10))
+
+
+class Limited:
+    """The global limits the keeper sees (a LimitSource with only what it reads)."""
+
+    def __init__(self, windows: Limits) -> None:
+        self.windows = windows
+
+    def global_limits(self) -> Limits:
+        return self.windows
+
+    def limits_for(self, tenant: str) -> Limits:
+        return ()
+
+    def is_paused(self, tenant: str) -> bool:
+        return False
+
+
+@pytest.fixture
+async def aredis(redis_url: str) -> AsyncIterator[redis.asyncio.Redis]:
+    client = redis.asyncio.Redis.from_url(redis_url)
+    yield client
+    await client.aclose()
+
+
+def make_store(client: redis.asyncio.Redis) -> JobStore:
+    limits = StoreLimits(
+        default_cap=2, lease_ms=1_000, inflight_ttl_ms=TTL_MS, stranded_after_ms=TTL_MS * 100
+    )
+    return JobStore(client, KEYS, limits)
+
+
+async def hand_off_cap(store: JobStore, tenant: str = "acme", backlog: int = 6) -> list[str]:
+    """The tenant's backlog waits in Redis; a cap's worth (2) goes to SQS."""
+    await store.enqueue(
+        [
+            NewJob(id=f"{tenant}-{i}", tenant=tenant, kind="mail", payload="{}", priority="normal")
+            for i in range(backlog)
+        ]
+    )
+    claimed = [job.id for job in await store.claim(10)]
+    assert len(claimed) == 2
+    await store.handed_off(claimed)
+    return claimed
+
+
+async def server_ms(client: redis.asyncio.Redis) -> int:
+    seconds, micros = await client.time()
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
+async def claimable(store: JobStore) -> int:
+    await store.reap()
+    return len(await store.claim(10))
+
+
+async def test_handoff_does_not_shorten_a_slot_the_sender_already_kept_longer(
+    aredis: redis.asyncio.Redis,
+) -> None:
+    # The sender parked the message (touch: 10 h) before the dispatcher recorded its hand-off.
+    store = make_store(aredis)
+    await store.enqueue([NewJob(id="j1", tenant="acme", kind="mail", payload="{}", priority="normal")])
+    (job,) = await store.claim(1)
+    now = await server_ms(aredis)
+    await store.touch_inflight("acme", now + 36_000_000)
+
+    await store.handed_off([job.id])
+
+    expiry = await aredis.zscore(KEYS.inflight("acme"), job.id)
+    assert expiry is not None and expiry >= now + 36_000_000
+
+
+async def test_slots_outlive_their_ttl_while_the_global_gate_is_closed(aredis: redis.asyncio.Redis) -> None:
+    store = make_store(aredis)
+    quota = QuotaEngine(aredis, KEYS)
+    # The global day quota is spent for the rest of the day: nothing is received.
+    assert (await quota.acquire("other", [10], DAY_LIMITS, ())).granted == 1
+    assert await quota.global_retry_after(DAY_LIMITS) > 3600
+    await hand_off_cap(store)
+    keeper = SlotKeeper(store, quota, Limited(DAY_LIMITS), ttl_ms=TTL_MS)
+    stop = asyncio.Event()
+    task = asyncio.create_task(keeper.run(stop))
+    try:
+        start = await server_ms(aredis)
+
+        async def three_ttls_passed() -> bool:
+            return await server_ms(aredis) > start + 3 * TTL_MS
+
+        await wait_for_async(three_ttls_passed, within=30, what="three in-flight TTLs")
+        # Today the slots lapsed after one TTL and the next cap's worth was claimed.
+        assert await claimable(store) == 0
+        assert keeper.passes >= 3
+    finally:
+        stop.set()
+        await task
+
+    # Every replica died (no keeper): the slots come back by themselves.
+    async def slots_back() -> bool:
+        return await claimable(store) == 2
+
+    await wait_for_async(slots_back, within=10, what="the slots to expire without a keeper")
+
+
+async def test_with_the_gate_open_slots_are_not_kept_past_their_ttl(aredis: redis.asyncio.Redis) -> None:
+    # Mail is being received: a slot whose message is gone must still come back.
+    store = make_store(aredis)
+    quota = QuotaEngine(aredis, KEYS)
+    await hand_off_cap(store)
+    keeper = SlotKeeper(store, quota, Limited(DAY_LIMITS), ttl_ms=TTL_MS)
+    stop = asyncio.Event()
+    task = asyncio.create_task(keeper.run(stop))
+    try:
+
+        async def slots_back() -> bool:
+            return await claimable(store) == 2
+
+        await wait_for_async(slots_back, within=10, what="the slots to expire with the gate open")
+    finally:
+        stop.set()
+        await task
+
+
+async def test_a_sender_hold_keeps_slots_too(aredis: redis.asyncio.Redis) -> None:
+    # SES's daily quota: the sender holds itself, the global quota has room.
+    store = make_store(aredis)
+    quota = QuotaEngine(aredis, KEYS)
+    await hand_off_cap(store)
+    keeper = SlotKeeper(store, quota, Limited(DAY_LIMITS), ttl_ms=TTL_MS, held=lambda: True)
+    stop = asyncio.Event()
+    task = asyncio.create_task(keeper.run(stop))
+    try:
+        start = await server_ms(aredis)
+
+        async def two_ttls_passed() -> bool:
+            return await server_ms(aredis) > start + 2 * TTL_MS
+
+        await wait_for_async(two_ttls_passed, within=30, what="two in-flight TTLs")
+        assert await claimable(store) == 0
+    finally:
+        stop.set()
+        await task
+
+
+async def test_a_pass_costs_work_only_for_tenants_whose_slots_are_due(aredis: redis.asyncio.Redis) -> None:
+    store = make_store(aredis)
+    quota = QuotaEngine(aredis, KEYS)
+    assert (await quota.acquire("other", [10], DAY_LIMITS, ())).granted == 1
+    for t in range(30):
+        await hand_off_cap(store, tenant=f"t{t}", backlog=2)
+    keeper = SlotKeeper(store, quota, Limited(DAY_LIMITS), ttl_ms=TTL_MS, page=7)
+    # Just handed off: nothing is due yet, a pass visits no tenant.
+    assert await keeper.keep_once() == 0
+    visited = 0
+
+    async def all_kept() -> bool:
+        nonlocal visited
+        visited += await keeper.keep_once()
+        return visited >= 30
+
+    # Once they are due (within half a TTL of expiring), each tenant is visited once (in pages of 7).
+    await wait_for_async(all_kept, within=10, what="every tenant's slots kept")
+    assert visited == 30
+    assert await keeper.keep_once() == 0  # just kept: none due now
