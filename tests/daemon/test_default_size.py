@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 
 import pytest
 
@@ -13,12 +12,8 @@ from mailer.testing.ses_server import SesServer
 from mailer.testing.wait import wait_for_async
 from tests.support.pipeline import pipeline
 
-
-@pytest.fixture
-def ses(aws_env: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[SesServer]:
-    with SesServer() as server:
-        monkeypatch.setenv("AWS_ENDPOINT_URL_SESV2", server.url)
-        yield server
+# Every test here runs the pipeline against moto (SQS) and the recording SES.
+pytestmark = pytest.mark.usefixtures("ses_env")
 
 
 # aiohttp warns (ResourceWarning) about request bodies over 1 MiB; the tests turn warnings into errors.

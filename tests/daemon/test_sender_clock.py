@@ -8,7 +8,6 @@ which is what the scripts trim, expire and compare by.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import boto3
 import pytest
@@ -23,14 +22,10 @@ from mailer.sdk.envelope import encode
 from mailer.testing.ses_server import SesServer
 from tests.support.pipeline import quick_settings, sender_only
 
+# Every test here runs the pipeline against moto (SQS) and the recording SES.
+pytestmark = pytest.mark.usefixtures("ses_env")
+
 SKEW = 3600.0
-
-
-@pytest.fixture
-def ses(aws_env: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[SesServer]:
-    with SesServer() as server:
-        monkeypatch.setenv("AWS_ENDPOINT_URL_SESV2", server.url)
-        yield server
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import collections
 import json
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -22,7 +22,6 @@ import redis.asyncio
 
 from config import Settings, load_settings
 from dispatcher.jobs import Job, JobState
-from dispatcher.keys import Keys
 from dispatcher.lifecycle import Lifecycle
 from dispatcher.runner import Dispatcher
 from dispatcher.store import JobStore, store_limits
@@ -41,27 +40,15 @@ from mailer import (
 from mailer.cli import main
 from mailer.testing.ses_server import Faults, SesServer
 from mailer.testing.wait import wait_for_async
+from tests.support import KEYS
 from tests.support.pipeline import pipeline, quick_settings
 
-KEYS = Keys()
 GOOD: dict[str, Any] = {"sender": "app@example.com", "to": ["ada@example.org"], "subject": "s", "text": "t"}
 
 
 @pytest.fixture
 def settings(redis_url: str) -> Settings:
     return load_settings(redis_url=redis_url, inflight_cap=10_000)
-
-
-@pytest.fixture
-def client(settings: Settings) -> Iterator[MailClient]:
-    with MailClient(settings) as mail_client:
-        yield mail_client
-
-
-@pytest.fixture
-async def aclient(settings: Settings) -> AsyncIterator[AsyncMailClient]:
-    async with AsyncMailClient(settings) as mail_client:
-        yield mail_client
 
 
 @pytest.fixture
@@ -573,17 +560,11 @@ def test_cli_send_with_lifecycle_options(
 # -- end to end: SDK → Redis → dispatcher → SQS (moto) → sender → SES ----------------------------
 
 
-@pytest.fixture
-def ses(aws_env: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[SesServer]:
-    with SesServer() as server:
-        monkeypatch.setenv("AWS_ENDPOINT_URL_SESV2", server.url)
-        yield server
-
-
 async def state_is(client: AsyncMailClient, job_id: str, state: str) -> bool:
     return (await client.status(job_id)).state == state
 
 
+@pytest.mark.usefixtures("ses_env")
 async def test_scheduled_mail_is_sent_when_due_and_a_cancelled_one_never(
     redis_url: str, ses: SesServer
 ) -> None:
@@ -602,6 +583,7 @@ async def test_scheduled_mail_is_sent_when_due_and_a_cancelled_one_never(
     assert 0 <= int(record["queued_ms"]) - int(record["send_at_ms"]) <= 1000
 
 
+@pytest.mark.usefixtures("ses_env")
 async def test_a_high_job_behind_5000_low_ones_is_sent_within_the_next_few_slots(
     redis_url: str, ses: SesServer
 ) -> None:
@@ -628,6 +610,7 @@ async def test_a_high_job_behind_5000_low_ones_is_sent_within_the_next_few_slots
     assert set(order) - {high} <= set(low)
 
 
+@pytest.mark.usefixtures("ses_env")
 async def test_a_dead_letter_replays_through_the_normal_path(redis_url: str, ses: SesServer) -> None:
     settings = quick_settings(redis_url)
     ses.fail_next(1, Faults.MESSAGE_REJECTED)

@@ -10,9 +10,8 @@ import re
 import signal
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 import redis
@@ -20,7 +19,6 @@ from rich.console import Console
 
 from config import load_settings
 from config.limits import Window, parse_limits
-from dispatcher.keys import Keys
 from mailer.cli import main
 from mailer.daemon.metrics import OTHER_TENANT, Metrics, TenantLabels
 from mailer.daemon.ses_account import derive_limits
@@ -31,39 +29,7 @@ from mailer.sdk.client import MailClient
 from mailer.testing.services import free_port
 from mailer.testing.ses_server import SesServer
 from mailer.testing.wait import wait_for
-from tests.support.daemon_process import daemon_process
-
-PREFIX = "ops"
-KEYS = Keys(PREFIX)
-
-
-@pytest.fixture
-def ses() -> Iterator[SesServer]:
-    with SesServer() as server:
-        yield server
-
-
-@pytest.fixture
-def ops_env(
-    monkeypatch: pytest.MonkeyPatch, redis_url: str, aws_env: str, ses: SesServer
-) -> Iterator[dict[str, str]]:
-    """FAIRPOST_* for the daemon and the CLI alike (the CLI reads os.environ); the queue exists."""
-    for name, value in {
-        "FAIRPOST_REDIS_URL": redis_url,
-        "FAIRPOST_KEY_PREFIX": PREFIX,
-        # Short polls and grace: a SIGTERMed test daemon stops in about a second.
-        "FAIRPOST_SENDER__WAIT_SECONDS": "1",
-        "FAIRPOST_SHUTDOWN_GRACE": "3",
-        "FAIRPOST_SENDER__MAX_JITTER_SECONDS": "0",
-        "AWS_ENDPOINT_URL_SESV2": ses.url,
-    }.items():
-        monkeypatch.setenv(name, value)
-    assert main(["init-aws"]) == 0
-    yield dict(os.environ)
-
-
-def env_now() -> dict[str, str]:
-    return dict(os.environ)
+from tests.support.operator import PREFIX, Ops, run_cli
 
 
 def send(client: MailClient, tenant: str, n: int = 1, recipients: int = 1) -> list[str]:
@@ -81,19 +47,6 @@ def send(client: MailClient, tenant: str, n: int = 1, recipients: int = 1) -> li
 
 def sent_by(ses: SesServer, tenant: str) -> int:
     return sum(1 for m in ses.sent if m.tag("fairpost-tenant") == tenant)
-
-
-def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
-    capsys.readouterr()
-    code = main(list(argv))
-    return code, capsys.readouterr().out
-
-
-def stats_json(capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
-    code, out = run_cli(capsys, "stats", "--json")
-    assert code == 0
-    data: dict[str, Any] = json.loads(out)
-    return data
 
 
 def metric(text: str, name: str, **labels: str) -> float:
@@ -114,75 +67,65 @@ def metric(text: str, name: str, **labels: str) -> float:
 # -- live quota control ---------------------------------------------------------------
 
 
-def test_quota_set_changes_a_running_sender_within_5s(
-    ops_env: dict[str, str],
-    monkeypatch: pytest.MonkeyPatch,
-    ses: SesServer,
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
-) -> None:
+def test_quota_set_changes_a_running_sender_within_5s(ops: Ops, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FAIRPOST_TENANT_LIMITS", "1/minute")
-    with daemon_process(env_now(), tmp_path, replica="q1"), MailClient() as client:
+    with ops.daemon(replica="q1"), MailClient() as client:
         send(client, "acme", 4)
-        ses.wait_for(1, timeout=15)
+        ops.ses.wait_for(1, timeout=15)
         # The other three are parked in SQS until the minute frees.
         wait_for(
             lambda: (
-                stats_json(capsys)["tenants"]["acme"]["in_flight"] == 3
-                and stats_json(capsys)["tenants"]["acme"]["retry_after_seconds"] > 30
+                ops.stats()["tenants"]["acme"]["in_flight"] == 3
+                and ops.stats()["tenants"]["acme"]["retry_after_seconds"] > 30
             ),
             within=15,
             what="acme's mail to be parked by its quota",
         )
-        assert sent_by(ses, "acme") == 1
+        assert sent_by(ops.ses, "acme") == 1
 
-        code, out = run_cli(capsys, "quota", "set", "acme", "100/minute; 5000/day")
+        code, out = ops.cli("quota", "set", "acme", "100/minute; 5000/day")
         assert code == 0 and "100/minute; 5000/day" in out
-        ses.wait_for(4, timeout=5)
+        ops.ses.wait_for(4, timeout=5)
 
-        code, out = run_cli(capsys, "quota", "show", "acme", "--json")
+        code, out = ops.cli("quota", "show", "acme", "--json")
         shown = json.loads(out)
         assert shown["tenants"]["acme"]["limits"] == "100/minute; 5000/day"
         assert shown["tenants"]["acme"]["source"] == "override"
 
         # Lowering works the same way: the next mail waits for the new limit.
-        code, _ = run_cli(capsys, "quota", "set", "acme", "4/minute")
+        code, _ = ops.cli("quota", "set", "acme", "4/minute")
         assert code == 0
         wait_for(
-            lambda: stats_json(capsys)["tenants"]["acme"]["limits"] == "4/minute",
+            lambda: ops.stats()["tenants"]["acme"]["limits"] == "4/minute",
             within=5,
             what="stats to show the override",
         )
 
-        code, out = run_cli(capsys, "quota", "reset", "acme")
+        code, out = ops.cli("quota", "reset", "acme")
         assert code == 0 and "back to the settings" in out
-        shown = json.loads(run_cli(capsys, "quota", "show", "acme", "--json")[1])
+        shown = json.loads(ops.cli("quota", "show", "acme", "--json")[1])
         assert shown["tenants"]["acme"]["limits"] == "1/minute"
         assert shown["tenants"]["acme"]["source"] == "settings"
 
 
 def test_global_quota_set_wakes_a_sender_held_by_the_global_quota(
-    ops_env: dict[str, str],
-    monkeypatch: pytest.MonkeyPatch,
-    ses: SesServer,
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
+    ops: Ops, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("FAIRPOST_GLOBAL_LIMITS", "1/minute")
-    with daemon_process(env_now(), tmp_path, replica="g1"), MailClient() as client:
+    with ops.daemon(replica="g1"), MailClient() as client:
         send(client, "acme", 1)
-        ses.wait_for(1, timeout=15)
+        ops.ses.wait_for(1, timeout=15)
         send(client, "beta", 2)
         wait_for(
-            lambda: stats_json(capsys)["global"]["retry_after_seconds"] > 30,
+            lambda: ops.stats()["global"]["retry_after_seconds"] > 30,
             within=10,
             what="the global quota to be spent",
         )
-        code, _ = run_cli(capsys, "quota", "set", "--global", "50/second")
+        code, _ = ops.cli("quota", "set", "--global", "50/second")
         assert code == 0
-        ses.wait_for(3, timeout=5)
-        assert sent_by(ses, "beta") == 2
-        shown = json.loads(run_cli(capsys, "quota", "show", "--json")[1])
+        ops.ses.wait_for(3, timeout=5)
+        assert sent_by(ops.ses, "beta") == 2
+        shown = json.loads(ops.cli("quota", "show", "--json")[1])
         assert shown["global"] == {
             "scope": "global",
             "limits": "50/second",
@@ -190,46 +133,37 @@ def test_global_quota_set_wakes_a_sender_held_by_the_global_quota(
             "source": "override",
             "paused": False,
         }
-        assert run_cli(capsys, "quota", "reset", "--global")[0] == 0
-        shown = json.loads(run_cli(capsys, "quota", "show", "--json")[1])
+        assert ops.cli("quota", "reset", "--global")[0] == 0
+        shown = json.loads(ops.cli("quota", "show", "--json")[1])
         assert shown["global"]["limits"] == "1/minute"
 
 
-def test_pause_and_resume_a_tenant(
-    ops_env: dict[str, str],
-    ses: SesServer,
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    with daemon_process(env_now(), tmp_path, replica="p1"), MailClient() as client:
-        code, out = run_cli(capsys, "tenant", "pause", "acme")
+def test_pause_and_resume_a_tenant(ops: Ops) -> None:
+    with ops.daemon(replica="p1"), MailClient() as client:
+        code, out = ops.cli("tenant", "pause", "acme")
         assert code == 0 and "paused" in out
         send(client, "acme", 3)
         send(client, "beta", 2)
         # beta flows while acme waits in its queue.
-        ses.wait_for(2, timeout=15)
-        assert sent_by(ses, "beta") == 2
-        data = stats_json(capsys)["tenants"]["acme"]
+        ops.ses.wait_for(2, timeout=15)
+        assert sent_by(ops.ses, "beta") == 2
+        data = ops.stats()["tenants"]["acme"]
         assert data["paused"] is True
         assert data["backlog"] == 3
-        assert sent_by(ses, "acme") == 0
+        assert sent_by(ops.ses, "acme") == 0
 
-        code, _ = run_cli(capsys, "tenant", "resume", "acme")
+        code, _ = ops.cli("tenant", "resume", "acme")
         assert code == 0
-        ses.wait_for(5, timeout=5)
-        assert sent_by(ses, "acme") == 3
-        assert stats_json(capsys)["tenants"]["acme"]["paused"] is False
+        ops.ses.wait_for(5, timeout=5)
+        assert sent_by(ops.ses, "acme") == 3
+        assert ops.stats()["tenants"]["acme"]["paused"] is False
 
 
 def test_pause_holds_mail_already_in_sqs_and_resume_releases_it(
-    ops_env: dict[str, str],
-    monkeypatch: pytest.MonkeyPatch,
-    ses: SesServer,
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
+    ops: Ops, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Dispatcher only: the mail reaches SQS, nothing sends it yet.
-    with daemon_process(env_now(), tmp_path, replica="d1", role="dispatcher") as d1, MailClient() as client:
+    with ops.daemon(replica="d1", role="dispatcher") as d1, MailClient() as client:
         job_ids = send(client, "acme", 2)
         # Handed to SQS, not only claimed: a claim cut off by the stop would wait out its lease.
         wait_for(
@@ -238,25 +172,25 @@ def test_pause_holds_mail_already_in_sqs_and_resume_releases_it(
             what="acme's mail to reach SQS",
         )
         assert d1.stop() == 0
-    assert run_cli(capsys, "tenant", "pause", "acme")[0] == 0
-    with daemon_process(env_now(), tmp_path, replica="s1", role="sender") as sender:
+    assert ops.cli("tenant", "pause", "acme")[0] == 0
+    with ops.daemon(replica="s1", role="sender") as sender:
         wait_for(
             lambda: sender.logged("tenant over quota (paused)"),
             within=15,
             what="the sender to park the paused tenant's mail",
         )
-        assert sent_by(ses, "acme") == 0
-        assert run_cli(capsys, "tenant", "resume", "acme")[0] == 0
-        ses.wait_for(2, timeout=10)
+        assert sent_by(ops.ses, "acme") == 0
+        assert ops.cli("tenant", "resume", "acme")[0] == 0
+        ops.ses.wait_for(2, timeout=10)
 
 
-def test_quota_admin_validates_before_writing(ops_env: dict[str, str], redis_client: redis.Redis) -> None:
+def test_quota_admin_validates_before_writing(ops: Ops, redis_client: redis.Redis) -> None:
     with QuotaAdmin() as admin:
         with pytest.raises(InvalidOverride, match="limits"):
             admin.set_tenant_limits("acme", "lots/minute")
         with pytest.raises(InvalidOverride, match="tenant"):
             admin.set_tenant_limits("no spaces", "1/second")
-        assert redis_client.hgetall(KEYS.limit_overrides()) == {}
+        assert redis_client.hgetall(ops.keys.limit_overrides()) == {}
         assert admin.set_tenant_limits("acme", [Window(60, 10), Window(1, 2)]) == parse_limits(
             "2/second; 10/minute"
         )
@@ -270,7 +204,7 @@ def test_quota_admin_validates_before_writing(ops_env: dict[str, str], redis_cli
         assert admin.reset_tenant_limits("acme") is False
 
 
-def test_quota_cli_usage_errors(ops_env: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
+def test_quota_cli_usage_errors(ops: Ops, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["quota", "set", "acme"]) == 2
     assert main(["quota", "set", "--global", "acme", "1/second"]) == 2
     assert main(["quota", "reset"]) == 2
@@ -281,28 +215,22 @@ def test_quota_cli_usage_errors(ops_env: dict[str, str], capsys: pytest.CaptureF
 # -- stats ------------------------------------------------------------------------------
 
 
-def test_stats_json_for_a_known_load(
-    ops_env: dict[str, str],
-    monkeypatch: pytest.MonkeyPatch,
-    ses: SesServer,
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
-) -> None:
+def test_stats_json_for_a_known_load(ops: Ops, monkeypatch: pytest.MonkeyPatch) -> None:
     # acme: 2 recipients a minute, 2 mails in SQS at most; 7 mails of 1 recipient.
     # Steady state: 2 sent, 2 parked in SQS (in flight), 3 waiting in Redis.
     monkeypatch.setenv("FAIRPOST_TENANTS", '{"acme": {"limits": "2/minute; 100/day", "inflight_cap": 2}}')
     monkeypatch.setenv("FAIRPOST_GLOBAL_LIMITS", "10/second; 1000/day")
-    with daemon_process(env_now(), tmp_path, replica="st1"), MailClient() as client:
+    with ops.daemon(replica="st1"), MailClient() as client:
         send(client, "acme", 7)
         send(client, "beta", 1, recipients=3)
-        ses.wait_for(3, timeout=15)
+        ops.ses.wait_for(3, timeout=15)
 
         def steady() -> bool:
-            acme = stats_json(capsys)["tenants"]["acme"]
+            acme = ops.stats()["tenants"]["acme"]
             return bool(acme["backlog"] == 3 and acme["in_flight"] == 2 and acme["retry_after_seconds"] > 0)
 
         wait_for(steady, within=15, what="acme's steady state")
-        data = stats_json(capsys)
+        data = ops.stats()
         acme, beta, glob = data["tenants"]["acme"], data["tenants"]["beta"], data["global"]
         assert [(w["window"], w["used"], w["limit"]) for w in acme["windows"]] == [
             ("minute", 2, 2),
@@ -317,12 +245,12 @@ def test_stats_json_for_a_known_load(
         assert [(w["window"], w["used"], w["limit"]) for w in glob["windows"]][1] == ("day", 5, 1000)
         assert data["replicas"] == ["st1"]
 
-        code, out = run_cli(capsys, "stats")
+        code, out = ops.cli("stats")
         assert code == 0
         assert re.search(r"^acme\s+3\s+2\s+2/2 per minute, 2/100 per day\s+throttled", out, re.M), out
         assert "replicas alive: 1 (st1)" in out
 
-        code, out = run_cli(capsys, "stats", "--json", "--tenant", "beta")
+        code, out = ops.cli("stats", "--json", "--tenant", "beta")
         assert list(json.loads(out)["tenants"]) == ["beta"]
 
 
@@ -365,15 +293,9 @@ DOCUMENTED_METRICS = (
 )
 
 
-def test_metrics_healthz_readyz_and_health_command(
-    ops_env: dict[str, str],
-    monkeypatch: pytest.MonkeyPatch,
-    ses: SesServer,
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
-) -> None:
+def test_metrics_healthz_readyz_and_health_command(ops: Ops, monkeypatch: pytest.MonkeyPatch) -> None:
     port = free_port()
-    with daemon_process(env_now(), tmp_path, replica="m1", http_port=port) as daemon, MailClient() as client:
+    with ops.daemon(replica="m1", http_port=port) as daemon, MailClient() as client:
         status, before = daemon.get("/metrics")
         assert status == 200
         families = set(re.findall(r"^# TYPE (fairpost_\w+) ", before, re.M))
@@ -382,7 +304,7 @@ def test_metrics_healthz_readyz_and_health_command(
 
         send(client, "acme", 3, recipients=2)
         send(client, "beta", 1)
-        ses.wait_for(4, timeout=15)
+        ops.ses.wait_for(4, timeout=15)
         wait_for(
             lambda: metric(daemon.get("/metrics")[1], "fairpost_mail_sent_total", tenant="acme") == 3,
             within=5,
@@ -411,34 +333,29 @@ def test_metrics_healthz_readyz_and_health_command(
 
         # fairpost health asks /healthz when FAIRPOST_HTTP_PORT is set, as in the image.
         monkeypatch.setenv("FAIRPOST_HTTP_PORT", str(port))
-        assert run_cli(capsys, "health")[0] == 0
-        code, out = run_cli(capsys, "health", "--json")
+        assert ops.cli("health")[0] == 0
+        code, out = ops.cli("health", "--json")
         assert code == 0 and json.loads(out)["ok"] is True
         # ... and the heartbeat in Redis when asked for a replica.
-        code, out = run_cli(capsys, "health", "--replica", "m1", "--json")
+        code, out = ops.cli("health", "--replica", "m1", "--json")
         assert code == 0 and json.loads(out)["heartbeat"]["replica"] == "m1"
 
         assert daemon.stop() == 0
-    assert run_cli(capsys, "health")[0] == 1
+    assert ops.cli("health")[0] == 1
     # A clean stop removes the heartbeat at once.
-    code, out = run_cli(capsys, "health", "--replica", "m1")
+    code, out = ops.cli("health", "--replica", "m1")
     assert code == 1 and "no heartbeat" in out
 
 
-def test_health_by_heartbeat_without_http(
-    ops_env: dict[str, str],
-    monkeypatch: pytest.MonkeyPatch,
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
-) -> None:
+def test_health_by_heartbeat_without_http(ops: Ops, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FAIRPOST_REPLICA_ID", "hb1")
-    assert run_cli(capsys, "health")[0] == 1
-    with daemon_process(env_now(), tmp_path, replica="hb1") as daemon:
-        code, out = run_cli(capsys, "health")
+    assert ops.cli("health")[0] == 1
+    with ops.daemon(replica="hb1") as daemon:
+        code, out = ops.cli("health")
         assert code == 0, out
         assert out.startswith("healthy: replica 'hb1' beat")
         assert daemon.stop() == 0
-    assert run_cli(capsys, "health")[0] == 1
+    assert ops.cli("health")[0] == 1
 
 
 def test_the_documented_metrics_are_the_registered_ones() -> None:
@@ -514,42 +431,35 @@ def test_derive_limits_from_the_send_quota() -> None:
     assert derive_limits({"MaxSendRate": 10.0, "Max24HourSend": -1.0}, 1.0) == parse_limits("10/second")
 
 
-def test_auto_global_limits_follow_the_ses_account(
-    ops_env: dict[str, str],
-    monkeypatch: pytest.MonkeyPatch,
-    ses: SesServer,
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    ses.set_quota(max_send_rate=10, max_24_hour_send=1000, sent_last_24_hours=100)
+def test_auto_global_limits_follow_the_ses_account(ops: Ops, monkeypatch: pytest.MonkeyPatch) -> None:
+    ops.ses.set_quota(max_send_rate=10, max_24_hour_send=1000, sent_last_24_hours=100)
     monkeypatch.setenv("FAIRPOST_GLOBAL_LIMITS", "auto")
     monkeypatch.setenv("FAIRPOST_SES_SAFETY_FACTOR", "0.5")
     monkeypatch.setenv("FAIRPOST_SES_ACCOUNT_REFRESH", "1")
-    with daemon_process(env_now(), tmp_path, replica="a1") as daemon, MailClient() as client:
-        shown = json.loads(run_cli(capsys, "quota", "show", "--json")[1])
+    with ops.daemon(replica="a1") as daemon, MailClient() as client:
+        shown = json.loads(ops.cli("quota", "show", "--json")[1])
         assert shown["global"]["limits"] == "5/second; 400/day"
         assert shown["global"]["source"] == "auto"
         send(client, "acme", 2)
-        ses.wait_for(2, timeout=15)
+        ops.ses.wait_for(2, timeout=15)
 
-        ses.set_quota(max_send_rate=20)
+        ops.ses.set_quota(max_send_rate=20)
         wait_for(
             lambda: (
-                json.loads(run_cli(capsys, "quota", "show", "--json")[1])["global"]["limits"]
-                == "10/second; 400/day"
+                json.loads(ops.cli("quota", "show", "--json")[1])["global"]["limits"] == "10/second; 400/day"
             ),
             within=10,
             what="the new SES quota to be read",
         )
         assert daemon.logged("global limits from SES: 10/second; 400/day")
-        assert stats_json(capsys)["global"]["limits_source"] == "auto"
+        assert ops.stats()["global"]["limits_source"] == "auto"
 
 
 def test_auto_global_limits_need_get_account(
-    ops_env: dict[str, str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    ops: Ops, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # moto's SES v2 has no GetAccount: the sender refuses to start without limits.
-    monkeypatch.setenv("AWS_ENDPOINT_URL_SESV2", ops_env["AWS_ENDPOINT_URL"])
+    monkeypatch.setenv("AWS_ENDPOINT_URL_SESV2", ops.env["AWS_ENDPOINT_URL"])
     monkeypatch.setenv("FAIRPOST_GLOBAL_LIMITS", "auto")
     code = main(["run", "--role", "sender"])
     assert code == 1
@@ -567,12 +477,7 @@ def test_settings_accept_auto_only_for_the_global_limits(monkeypatch: pytest.Mon
 # -- per-tenant SES options ---------------------------------------------------------------
 
 
-def test_per_tenant_ses_options_are_passed_on_every_send(
-    ops_env: dict[str, str],
-    monkeypatch: pytest.MonkeyPatch,
-    ses: SesServer,
-    tmp_path: Path,
-) -> None:
+def test_per_tenant_ses_options_are_passed_on_every_send(ops: Ops, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(
         "FAIRPOST_TENANTS",
         json.dumps(
@@ -585,11 +490,11 @@ def test_per_tenant_ses_options_are_passed_on_every_send(
             }
         ),
     )
-    with daemon_process(env_now(), tmp_path, replica="ses1"), MailClient() as client:
+    with ops.daemon(replica="ses1"), MailClient() as client:
         client.send("acme", to=["ada@example.org"], subject="no sender given", text="hi")
         client.send("acme", sender="ceo@acme.example.com", to=["bob@example.org"], subject="own", text="hi")
         client.send("beta", sender="app@example.com", to=["cy@example.org"], subject="plain", text="hi")
-        mails = {m.subject: m for m in ses.wait_for(3, timeout=15)}
+        mails = {m.subject: m for m in ops.ses.wait_for(3, timeout=15)}
     assert mails["no sender given"].from_address == "news@acme.example.com"
     assert mails["own"].from_address == "ceo@acme.example.com"
     for subject in ("no sender given", "own"):
