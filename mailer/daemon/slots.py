@@ -10,13 +10,13 @@ SQS, where priorities and cancels no longer apply and FIFO's look-ahead
 starves other tenants.
 
 So while the gate is closed, every live sender replica renews the slots due
-to expire within half a TTL to a whole TTL from now, every quarter TTL: a
-slot never gets closer than a quarter TTL to its end while its message
-legitimately waits. Only tenants whose earliest slot is due are visited
-(``dispatcher/keep.lua``). With the gate open, mail is received within
-moments and parked (``touch``) or sent; a slot whose message is gone then
-expires as before. If every replica dies, nothing renews: slots come back by
-themselves within a TTL.
+to expire within three quarters of a TTL to a whole TTL from now, every
+quarter TTL: a pass may come half a TTL late (a busy machine, a slow Redis)
+before a slot whose message legitimately waits gets near its end. Only
+tenants whose earliest slot is due are visited (``dispatcher/keep.lua``).
+With the gate open, mail is received within moments and parked (``touch``)
+or sent; a slot whose message is gone then expires as before. If every
+replica dies, nothing renews: slots come back by themselves within a TTL.
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ class SlotKeeper:
         offset, visited = 0, 0
         while True:
             seen, stayed, _ = await self._store.keep_inflight(
-                self._ttl_ms, self._ttl_ms // 2, offset, self._page
+                self._ttl_ms, self._ttl_ms * 3 // 4, offset, self._page
             )
             visited += seen
             # Tenants renewed left the due range; those still due (an expired
