@@ -1,50 +1,83 @@
--- Enqueue one job: its record and its id at the tail of its tenant's queue or,
--- when its send time is still to come, in the scheduled set until then.
--- KEYS[1..9] ring context (ring.lua), KEYS[10] job hash, KEYS[11] all-tenants set,
--- KEYS[12] scheduled jobs (zset), KEYS[13] the job's content (string),
--- KEYS[14] (optional) the idempotency key (string)
--- ARGV[1..3] ring context, ARGV[4] job id, ARGV[5] tenant, ARGV[6] priority,
--- ARGV[7] send time in ms (0: now), ARGV[8] idempotency key TTL in seconds,
--- ARGV[9] the content ('': none), ARGV[10..] the record's other fields, as field, value pairs
--- Returns {1, job id} when written; {0, job id} if a job with this id already
--- exists; {2, first job id} if the idempotency key was used already. Only the
--- first writes anything.
+-- Enqueue jobs, all or nothing: each one's record and its id at the tail of its
+-- tenant's queue or, when its send time is still to come, in the scheduled set
+-- until then. One call for a whole batch (send_many): every check is made
+-- before the first write, and the shebang line (store.py) makes Redis refuse
+-- the call whole when it is out of memory, instead of failing half-way.
+-- KEYS[1..9] ring context (ring.lua), KEYS[10] all-tenants set, KEYS[11]
+-- scheduled jobs (zset), then per job: its hash, its content (string) and its
+-- idempotency key (string; its hash again when it has none)
+-- ARGV[1..3] ring context, ARGV[4] number of jobs, then per job: id, tenant,
+-- priority, send time in ms (0: now), idempotency key TTL in seconds (0: no
+-- key), the content ('': none), the number N of other record fields, then N
+-- field, value pairs
+-- Returns, per job, {code, id}: {1, job id} written; {0, job id} a job with
+-- this id exists already; {2, first job id} the idempotency key was used
+-- already (by an earlier job, or by one earlier in this batch). Only 1 writes.
 local ctx = ring_context(KEYS, ARGV)
-local job_key, job_id, tenant, priority = KEYS[10], ARGV[4], ARGV[5], ARGV[6]
-local idem_key = KEYS[14]
-if idem_key then
-  local first = redis.call('GET', idem_key)
+local tenants_key, scheduled = KEYS[10], KEYS[11]
+local jobs = {}
+local a = 5
+for i = 1, tonumber(ARGV[4]) do
+  local k = 11 + (i - 1) * 3
+  local job = {
+    key = KEYS[k + 1], content_key = KEYS[k + 2], idem_key = KEYS[k + 3],
+    id = ARGV[a], tenant = ARGV[a + 1], priority = ARGV[a + 2],
+    send_at = tonumber(ARGV[a + 3]), idem_ttl = tonumber(ARGV[a + 4]), content = ARGV[a + 5],
+    first_field = a + 7, last_field = a + 6 + 2 * tonumber(ARGV[a + 6]),
+  }
+  a = job.last_field + 1
+  table.insert(jobs, job)
+end
+
+-- First every check, so that nothing is written unless the whole batch is decided.
+local out = {}
+local ids_seen, keys_seen = {}, {}
+for i, job in ipairs(jobs) do
+  local first = nil
+  if job.idem_ttl > 0 then
+    first = keys_seen[job.idem_key] or redis.call('GET', job.idem_key)
+  end
   if first then
-    return {2, first}
+    job.code, job.answer = 2, first
+  elseif ids_seen[job.id] or redis.call('EXISTS', job.key) == 1 then
+    job.code, job.answer = 0, job.id
+  else
+    job.code, job.answer = 1, job.id
+    ids_seen[job.id] = true
+    if job.idem_ttl > 0 then
+      keys_seen[job.idem_key] = job.id
+    end
   end
+  out[i] = {job.code, job.answer}
 end
-if redis.call('EXISTS', job_key) == 1 then
-  return {0, job_id}
-end
+
 local now = now_ms()
-local send_at = tonumber(ARGV[7])
-local state = 'queued'
-if send_at > now then
-  state = 'scheduled'
-end
-redis.call('HSET', job_key, 'tenant', tenant, 'priority', priority, 'state', state,
-  'created_ms', now, 'attempts', 0, unpack(ARGV, 10))
-if ARGV[9] ~= '' then
-  redis.call('SET', KEYS[13], ARGV[9])
-end
-if idem_key then
-  redis.call('SET', idem_key, job_id, 'EX', tonumber(ARGV[8]))
-end
-redis.call('SADD', KEYS[11], tenant)
-if state == 'scheduled' then
-  redis.call('HSET', job_key, 'send_at_ms', send_at)
-  redis.call('ZADD', KEYS[12], send_at, job_id)
-  -- The new earliest: wake an idle dispatcher, so that it waits for this one.
-  if redis.call('ZRANGE', KEYS[12], 0, 0)[1] == job_id then
-    wake_dispatchers(ctx)
+for _, job in ipairs(jobs) do
+  if job.code == 1 then
+    local state = 'queued'
+    if job.send_at > now then
+      state = 'scheduled'
+    end
+    redis.call('HSET', job.key, 'tenant', job.tenant, 'priority', job.priority, 'state', state,
+      'created_ms', now, 'attempts', 0, unpack(ARGV, job.first_field, job.last_field))
+    if job.content ~= '' then
+      redis.call('SET', job.content_key, job.content)
+    end
+    if job.idem_ttl > 0 then
+      redis.call('SET', job.idem_key, job.id, 'EX', job.idem_ttl)
+    end
+    redis.call('SADD', tenants_key, job.tenant)
+    if state == 'scheduled' then
+      redis.call('HSET', job.key, 'send_at_ms', job.send_at)
+      redis.call('ZADD', scheduled, job.send_at, job.id)
+      -- The new earliest: wake an idle dispatcher, so that it waits for this one.
+      if redis.call('ZRANGE', scheduled, 0, 0)[1] == job.id then
+        wake_dispatchers(ctx)
+      end
+    else
+      push_waiting(ctx, job.tenant, job.priority, job.id, false)
+      activate(ctx, job.tenant, now)
+    end
   end
-else
-  push_waiting(ctx, tenant, priority, job_id, false)
-  activate(ctx, tenant, now)
 end
-return {1, job_id}
+return out

@@ -28,6 +28,11 @@ def _script_source(name: str) -> str:
     return lua_source("dispatcher", "ring") + "\n" + lua_source("dispatcher", name)
 
 
+# The shebang makes Redis (7.0+) check for out-of-memory before the script
+# starts, not at each write inside it: a batch is refused whole, never cut.
+_ENQUEUE_SOURCE = "#!lua\n" + _script_source("enqueue")
+
+
 @dataclass(frozen=True)
 class StoreLimits:
     """The defaults a tenant without an override gets."""
@@ -93,17 +98,21 @@ class ScriptCalls:
     def ring_args(self) -> list[str | int]:
         return [self.keys.queue_prefix(), self.keys.inflight_prefix(), self.limits.default_cap]
 
-    def enqueue(self, job: NewJob) -> tuple[list[str], list[str | int | bytes]]:
-        fields: list[str | int | bytes] = ["kind", job.kind, "payload", job.payload]
-        for name, value in (job.fields or {}).items():
-            fields += [name, value]
+    def enqueue(self, jobs: Sequence[NewJob]) -> tuple[list[str], list[str | int | bytes]]:
+        """One call for the whole batch (enqueue.lua): all or nothing."""
         k = self.keys
-        keys = [*self.ring_keys(), k.job(job.id), k.tenants(), k.scheduled(), k.content(job.id)]
-        if job.idempotency_key is not None:
-            keys.append(k.idempotency(job.tenant, job.idempotency_key))
-        head: list[str | int | bytes] = [job.id, job.tenant, job.priority, job.send_at_ms]
-        head += [job.idempotency_ttl, job.content or b""]
-        return keys, [*self.ring_args(), *head, *fields]
+        keys = [*self.ring_keys(), k.tenants(), k.scheduled()]
+        args: list[str | int | bytes] = [*self.ring_args(), len(jobs)]
+        for job in jobs:
+            fields: list[str | int | bytes] = ["kind", job.kind, "payload", job.payload]
+            for name, value in (job.fields or {}).items():
+                fields += [name, value]
+            has_key = job.idempotency_key is not None
+            idem = k.idempotency(job.tenant, job.idempotency_key) if job.idempotency_key else k.job(job.id)
+            keys += [k.job(job.id), k.content(job.id), idem]
+            args += [job.id, job.tenant, job.priority, job.send_at_ms]
+            args += [job.idempotency_ttl if has_key else 0, job.content or b"", len(fields) // 2, *fields]
+        return keys, args
 
 
 class JobStore:
@@ -114,7 +123,7 @@ class JobStore:
         self.keys = keys
         self.limits = limits
         self._calls = ScriptCalls(keys, limits)
-        self._enqueue = client.register_script(_script_source("enqueue"))
+        self._enqueue = client.register_script(_ENQUEUE_SOURCE)
         self._claim = client.register_script(_script_source("claim"))
         self._requeue = client.register_script(_script_source("requeue"))
         self._reap = client.register_script(_script_source("reap"))
@@ -127,19 +136,17 @@ class JobStore:
         self._dead_letter = client.register_script(lua_source("dispatcher", "dead_letter"))
 
     async def enqueue(self, jobs: Sequence[NewJob]) -> list[bool]:
-        """Enqueue jobs in one pipelined round trip; False where nothing was written
-        (the id existed, or the idempotency key was used already)."""
+        """Enqueue jobs in one atomic call, all or nothing; False where nothing was
+        written (the id existed, or the idempotency key was used already)."""
         return [written for written, _ in await self.submit(jobs)]
 
     async def submit(self, jobs: Sequence[NewJob]) -> list[tuple[bool, str]]:
         """Like :meth:`enqueue`, with the id each job resolved to: its own, or the
         first job's for a repeated idempotency key."""
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for job in jobs:
-                keys, args = self._calls.enqueue(job)
-                await self._enqueue(keys=keys, args=args, client=pipe)
-            results = await pipe.execute()
-        return [_submitted(r) for r in results]
+        if not jobs:
+            return []
+        keys, args = self._calls.enqueue(jobs)
+        return [_submitted(r) for r in await self._enqueue(keys=keys, args=args)]
 
     async def claim(self, count: int) -> list[Job]:
         """Claim up to ``count`` jobs, fairly across tenants, each under a lease."""
@@ -394,18 +401,16 @@ class SyncJobStore:
         self.redis = client
         self.keys = keys
         self._calls = ScriptCalls(keys, limits)
-        self._enqueue = client.register_script(_script_source("enqueue"))
+        self._enqueue = client.register_script(_ENQUEUE_SOURCE)
 
     def enqueue(self, jobs: Sequence[NewJob]) -> list[bool]:
         return [written for written, _ in self.submit(jobs)]
 
     def submit(self, jobs: Sequence[NewJob]) -> list[tuple[bool, str]]:
-        with self.redis.pipeline(transaction=False) as pipe:
-            for job in jobs:
-                keys, args = self._calls.enqueue(job)
-                self._enqueue(keys=keys, args=args, client=pipe)
-            results = pipe.execute()
-        return [_submitted(r) for r in results]
+        if not jobs:
+            return []
+        keys, args = self._calls.enqueue(jobs)
+        return [_submitted(r) for r in self._enqueue(keys=keys, args=args)]
 
     def job(self, job_id: str) -> dict[str, str]:
         raw: dict[Any, Any] = self.redis.hgetall(self.keys.job(job_id))

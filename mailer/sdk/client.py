@@ -158,7 +158,7 @@ class MailClient:
         priority: str = "normal",
         send_at: datetime | None = None,
     ) -> list[str]:
-        """Validate every mail, then enqueue them all in one pipelined round trip.
+        """Validate every mail, then enqueue them all in one atomic Redis call: all or nothing.
 
         If any mail is invalid, nothing is written and the error names it (``mails[3].to``).
 
