@@ -90,3 +90,28 @@ async def test_a_global_budget_window_is_named_when_it_refuses_forever(engine: Q
         minute,
     )
     assert "30/minute" in never_fits_reason(grant, 31)
+
+
+async def test_a_mail_over_the_global_rate_is_not_starved_by_busy_tenants(engine: QuotaEngine) -> None:
+    # Three tenants keep the global 14/second window busy; "big" has a 20-recipient mail.
+    # Refused for global room, "big" holds the others back by fair share until the
+    # window is empty and its mail goes alone.
+    shared = [Window(1, 14), DAY]
+    own = [Window(1, 100)]
+    now = T0
+    next_try = dict.fromkeys(["a", "b", "c", "big"], T0)
+    sent_big_at = None
+    while now < T0 + 30_000 and sent_big_at is None:
+        for tenant in ["a", "b", "c", "big"]:
+            if next_try[tenant] > now:
+                continue
+            costs = [20] if tenant == "big" else [1] * 5
+            grant = await engine.acquire(tenant, costs, shared, own, weight=1, now_ms=now)
+            if tenant == "big" and grant.granted:
+                sent_big_at = now
+            # As the sender: refused mail comes back after retry_after (SQS whole seconds).
+            wait = 20 if grant.granted == len(costs) else max(1000, round(grant.retry_after * 1000))
+            next_try[tenant] = now + wait
+        now += 10
+    assert sent_big_at is not None, "the 20-recipient mail never went"
+    assert sent_big_at - T0 <= 10_000
