@@ -28,8 +28,10 @@ import redis
 
 from config import Settings
 from dispatcher.keys import Keys
+from mailer.errors import TimedOut
 from mailer.ops.queue_setup import init_queue
 from mailer.testing.ses_server import SesServer
+from mailer.testing.wait import wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 REGION = "us-east-1"
@@ -130,14 +132,20 @@ class Replica:
         seq = before["seq"] if before else 0
         if self.alive():
             self.process.send_signal(signal.SIGUSR1)
-        deadline = time.monotonic() + timeout
-        while True:
+        answer: list[dict[str, Any]] = []
+
+        def answered() -> bool:
             data = self._read_counts()
             if data is not None and (data["seq"] > seq or not self.alive()):
-                break
-            if time.monotonic() > deadline:
-                raise BenchError(f"replica {self.name} gave no counts within {timeout}s")
-            time.sleep(0.005)
+                answer.append(data)
+                return True
+            return False
+
+        try:
+            wait_for(answered, within=timeout, what=f"replica {self.name}'s counts", interval=0.005)
+        except TimedOut:
+            raise BenchError(f"replica {self.name} gave no counts within {timeout}s") from None
+        data = answer[0]
         return Counts(data["time"], data["cpu_seconds"], data["calls"], data["received_by_group"])
 
     def log_tail(self, chars: int = 3000) -> str:
@@ -210,16 +218,19 @@ class World:
             started.append(replica)
             del i
         client = redis.Redis.from_url(self.config["redis_url"])
+        waiting = list(started)
+
+        def all_beat() -> bool:
+            while waiting and client.exists(self.keys.heartbeat(waiting[0].name)):
+                waiting.pop(0)
+            if waiting and not waiting[0].alive():
+                raise BenchError(f"replica {waiting[0].name} exited at start:\n{waiting[0].log_tail()}")
+            return not waiting
+
         try:
-            deadline = time.monotonic() + timeout
-            for replica in started:
-                key = self.keys.heartbeat(replica.name)
-                while not client.exists(key):
-                    if not replica.alive():
-                        raise BenchError(f"replica {replica.name} exited at start:\n{replica.log_tail()}")
-                    if time.monotonic() > deadline:
-                        raise BenchError(f"replica {replica.name} did not start:\n{replica.log_tail()}")
-                    time.sleep(0.05)
+            wait_for(all_beat, within=timeout, what="the replicas' first heartbeats", interval=0.05)
+        except TimedOut:
+            raise BenchError(f"replica {waiting[0].name} did not start:\n{waiting[0].log_tail()}") from None
         finally:
             client.close()
         return started

@@ -12,7 +12,9 @@ from dataclasses import dataclass, field
 
 from config import Settings
 from mailer import AsyncMailClient, Mail
+from mailer.errors import TimedOut
 from mailer.testing.ses_server import SentMail, SesServer
+from mailer.testing.wait import wait_for_async
 
 TENANT_TAG = "fairpost-tenant"
 
@@ -144,9 +146,8 @@ def sent_by_tenant(sent: list[SentMail], since: float, until: float) -> Counter[
 
 async def wait_sent(ses: SesServer, count: int, *, within: float) -> bool:
     """Wait until SES has accepted ``count`` mails; False after ``within`` seconds."""
-    deadline = time.monotonic() + within
-    while ses.sent_count < count:
-        if time.monotonic() > deadline:
-            return False
-        await asyncio.sleep(0.05)
+    try:
+        await wait_for_async(lambda: ses.sent_count >= count, within=within, what=f"{count} mails at SES")
+    except TimedOut:
+        return False
     return True

@@ -34,6 +34,8 @@ from typing import Any
 
 import pytest
 
+from mailer.errors import TimedOut
+from mailer.testing.wait import wait_for
 from tests.contract import emulators
 from tests.contract.conftest import FifoQueue, MakeQueue, SQSClient
 
@@ -97,16 +99,22 @@ def receive_until(
     delete: bool = False,
 ) -> list[Message]:
     """Long-poll until ``done(everything received so far)`` is true; return everything received."""
-    deadline = time.monotonic() + timeout
     received: list[Message] = []
-    while not done(received):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}; got {bodies(received)}")
+
+    def done_receiving() -> bool:
+        if done(received):
+            return True
         batch = receive(queue, wait=1)
         received.extend(batch)
         if delete:
             for message in batch:
                 queue.client.delete_message(QueueUrl=queue.url, ReceiptHandle=message["ReceiptHandle"])
+        return False
+
+    try:
+        wait_for(done_receiving, within=timeout, what=what, interval=0)
+    except TimedOut as exc:
+        raise AssertionError(f"{exc}; got {bodies(received)}") from None
     return received
 
 

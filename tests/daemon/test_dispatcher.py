@@ -84,10 +84,7 @@ async def test_expired_lease_returns_jobs_to_the_head_in_order(aredis: redis.asy
     claimed = await store.claim(10)
     assert [job.id for job in claimed] == ["acme-0", "acme-1", "acme-2"]
     # The claimer "dies": nothing is handed off. Reap until the lease has run out.
-    deadline = asyncio.get_running_loop().time() + 5
-    while await store.reap() == 0:
-        assert asyncio.get_running_loop().time() < deadline, "lease never expired"
-        await asyncio.sleep(0.02)
+    await wait_for_async(store.reap, within=5, what="the lease to expire", interval=0.02)
     assert await aredis.lrange(KEYS.queue("acme", "normal"), 0, -1) == [
         "acme-0",
         "acme-1",
@@ -103,10 +100,7 @@ async def test_handoff_after_lease_expiry_does_not_dispatch_twice(aredis: redis.
     store = make_store(aredis, lease_ms=50)
     await store.enqueue(jobs_for("acme", 1))
     [job] = await store.claim(1)
-    deadline = asyncio.get_running_loop().time() + 5
-    while await store.reap() == 0:
-        assert asyncio.get_running_loop().time() < deadline
-        await asyncio.sleep(0.02)
+    await wait_for_async(store.reap, within=5, what="the lease to expire", interval=0.02)
     # The slow claimer's hand-off lands after all: the job must leave the queue again.
     await store.handed_off([job.id])
     assert await aredis.llen(KEYS.queue("acme", "normal")) == 0
@@ -148,11 +142,14 @@ async def run_until(dispatcher: Dispatcher, condition: object, within: float = 1
     stop = asyncio.Event()
     task = asyncio.create_task(dispatcher.run(stop))
     try:
-        deadline = asyncio.get_running_loop().time() + within
-        while not await condition():  # type: ignore[operator]
-            assert asyncio.get_running_loop().time() < deadline, "condition not reached"
+
+        async def reached() -> bool:
+            if await condition():  # type: ignore[operator]
+                return True
             assert not task.done(), task
-            await asyncio.sleep(0.02)
+            return False
+
+        await wait_for_async(reached, within=within, what="the condition", interval=0.02)
     finally:
         stop.set()
         await asyncio.wait_for(task, 5)
@@ -207,10 +204,13 @@ async def test_idle_dispatcher_blocks_and_wakes_on_enqueue(aredis: redis.asyncio
         assert evals <= 6, f"{evals} script calls in one idle second: polling"
         start = asyncio.get_running_loop().time()
         await store.enqueue(jobs_for("acme", 1, kind="mail"))
-        deadline = start + 2
-        while (await store.job("acme-0")).get("state") != JobState.DISPATCHED:
-            assert asyncio.get_running_loop().time() < deadline, "enqueue did not wake the dispatcher"
-            await asyncio.sleep(0.01)
+
+        async def dispatched() -> bool:
+            return (await store.job("acme-0")).get("state") == JobState.DISPATCHED
+
+        # Two seconds from before the enqueue, as the wake-up is what is measured.
+        within = start + 2 - asyncio.get_running_loop().time()
+        await wait_for_async(dispatched, within=within, what="enqueue to wake the dispatcher", interval=0.01)
     finally:
         stop.set()
         await asyncio.wait_for(task, 5)
@@ -259,10 +259,9 @@ async def test_a_live_dispatchers_claims_outlast_their_lease_while_its_worker_is
     tasks = [
         asyncio.create_task(Dispatcher(store, [busy], reap_interval=0.05).run(stop)),
     ]
-    deadline = asyncio.get_running_loop().time() + 15
-    while len(busy.seen) < 5:
-        assert asyncio.get_running_loop().time() < deadline, "the first dispatcher never claimed"
-        await asyncio.sleep(0.01)
+    await wait_for_async(
+        lambda: len(busy.seen) >= 5, within=15, what="the first dispatcher to claim", interval=0.01
+    )
     tasks.append(asyncio.create_task(Dispatcher(store, [other], reap_interval=0.05).run(stop)))
 
     # Ten leases' worth of time, measured in the reaper's own turns, not a sleep:

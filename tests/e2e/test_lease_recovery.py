@@ -14,13 +14,13 @@ import redis
 import redis.asyncio
 
 from dispatcher.jobs import Job, JobState
-from dispatcher.keys import Keys
 from dispatcher.runner import Dispatcher
 from dispatcher.store import JobStore, NewJob, StoreLimits
 from dispatcher.worker import Done, Outcome
+from mailer.testing.wait import wait_for_async
+from tests.support import KEYS
 
 ROOT = Path(__file__).resolve().parents[2]
-KEYS = Keys("kill")
 
 
 class CountingWorker:
@@ -35,9 +35,10 @@ class CountingWorker:
         return [Done() for _ in jobs]
 
 
-async def test_sigkilled_dispatcher_loses_no_job(redis_url: str, redis_client: redis.Redis) -> None:
-    client = redis.asyncio.Redis.from_url(redis_url)
-    store = JobStore(client, KEYS, StoreLimits(default_cap=1000, lease_ms=500))
+async def test_sigkilled_dispatcher_loses_no_job(
+    redis_url: str, redis_client: redis.Redis, aredis: redis.asyncio.Redis
+) -> None:
+    store = JobStore(aredis, KEYS, StoreLimits(default_cap=1000, lease_ms=500))
     ids = [f"{tenant}-{i}" for tenant in ("a", "b", "c") for i in range(30)]
     await store.enqueue([NewJob(id=i, tenant=i[0], kind="test", payload="{}") for i in ids])
 
@@ -45,10 +46,11 @@ async def test_sigkilled_dispatcher_loses_no_job(redis_url: str, redis_client: r
         sys.executable, "-m", "tests.support.hanging_dispatcher", redis_url, KEYS.prefix, "500", cwd=ROOT
     )
     try:
-        deadline = asyncio.get_running_loop().time() + 15
-        while await client.zcard(KEYS.leases()) < 20:
-            assert asyncio.get_running_loop().time() < deadline, "the victim never claimed jobs"
-            await asyncio.sleep(0.02)
+
+        async def victim_claimed() -> bool:
+            return await aredis.zcard(KEYS.leases()) >= 20
+
+        await wait_for_async(victim_claimed, within=15, what="the victim to claim jobs", interval=0.02)
     finally:
         os.kill(victim.pid, signal.SIGKILL)
         await asyncio.wait_for(victim.wait(), 5)
@@ -60,12 +62,9 @@ async def test_sigkilled_dispatcher_loses_no_job(redis_url: str, redis_client: r
     stop = asyncio.Event()
     task = asyncio.create_task(survivor.run(stop))
     try:
-        deadline = asyncio.get_running_loop().time() + 15
-        while len(worker.seen) < len(ids):
-            assert asyncio.get_running_loop().time() < deadline, (
-                f"only {len(worker.seen)} of {len(ids)} came back"
-            )
-            await asyncio.sleep(0.05)
+        await wait_for_async(
+            lambda: len(worker.seen) >= len(ids), within=15, what=f"all {len(ids)} jobs to come back"
+        )
     finally:
         stop.set()
         await asyncio.wait_for(task, 5)
@@ -75,4 +74,3 @@ async def test_sigkilled_dispatcher_loses_no_job(redis_url: str, redis_client: r
     states = {(await store.job(i))["state"] for i in ids}
     assert states == {JobState.SENT}
     assert redis_client.zcard(KEYS.leases()) == 0
-    await client.aclose()

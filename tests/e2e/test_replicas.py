@@ -11,7 +11,6 @@ from __future__ import annotations
 import collections
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import boto3
@@ -30,12 +29,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.localstack]
 GLOBAL = "30/second"
 TENANT = "6/second"
 QUIET = ["q1", "q2", "q3", "q4"]
-
-
-@pytest.fixture
-def ses() -> Iterator[SesServer]:
-    with SesServer() as server:
-        yield server
 
 
 def test_two_replicas_deliver_exactly_once_and_never_over_quota(
