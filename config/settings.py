@@ -135,6 +135,11 @@ class Settings(BaseSettings):
     """The sentinels' own password (``requirepass`` in sentinel.conf), if they have one."""
     redis_sentinel_tls: bool = False
     """Talk to the sentinels over TLS (the data nodes: ``rediss://`` in ``redis_url``)."""
+    redis_min_replicas: int = Field(default=0, ge=0, le=16)
+    """Replicas that must have a write the product relies on (an enqueue, a "sent"
+    record, a quota grant) before fairpost acts on it (Redis ``WAIT``); 0: none."""
+    redis_wait_seconds: float = Field(default=1.0, gt=0, le=60)
+    """How long such a write waits for ``redis_min_replicas`` replicas before it counts as failed."""
     key_prefix: str = Field(default="fairpost", pattern=r"^[A-Za-z0-9:._-]{1,64}$")
     queue_name: str = "fairpost-mail.fifo"
     config_file: Path | None = None

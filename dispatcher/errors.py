@@ -4,14 +4,17 @@ FairpostError
 └── DispatchError
     ├── UnknownJob
     ├── TooLateToCancel
-    └── NotReplayable
+    ├── NotReplayable
+    └── NotReplicated (also a redis RedisError)
 """
 
 from __future__ import annotations
 
+from redis.exceptions import RedisError
+
 from config.errors import FairpostError
 
-__all__ = ["DispatchError", "NotReplayable", "TooLateToCancel", "UnknownJob"]
+__all__ = ["DispatchError", "NotReplayable", "NotReplicated", "TooLateToCancel", "UnknownJob"]
 
 
 class DispatchError(FairpostError):
@@ -42,3 +45,21 @@ class NotReplayable(DispatchError):
         self.job_id = job_id
         self.why = why
         super().__init__(f"job {job_id!r} cannot be replayed: {why}")
+
+
+class NotReplicated(DispatchError, RedisError):
+    """A write reached the Redis master but not enough replicas in time: a failover
+    now could lose it.
+
+    A :class:`RedisError` too, on purpose: to every caller it is Redis being
+    unavailable (the daemon's loops back off and retry, the CLI says Redis
+    failed), never a fact about the input.
+    """
+
+    def __init__(self, acked: int, wanted: int, seconds: float) -> None:
+        self.acked = acked
+        self.wanted = wanted
+        super().__init__(
+            f"the write reached the Redis master but {acked} of the {wanted} replicas "
+            f"FAIRPOST_REDIS_MIN_REPLICAS asks for within {seconds:g}s"
+        )

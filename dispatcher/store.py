@@ -15,6 +15,7 @@ import redis
 import redis.asyncio
 
 from config import Settings
+from dispatcher.durable import Durability
 from dispatcher.jobs import Job, JobState
 from dispatcher.keys import Keys
 from dispatcher.scripts import lua_source
@@ -43,6 +44,14 @@ class StoreLimits:
     inflight_ttl_ms: int = 1_800_000
     stranded_after_ms: int = 1_800_000 + 86_400_000 + 60_000 + 900_000
     """A dispatched job without progress this long is stranded (Settings.stranded_after_seconds)."""
+    min_replicas: int = 0
+    """Replicas an enqueue and a "sent" record wait for (FAIRPOST_REDIS_MIN_REPLICAS)..."""
+    wait_ms: int = 1000
+    """... for at most this long (FAIRPOST_REDIS_WAIT_SECONDS)."""
+
+    @property
+    def durability(self) -> Durability:
+        return Durability(self.min_replicas, self.wait_ms)
 
 
 def store_limits(settings: Settings) -> StoreLimits:
@@ -52,6 +61,8 @@ def store_limits(settings: Settings) -> StoreLimits:
         lease_ms=int(settings.dispatcher.lease_seconds * 1000),
         inflight_ttl_ms=int(settings.dispatcher.inflight_ttl_seconds * 1000),
         stranded_after_ms=int(settings.stranded_after_seconds() * 1000),
+        min_replicas=settings.redis_min_replicas,
+        wait_ms=int(settings.redis_wait_seconds * 1000),
     )
 
 
@@ -146,7 +157,14 @@ class JobStore:
         if not jobs:
             return []
         keys, args = self._calls.enqueue(jobs)
-        return [_submitted(r) for r in await self._enqueue(keys=keys, args=args)]
+        durable = self.limits.durability
+        if not durable.replicas:
+            return [_submitted(r) for r in await self._enqueue(keys=keys, args=args)]
+        # The job ids go back to the caller: only once replicas hold the jobs.
+        async with self.redis.pipeline(transaction=False) as pipe:
+            await self._enqueue(keys=keys, args=args, client=pipe)
+            [results] = await self.execute_durably(pipe)
+        return [_submitted(r) for r in results]
 
     async def claim(self, count: int) -> list[Job]:
         """Claim up to ``count`` jobs, fairly across tenants, each under a lease."""
@@ -292,6 +310,14 @@ class JobStore:
         """A pipeline on the store's client, for calls queued with ``pipeline=``."""
         return self.redis.pipeline(transaction=False)
 
+    async def execute_durably(self, pipe: redis.asyncio.client.Pipeline) -> list[Any]:
+        """Execute writes the product relies on (an enqueue, a "sent" record): their
+        results, once FAIRPOST_REDIS_MIN_REPLICAS replicas hold them (dispatcher.durable);
+        :class:`NotReplicated` if they do not in time."""
+        durable = self.limits.durability
+        durable.queue_wait(pipe)
+        return durable.check(await pipe.execute())
+
     async def job_states(self, job_ids: Sequence[str]) -> dict[str, str]:
         """Each job's state, in one round trip; a job without a record is left out."""
         async with self.pipeline() as pipe:
@@ -410,7 +436,15 @@ class SyncJobStore:
         if not jobs:
             return []
         keys, args = self._calls.enqueue(jobs)
-        return [_submitted(r) for r in self._enqueue(keys=keys, args=args)]
+        durable = self._calls.limits.durability
+        if not durable.replicas:
+            return [_submitted(r) for r in self._enqueue(keys=keys, args=args)]
+        # The job ids go back to the caller: only once replicas hold the jobs.
+        with self.redis.pipeline(transaction=False) as pipe:
+            self._enqueue(keys=keys, args=args, client=pipe)
+            durable.queue_wait(pipe)
+            [results] = durable.check(pipe.execute())
+        return [_submitted(r) for r in results]
 
     def job(self, job_id: str) -> dict[str, str]:
         raw: dict[Any, Any] = self.redis.hgetall(self.keys.job(job_id))

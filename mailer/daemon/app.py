@@ -29,6 +29,7 @@ import redis.asyncio
 from config import Settings
 from config.limits import Limits
 from dispatcher.connect import async_redis_client
+from dispatcher.durable import durability
 from dispatcher.keys import Keys
 from dispatcher.runner import Dispatcher
 from dispatcher.store import JobStore, store_limits
@@ -89,7 +90,7 @@ async def _run(settings: Settings, role: Role, client: redis.asyncio.Redis, stop
     keys = Keys(settings.key_prefix)
     store = JobStore(client, keys, store_limits(settings))
     await publish_tenant_settings(store, settings)
-    quota = QuotaEngine(client, keys)
+    quota = QuotaEngine(client, keys, durability=durability(settings))
     metrics = Metrics(TenantLabels(settings.tenants, settings.metrics_tenant_labels), process_metrics=True)
     liveness = Liveness()
     heartbeat = Heartbeat(client, keys, replica_name(settings), liveness, role=role)

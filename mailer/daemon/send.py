@@ -17,6 +17,9 @@ import logging
 import random
 import time
 
+from redis.exceptions import RedisError
+
+from dispatcher.backoff import OutageBackoff
 from mailer.daemon import ses
 from mailer.daemon.aws import SesClient
 from mailer.daemon.context import SenderContext
@@ -236,7 +239,23 @@ class Sending:
         if not sent and not any(r.verdict is ses.Verdict.TRANSIENT for _, r, _ in answered):
             return
         ctx = self.ctx
-        async with ctx.store.pipeline() as pipe:
-            await self.counting.move_to_answers(tenant, answered, pipe)
-            await ctx.store.record_sent(sent, keep_seconds=ctx.finished_ttl, pipeline=pipe)
-            await pipe.execute()
+        # SES has these mails: their record must be written (and be on the replicas
+        # FAIRPOST_REDIS_MIN_REPLICAS asks for), or their messages would come back
+        # unrecorded after a failover and be sent again. So a failing Redis is ridden
+        # out here, for as long as the daemon rides out an outage. A retry writes again:
+        # finishing a sent job changes nothing, and moving units twice counts them twice
+        # at the answer (the safe side).
+        backoff = OutageBackoff(ctx.settings.max_outage_seconds, first=0.2, most=2.0)
+        while True:
+            try:
+                async with ctx.store.pipeline() as pipe:
+                    await self.counting.move_to_answers(tenant, answered, pipe)
+                    await ctx.store.record_sent(sent, keep_seconds=ctx.finished_ttl, pipeline=pipe)
+                    await ctx.store.execute_durably(pipe)
+                return
+            except RedisError as exc:
+                delay = backoff.failed()
+                if delay is None:
+                    raise
+                log.warning("recording %d sent mails failed (%s); again in %.1fs", len(sent), exc, delay)
+                await asyncio.sleep(delay)

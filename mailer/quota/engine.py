@@ -29,6 +29,7 @@ from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
 from config.limits import BUDGET_SECONDS, Window
+from dispatcher.durable import Durability
 from dispatcher.keys import Keys
 from dispatcher.scripts import lua_source
 
@@ -106,11 +107,22 @@ class QuotaEngine:
     time backwards gets counts on the safe (too high) side.
     """
 
-    def __init__(self, redis: Redis, keys: Keys, *, buckets_per_window: int = BUCKETS_PER_WINDOW) -> None:
+    def __init__(
+        self,
+        redis: Redis,
+        keys: Keys,
+        *,
+        buckets_per_window: int = BUCKETS_PER_WINDOW,
+        durability: Durability | None = None,
+    ) -> None:
         if buckets_per_window < 1:
             raise ValueError(f"buckets_per_window must be at least 1, not {buckets_per_window}")
         self._keys = keys
         self._buckets = buckets_per_window
+        self._redis = redis
+        # A grant a mail is sent under must outlive a failover (FAIRPOST_REDIS_MIN_REPLICAS):
+        # a lost grant leaves its units out of the windows, room for more than the limit.
+        self._durability = durability or Durability()
         self._script = redis.register_script(lua_source("mailer.quota", "quota"))
 
     @property
@@ -272,5 +284,11 @@ class QuotaEngine:
             # Queued only; the reply comes from the caller's pipeline.execute().
             await self._script(keys=keys, args=args, client=pipeline)
             return []
-        reply = await self._script(keys=keys, args=args)
+        if op.startswith("acquire") and self._durability.replicas:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                await self._script(keys=keys, args=args, client=pipe)
+                self._durability.queue_wait(pipe)
+                [reply] = self._durability.check(await pipe.execute())
+        else:
+            reply = await self._script(keys=keys, args=args)
         return [int(value) for value in reply]

@@ -16,11 +16,17 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from redis.exceptions import RedisError
 
+from config import FairpostError
+from config.limits import parse_limits
+from dispatcher.durable import NotReplicated, durability
 from dispatcher.jobs import JobState
+from dispatcher.keys import Keys
 from mailer import AsyncMailClient, MailClient
 from mailer.cli import main
 from mailer.ops.stats import collect_stats
+from mailer.quota.engine import QuotaEngine
 from mailer.sdk.mail import Mail
 from mailer.testing.ses_server import SesServer
 from mailer.testing.wait import wait_for_async
@@ -100,3 +106,30 @@ def test_cli_commands(topology: dict[str, Any], monkeypatch: pytest.MonkeyPatch,
     assert job_id in cli("dead", "list")
     assert "redis_cluster" in cli("check-config")
     assert os.environ["FAIRPOST_REDIS_URL"] == topology["redis_url"]
+
+
+async def test_writes_the_product_relies_on_wait_for_the_replicas(topology: dict[str, Any]) -> None:
+    """FAIRPOST_REDIS_MIN_REPLICAS=1: the enqueue returns once the replica has the job and a
+    grant stands once the replica has it; asking for more replicas than there are fails
+    the write as NotReplicated, which every caller treats as Redis being unavailable."""
+    settings = quick_settings(redis_min_replicas=1, **topology)
+    with MailClient(settings) as client:
+        job_id = client.send("acme", sender="app@example.com", to=["a@example.org"], subject="s", text="t")
+        assert client.status(job_id).state == "queued"
+    async with AsyncMailClient(settings) as aclient:
+        await aclient.send("acme", sender="app@example.com", to=["a@example.org"], subject="s", text="t")
+        quota = QuotaEngine(aclient._redis, Keys(settings.key_prefix), durability=durability(settings))
+        grant = await quota.acquire("acme", [1], parse_limits("10/second"), parse_limits("5/second"))
+        assert grant.granted == 1
+
+    too_many = quick_settings(redis_min_replicas=2, redis_wait_seconds=0.2, **topology)
+    with MailClient(too_many) as client, pytest.raises(NotReplicated) as info:
+        client.send("acme", sender="app@example.com", to=["a@example.org"], subject="s", text="t")
+    assert isinstance(info.value, RedisError) and isinstance(info.value, FairpostError)
+    assert (info.value.acked, info.value.wanted) == (1, 2)
+    async with AsyncMailClient(too_many) as aclient:
+        with pytest.raises(NotReplicated):
+            await aclient.send("acme", sender="app@example.com", to=["a@example.org"], subject="s", text="t")
+        quota = QuotaEngine(aclient._redis, Keys(settings.key_prefix), durability=durability(too_many))
+        with pytest.raises(NotReplicated):
+            await quota.acquire("acme", [1], parse_limits("10/second"), parse_limits("5/second"))

@@ -427,6 +427,7 @@ _SENTINELS, _MASTER = "FAIRPOST_REDIS_SENTINELS", "FAIRPOST_REDIS_SENTINEL_MASTE
             ["FAIRPOST_REDIS_URL", "FAIRPOST_REDIS_CLUSTER"],
         ),
         ({_SENTINELS: "s1", _MASTER: "m"}, [_SENTINELS]),
+        ({"FAIRPOST_REDIS_MIN_REPLICAS": "-1"}, ["FAIRPOST_REDIS_MIN_REPLICAS"]),
     ],
 )  # fmt: skip
 def test_bad_redis_topology_names_every_variable_involved(
