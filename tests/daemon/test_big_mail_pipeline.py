@@ -1,0 +1,57 @@
+"""Mail to more recipients than the tenant's per-second limit, end to end (issue 12, item 3).
+
+SDK → Redis → dispatcher → SQS (moto, over HTTP) → quota → the recording SES.
+At the default tenant limit of 5/second, a mail to 10 people used to end as a
+dead letter (``too_many_recipients``); it must be sent, alone in its second,
+and counted in full.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from dispatcher.jobs import JobState
+from mailer import AsyncMailClient
+from mailer.sdk.mail import Mail
+from mailer.testing.ses_server import SesServer
+from mailer.testing.wait import wait_for_async
+from tests.support.pipeline import pipeline, quick_settings
+
+
+@pytest.fixture
+def ses(aws_env: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[SesServer]:
+    with SesServer() as server:
+        monkeypatch.setenv("AWS_ENDPOINT_URL_SESV2", server.url)
+        yield server
+
+
+def mail(i: int, recipients: int) -> Mail:
+    return Mail(
+        sender="app@example.com",
+        to=[f"user{i}.{r}@example.org" for r in range(recipients)],
+        subject=f"m{i}",
+        text="hi",
+    )
+
+
+async def test_mail_to_ten_people_at_five_a_second_is_sent_not_dead_lettered(
+    redis_url: str, ses: SesServer
+) -> None:
+    settings = quick_settings(redis_url, tenant_limits="5/second; 10000/day")
+    async with pipeline(settings) as run, AsyncMailClient(settings) as client:
+        ids = await client.send_many("acme", [mail(i, 10) for i in range(3)] + [mail(9, 2)])
+
+        async def all_ended() -> bool:
+            states = [(await client.status(i)).state for i in ids]
+            return all(state in (JobState.SENT, JobState.DEAD) for state in states)
+
+        await wait_for_async(all_ended, within=30, what="every mail to end")
+        states = [(await client.status(i)).state for i in ids]
+        used = await run.quota.usage("acme", settings.limits_for("acme"))
+    assert states == [JobState.SENT] * 4
+    # Each big mail went alone: no second held more than max(limit, largest mail).
+    assert ses.max_in_window(1.0) <= 10
+    assert sorted(m.job_id or "" for m in ses.sent) == sorted(ids)
+    assert dict(used)[settings.limits_for("acme")[1]] == 32  # counted in full
