@@ -7,9 +7,9 @@ enqueueing mail loads none of them.
 """
 
 from dispatcher.errors import DispatchError, TooLateToCancel, UnknownJob
-from dispatcher.jobs import Job, JobState
+from dispatcher.jobs import Job, JobState, NewJob
 from dispatcher.keys import Keys
-from dispatcher.store import JobStore, NewJob
+from dispatcher.store import JobStore
 
 __all__ = [
     "DispatchError",

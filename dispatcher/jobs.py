@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from dispatcher.keys import PRIORITIES
@@ -51,3 +52,22 @@ class Job:
     created_ms: int
     replays: int = 0
     """Times an operator replayed it from the dead letters (0: never)."""
+
+
+@dataclass(frozen=True)
+class NewJob:
+    """A job to enqueue; ``fields`` are extra record fields (strings)."""
+
+    id: str
+    tenant: str
+    kind: str
+    payload: str
+    priority: str = "normal"
+    fields: Mapping[str, str] | None = None
+    send_at_ms: int = 0
+    """When it may be sent (Redis server time, ms); 0 or a past time: now."""
+    idempotency_key: str | None = None
+    """A second job of the tenant with this key, within ``idempotency_ttl``, is not written."""
+    idempotency_ttl: int = 86_400
+    content: bytes | None = None
+    """Stored beside the record under :meth:`Keys.content` (a claim check)."""

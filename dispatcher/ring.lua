@@ -1,4 +1,4 @@
--- Prepended to every dispatcher script at load time (see store.py): the
+-- Prepended to every dispatcher script that changes the ring (calls.script): the
 -- shared context and the rule for which tenants sit in the ring.
 --
 -- The ring holds, once each, the tenants that have a waiting job, a free

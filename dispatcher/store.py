@@ -8,122 +8,25 @@ what it claimed comes back when its lease expires.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import redis
 import redis.asyncio
 
-from config import Settings
-from dispatcher.durable import Durability
-from dispatcher.jobs import Job, JobState
+from dispatcher.calls import (
+    ScriptCalls,
+    StoreLimits,
+    claimed,
+    script,
+    store_limits,
+    submitted,
+)
+from dispatcher.jobs import Job, JobState, NewJob
 from dispatcher.keys import Keys
-from dispatcher.scripts import lua_source
+from dispatcher.replies import record, text
 
-# Sync and async clients take the same script calls; the store only needs one.
-AnyRedis = redis.Redis | redis.asyncio.Redis
-
-
-def _script_source(name: str) -> str:
-    # ring.lua holds the context and helpers every script shares.
-    return lua_source("dispatcher", "ring") + "\n" + lua_source("dispatcher", name)
-
-
-# The shebang makes Redis (7.0+) check for out-of-memory before the script
-# starts, not at each write inside it: a batch is refused whole, never cut.
-_ENQUEUE_SOURCE = "#!lua\n" + _script_source("enqueue")
-
-
-@dataclass(frozen=True)
-class StoreLimits:
-    """The defaults a tenant without an override gets."""
-
-    default_weight: int = 1
-    default_cap: int = 20
-    lease_ms: int = 30_000
-    inflight_ttl_ms: int = 1_800_000
-    stranded_after_ms: int = 1_800_000 + 86_400_000 + 60_000 + 900_000
-    """A dispatched job without progress this long is stranded (Settings.stranded_after_seconds)."""
-    min_replicas: int = 0
-    """Replicas an enqueue and a "sent" record wait for (FAIRPOST_REDIS_MIN_REPLICAS)..."""
-    wait_ms: int = 1000
-    """... for at most this long (FAIRPOST_REDIS_WAIT_SECONDS)."""
-
-    @property
-    def durability(self) -> Durability:
-        return Durability(self.min_replicas, self.wait_ms)
-
-
-def store_limits(settings: Settings) -> StoreLimits:
-    return StoreLimits(
-        default_weight=settings.default_weight,
-        default_cap=settings.inflight_cap,
-        lease_ms=int(settings.dispatcher.lease_seconds * 1000),
-        inflight_ttl_ms=int(settings.dispatcher.inflight_ttl_seconds * 1000),
-        stranded_after_ms=int(settings.stranded_after_seconds() * 1000),
-        min_replicas=settings.redis_min_replicas,
-        wait_ms=int(settings.redis_wait_seconds * 1000),
-    )
-
-
-@dataclass(frozen=True)
-class NewJob:
-    """A job to enqueue; ``fields`` are extra record fields (strings)."""
-
-    id: str
-    tenant: str
-    kind: str
-    payload: str
-    priority: str = "normal"
-    fields: Mapping[str, str] | None = None
-    send_at_ms: int = 0
-    """When it may be sent (Redis server time, ms); 0 or a past time: now."""
-    idempotency_key: str | None = None
-    """A second job of the tenant with this key, within ``idempotency_ttl``, is not written."""
-    idempotency_ttl: int = 86_400
-    content: bytes | None = None
-    """Stored beside the record under :meth:`Keys.content` (a claim check)."""
-
-
-class ScriptCalls:
-    """Builds the KEYS and ARGV of each script; shared by the sync and async stores."""
-
-    def __init__(self, keys: Keys, limits: StoreLimits) -> None:
-        self.keys = keys
-        self.limits = limits
-
-    def ring_keys(self) -> list[str]:
-        k = self.keys
-        return [
-            k.ring(),
-            k.ring_members(),
-            k.blocked(),
-            k.caps(),
-            k.wake(),
-            k.paused(),
-            k.backlogs(),
-            k.expiring(),
-            k.totals(),
-        ]
-
-    def ring_args(self) -> list[str | int]:
-        return [self.keys.queue_prefix(), self.keys.inflight_prefix(), self.limits.default_cap]
-
-    def enqueue(self, jobs: Sequence[NewJob]) -> tuple[list[str], list[str | int | bytes]]:
-        """One call for the whole batch (enqueue.lua): all or nothing."""
-        k = self.keys
-        keys = [*self.ring_keys(), k.tenants(), k.scheduled()]
-        args: list[str | int | bytes] = [*self.ring_args(), len(jobs)]
-        for job in jobs:
-            fields: list[str | int | bytes] = ["kind", job.kind, "payload", job.payload]
-            for name, value in (job.fields or {}).items():
-                fields += [name, value]
-            has_key = job.idempotency_key is not None
-            idem = k.idempotency(job.tenant, job.idempotency_key) if job.idempotency_key else k.job(job.id)
-            keys += [k.job(job.id), k.content(job.id), idem]
-            args += [job.id, job.tenant, job.priority, job.send_at_ms]
-            args += [job.idempotency_ttl if has_key else 0, job.content or b"", len(fields) // 2, *fields]
-        return keys, args
+# The store is where its callers find what they hand it (NewJob, StoreLimits).
+__all__ = ["JobStore", "NewJob", "StoreLimits", "SyncJobStore", "store_limits"]
 
 
 class JobStore:
@@ -134,17 +37,17 @@ class JobStore:
         self.keys = keys
         self.limits = limits
         self._calls = ScriptCalls(keys, limits)
-        self._enqueue = client.register_script(_ENQUEUE_SOURCE)
-        self._claim = client.register_script(_script_source("claim"))
-        self._requeue = client.register_script(_script_source("requeue"))
-        self._reap = client.register_script(_script_source("reap"))
-        self._finish = client.register_script(_script_source("finish"))
-        self._handoff = client.register_script(lua_source("dispatcher", "handoff"))
-        self._touch = client.register_script(lua_source("dispatcher", "touch"))
-        self._keep = client.register_script(lua_source("dispatcher", "keep"))
-        self._renew = client.register_script(lua_source("dispatcher", "renew"))
-        self._send_claim = client.register_script(lua_source("dispatcher", "send_claim"))
-        self._dead_letter = client.register_script(lua_source("dispatcher", "dead_letter"))
+        self._enqueue = client.register_script(script("enqueue"))
+        self._claim = client.register_script(script("claim"))
+        self._requeue = client.register_script(script("requeue"))
+        self._reap = client.register_script(script("reap"))
+        self._finish = client.register_script(script("finish"))
+        self._handoff = client.register_script(script("handoff"))
+        self._touch = client.register_script(script("touch"))
+        self._keep = client.register_script(script("keep"))
+        self._renew = client.register_script(script("renew"))
+        self._send_claim = client.register_script(script("send_claim"))
+        self._dead_letter = client.register_script(script("dead_letter"))
 
     async def enqueue(self, jobs: Sequence[NewJob]) -> list[bool]:
         """Enqueue jobs in one atomic call, all or nothing; False where nothing was
@@ -159,89 +62,44 @@ class JobStore:
         keys, args = self._calls.enqueue(jobs)
         durable = self.limits.durability
         if not durable.replicas:
-            return [_submitted(r) for r in await self._enqueue(keys=keys, args=args)]
+            return [submitted(r) for r in await self._enqueue(keys=keys, args=args)]
         # The job ids go back to the caller: only once replicas hold the jobs.
         async with self.redis.pipeline(transaction=False) as pipe:
             await self._enqueue(keys=keys, args=args, client=pipe)
             [results] = await self.execute_durably(pipe)
-        return [_submitted(r) for r in results]
+        return [submitted(r) for r in results]
 
     async def claim(self, count: int) -> list[Job]:
         """Claim up to ``count`` jobs, fairly across tenants, each under a lease."""
-        c = self._calls
-        flat: list[Any] = await self._claim(
-            keys=[*c.ring_keys(), self.keys.deficit(), self.keys.weights(), self.keys.leases()],
-            args=[
-                *c.ring_args(),
-                count,
-                self.limits.default_weight,
-                self.limits.lease_ms,
-                self.keys.job_prefix(),
-                self.limits.inflight_ttl_ms,
-            ],
-        )
-        return [
-            Job(
-                id=_s(flat[i]),
-                tenant=_s(flat[i + 1]),
-                kind=_s(flat[i + 2]),
-                payload=_s(flat[i + 3]),
-                attempts=int(flat[i + 4]),
-                created_ms=int(flat[i + 5]),
-                replays=int(flat[i + 6]),
-            )
-            for i in range(0, len(flat), 7)
-        ]
+        keys, args = self._calls.claim(count)
+        return claimed(await self._claim(keys=keys, args=args))
 
     async def handed_off(self, job_ids: Sequence[str]) -> int:
         """Record that jobs reached their downstream; returns the server time (ms)."""
         if not job_ids:
             return 0
-        k = self.keys
-        now: int = await self._handoff(
-            keys=[k.leases(), k.dispatched()],
-            args=[
-                k.job_prefix(),
-                k.queue_prefix(),
-                k.inflight_prefix(),
-                self.limits.inflight_ttl_ms,
-                self.limits.stranded_after_ms,
-                *job_ids,
-            ],
-        )
-        return int(now)
+        keys, args = self._calls.handoff(job_ids)
+        return int(await self._handoff(keys=keys, args=args))
 
     async def renew(self, job_ids: Sequence[str]) -> int:
         """Extend the leases of claims still being worked on by one lease from now."""
         if not job_ids:
             return 0
-        k = self.keys
-        count: int = await self._renew(
-            keys=[k.leases()],
-            args=[k.job_prefix(), k.inflight_prefix(), self.limits.lease_ms, *job_ids],
-        )
-        return int(count)
+        keys, args = self._calls.renew(job_ids)
+        return int(await self._renew(keys=keys, args=args))
 
     async def requeue(self, job_ids: Sequence[str]) -> int:
         """Give claimed jobs back to the head of their queues."""
         if not job_ids:
             return 0
-        c = self._calls
-        count: int = await self._requeue(
-            keys=[*c.ring_keys(), self.keys.leases()],
-            args=[*c.ring_args(), self.keys.job_prefix(), *job_ids],
-        )
-        return int(count)
+        keys, args = self._calls.requeue(job_ids)
+        return int(await self._requeue(keys=keys, args=args))
 
     async def reap(self, max_leases: int = 500) -> int:
         """Return expired leases to their queues; drop expired in-flight slots and
         unblock their tenants. At most ``max_leases`` leases and as many tenants a call."""
-        c = self._calls
-        count: int = await self._reap(
-            keys=[*c.ring_keys(), self.keys.leases()],
-            args=[*c.ring_args(), self.keys.job_prefix(), max_leases],
-        )
-        return int(count)
+        keys, args = self._calls.reap(max_leases)
+        return int(await self._reap(keys=keys, args=args))
 
     async def finish(
         self,
@@ -258,40 +116,22 @@ class JobStore:
         With ``pipeline`` the call is only queued on it (returns 0): its result
         comes from the caller's ``execute()``, in one round trip with the rest.
         """
-        c = self._calls
-        extra: list[str | int] = []
-        for name, value in (fields or {}).items():
-            extra += [name, value]
-        result: int = await self._finish(
-            keys=[
-                *c.ring_keys(),
-                self.keys.job(job_id),
-                self.keys.leases(),
-                self.keys.dead(),
-                self.keys.content(job_id),
-                self.keys.dispatched(),
-            ],
-            args=[*c.ring_args(), job_id, state.value, keep_seconds, *extra],
-            client=pipeline,  # None: the store's own client, at once
-        )
+        keys, args = self._calls.finish(job_id, state, keep_seconds, fields)
+        result = await self._finish(keys=keys, args=args, client=pipeline)  # None: at once
         return 0 if pipeline is not None else int(result)
 
     async def touch_inflight(self, tenant: str, until_ms: int) -> None:
         """Keep the tenant's in-flight slots while its mail waits in SQS for its quota."""
-        margin = self.limits.stranded_after_ms - self.limits.inflight_ttl_ms
-        await self._touch(keys=[self.keys.inflight(tenant), self.keys.dispatched()], args=[until_ms, margin])
+        keys, args = self._calls.touch(tenant, until_ms)
+        await self._touch(keys=keys, args=args)
 
     async def keep_inflight(self, keep_ms: int, due_ms: int, offset: int, page: int) -> tuple[int, int, int]:
         """Renew, to ``keep_ms`` from now, the live in-flight slots of tenants whose
         earliest slot expires within ``due_ms``: their mail waits in SQS while no
         sender receives (mailer/daemon/slots.py). One page of tenants from
         ``offset``; returns (tenants visited, of them still due, slots kept)."""
-        margin = self.limits.stranded_after_ms - self.limits.inflight_ttl_ms
-        reply = await self._keep(
-            keys=[self.keys.expiring(), self.keys.dispatched()],
-            args=[self.keys.inflight_prefix(), keep_ms, due_ms, margin, offset, page],
-        )
-        visited, stayed, kept = (int(v) for v in reply)
+        keys, args = self._calls.keep(keep_ms, due_ms, offset, page)
+        visited, stayed, kept = (int(v) for v in await self._keep(keys=keys, args=args))
         return visited, stayed, kept
 
     async def wait_for_work(self, seconds: float) -> bool:
@@ -301,8 +141,9 @@ class JobStore:
         return result is not None
 
     async def job(self, job_id: str) -> dict[str, str]:
+        """The job's record; empty if there is none."""
         raw: dict[Any, Any] = await self.redis.hgetall(self.keys.job(job_id))
-        return {_s(k): _s(v) for k, v in raw.items()}
+        return record(raw)
 
     # -- what a sender records about a job (mailer/daemon) -----------------------
 
@@ -324,15 +165,15 @@ class JobStore:
             for job_id in job_ids:
                 pipe.hget(self.keys.job(job_id), "state")
             values = await pipe.execute()
-        return {job_id: _s(v) for job_id, v in zip(job_ids, values, strict=True) if v is not None}
+        return {job_id: text(v) for job_id, v in zip(job_ids, values, strict=True) if v is not None}
 
     async def claim_sending(self, job_ids: Sequence[str], lifetime_ms: int) -> list[int]:
         """Take each job's sending marker (send_claim.lua): 1 taken, 0 another sender
         holds it, 2 the job is final already, 3 it has no record."""
         if not job_ids:
             return []
-        keys = [self.keys.job(i) for i in job_ids] + [self.keys.sending(i) for i in job_ids]
-        codes: list[Any] = await self._send_claim(keys=keys, args=[lifetime_ms])
+        keys, args = self._calls.send_claim(job_ids, lifetime_ms)
+        codes: list[Any] = await self._send_claim(keys=keys, args=args)
         return [int(c) for c in codes]
 
     async def release_sending(self, job_id: str) -> None:
@@ -387,10 +228,8 @@ class JobStore:
         """A dead letter for a job without a record (expired, lost, or an unreadable
         message that names none): written whole (dead_letter.lua), so it can be
         listed and read."""
-        await self._dead_letter(
-            keys=[self.keys.job(job_id), self.keys.dead()],
-            args=[job_id, tenant, reason, raw_body[:262_144], keep_seconds],
-        )
+        keys, args = self._calls.dead_letter(job_id, tenant, reason, raw_body, keep_seconds)
+        await self._dead_letter(keys=keys, args=args)
 
     async def now_ms(self) -> int:
         """Redis's time: the one clock every stored time is read from."""
@@ -411,23 +250,15 @@ class JobStore:
             await pipe.execute()
 
 
-def _s(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def _submitted(result: Any) -> tuple[bool, str]:
-    code, job_id = result
-    return int(code) == 1, _s(job_id)
-
-
 class SyncJobStore:
     """The blocking side of the queues, for the SDK's :class:`MailClient`."""
 
     def __init__(self, client: redis.Redis, keys: Keys, limits: StoreLimits) -> None:
         self.redis = client
         self.keys = keys
+        self.limits = limits
         self._calls = ScriptCalls(keys, limits)
-        self._enqueue = client.register_script(_ENQUEUE_SOURCE)
+        self._enqueue = client.register_script(script("enqueue"))
 
     def enqueue(self, jobs: Sequence[NewJob]) -> list[bool]:
         return [written for written, _ in self.submit(jobs)]
@@ -436,16 +267,16 @@ class SyncJobStore:
         if not jobs:
             return []
         keys, args = self._calls.enqueue(jobs)
-        durable = self._calls.limits.durability
+        durable = self.limits.durability
         if not durable.replicas:
-            return [_submitted(r) for r in self._enqueue(keys=keys, args=args)]
+            return [submitted(r) for r in self._enqueue(keys=keys, args=args)]
         # The job ids go back to the caller: only once replicas hold the jobs.
         with self.redis.pipeline(transaction=False) as pipe:
             self._enqueue(keys=keys, args=args, client=pipe)
             durable.queue_wait(pipe)
             [results] = durable.check(pipe.execute())
-        return [_submitted(r) for r in results]
+        return [submitted(r) for r in results]
 
     def job(self, job_id: str) -> dict[str, str]:
         raw: dict[Any, Any] = self.redis.hgetall(self.keys.job(job_id))
-        return {_s(k): _s(v) for k, v in raw.items()}
+        return record(raw)

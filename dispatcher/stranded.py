@@ -18,15 +18,12 @@ import redis.asyncio
 
 from dispatcher.jobs import Job
 from dispatcher.keys import Keys
+from dispatcher.replies import record, text
 from dispatcher.scripts import lua_source
 from dispatcher.store import StoreLimits
 
 SCAN_BATCH = 200
 """Most stranded jobs one scan returns; more are picked by the next scan at once."""
-
-
-def _s(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 @dataclass(frozen=True)
@@ -64,12 +61,12 @@ class StrandedJobs:
         )
         out = []
         for i in range(0, len(flat), 8):
-            outcome: Literal["again", "dead"] = "again" if _s(flat[i]) == "again" else "dead"
+            outcome: Literal["again", "dead"] = "again" if text(flat[i]) == "again" else "dead"
             job = Job(
-                id=_s(flat[i + 1]),
-                tenant=_s(flat[i + 2]),
-                kind=_s(flat[i + 3]),
-                payload=_s(flat[i + 4]),
+                id=text(flat[i + 1]),
+                tenant=text(flat[i + 2]),
+                kind=text(flat[i + 3]),
+                payload=text(flat[i + 4]),
                 attempts=0,
                 created_ms=int(flat[i + 5]),
                 replays=int(flat[i + 6]),
@@ -93,4 +90,4 @@ class StrandedJobs:
     async def counts(self) -> dict[str, int]:
         """What the reconcilers did, all replicas together: outcome → jobs."""
         raw: dict[Any, Any] = await self.redis.hgetall(self.keys.reconciled())
-        return {_s(k): int(v) for k, v in raw.items()}
+        return {k: int(v) for k, v in record(raw).items()}

@@ -6,7 +6,8 @@ re-exported here, so ``mailer.errors`` names every error fairpost raises)::
     ├── DispatchError             (dispatcher.errors)
     │   ├── UnknownJob            no job has this id
     │   ├── TooLateToCancel       handed to SQS or finished already
-    │   └── NotReplayable         not a dead letter, or nothing left to send
+    │   ├── NotReplayable         not a dead letter, or nothing left to send
+    │   └── NotReplicated         too few Redis replicas took a write in time (also a RedisError)
     ├── InvalidMail               the SDK refused a mail; nothing was written
     ├── InvalidOverride           a live quota override is invalid; nothing was written
     ├── PoisonMessage             an SQS body this fairpost cannot read (a dead letter)
@@ -23,7 +24,7 @@ Nothing here imports AWS or the daemon: the SDK raises these too.
 from __future__ import annotations
 
 from config.errors import ConfigError, FairpostError
-from dispatcher.errors import DispatchError, NotReplayable, TooLateToCancel, UnknownJob
+from dispatcher.errors import DispatchError, NotReplayable, NotReplicated, TooLateToCancel, UnknownJob
 
 __all__ = [
     "ConfigError",
@@ -33,6 +34,7 @@ __all__ = [
     "InvalidMail",
     "InvalidOverride",
     "NotReplayable",
+    "NotReplicated",
     "PoisonMessage",
     "RefusedRequest",
     "ServiceError",

@@ -29,6 +29,7 @@ import redis.asyncio
 from config import Settings
 from config.limits import Limits, Window, format_limits, parse_limits
 from dispatcher.keys import Keys
+from dispatcher.replies import record, text
 from mailer.quota.engine import QuotaEngine
 from mailer.quota.overrides import read_overrides, resolve_global, resolve_tenant
 
@@ -155,7 +156,7 @@ async def collect_stats(
     if tenants is None:
         # Bounded: every tenant only while they are few, else the top backlogs.
         listed = await client.smembers(keys.tenants()) if known <= sample else top
-        names = {_s(t) for t in listed} | set(settings.tenants) | set(overrides.tenants) | overrides.paused
+        names = {text(t) for t in listed} | set(settings.tenants) | set(overrides.tenants) | overrides.paused
         names |= set(also)
     else:
         names = set(tenants)
@@ -213,21 +214,17 @@ async def collect_stats(
         at_ms=at_ms,
         global_=results[0],
         tenants=list(results[1:]),
-        replicas=sorted(_s(r) for r in replicas),
-        reconciled={_s(k): int(v) for k, v in reconciled.items()},
+        replicas=sorted(text(r) for r in replicas),
+        reconciled={k: int(v) for k, v in record(reconciled).items()},
         known_tenants=int(known),
     )
 
 
-def _s(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def _parse(text: Any) -> Limits | None:
-    if text is None:
+def _parse(raw: Any) -> Limits | None:
+    if raw is None:
         return None
     try:
-        return parse_limits(_s(text))
+        return parse_limits(text(raw))
     except ValueError:
         return None
 

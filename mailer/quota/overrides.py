@@ -27,19 +27,19 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, Self
+from typing import Any, Literal, Protocol
 
 import redis
 import redis.asyncio
 
-from config import ConfigError, Settings, load_settings
+from config import ConfigError, Settings
 from config.limits import Limits, Window, format_limits, parse_limits
 from config.tenant_id import TENANT_ID_RULE, is_valid_tenant_id
-from dispatcher import connect
+from dispatcher.calls import ScriptCalls, script, store_limits
 from dispatcher.keys import Keys
-from dispatcher.scripts import lua_source
-from dispatcher.store import ScriptCalls, store_limits
+from dispatcher.replies import record, text
 from mailer.errors import InvalidOverride
+from mailer.sdk.connection import RedisOwner
 
 __all__ = [
     "PAUSED_RECHECK_SECONDS",
@@ -98,10 +98,6 @@ class EffectiveLimits:
         }
 
 
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
-
-
 def read_overrides(raw: Mapping[Any, Any], paused: Iterable[Any]) -> Overrides:
     """Build :class:`Overrides` from the override hash and the paused set.
 
@@ -110,18 +106,17 @@ def read_overrides(raw: Mapping[Any, Any], paused: Iterable[Any]) -> Overrides:
     """
     global_limits: Limits | None = None
     tenants: dict[str, Limits] = {}
-    for key, value in raw.items():
-        name, text = _text(key), _text(value)
+    for name, value in record(raw).items():
         try:
-            windows = parse_limits(text)
+            windows = parse_limits(value)
         except ValueError as exc:
-            log.warning("ignoring the unreadable quota override %s=%r: %s", name, text, exc)
+            log.warning("ignoring the unreadable quota override %s=%r: %s", name, value, exc)
             continue
         if name == GLOBAL_FIELD:
             global_limits = windows
         elif name.startswith(_TENANT_FIELD):
             tenants[name[len(_TENANT_FIELD) :]] = windows
-    return Overrides(global_limits, tenants, frozenset(_text(t) for t in paused))
+    return Overrides(global_limits, tenants, frozenset(text(t) for t in paused))
 
 
 def resolve_global(settings: Settings, overrides: Overrides, auto: Limits | None) -> EffectiveLimits:
@@ -307,7 +302,7 @@ def _check_limits(limits: str | Sequence[Window]) -> Limits:
     return _check_limits(format_limits(windows))
 
 
-class QuotaAdmin:
+class QuotaAdmin(RedisOwner):
     """Live quota and tenant control for admin tools (what ``fairpost quota`` and
     ``fairpost tenant`` use). Changes reach every replica within about 5 s.
 
@@ -317,14 +312,10 @@ class QuotaAdmin:
     """
 
     def __init__(self, settings: Settings | None = None, *, redis_client: redis.Redis | None = None) -> None:
-        self.settings = settings or load_settings()
-        self._owns_redis = redis_client is None
-        self._redis = redis_client or connect.redis_client(self.settings)
+        super().__init__(settings, redis_client=redis_client)
         self.keys = Keys(self.settings.key_prefix)
         self._calls = ScriptCalls(self.keys, store_limits(self.settings))
-        self._resume = self._redis.register_script(
-            lua_source("dispatcher", "ring") + "\n" + lua_source("dispatcher", "resume")
-        )
+        self._resume = self._redis.register_script(script("resume"))
 
     # -- reading ------------------------------------------------------------------
     def overrides(self) -> Overrides:
@@ -336,11 +327,11 @@ class QuotaAdmin:
 
     def auto_limits(self) -> Limits | None:
         """The global limits a running daemon derived from SES, if the settings say ``auto``."""
-        text = self._redis.get(self.keys.auto_limits())
-        if text is None:
+        raw = self._redis.get(self.keys.auto_limits())
+        if raw is None:
             return None
         try:
-            return parse_limits(_text(text))
+            return parse_limits(text(raw))
         except ValueError:
             return None
 
@@ -393,19 +384,9 @@ class QuotaAdmin:
     def resume(self, tenant: str) -> bool:
         """Let a paused tenant send again at once. False if it was not paused."""
         tenant = _check_tenant(tenant)
-        result = self._resume(keys=self._calls.ring_keys(), args=[*self._calls.ring_args(), tenant])
+        keys, args = self._calls.resume(tenant)
+        result = self._resume(keys=keys, args=args)
         return bool(int(result))
 
     def paused(self) -> list[str]:
         return sorted(self.overrides().paused)
-
-    # -- lifecycle -----------------------------------------------------------------
-    def close(self) -> None:
-        if self._owns_redis:
-            self._redis.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

@@ -9,69 +9,109 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
-from types import TracebackType
-from typing import Self
 
 import redis
 import redis.asyncio
 
 from config import Settings, load_settings
 from config.limits import budget_exceeded
-from dispatcher import connect
-from dispatcher.jobs import check_priority
+from dispatcher.jobs import NewJob, check_priority
 from dispatcher.keys import Keys
 from dispatcher.lifecycle import Lifecycle, SyncLifecycle
-from dispatcher.store import JobStore, NewJob, SyncJobStore, store_limits
+from dispatcher.store import JobStore, SyncJobStore, store_limits
 from mailer.errors import InvalidMail
 from mailer.sdk.attachments import Attachment
 from mailer.sdk.compose import mail_job
+from mailer.sdk.connection import AsyncRedisOwner, RedisOwner
 from mailer.sdk.dead import DeadLetters
 from mailer.sdk.mail import Mail, check_tenant_id
 from mailer.sdk.status import JobStatus
 
+__all__ = ["MAIL_KIND", "AsyncMailClient", "MailClient"]
+
 MAIL_KIND = "mail"
 
 
-def _mail_from(item: Mail | Mapping[str, object], index: int) -> Mail:
-    if isinstance(item, Mail):
-        return item
-    if isinstance(item, Mapping):
-        try:
-            return Mail(**item)  # type: ignore[arg-type]
-        except TypeError as exc:
-            raise InvalidMail(f"mails[{index}]", f"not a mail: {exc}") from None
-    raise InvalidMail(f"mails[{index}]", "must be a mailer.Mail or a mapping of its fields")
+class BaseMailClient:
+    """What :class:`MailClient` and :class:`AsyncMailClient` share, none of it I/O:
+    checking each mail and building its jobs, and reading a status record."""
 
+    settings: Settings
 
-def _new_jobs(
-    settings: Settings,
-    tenant_id: str,
-    mails: Iterable[Mail | Mapping[str, object]],
-    priority: str,
-    many: bool,
-    send_at: datetime | None = None,
-) -> list[NewJob]:
-    tenant = check_tenant_id(tenant_id)
-    try:
-        check_priority(priority)
-    except ValueError as exc:
-        raise InvalidMail("priority", str(exc)) from None
-    keys = Keys(settings.key_prefix)
-    jobs = []
-    default_sender = settings.tenant(tenant).default_sender
-    for index, item in enumerate(mails):
-        mail = _mail_from(item, index)
-        if not mail.sender and default_sender:
-            # The tenant's default_sender (FAIRPOST_TENANTS) fills a mail sent without one.
-            mail = dataclasses.replace(mail, sender=default_sender)
-        # Validation, send options and where the content goes: mailer.compose.
-        prefix = f"mails[{index}]." if many else ""
-        job = mail_job(
-            settings, keys, tenant, mail, priority=priority, kind=MAIL_KIND, prefix=prefix, send_at=send_at
+    def _send_jobs(
+        self,
+        tenant_id: str,
+        *,
+        sender: str | None = None,
+        to: Sequence[str] | str,
+        subject: str,
+        text: str | None = None,
+        html: str | None = None,
+        cc: Sequence[str] | str = (),
+        bcc: Sequence[str] | str = (),
+        reply_to: Sequence[str] | str = (),
+        headers: Mapping[str, str] | None = None,
+        priority: str = "normal",
+        attachments: Sequence[Attachment] = (),
+        idempotency_key: str | None = None,
+        send_at: datetime | None = None,
+    ) -> list[NewJob]:
+        mail = Mail(
+            sender=sender or "",
+            to=to,
+            subject=subject,
+            text=text,
+            html=html,
+            cc=cc,
+            bcc=bcc,
+            reply_to=reply_to,
+            headers=headers,
+            attachments=attachments,
+            idempotency_key=idempotency_key,
+            send_at=send_at,
         )
-        _check_fits(settings, tenant, int((job.fields or {})["recipients"]), prefix)
-        jobs.append(job)
-    return jobs
+        return self._jobs(tenant_id, [mail], priority, many=False, send_at=send_at)
+
+    def _jobs(
+        self,
+        tenant_id: str,
+        mails: Iterable[Mail | Mapping[str, object]],
+        priority: str,
+        *,
+        many: bool,
+        send_at: datetime | None = None,
+    ) -> list[NewJob]:
+        """Every mail checked (the first broken rule raises :class:`InvalidMail`
+        naming it), then its job built; nothing written."""
+        settings = self.settings
+        tenant = check_tenant_id(tenant_id)
+        try:
+            check_priority(priority)
+        except ValueError as exc:
+            raise InvalidMail("priority", str(exc)) from None
+        keys = Keys(settings.key_prefix)
+        jobs = []
+        default_sender = settings.tenant(tenant).default_sender
+        for index, item in enumerate(mails):
+            mail = _mail_from(item, index)
+            if not mail.sender and default_sender:
+                # The tenant's default_sender (FAIRPOST_TENANTS) fills a mail sent without one.
+                mail = dataclasses.replace(mail, sender=default_sender)
+            # Validation, send options and where the content goes: mailer.sdk.compose.
+            prefix = f"mails[{index}]." if many else ""
+            job = mail_job(
+                settings,
+                keys,
+                tenant,
+                mail,
+                priority=priority,
+                kind=MAIL_KIND,
+                prefix=prefix,
+                send_at=send_at,
+            )
+            _check_fits(settings, tenant, int((job.fields or {})["recipients"]), prefix)
+            jobs.append(job)
+        return jobs
 
 
 def _check_fits(settings: Settings, tenant: str, recipients: int, prefix: str) -> None:
@@ -90,7 +130,18 @@ def _check_fits(settings: Settings, tenant: str, recipients: int, prefix: str) -
             )
 
 
-class MailClient:
+def _mail_from(item: Mail | Mapping[str, object], index: int) -> Mail:
+    if isinstance(item, Mail):
+        return item
+    if isinstance(item, Mapping):
+        try:
+            return Mail(**item)  # type: ignore[arg-type]
+        except TypeError as exc:
+            raise InvalidMail(f"mails[{index}]", f"not a mail: {exc}") from None
+    raise InvalidMail(f"mails[{index}]", "must be a mailer.Mail or a mapping of its fields")
+
+
+class MailClient(RedisOwner, BaseMailClient):
     """Enqueue mail from blocking code.
 
     >>> client = MailClient.from_env()
@@ -99,11 +150,10 @@ class MailClient:
     """
 
     def __init__(self, settings: Settings | None = None, *, redis_client: redis.Redis | None = None) -> None:
-        self.settings = settings or load_settings()
-        self._owns_redis = redis_client is None
-        self._redis = redis_client or connect.redis_client(self.settings)
-        self._store = SyncJobStore(self._redis, Keys(self.settings.key_prefix), store_limits(self.settings))
-        self._lifecycle = SyncLifecycle(self._redis, self._store.keys, store_limits(self.settings))
+        super().__init__(settings, redis_client=redis_client)
+        keys, limits = Keys(self.settings.key_prefix), store_limits(self.settings)
+        self._store = SyncJobStore(self._redis, keys, limits)
+        self._lifecycle = SyncLifecycle(self._redis, keys, limits)
 
     @classmethod
     def from_env(cls) -> MailClient:
@@ -132,8 +182,9 @@ class MailClient:
 
         Without ``sender``, the tenant's ``default_sender`` setting is used.
         """
-        mail = Mail(
-            sender=sender or "",
+        jobs = self._send_jobs(
+            tenant_id,
+            sender=sender,
             to=to,
             subject=subject,
             text=text,
@@ -142,11 +193,11 @@ class MailClient:
             bcc=bcc,
             reply_to=reply_to,
             headers=headers,
+            priority=priority,
             attachments=attachments,
             idempotency_key=idempotency_key,
             send_at=send_at,
         )
-        jobs = _new_jobs(self.settings, tenant_id, [mail], priority, False, send_at)
         [(_, job_id)] = self._store.submit(jobs)
         return job_id
 
@@ -166,7 +217,7 @@ class MailClient:
         FAIRPOST_IDEMPOTENCY_TTL gets the first job's id and enqueues nothing) and
         ``send_at`` (timezone-aware; ``send_at`` here applies to mails without one).
         """
-        jobs = _new_jobs(self.settings, tenant_id, mails, priority, True, send_at)
+        jobs = self._jobs(tenant_id, mails, priority, many=True, send_at=send_at)
         return [job_id for _, job_id in self._store.submit(jobs)]
 
     def status(self, job_id: str) -> JobStatus:
@@ -184,28 +235,17 @@ class MailClient:
         """List, show, replay and purge dead letters, on this client's connection."""
         return DeadLetters(self.settings, redis_client=self._redis)
 
-    def close(self) -> None:
-        if self._owns_redis:
-            self._redis.close()
 
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-class AsyncMailClient:
+class AsyncMailClient(AsyncRedisOwner, BaseMailClient):
     """Enqueue mail from asyncio code; the same methods as :class:`MailClient`."""
 
     def __init__(
         self, settings: Settings | None = None, *, redis_client: redis.asyncio.Redis | None = None
     ) -> None:
-        self.settings = settings or load_settings()
-        self._owns_redis = redis_client is None
-        self._redis = redis_client or connect.async_redis_client(self.settings)
-        self._store = JobStore(self._redis, Keys(self.settings.key_prefix), store_limits(self.settings))
-        self._lifecycle = Lifecycle(self._redis, self._store.keys, self._store.limits)
+        super().__init__(settings, redis_client=redis_client)
+        keys, limits = Keys(self.settings.key_prefix), store_limits(self.settings)
+        self._store = JobStore(self._redis, keys, limits)
+        self._lifecycle = Lifecycle(self._redis, keys, limits)
 
     @classmethod
     def from_env(cls) -> AsyncMailClient:
@@ -229,8 +269,9 @@ class AsyncMailClient:
         idempotency_key: str | None = None,
         send_at: datetime | None = None,
     ) -> str:
-        mail = Mail(
-            sender=sender or "",
+        jobs = self._send_jobs(
+            tenant_id,
+            sender=sender,
             to=to,
             subject=subject,
             text=text,
@@ -239,11 +280,11 @@ class AsyncMailClient:
             bcc=bcc,
             reply_to=reply_to,
             headers=headers,
+            priority=priority,
             attachments=attachments,
             idempotency_key=idempotency_key,
             send_at=send_at,
         )
-        jobs = _new_jobs(self.settings, tenant_id, [mail], priority, False, send_at)
         [(_, job_id)] = await self._store.submit(jobs)
         return job_id
 
@@ -255,7 +296,7 @@ class AsyncMailClient:
         priority: str = "normal",
         send_at: datetime | None = None,
     ) -> list[str]:
-        jobs = _new_jobs(self.settings, tenant_id, mails, priority, True, send_at)
+        jobs = self._jobs(tenant_id, mails, priority, many=True, send_at=send_at)
         return [job_id for _, job_id in await self._store.submit(jobs)]
 
     async def status(self, job_id: str) -> JobStatus:
@@ -263,15 +304,3 @@ class AsyncMailClient:
 
     async def cancel(self, job_id: str) -> str:
         return await self._lifecycle.cancel(job_id, self.settings.job_ttl)
-
-    async def aclose(self) -> None:
-        if self._owns_redis:
-            await self._redis.aclose()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.aclose()

@@ -14,9 +14,8 @@ import json
 from datetime import datetime
 
 from config import Settings
-from dispatcher.jobs import new_job_id
+from dispatcher.jobs import NewJob, new_job_id
 from dispatcher.keys import Keys
-from dispatcher.store import NewJob
 from mailer.errors import InvalidMail
 from mailer.sdk.attachments import check_attachments
 from mailer.sdk.envelope import STORED_MARK

@@ -18,16 +18,16 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, Self
+from typing import Any
 
 import redis
 
-from config import Settings, load_settings
-from dispatcher import connect
+from config import Settings
 from dispatcher.errors import NotReplayable, UnknownJob
 from dispatcher.keys import Keys
 from dispatcher.lifecycle import SyncLifecycle
 from dispatcher.store import store_limits
+from mailer.sdk.connection import RedisOwner
 from mailer.sdk.mail import check_tenant_id
 
 __all__ = ["DeadLetter", "DeadLetters", "ReplayReport"]
@@ -87,13 +87,11 @@ class ReplayReport:
         return asdict(self)
 
 
-class DeadLetters:
+class DeadLetters(RedisOwner):
     """List, show, replay and purge dead letters (blocking, like an admin tool)."""
 
     def __init__(self, settings: Settings | None = None, *, redis_client: redis.Redis | None = None) -> None:
-        self.settings = settings or load_settings()
-        self._owns_redis = redis_client is None
-        self._redis = redis_client or connect.redis_client(self.settings)
+        super().__init__(settings, redis_client=redis_client)
         self.keys = Keys(self.settings.key_prefix)
         self._lifecycle = SyncLifecycle(self._redis, self.keys, store_limits(self.settings))
 
@@ -166,16 +164,6 @@ class DeadLetters:
             else:
                 replayed.append(job_id)
         return ReplayReport(replayed, skipped)
-
-    def close(self) -> None:
-        if self._owns_redis:
-            self._redis.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def _time(ms: int | None) -> datetime | None:

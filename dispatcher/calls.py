@@ -1,0 +1,289 @@
+"""What each dispatcher script is called with, and what its answer means.
+
+The one call builder under both faces of the queues (:class:`~dispatcher.store.JobStore`
+and :class:`~dispatcher.store.SyncJobStore`), both faces of a job's lifecycle
+(:class:`~dispatcher.lifecycle.Lifecycle`, :class:`~dispatcher.lifecycle.SyncLifecycle`)
+and the quota admin's resume: the faces only send a call and hand its answer here,
+as httpx's ``Client`` and ``AsyncClient`` share ``BaseClient``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from config import Settings
+from dispatcher.durable import Durability
+from dispatcher.errors import NotReplayable, TooLateToCancel, UnknownJob
+from dispatcher.jobs import Job, JobState, NewJob
+from dispatcher.keys import Keys
+from dispatcher.replies import text
+from dispatcher.scripts import lua_source
+
+__all__ = [
+    "CANCELLED",
+    "Call",
+    "ScriptCalls",
+    "StoreLimits",
+    "cancelled",
+    "claimed",
+    "promoted",
+    "replayed",
+    "script",
+    "store_limits",
+    "submitted",
+]
+
+CANCELLED = "cancelled"
+"""The dead reason of a cancelled job."""
+
+Args = list[str | int | bytes]
+Call = tuple[list[str], Args]
+"""A script's KEYS and ARGV."""
+
+_RING_SCRIPTS = frozenset(
+    {"enqueue", "claim", "requeue", "reap", "finish", "promote", "cancel", "replay", "resume"}
+)
+"""The scripts that change the ring of tenants, and so open with ring.lua."""
+
+
+def script(name: str) -> str:
+    """The text of ``dispatcher/<name>.lua``, after ring.lua (the context and helpers
+    every script that changes the ring shares) when it needs it."""
+    source = lua_source("dispatcher", name)
+    if name in _RING_SCRIPTS:
+        source = lua_source("dispatcher", "ring") + "\n" + source
+    if name == "enqueue":
+        # The shebang makes Redis (7.0+) check for out-of-memory before the script
+        # starts, not at each write inside it: a batch is refused whole, never cut.
+        source = "#!lua\n" + source
+    return source
+
+
+@dataclass(frozen=True)
+class StoreLimits:
+    """The defaults a tenant without an override gets."""
+
+    default_weight: int = 1
+    default_cap: int = 20
+    lease_ms: int = 30_000
+    inflight_ttl_ms: int = 1_800_000
+    stranded_after_ms: int = 1_800_000 + 86_400_000 + 60_000 + 900_000
+    """A dispatched job without progress this long is stranded (Settings.stranded_after_seconds)."""
+    min_replicas: int = 0
+    """Replicas an enqueue and a "sent" record wait for (FAIRPOST_REDIS_MIN_REPLICAS)..."""
+    wait_ms: int = 1000
+    """... for at most this long (FAIRPOST_REDIS_WAIT_SECONDS)."""
+
+    @property
+    def durability(self) -> Durability:
+        return Durability(self.min_replicas, self.wait_ms)
+
+
+def store_limits(settings: Settings) -> StoreLimits:
+    return StoreLimits(
+        default_weight=settings.default_weight,
+        default_cap=settings.inflight_cap,
+        lease_ms=int(settings.dispatcher.lease_seconds * 1000),
+        inflight_ttl_ms=int(settings.dispatcher.inflight_ttl_seconds * 1000),
+        stranded_after_ms=int(settings.stranded_after_seconds() * 1000),
+        min_replicas=settings.redis_min_replicas,
+        wait_ms=int(settings.redis_wait_seconds * 1000),
+    )
+
+
+class ScriptCalls:
+    """Builds the KEYS and ARGV of each script (see each ``.lua`` file's header)."""
+
+    def __init__(self, keys: Keys, limits: StoreLimits) -> None:
+        self.keys = keys
+        self.limits = limits
+
+    def _ring_keys(self) -> list[str]:
+        k = self.keys
+        return [
+            k.ring(),
+            k.ring_members(),
+            k.blocked(),
+            k.caps(),
+            k.wake(),
+            k.paused(),
+            k.backlogs(),
+            k.expiring(),
+            k.totals(),
+        ]
+
+    def _ring_args(self) -> Args:
+        return [self.keys.queue_prefix(), self.keys.inflight_prefix(), self.limits.default_cap]
+
+    def _stranded_margin(self) -> int:
+        """How long after a slot's kept expiry its job counts as stranded (ms)."""
+        return self.limits.stranded_after_ms - self.limits.inflight_ttl_ms
+
+    # -- the queues --------------------------------------------------------------
+    def enqueue(self, jobs: Sequence[NewJob]) -> Call:
+        """One call for the whole batch (enqueue.lua): all or nothing."""
+        k = self.keys
+        keys = [*self._ring_keys(), k.tenants(), k.scheduled()]
+        args: Args = [*self._ring_args(), len(jobs)]
+        for job in jobs:
+            fields: Args = ["kind", job.kind, "payload", job.payload]
+            for name, value in (job.fields or {}).items():
+                fields += [name, value]
+            has_key = job.idempotency_key is not None
+            idem = k.idempotency(job.tenant, job.idempotency_key) if job.idempotency_key else k.job(job.id)
+            keys += [k.job(job.id), k.content(job.id), idem]
+            args += [job.id, job.tenant, job.priority, job.send_at_ms]
+            args += [job.idempotency_ttl if has_key else 0, job.content or b"", len(fields) // 2, *fields]
+        return keys, args
+
+    def claim(self, count: int) -> Call:
+        k = self.keys
+        keys = [*self._ring_keys(), k.deficit(), k.weights(), k.leases()]
+        limits = self.limits
+        args: Args = [count, limits.default_weight, limits.lease_ms, k.job_prefix(), limits.inflight_ttl_ms]
+        return keys, [*self._ring_args(), *args]
+
+    def handoff(self, job_ids: Sequence[str]) -> Call:
+        k, limits = self.keys, self.limits
+        args: Args = [k.job_prefix(), k.queue_prefix(), k.inflight_prefix(), limits.inflight_ttl_ms]
+        return [k.leases(), k.dispatched()], [*args, limits.stranded_after_ms, *job_ids]
+
+    def renew(self, job_ids: Sequence[str]) -> Call:
+        k = self.keys
+        return [k.leases()], [k.job_prefix(), k.inflight_prefix(), self.limits.lease_ms, *job_ids]
+
+    def requeue(self, job_ids: Sequence[str]) -> Call:
+        return [*self._ring_keys(), self.keys.leases()], [
+            *self._ring_args(),
+            self.keys.job_prefix(),
+            *job_ids,
+        ]
+
+    def reap(self, max_leases: int) -> Call:
+        return [*self._ring_keys(), self.keys.leases()], [
+            *self._ring_args(),
+            self.keys.job_prefix(),
+            max_leases,
+        ]
+
+    def finish(
+        self, job_id: str, state: JobState, keep_seconds: int, fields: Mapping[str, str | int] | None
+    ) -> Call:
+        k = self.keys
+        extra: Args = []
+        for name, value in (fields or {}).items():
+            extra += [name, value]
+        keys = [*self._ring_keys(), k.job(job_id), k.leases(), k.dead(), k.content(job_id), k.dispatched()]
+        return keys, [*self._ring_args(), job_id, state.value, keep_seconds, *extra]
+
+    def touch(self, tenant: str, until_ms: int) -> Call:
+        return [self.keys.inflight(tenant), self.keys.dispatched()], [until_ms, self._stranded_margin()]
+
+    def keep(self, keep_ms: int, due_ms: int, offset: int, page: int) -> Call:
+        k = self.keys
+        args: Args = [k.inflight_prefix(), keep_ms, due_ms, self._stranded_margin(), offset, page]
+        return [k.expiring(), k.dispatched()], args
+
+    def send_claim(self, job_ids: Sequence[str], lifetime_ms: int) -> Call:
+        k = self.keys
+        return [k.job(i) for i in job_ids] + [k.sending(i) for i in job_ids], [lifetime_ms]
+
+    def dead_letter(self, job_id: str, tenant: str, reason: str, raw_body: str, keep_seconds: int) -> Call:
+        # The raw body is kept to 256 KiB: enough to see what was wrong with it.
+        return [self.keys.job(job_id), self.keys.dead()], [
+            job_id,
+            tenant,
+            reason,
+            raw_body[:262_144],
+            keep_seconds,
+        ]
+
+    # -- a job's lifecycle -----------------------------------------------------------
+    def promote(self, max_jobs: int) -> Call:
+        keys = [*self._ring_keys(), self.keys.scheduled()]
+        return keys, [*self._ring_args(), self.keys.job_prefix(), max_jobs]
+
+    def cancel(self, job_id: str, keep_seconds: int) -> Call:
+        k = self.keys
+        keys = [
+            *self._ring_keys(),
+            k.job(job_id),
+            k.scheduled(),
+            k.leases(),
+            k.dead(),
+            k.content(job_id),
+            k.sending(job_id),
+        ]
+        return keys, [*self._ring_args(), job_id, keep_seconds, CANCELLED]
+
+    def replay(self, job_id: str) -> Call:
+        k = self.keys
+        keys = [*self._ring_keys(), k.job(job_id), k.dead(), k.content(job_id)]
+        return keys, [*self._ring_args(), job_id]
+
+    def purge(self, job_ids: Sequence[str], tenant: str | None) -> Call:
+        k = self.keys
+        return [k.dead()], [k.job_prefix(), k.content_prefix(), tenant or "", *job_ids]
+
+    def resume(self, tenant: str) -> Call:
+        return self._ring_keys(), [*self._ring_args(), tenant]
+
+
+# -- answers ---------------------------------------------------------------------------
+
+
+def submitted(result: Any) -> tuple[bool, str]:
+    """enqueue.lua's answer: (written, the job's id, or the first job's for a repeated
+    idempotency key)."""
+    code, job_id = result
+    return int(code) == 1, text(job_id)
+
+
+def claimed(flat: Sequence[Any]) -> list[Job]:
+    """claim.lua's answer: seven values per claimed job."""
+    return [
+        Job(
+            id=text(flat[i]),
+            tenant=text(flat[i + 1]),
+            kind=text(flat[i + 2]),
+            payload=text(flat[i + 3]),
+            attempts=int(flat[i + 4]),
+            created_ms=int(flat[i + 5]),
+            replays=int(flat[i + 6]),
+        )
+        for i in range(0, len(flat), 7)
+    ]
+
+
+def promoted(result: Any) -> tuple[int, float | None]:
+    """(jobs moved, seconds until the next scheduled job is due or None)."""
+    moved, wait_ms = int(result[0]), int(result[1])
+    return moved, (None if wait_ms < 0 else wait_ms / 1000)
+
+
+def cancelled(job_id: str, result: Any) -> str:
+    """The state the job had; raises if it was not cancelled now.
+
+    Cancelling a job cancelled already is not an error: the call is idempotent.
+    """
+    code = int(result[0])
+    if code == -1:
+        raise UnknownJob(job_id)
+    if code == 0:
+        state, reason = text(result[1]), text(result[2])
+        if state == "dead" and reason == CANCELLED:
+            return state
+        raise TooLateToCancel(job_id, state)
+    return text(result[1])
+
+
+def replayed(job_id: str, result: Any) -> None:
+    code = int(result[0])
+    if code == -1:
+        raise UnknownJob(job_id)
+    if code == 0:
+        raise NotReplayable(job_id, f"it is {text(result[1])}, not a dead letter")
+    if code == -2:
+        raise NotReplayable(job_id, "it has no content to send (an unreadable SQS message, kept as raw_body)")
