@@ -192,13 +192,8 @@ class ScriptCalls:
 
     def dead_letter(self, job_id: str, tenant: str, reason: str, raw_body: str, keep_seconds: int) -> Call:
         # The raw body is kept to 256 KiB: enough to see what was wrong with it.
-        return [self.keys.job(job_id), self.keys.dead()], [
-            job_id,
-            tenant,
-            reason,
-            raw_body[:262_144],
-            keep_seconds,
-        ]
+        keys = [self.keys.job(job_id), self.keys.dead()]
+        return keys, [job_id, tenant, reason, raw_body[:262_144], keep_seconds]
 
     # -- a job's lifecycle -----------------------------------------------------------
     def promote(self, max_jobs: int) -> Call:
