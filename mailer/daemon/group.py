@@ -20,6 +20,7 @@ from mailer.daemon.endings import Endings
 from mailer.daemon.gate import Gate
 from mailer.daemon.inbox import MAX_VISIBILITY, Inbox, Received
 from mailer.daemon.send import Sending
+from mailer.quota.engine import never_fits_reason
 from mailer.quota.overrides import PAUSED_RECHECK_SECONDS
 
 log = logging.getLogger("fairpost.sender")
@@ -80,11 +81,22 @@ class GroupDecision:
         )
         granted, refused = todo[: grant.granted], todo[grant.granted :]
         if refused:
-            await self.park(tenant, refused, grant.retry_after, grant.blocked_by, grant.at_ms)
+            first = refused[0].envelope
+            never = (
+                never_fits_reason(grant, first.mail.recipients) if first and grant.retry_after < 0 else None
+            )
+            await self.park(tenant, refused, grant.retry_after, grant.blocked_by, grant.at_ms, never=never)
         await self.sending.send_granted(tenant, granted, grant.at_ms)
 
     async def park(
-        self, tenant: str, refused: list[Received], retry_after: float, blocked_by: str | None, at_ms: int
+        self,
+        tenant: str,
+        refused: list[Received],
+        retry_after: float,
+        blocked_by: str | None,
+        at_ms: int,
+        *,
+        never: str | None = None,
     ) -> None:
         """The refused mails wait in SQS until ``retry_after`` seconds from now.
 
@@ -97,9 +109,9 @@ class GroupDecision:
             # More recipients than a window allows: it can never fit.
             for msg in refused[:1]:
                 assert msg.envelope is not None
-                await self.endings.dead(
-                    msg, "the mail has more recipients than a quota window allows", "too_many_recipients"
-                )
+                # ``never`` names the window (quota.engine.never_fits_reason).
+                reason = never or "the mail has more recipients than a quota window allows"
+                await self.endings.dead(msg, reason, "too_many_recipients")
             refused = refused[1:]
             retry_after = 1.0
         if not refused:

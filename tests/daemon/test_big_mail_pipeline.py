@@ -55,3 +55,24 @@ async def test_mail_to_ten_people_at_five_a_second_is_sent_not_dead_lettered(
     assert ses.max_in_window(1.0) <= 10
     assert sorted(m.job_id or "" for m in ses.sent) == sorted(ids)
     assert dict(used)[settings.limits_for("acme")[1]] == 32  # counted in full
+
+
+async def test_a_mail_a_lowered_budget_can_never_hold_is_dead_lettered_naming_the_window(
+    redis_url: str, ses: SesServer
+) -> None:
+    # Enqueued under one limit; the sender runs under a lower one (an operator lowered it).
+    before = quick_settings(redis_url, tenant_limits="5/second; 100/hour")
+    after = quick_settings(redis_url, tenant_limits="5/second; 6/hour")
+    async with AsyncMailClient(before) as client:
+        big, small = await client.send_many("acme", [mail(1, 8), mail(2, 1)])
+        async with pipeline(after):
+
+            async def both_ended() -> bool:
+                states = [(await client.status(i)).state for i in (big, small)]
+                return all(state in (JobState.SENT, JobState.DEAD) for state in states)
+
+            await wait_for_async(both_ended, within=30, what="both mails to end")
+        status = await client.status(big)
+        assert (await client.status(small)).state == JobState.SENT
+    assert status.state == JobState.DEAD
+    assert "6/hour" in (status.last_error or "") and "tenant" in (status.last_error or "")
