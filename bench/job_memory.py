@@ -4,7 +4,7 @@
     python -m bench.job_memory --redis-url redis://127.0.0.1:6379/0 --jobs 10000
 
 It writes under a key prefix of its own and deletes it afterwards; the
-figures in the README ("Job lifecycle") come from this script.
+figures in docs/operations.md ("Redis memory per waiting job") come from this script.
 """
 
 from __future__ import annotations

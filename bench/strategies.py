@@ -1,4 +1,4 @@
-"""The three ways to throttle a tenant (docs/design.md), run on the same workload.
+"""The three ways to throttle a tenant (docs/design.md, "The three ways to throttle"), on one workload.
 
 One dispatcher with a few concurrency slots serves a throttled tenant's
 backlog, light tenants' mail and jobs of another kind (``task``: 20 ms of

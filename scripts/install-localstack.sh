@@ -6,7 +6,7 @@
 #
 # Idempotent: a marker file inside the venv records the exact pin list it was
 # built with; when it matches, nothing is done. The pins are the recipe measured
-# in DESIGN.md ("What the emulators get wrong"): localstack-core 4.12.0 is the
+# in docs/design.md ("What the emulators get wrong"): localstack-core 4.12.0 is the
 # last release that runs on Python 3.11, and the other pins keep its TLS and
 # CBOR dependencies on versions it works with. Installing takes about a minute.
 # Set FAIRPOST_LOCALSTACK_PYTHON to use another python3.11 binary.

@@ -114,7 +114,10 @@ def moto_srv() -> Iterator[MotoServer]:
 
 @pytest.fixture(scope="session")
 def localstack_srv() -> Iterator[LocalStackServer]:
-    """LocalStack's SQS (FIFO-faithful, docs/design.md), started once, on first use."""
+    """LocalStack's SQS, started on first use.
+
+    FIFO-faithful where moto is not: docs/design.md, "What the emulators get wrong".
+    """
     with localstack_server() as server:
         yield server
 

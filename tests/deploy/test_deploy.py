@@ -593,7 +593,7 @@ def test_shutdown_grace_agrees_with_compose_and_settings() -> None:
     default = Settings.model_fields["shutdown_grace"].default
     grace = float(env.get("FAIRPOST_SHUTDOWN_GRACE", default))
     assert grace == float(compose["environment"].get("FAIRPOST_SHUTDOWN_GRACE", default))
-    # The daemon's stop takes at most the grace period plus 5 s (README, "Shutdown").
+    # The daemon's stop takes at most the grace period plus 5 s (docs/operations.md, "Shutdown").
     assert spec["terminationGracePeriodSeconds"] >= grace + 5
     assert spec["terminationGracePeriodSeconds"] == seconds(compose["stop_grace_period"])
     liveness = spec["containers"][0]["livenessProbe"]

@@ -1,5 +1,6 @@
 """Two daemon processes on one Redis and one FIFO queue (LocalStack: moto lets
-two receivers share a group, docs/design.md), a bursting tenant and a steady trickle.
+two receivers share a group, docs/design.md "What the emulators get wrong"),
+a bursting tenant and a steady trickle.
 
 Checked at the SES side (the recording server in mailer/testing/ses_server.py):
 every mail delivered exactly once, no sliding window over its limit globally or

@@ -413,7 +413,7 @@ def test_redis_memory_per_waiting_job_is_small(redis_url: str) -> None:
     from bench.job_memory import measure
 
     result = measure(redis_url, jobs=2000)
-    # The README quotes the figure (bench/job_memory.py); this keeps it honest.
+    # docs/operations.md quotes the figure (bench/job_memory.py); this keeps it honest.
     assert 300 < result["bytes_per_job"] < 2000, result
 
 

@@ -503,9 +503,9 @@ def test_per_tenant_ses_options_are_passed_on_every_send(ops: Ops, monkeypatch: 
     assert mails["plain"].tenant_name is None and mails["plain"].configuration_set_name is None
 
 
-def test_the_readme_documents_every_metric_and_setting() -> None:
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
-    section = readme[readme.index("## Operating fairpost") :]
+def test_the_operations_guide_documents_every_metric_and_setting() -> None:
+    # The operator half of the README lives in docs/operations.md.
+    section = (Path(__file__).resolve().parents[2] / "docs" / "operations.md").read_text(encoding="utf-8")
     for name in DOCUMENTED_METRICS:
         assert f"`{name}`" in section, name
     settings = load_settings()

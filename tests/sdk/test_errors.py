@@ -1,5 +1,5 @@
 """Errors: one module per package, every class under FairpostError, the tree in
-each module's docstring (STYLE.md habit 9)."""
+each module's docstring: one root, the hierarchy drawn where it is defined."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The public API is exactly the documented names (STYLE.md habit 10).
+"""The public API is exactly the documented names (as httpx checks its own exports).
 
 Adding or removing an export must be a deliberate change to this file (and
 to the README), never an accident of an import in ``__init__``.
