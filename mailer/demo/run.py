@@ -28,7 +28,7 @@ from config import Settings
 from dispatcher.connect import async_redis_client, redis_client
 from dispatcher.keys import Keys
 from mailer.demo.load import SENDER_DOMAIN, generate_load
-from mailer.demo.monitor import JobBook, snapshot
+from mailer.demo.monitor import JobBook
 from mailer.demo.report import EndState, build_report, write_chart, write_jobs_csv
 from mailer.demo.scenario import Scenario, load_scenario
 from mailer.demo.services import (
@@ -41,6 +41,8 @@ from mailer.demo.services import (
 )
 from mailer.demo.view import LiveView, Phase, print_summary
 from mailer.errors import DemoError
+from mailer.ops.stats import collect_stats
+from mailer.quota.engine import QuotaEngine
 from mailer.sdk.client import AsyncMailClient
 
 __all__ = ["run_demo"]
@@ -304,7 +306,7 @@ class Demo:
             self.replicas.append(start_replica(i + 1, self.workdir, self.env))
         sdk = AsyncMailClient(self.settings, redis_client=client)
         tenants = list(self.scenario.tenants)
-        windows = {t: self.scenario.limits_for(t) for t in tenants}
+        quota = QuotaEngine(client, self.keys)
         error: str | None = None
         with LiveView(self.console, self.scenario, self.replica_count) as view:
             await self._wait_ready(view)
@@ -327,8 +329,11 @@ class Demo:
                     if elapsed >= self.scenario.duration and (drained or elapsed >= total):
                         break
                     name = "load" if elapsed < self.scenario.duration else "drain"
-                    snap = await snapshot(client, self.keys, tenants, windows, self.scenario.global_limits)
-                    view.update(Phase(name, elapsed, total), snap, self.book)
+                    # The numbers `fairpost stats` shows: the demo's settings carry the scenario's limits.
+                    stats = await collect_stats(
+                        client, self.keys, self.settings, quota=quota, tenants=tenants
+                    )
+                    view.update(Phase(name, elapsed, total), stats, self.book)
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self.stop.wait(), timeout=_TICK)
                     if self.stop.is_set():

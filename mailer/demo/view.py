@@ -13,10 +13,10 @@ from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from config import Window
-from mailer.demo.monitor import JobBook, Snapshot
+from mailer.demo.monitor import JobBook
 from mailer.demo.report import Report, WindowPeak
 from mailer.demo.scenario import Scenario
+from mailer.ops.stats import ScopeStats, Stats, WindowUsage
 
 __all__ = ["LiveView", "Phase", "print_summary"]
 
@@ -33,16 +33,10 @@ class Phase:
     """Seconds of load plus the longest drain."""
 
 
-def _unit(window: Window) -> str:
-    text = str(window)
-    return text.split("/", 1)[1]
-
-
-def _usage(usage: Sequence[tuple[Window, int]]) -> str:
-    if not usage:
+def _usage(windows: Sequence[WindowUsage]) -> str:
+    if not windows:
         return "-"
-    window, count = usage[0]
-    return f"{count}/{window.limit} per {_unit(window)}"
+    return f"{windows[0].used}/{windows[0].limit} per {windows[0].name}"
 
 
 def _paused(seconds: float) -> str:
@@ -87,28 +81,35 @@ class LiveView:
     def message(self, text: str) -> None:
         self.console.print(text, highlight=False)
 
-    def update(self, phase: Phase, snap: Snapshot, book: JobBook) -> None:
+    def update(self, phase: Phase, stats: Stats, book: JobBook) -> None:
+        """Show ``stats`` (:func:`mailer.ops.stats.collect_stats` of the scenario's tenants)."""
         if self._live is not None:
-            self._live.update(self._render(phase, snap, book))
+            self._live.update(self._render(phase, stats, book))
         elif phase.elapsed - self._last_plain >= _PLAIN_EVERY:
             self._last_plain = phase.elapsed
-            self.console.print(self._plain(phase, snap, book), highlight=False, soft_wrap=True)
+            self.console.print(self._plain(phase, stats, book), highlight=False, soft_wrap=True)
 
-    def _plain(self, phase: Phase, snap: Snapshot, book: JobBook) -> str:
+    def _tenants(self, stats: Stats) -> list[tuple[str, ScopeStats]]:
+        """The scenario's tenants, in its order, with their numbers."""
+        found = ((tenant, stats.tenant(tenant)) for tenant in self.scenario.tenants)
+        return [(tenant, t) for tenant, t in found if t is not None]
+
+    def _plain(self, phase: Phase, stats: Stats, book: JobBook) -> str:
         parts = [f"[{phase.elapsed:5.1f}s {phase.name}]"]
         sent_all = book.sent()
-        paused = f" paused {_paused(snap.global_paused_for)}" if snap.global_paused_for > 0 else ""
+        g = stats.global_
+        paused = f" paused {_paused(g.retry_after)}" if g.retry_after > 0 else ""
         parts.append(
-            f"all: sent {len(sent_all)}/{self.scenario.total_planned()}, {_usage(snap.global_usage)}{paused}"
+            f"all: sent {len(sent_all)}/{self.scenario.total_planned()}, {_usage(g.windows)}{paused}"
         )
-        for tenant, t in snap.tenants.items():
+        for tenant, t in self._tenants(stats):
             parts.append(
                 f"{tenant}: backlog {t.backlog} in flight {t.inflight} sent {len(book.sent(tenant))} "
-                f"{_usage(t.usage)}" + (f" paused {_paused(t.paused_for)}" if t.paused_for > 0 else "")
+                f"{_usage(t.windows)}" + (f" paused {_paused(t.retry_after)}" if t.retry_after > 0 else "")
             )
         return " | ".join(parts)
 
-    def _render(self, phase: Phase, snap: Snapshot, book: JobBook) -> RenderableType:
+    def _render(self, phase: Phase, stats: Stats, book: JobBook) -> RenderableType:
         table = Table(
             title=f"fairpost demo: {self.scenario.name}, {self.replicas} replicas ({phase.name})",
             title_justify="left",
@@ -121,7 +122,7 @@ class LiveView:
         table.add_column("sent", justify="right")
         table.add_column("rate / limit", justify="right")
         table.add_column("paused until", justify="right")
-        for tenant, t in snap.tenants.items():
+        for tenant, t in self._tenants(stats):
             load = self.scenario.tenants[tenant]
             describe = []
             if load.burst:
@@ -130,7 +131,7 @@ class LiveView:
                 describe.append(f"{load.rate:g}/s")
             if load.recipients > 1:
                 describe.append(f"{load.recipients} rcpt each")
-            count, limit = (t.usage[0][1], t.usage[0][0].limit) if t.usage else (0, 1)
+            count, limit = (t.windows[0].used, t.windows[0].limit) if t.windows else (0, 1)
             style = "bold red" if count >= limit else ("yellow" if count >= 0.75 * limit else "green")
             table.add_row(
                 tenant,
@@ -138,20 +139,19 @@ class LiveView:
                 f"{t.backlog:,}",
                 str(t.inflight),
                 f"{len(book.sent(tenant)):,}/{self.scenario.planned(tenant):,}",
-                Text(_usage(t.usage), style=style),
-                Text(_paused(t.paused_for), style="red"),
+                Text(_usage(t.windows), style=style),
+                Text(_paused(t.retry_after), style="red"),
             )
         table.add_section()
-        backlog = sum(t.backlog for t in snap.tenants.values())
-        inflight = sum(t.inflight for t in snap.tenants.values())
+        g = stats.global_
         table.add_row(
             Text("all (global)", style="bold"),
             "",
-            f"{backlog:,}",
-            str(inflight),
+            f"{g.backlog:,}",
+            str(g.inflight),
             f"{len(book.sent()):,}/{self.scenario.total_planned():,}",
-            _usage(snap.global_usage),
-            Text(_paused(snap.global_paused_for), style="red"),
+            _usage(g.windows),
+            Text(_paused(g.retry_after), style="red"),
         )
         fraction = min(1.0, max(0.0, phase.elapsed / phase.total)) if phase.total else 0.0
         self._progress.update(self._run_task, completed=fraction, note=phase.name)

@@ -11,15 +11,16 @@ import sys
 from pathlib import Path
 
 import pytest
+import redis.asyncio
 
 from config import Window
 from mailer.demo.load import schedule
-from mailer.demo.monitor import window_state
 from mailer.demo.report import max_in_window, percentile, rate_series
 from mailer.demo.run import to_toml
 from mailer.demo.scenario import builtin_names, load_scenario, parse_scenario
 from mailer.errors import DemoError
-from mailer.quota.engine import BUCKETS_PER_WINDOW
+from mailer.quota.engine import BUCKETS_PER_WINDOW, QuotaEngine
+from tests.support import KEYS
 
 REPO = Path(__file__).resolve().parents[2]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -212,14 +213,26 @@ def test_rate_series_never_draws_a_kept_quota_above_it() -> None:
     assert max(ys) == 8.0
 
 
-def test_window_state_mirrors_the_quota_buckets() -> None:
+async def test_the_quota_state_the_demo_shows_is_the_engines(aredis: redis.asyncio.Redis) -> None:
+    # The demo shows collect_stats, which asks the quota engine: these are the
+    # numbers the demo once re-computed from the buckets itself.
+    engine, keys = QuotaEngine(aredis, KEYS), KEYS
+
+    async def state(buckets: dict[int, int]) -> tuple[int, int]:
+        """(units counted at 10,000 ms, the ms at which one more fits)."""
+        await aredis.delete(keys.quota("t:acme", 1))
+        await aredis.hset(keys.quota("t:acme", 1), mapping=buckets)  # type: ignore[arg-type]
+        [(_, count)] = await engine.usage("acme", [window], now_ms=10_000)
+        wait = await engine.retry_after("acme", [window], now_ms=10_000)
+        return count, 10_000 + round(wait * 1000)
+
     window = Window(1, 8)
     width = 1000 // BUCKETS_PER_WINDOW
     # At 10,000 ms the window (9000, 10000] starts in bucket 9001 // width.
     first = 9001 // width
-    assert window_state(window, {first - 1: 5, first + 5: 3}, 10_000) == (3, 10_000)
+    assert await state({first - 1: 5, first + 5: 3}) == (3, 10_000)
     # Full: the next unit fits once bucket first+5 has left, a window after its end.
-    assert window_state(window, {first + 5: 3, first + 10: 5}, 10_000) == (8, (first + 6) * width + 999)
+    assert await state({first + 5: 3, first + 10: 5}) == (8, (first + 6) * width + 999)
 
 
 def test_to_toml_round_trips() -> None:
