@@ -8,9 +8,11 @@ local ctx = ring_context(KEYS, ARGV)
 local deficits, weights, leases = KEYS[10], KEYS[11], KEYS[12]
 local wanted, default_weight = tonumber(ARGV[4]), tonumber(ARGV[5])
 local lease_ms, job_prefix = tonumber(ARGV[6]), ARGV[7]
--- A hand-off may give the slot less time than the lease: the reaper must
--- visit the tenant by the earlier of the two.
-local slot_ms = math.min(lease_ms, tonumber(ARGV[8]))
+-- When the reaper must look at the tenant: when the slot would expire after
+-- a hand-off now (a hand-off later only makes it later). A lease that runs out
+-- before any hand-off needs no visit: the reaper returns the job from the
+-- leases, and that frees the slot.
+local slot_ms = tonumber(ARGV[8])
 local now = now_ms()
 local out = {}
 local claimed = 0

@@ -51,7 +51,7 @@ class Keys:
 
     def expiring(self) -> str:
         """Sorted set: tenants holding in-flight slots, scored at or before their
-        earliest slot's expiry (ms): the reaper visits only those that are due."""
+        earliest handed-off slot's expiry (ms): the reaper visits only those due."""
         return f"{self.root}:expiring"
 
     def backlogs(self) -> str:

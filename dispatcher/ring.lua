@@ -17,7 +17,7 @@
 --   KEYS[1] ring (list)      KEYS[2] ring members (set)   KEYS[3] blocked (set)
 --   KEYS[4] caps (hash)      KEYS[5] wake (list)          KEYS[6] paused (set)
 --   KEYS[7] backlogs (zset: tenant -> jobs waiting)
---   KEYS[8] expiring (zset: tenant -> at or before its earliest slot expiry, ms)
+--   KEYS[8] expiring (zset: tenant -> when the reaper should look at its slots, ms)
 --   KEYS[9] totals (hash: waiting, inflight)
 --   ARGV[1] queue key prefix   ARGV[2] in-flight key prefix   ARGV[3] default in-flight cap
 
@@ -83,7 +83,9 @@ end
 -- The tenant's place in the expiring zset: its earliest slot's expiry, or
 -- none when it holds no slot. Between two of these, slots only get later
 -- (hand-off, touch, renew) or go: the score stays at or before the truth,
--- so the reaper may visit a tenant early, never late.
+-- so the reaper may visit a tenant early, never late. (A claim scores its
+-- tenant by when the slot would expire once handed off: a claimed slot needs
+-- no visit, the lease reaper frees it with its lease.)
 local function schedule_expiry(ctx, tenant)
   local head = redis.call('ZRANGE', ctx.inflight_prefix .. tenant, 0, 0, 'WITHSCORES')
   if head[2] then
@@ -105,13 +107,12 @@ local function live_inflight(ctx, tenant, now)
   return redis.call('ZCARD', key)
 end
 
--- A slot is taken (a claim): the tenant is due for the reaper by ``due``, its
--- expiry or earlier.
+-- A slot is taken (a claim): the tenant is due for the reaper by ``due``.
 local function take_slot(ctx, tenant, job_id, expiry, due)
   if redis.call('ZADD', ctx.inflight_prefix .. tenant, expiry, job_id) == 1 then
     count_inflight(ctx, 1)
   end
-  redis.call('ZADD', ctx.expiring, 'LT', math.min(expiry, due), tenant)
+  redis.call('ZADD', ctx.expiring, 'LT', due, tenant)
 end
 
 -- A slot is given back (finish, cancel, requeue). The tenant's score in the
