@@ -109,9 +109,9 @@ class ScriptCalls:
             k.caps(),
             k.wake(),
             k.paused(),
-            k.backlogs(),
+            k.counts(),
             k.expiring(),
-            k.totals(),
+            k.backlog_top(),
         ]
 
     def _ring_args(self) -> Args:

@@ -52,10 +52,11 @@ while claimed < wanted and steps < wanted * 4 + 64 do
       redis.call('HDEL', deficits, tenant)
       -- Its queues are empty: whatever its count says is drift, put right.
       settle(tenant)
-      local left = tonumber(redis.call('ZSCORE', ctx.backlogs, tenant))
+      local left = tonumber(redis.call('HGET', ctx.counts, tenant))
       if left then
         count_waiting(ctx, tenant, -left)
       end
+      redis.call('ZREM', ctx.top, tenant)
       leave = true
     else
       local job_key = job_prefix .. job_id

@@ -66,8 +66,8 @@ for _, job in ipairs(jobs) do
     if job.idem_ttl > 0 then
       redis.call('SET', job.idem_key, job.id, 'EX', job.idem_ttl)
     end
-    redis.call('SADD', tenants_key, job.tenant)
     if state == 'scheduled' then
+      redis.call('SADD', tenants_key, job.tenant)
       redis.call('HSET', job.key, 'send_at_ms', job.send_at)
       redis.call('ZADD', scheduled, job.send_at, job.id)
       -- The new earliest: wake an idle dispatcher, so that it waits for this one.
@@ -75,7 +75,10 @@ for _, job in ipairs(jobs) do
         wake_dispatchers(ctx)
       end
     else
-      push_waiting(ctx, job.tenant, job.priority, job.id, false)
+      -- Known already if it has other jobs waiting: one set write less per job.
+      if push_waiting(ctx, job.tenant, job.priority, job.id, false) == 1 then
+        redis.call('SADD', tenants_key, job.tenant)
+      end
       activate(ctx, job.tenant, now)
     end
   end

@@ -11,6 +11,12 @@ from dataclasses import dataclass
 
 PRIORITIES = ("high", "normal", "low")
 
+TOTAL_WAITING = "~waiting"
+"""The field of :meth:`Keys.counts` with the jobs waiting over every tenant (``~``
+is not allowed in tenant ids)."""
+TOTAL_INFLIGHT = "~inflight"
+"""The field of :meth:`Keys.counts` with the in-flight slots over every tenant."""
+
 
 @dataclass(frozen=True)
 class Keys:
@@ -54,14 +60,18 @@ class Keys:
         earliest handed-off slot's expiry (ms): the reaper visits only those due."""
         return f"{self.root}:expiring"
 
-    def backlogs(self) -> str:
-        """Sorted set: tenant → jobs waiting in its queues, counted by the scripts
-        as work happens (stats read one tenant, or the top tenants, from it)."""
-        return f"{self.root}:backlogs"
+    def counts(self) -> str:
+        """Hash: tenant → jobs waiting in its queues, and the totals over every
+        tenant (:data:`TOTAL_WAITING`, :data:`TOTAL_INFLIGHT`): counted by the
+        scripts as work happens, so that no view reads every tenant."""
+        return f"{self.root}:counts"
 
-    def totals(self) -> str:
-        """Hash: ``waiting`` and ``inflight`` over every tenant, counted by the scripts."""
-        return f"{self.root}:totals"
+    def backlog_top(self) -> str:
+        """Sorted set: tenants whose backlog reached 2 or more, scored by the largest
+        power of two it reached since (readers put stale scores right): the
+        largest backlogs, to within a factor of two, without a sorted-set write
+        per job."""
+        return f"{self.root}:backlog-top"
 
     def deficit(self) -> str:
         """Hash: tenant → deficit-round-robin credit."""

@@ -16,9 +16,9 @@
 -- Context, the same first nine KEYS and first three ARGV in every script:
 --   KEYS[1] ring (list)      KEYS[2] ring members (set)   KEYS[3] blocked (set)
 --   KEYS[4] caps (hash)      KEYS[5] wake (list)          KEYS[6] paused (set)
---   KEYS[7] backlogs (zset: tenant -> jobs waiting)
+--   KEYS[7] counts (hash: tenant -> jobs waiting; '~waiting', '~inflight': the totals)
 --   KEYS[8] expiring (zset: tenant -> when the reaper should look at its slots, ms)
---   KEYS[9] totals (hash: waiting, inflight)
+--   KEYS[9] backlog top (zset: tenant -> largest power of two its backlog reached)
 --   ARGV[1] queue key prefix   ARGV[2] in-flight key prefix   ARGV[3] default in-flight cap
 
 local PRIORITIES = {'high', 'normal', 'low'}
@@ -27,7 +27,7 @@ local function ring_context(keys, argv)
   return {
     ring = keys[1], members = keys[2], blocked = keys[3],
     caps = keys[4], wake = keys[5], paused = keys[6],
-    backlogs = keys[7], expiring = keys[8], totals = keys[9],
+    counts = keys[7], expiring = keys[8], top = keys[9],
     queue_prefix = argv[1], inflight_prefix = argv[2],
     default_cap = tonumber(argv[3]),
   }
@@ -59,24 +59,37 @@ local function cap_of(ctx, tenant)
 end
 
 -- The counters behind the whole-system views: jobs waiting, per tenant and
--- in all, and in-flight slots in all. A count below zero can only be drift
--- (a job taken out of a queue by a script that does not count): it is put
--- right here, so the sum of the tenants' counts stays the total.
+-- in all, and in-flight slots in all (hash increments: O(1)). A count below
+-- zero can only be drift (a job taken out of a queue by a script that does
+-- not count): it is put right here, so the tenants' counts add up to the total.
+local function power_of_two(n)
+  local p = 1
+  while p * 2 <= n do
+    p = p * 2
+  end
+  return p
+end
+
 local function count_waiting(ctx, tenant, delta)
   if delta == 0 then
-    return
+    return 0
   end
-  local n = tonumber(redis.call('ZINCRBY', ctx.backlogs, delta, tenant))
+  local n = redis.call('HINCRBY', ctx.counts, tenant, delta)
   if n <= 0 then
-    redis.call('ZREM', ctx.backlogs, tenant)
+    redis.call('HDEL', ctx.counts, tenant)
     delta = delta - n
+  elseif delta > 0 and n >= 2 and power_of_two(n) > power_of_two(math.max(1, n - delta)) then
+    -- The top backlogs move only when a count reaches the next power of two:
+    -- a sorted-set write per job would cost O(log n) on every enqueue.
+    redis.call('ZADD', ctx.top, 'GT', power_of_two(n), tenant)
   end
-  redis.call('HINCRBY', ctx.totals, 'waiting', delta)
+  redis.call('HINCRBY', ctx.counts, '~waiting', delta)
+  return n
 end
 
 local function count_inflight(ctx, delta)
   if delta ~= 0 then
-    redis.call('HINCRBY', ctx.totals, 'inflight', delta)
+    redis.call('HINCRBY', ctx.counts, '~inflight', delta)
   end
 end
 
@@ -155,9 +168,10 @@ local function activate(ctx, tenant, now)
 end
 
 -- A job joins its tenant's queue, at the tail (new) or the head (returned).
+-- Returns the tenant's count of waiting jobs, with this one.
 local function push_waiting(ctx, tenant, priority, job_id, head)
   redis.call(head and 'LPUSH' or 'RPUSH', queue_key(ctx, tenant, priority), job_id)
-  count_waiting(ctx, tenant, 1)
+  return count_waiting(ctx, tenant, 1)
 end
 
 -- Give a claimed job back to the head of its queue (its lease ended unfinished).

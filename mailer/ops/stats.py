@@ -28,7 +28,7 @@ import redis.asyncio
 
 from config import Settings
 from config.limits import Limits, Window, format_limits, parse_limits
-from dispatcher.keys import Keys
+from dispatcher.keys import TOTAL_INFLIGHT, TOTAL_WAITING, Keys
 from dispatcher.replies import record, text
 from mailer.quota.engine import QuotaEngine
 from mailer.quota.overrides import read_overrides, resolve_global, resolve_tenant
@@ -147,15 +147,16 @@ async def collect_stats(
         pipe.get(keys.auto_limits())
         pipe.zrangebyscore(keys.replicas(), "(" + str(int(time.time() * 1000)), "+inf")
         pipe.hgetall(keys.reconciled())
-        pipe.hmget(keys.totals(), "waiting", "inflight")
-        pipe.zrevrange(keys.backlogs(), 0, sample - 1)
+        pipe.hmget(keys.counts(), TOTAL_WAITING, TOTAL_INFLIGHT)
         values = await pipe.execute()
-        server_time, raw_overrides, paused, known, auto_text, replicas, reconciled, totals, top = values
+        server_time, raw_overrides, paused, known, auto_text, replicas, reconciled, totals = values
     at_ms = int(server_time[0]) * 1000 + int(server_time[1]) // 1000
     overrides = read_overrides(raw_overrides, paused)
     if tenants is None:
         # Bounded: every tenant only while they are few, else the top backlogs.
-        listed = await client.smembers(keys.tenants()) if known <= sample else top
+        listed = (
+            await client.smembers(keys.tenants()) if known <= sample else await _top(client, keys, sample)
+        )
         names = {text(t) for t in listed} | set(settings.tenants) | set(overrides.tenants) | overrides.paused
         names |= set(also)
     else:
@@ -168,7 +169,7 @@ async def collect_stats(
     async with client.pipeline(transaction=False) as pipe:
         for tenant in ordered:
             # The scripts' count: a queue may still hold ids of cancelled jobs.
-            pipe.zscore(keys.backlogs(), tenant)
+            pipe.hget(keys.counts(), tenant)
             pipe.zcount(keys.inflight(tenant), "(" + str(at_ms), "+inf")
         counts = await pipe.execute()
     backlog = {t: int(counts[2 * i] or 0) for i, t in enumerate(ordered)}
@@ -218,6 +219,43 @@ async def collect_stats(
         reconciled={k: int(v) for k, v in record(reconciled).items()},
         known_tenants=int(known),
     )
+
+
+async def _top(client: redis.asyncio.Redis, keys: Keys, sample: int) -> list[str]:
+    """The ``sample`` tenants with the largest backlogs, to within a factor of two.
+
+    The scripts raise a tenant's score in :meth:`Keys.backlog_top` only when its
+    backlog reaches a power of two (no sorted-set write per job), so a drained
+    tenant's score is too high until a reader looks: the candidates read here
+    get their scores put right, and the largest of them by their true count
+    are kept.
+    """
+    scored: list[Any] = await client.zrevrange(keys.backlog_top(), 0, 2 * sample - 1, withscores=True)
+    if not scored:
+        return []
+    candidates = [text(tenant) for tenant, _ in scored]
+    counts = [int(n or 0) for n in await client.hmget(keys.counts(), candidates)]
+    stale = [
+        (tenant, count)
+        for tenant, count, (_, score) in zip(candidates, counts, scored, strict=True)
+        if _bucket(count) != int(score)
+    ]
+    if stale:
+        async with client.pipeline(transaction=False) as pipe:
+            for tenant, count in stale:
+                if _bucket(count):
+                    pipe.zadd(keys.backlog_top(), {tenant: _bucket(count)}, xx=True)
+                else:
+                    pipe.zrem(keys.backlog_top(), tenant)
+            await pipe.execute()
+    ranked = sorted(zip(counts, candidates, strict=True), key=lambda pair: (-pair[0], pair[1]))
+    return [tenant for count, tenant in ranked[:sample] if count > 0]
+
+
+def _bucket(count: int) -> int:
+    """The score :meth:`Keys.backlog_top` should hold: the largest power of two not
+    above ``count``, or 0 (not there) below 2."""
+    return 1 << (count.bit_length() - 1) if count >= 2 else 0
 
 
 def _parse(raw: Any) -> Limits | None:

@@ -13,7 +13,7 @@ import redis.asyncio
 
 from config import load_settings
 from dispatcher.jobs import Job, JobState
-from dispatcher.keys import Keys
+from dispatcher.keys import TOTAL_INFLIGHT, TOTAL_WAITING, Keys
 from dispatcher.lifecycle import Lifecycle
 from dispatcher.store import JobStore, NewJob, StoreLimits
 from mailer.ops.stats import collect_stats
@@ -83,7 +83,7 @@ async def test_an_expired_slot_brings_its_blocked_tenant_back(aredis: redis.asyn
     await wait_for_async(unblocked, within=10, what="the expired slot to unblock acme")
     assert [job.id for job in await store.claim(10)] == ["acme-1"]
     assert await aredis.zscore(store.keys.expiring(), "acme") is not None
-    assert await aredis.hget(store.keys.totals(), "inflight") == "1"
+    assert await aredis.hget(store.keys.counts(), TOTAL_INFLIGHT) == "1"
 
 
 async def test_cancel_leaves_the_backlog_unscanned_and_the_claim_skips_it(
@@ -99,7 +99,7 @@ async def test_cancel_leaves_the_backlog_unscanned_and_the_claim_skips_it(
     assert await lifecycle.cancel("acme-1", 0) == "queued"
     ran = (await commands_run(aredis)) - before
     assert not {"cmdstat_lrem", "cmdstat_lrange", "cmdstat_lpos"} & set(ran), ran
-    assert await aredis.zscore(keys.backlogs(), "acme") == 4_998
+    assert await aredis.hget(keys.counts(), "acme") == "4998"
     claimed = await store.claim(3)
     assert [job.id for job in claimed] == ["acme-0", "acme-2", "acme-3"]
 
@@ -141,10 +141,9 @@ async def test_the_counters_match_a_full_count_after_every_kind_of_change(
         return waiting, sum(waiting.values()), inflight
 
     waiting, total, inflight = await full_count()
-    scored: list[Any] = await aredis.zrange(keys.backlogs(), 0, -1, withscores=True)
-    backlogs = {str(t): int(n) for t, n in scored}
-    assert backlogs == waiting
-    assert await aredis.hmget(keys.totals(), "waiting", "inflight") == [str(total), str(inflight)]
+    counts: dict[Any, Any] = await aredis.hgetall(keys.counts())
+    assert await aredis.hmget(keys.counts(), TOTAL_WAITING, TOTAL_INFLIGHT) == [str(total), str(inflight)]
+    assert {t: int(n) for t, n in counts.items() if not t.startswith("~")} == waiting
 
 
 async def test_whole_system_stats_read_a_bounded_sample_and_the_counters(
@@ -163,9 +162,8 @@ async def test_whole_system_stats_read_a_bounded_sample_and_the_counters(
         stats = await collect_stats(aredis, keys, settings, sample=10)
         work[count] = sum(((await commands_run(aredis)) - before).values())
         assert len(stats.tenants) == 10 and stats.known_tenants == count
-        # The largest backlogs are the ones shown.
-        largest = sorted((1 + t % 3 for t in range(count)), reverse=True)[:10]
-        assert sorted((t.backlog for t in stats.tenants), reverse=True) == largest
+        # The largest backlogs are the ones shown, to within a factor of two.
+        assert min(t.backlog for t in stats.tenants) * 2 > max(1 + t % 3 for t in range(count))
         assert stats.global_.backlog == sum(1 + t % 3 for t in range(count))
         one = await collect_stats(aredis, keys, settings, tenants=["t0001"])
         assert [(t.scope, t.backlog, t.inflight) for t in one.tenants] == [("t0001", 2, 0)]
