@@ -68,8 +68,9 @@ async def test_reap_work_does_not_grow_with_the_blocked_tenants(aredis: redis.as
 
 async def test_an_expired_slot_brings_its_blocked_tenant_back(aredis: redis.asyncio.Redis) -> None:
     # A replica died after handing the job to SQS: its slot expires (here after
-    # 200 ms), and the reaper, visiting only tenants that are due, unblocks it.
-    store = make_store(aredis, Keys("expiry"), inflight_ttl_ms=200)
+    # 200 ms, a lease and an in-flight TTL), and the reaper, visiting only
+    # tenants that are due, unblocks it.
+    store = make_store(aredis, Keys("expiry"), lease_ms=200, inflight_ttl_ms=200)
     await store.enqueue(jobs("acme", 2))
     [first] = await store.claim(10)
     await store.handed_off([first.id])
