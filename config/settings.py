@@ -35,6 +35,7 @@ from pydantic_settings import (
 
 from config.errors import ConfigError
 from config.limits import GlobalLimits, Limits, parse_limits
+from config.ses_names import ses_tenant_name
 from config.tenant_id import TENANT_ID_RULE, is_valid_tenant_id
 
 ENV_PREFIX = "FAIRPOST_"
@@ -57,6 +58,16 @@ class TenantSettings(_Section):
     ses_tenant_name: str | None = None
     configuration_set: str | None = None
     default_sender: str | None = None
+    ses_identities: tuple[str, ...] = ()
+    """The SES identities (domains or addresses) the tenant sends from, associated with
+    its SES tenant by ``fairpost ses-tenants sync``; default: its default_sender's domain."""
+
+    @field_validator("ses_tenant_name")
+    @classmethod
+    def _ses_tenant_name(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", value):
+            raise ValueError("must be an SES tenant name: 1 to 64 of A-Z a-z 0-9 _ -")
+        return value
 
     @field_validator("default_sender")
     @classmethod
@@ -110,6 +121,26 @@ class SenderSettings(_Section):
     backoff_max_seconds: float = Field(default=900.0, gt=0, le=43_200)
     max_jitter_seconds: float = Field(default=1.0, ge=0, le=60)
     """Added to a quota wait so paused groups do not all wake at once."""
+
+
+class ReputationSettings(_Section):
+    """The reputation guard (mailer/quota/reputation.py) and SES's verdict on tenants."""
+
+    bounce_threshold: float = Field(default=0.04, gt=0, le=1)
+    """Hard-bounce rate (bounced recipients / recipients sent) at which a tenant is paused;
+    SES reviews an account at about 5 %."""
+    complaint_threshold: float = Field(default=0.0008, gt=0, le=1)
+    """Complaint rate at which a tenant is paused; SES reviews an account at about 0.1 %."""
+    min_sends: int = Field(default=200, ge=1, le=1_000_000)
+    """A rate is counted over at least this many sends: with fewer, the denominator is
+    this, so a tenant's first bounces weigh as they would among that many sends."""
+    throttle_at: float = Field(default=0.5, gt=0, le=1)
+    """At this share of a threshold the guard throttles the tenant to ``throttle_limits``."""
+    throttle_limits: Limits = parse_limits("1/second")
+    """The limits a throttled tenant gets (a live override, lifted with the throttle)."""
+    ses_status_refresh: float = Field(default=60.0, ge=1, le=86400)
+    """Seconds between GetReputationEntity reads of a tenant with mail waiting (and of a
+    tenant SES disabled, until it is enabled again)."""
 
 
 class Settings(BaseSettings):
@@ -173,6 +204,14 @@ class Settings(BaseSettings):
 
     dispatcher: DispatcherSettings = DispatcherSettings()
     sender: SenderSettings = SenderSettings()
+    reputation: ReputationSettings = ReputationSettings()
+
+    events_queue_name: str | None = None
+    """The SQS queue SES events arrive in (through SNS or EventBridge); unset: none read."""
+    ses_tenant_names: Literal["configured", "tenant_id"] = "configured"
+    """``configured``: a tenant's SES tenant is its ``ses_tenant_name`` (none if unset);
+    ``tenant_id``: every tenant without one gets an SES tenant named after its id
+    (config/ses_names.py gives the rule)."""
 
     http_port: int | None = Field(default=None, ge=1, le=65535)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
@@ -198,6 +237,13 @@ class Settings(BaseSettings):
     def _fifo_queue_name(cls, value: str) -> str:
         if not re.fullmatch(r"[A-Za-z0-9_-]{1,75}\.fifo", value):
             raise ValueError("must be an SQS FIFO queue name: 1 to 75 of A-Z a-z 0-9 _ -, then .fifo")
+        return value
+
+    @field_validator("events_queue_name")
+    @classmethod
+    def _events_queue_name(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"[A-Za-z0-9_-]{1,80}", value):
+            raise ValueError("must be an SQS standard queue name: 1 to 80 of A-Z a-z 0-9 _ -")
         return value
 
     @field_validator("redis_url")
@@ -257,10 +303,19 @@ class Settings(BaseSettings):
     # -- derived views ----------------------------------------------------
 
     def tenant(self, tenant_id: str) -> TenantSettings:
-        return self.tenants.get(tenant_id) or _NO_OVERRIDES
+        """The tenant's own settings; with ``ses_tenant_names = "tenant_id"``, its
+        ``ses_tenant_name`` filled in from its id when it has none of its own."""
+        own = self.tenants.get(tenant_id) or _NO_OVERRIDES
+        if own.ses_tenant_name or self.ses_tenant_names == "configured":
+            return own
+        return own.model_copy(update={"ses_tenant_name": ses_tenant_name(tenant_id)})
 
     def limits_for(self, tenant_id: str) -> Limits:
         return self.tenant(tenant_id).limits or self.tenant_limits
+
+    def ses_tenant_for(self, tenant_id: str) -> str | None:
+        """The SES tenant (``TenantName``) the tenant's mail is sent under, if any."""
+        return self.tenant(tenant_id).ses_tenant_name
 
     def weight_for(self, tenant_id: str) -> int:
         return self.tenant(tenant_id).weight or self.default_weight

@@ -2,7 +2,7 @@
 -- KEYS[1..9] ring context (ring.lua), KEYS[10] job hash, KEYS[11] leases (zset),
 -- KEYS[12] dead letters (zset), KEYS[13] the job's content (string, may not exist),
 -- KEYS[14] dispatched jobs (zset, dispatcher/reconcile.lua)
--- ARGV[1..3] ring context, ARGV[4] job id, ARGV[5] final state ('sent' or 'dead'),
+-- ARGV[1..3] ring context, ARGV[4] job id, ARGV[5] final state ('sent', 'dead' or 'suppressed'),
 -- ARGV[6] seconds to keep the record (0: forever), ARGV[7..] field, value pairs
 -- A sent job gets sent_ms (Redis time, as every stored time).
 -- Returns 1; 0 if the job was already sent (nothing changed); -1 if unknown.

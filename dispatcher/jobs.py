@@ -23,9 +23,11 @@ class JobState(enum.StrEnum):
     """Finished: delivered."""
     DEAD = "dead"
     """Finished: undelivered, kept with the reason."""
+    SUPPRESSED = "suppressed"
+    """Finished: not sent, every recipient on its tenant's suppression list."""
 
 
-FINAL_STATES = frozenset({JobState.SENT, JobState.DEAD})
+FINAL_STATES = frozenset({JobState.SENT, JobState.DEAD, JobState.SUPPRESSED})
 
 
 def new_job_id() -> str:

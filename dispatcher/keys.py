@@ -172,3 +172,38 @@ class Keys:
     def replicas(self) -> str:
         """Sorted set: replica ids scored by when their heartbeat expires (ms)."""
         return f"{self.root}:replicas"
+
+    # -- reputation (SES events, suppression, the guard, SES tenants) ---------------
+    def ses_message(self, message_id: str) -> str:
+        """String with a TTL: the job id of the mail SES accepted under this SES message id."""
+        return f"{self.root}:sesmsg:{message_id}"
+
+    def suppressed(self, tenant: str) -> str:
+        """Hash: the tenant's suppressed addresses (lower case) → "reason ms" (mailer/sdk/suppression.py)."""
+        return f"{self.root}:suppressed:{tenant}"
+
+    def reputation(self, tenant: str, seconds: int) -> str:
+        """Hash: one sliding window of a tenant's sends, bounces and complaints, in buckets
+        (mailer/quota/reputation.lua)."""
+        return f"{self.root}:rep:{tenant}:{seconds}"
+
+    def reputation_base(self, tenant: str, seconds: int) -> str:
+        """Hash: :meth:`reputation` as it was when an operator lifted the guard; the guard
+        judges only what came after."""
+        return f"{self.root}:rep:{tenant}:{seconds}:base"
+
+    def guard(self) -> str:
+        """Hash: tenant → the reputation guard's action on it (JSON: level, reason, rates, time)."""
+        return f"{self.root}:rep:guard"
+
+    def ses_tenant_status(self) -> str:
+        """Hash: tenant → its SES tenant's sending status (JSON), for tenants SES disabled."""
+        return f"{self.root}:ses:tenant-status"
+
+    def ses_event(self, event_id: str) -> str:
+        """String with a TTL: this SES event was handled (SQS may deliver it twice)."""
+        return f"{self.root}:ses:event:{event_id}"
+
+    def events_seen(self) -> str:
+        """Hash: SES event outcome ("bounce", "unmatched", ...) → count, for stats."""
+        return f"{self.root}:ses:events"

@@ -5,7 +5,7 @@
 -- ARGV[1]       marker lifetime in ms (a sender that dies mid-send loses its
 --               claim after this, as its SQS message comes back)
 -- Returns, per job: 1 claimed (send it), 0 another sender holds it now,
--- 2 already final (sent or dead: delete the message), 3 no record (purged,
+-- 2 already final (sent, dead or suppressed: delete the message), 3 no record (purged,
 -- expired, or never written: nothing says it may go, so drop the message)
 local n = #KEYS / 2
 local out = {}
@@ -13,7 +13,7 @@ for i = 1, n do
   local state = redis.call('HGET', KEYS[i], 'state')
   if not state then
     out[i] = 3
-  elseif state == 'sent' or state == 'dead' then
+  elseif state == 'sent' or state == 'dead' or state == 'suppressed' then
     out[i] = 2
   elseif redis.call('SET', KEYS[n + i], '1', 'NX', 'PX', ARGV[1]) then
     out[i] = 1

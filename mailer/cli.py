@@ -16,6 +16,7 @@ from config import ConfigError, FairpostError, Settings, load_settings
 from mailer.ops.console import aws_error, print_json, unreachable_redis
 from mailer.ops.lifecycle_commands import add_commands as add_lifecycle_commands
 from mailer.ops.lifecycle_commands import parse_header, parse_send_at
+from mailer.ops.reputation_commands import add_commands as add_reputation_commands
 
 Command = Callable[[argparse.Namespace, Settings], int]
 
@@ -33,16 +34,28 @@ def cmd_init_aws(args: argparse.Namespace, settings: Settings) -> int:
 
     import boto3
 
-    from mailer.ops.queue_setup import init_queue
+    from mailer.ops.queue_setup import init_events_queue, init_queue
 
     with contextlib.closing(boto3.client("sqs")) as sqs:
         url, differ = init_queue(sqs, settings)
+        events = init_events_queue(sqs, settings) if args.events else None
     if args.json:
-        print_json({"queue_url": url, "differs": {k: {"have": h, "want": w} for k, (h, w) in differ.items()}})
+        report: dict[str, object] = {
+            "queue_url": url,
+            "differs": {k: {"have": h, "want": w} for k, (h, w) in differ.items()},
+        }
+        if events is not None:
+            report["events_queue_url"] = events[0]
+            report["events_differs"] = {k: {"have": h, "want": w} for k, (h, w) in events[1].items()}
+        print_json(report)
     else:
         print(f"queue ready: {url}")
         for name, (have, want) in differ.items():
             print(f"  attribute {name} is {have!r}; fairpost expects {want!r}")
+        if events is not None:
+            print(f"events queue ready: {events[0]}")
+            for name, (have, want) in events[1].items():
+                print(f"  attribute {name} is {have!r}; fairpost expects {want!r}")
     return 0
 
 
@@ -218,6 +231,10 @@ def cmd_tenant_pause(args: argparse.Namespace, settings: Settings) -> int:
         return unreachable_redis(settings, exc)
     state = "paused" if args.action == "pause" else "resumed"
     print(f"tenant {args.tenant}: {state}" + ("" if changed else f" (it was {state} already)"))
+    if args.ses:
+        from mailer.ops.ses_tenants import set_customer_status
+
+        print(set_customer_status(settings, args.tenant, enabled=args.action == "resume"))
     return 0
 
 
@@ -256,6 +273,9 @@ def build_parser() -> argparse.ArgumentParser:
         "init-aws", help="create the SQS FIFO queue (idempotent) and report differing attributes"
     )
     init.add_argument("--json", action="store_true")
+    init.add_argument(
+        "--events", action="store_true", help="also the SES events queue (FAIRPOST_EVENTS_QUEUE_NAME)"
+    )
     init.set_defaults(handler=cmd_init_aws)
 
     send = sub.add_parser("send", help="enqueue one mail and print its job id")
@@ -282,6 +302,7 @@ def build_parser() -> argparse.ArgumentParser:
     send.set_defaults(handler=cmd_send)
 
     add_lifecycle_commands(sub)
+    add_reputation_commands(sub)
 
     status = sub.add_parser("status", help="show a job's state")
     status.add_argument("job_id")
@@ -325,6 +346,11 @@ def build_parser() -> argparse.ArgumentParser:
     for action, text in (("pause", "stop claiming and sending its mail"), ("resume", "let it send again")):
         cmd = tenant_sub.add_parser(action, help=text)
         cmd.add_argument("tenant")
+        cmd.add_argument(
+            "--ses",
+            action="store_true",
+            help="also set its SES tenant's customer-managed sending status (DISABLED / ENABLED)",
+        )
         cmd.set_defaults(handler=cmd_tenant_pause)
 
     health = sub.add_parser(

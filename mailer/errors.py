@@ -10,14 +10,16 @@ re-exported here, so ``mailer.errors`` names every error fairpost raises)::
     │   └── NotReplicated         too few Redis replicas took a write in time (also a RedisError)
     ├── InvalidMail               the SDK refused a mail; nothing was written
     ├── InvalidOverride           a live quota override is invalid; nothing was written
+    ├── InvalidSuppression        a suppression-list entry is invalid; nothing was written
     ├── PoisonMessage             an SQS body this fairpost cannot read (a dead letter)
     ├── SesAccountError           SES GetAccount gave no usable sending quota
+    ├── SesTenantError            an SES tenant could not be read or provisioned
     ├── DemoError                 the demo could not run
     ├── ServiceError              a local service (redis-server, moto, LocalStack) did not start
     ├── RefusedRequest            the recording SES server refuses a malformed request, as SES would
     └── TimedOut                  a condition awaited did not hold in time (also an AssertionError)
 
-``InvalidMail`` and ``InvalidOverride`` name the field and the rule broken.
+``InvalidMail``, ``InvalidOverride`` and ``InvalidSuppression`` name the field and the rule broken.
 Nothing here imports AWS or the daemon: the SDK raises these too.
 """
 
@@ -33,12 +35,14 @@ __all__ = [
     "FairpostError",
     "InvalidMail",
     "InvalidOverride",
+    "InvalidSuppression",
     "NotReplayable",
     "NotReplicated",
     "PoisonMessage",
     "RefusedRequest",
     "ServiceError",
     "SesAccountError",
+    "SesTenantError",
     "TimedOut",
     "TooLateToCancel",
     "UnknownJob",
@@ -63,12 +67,25 @@ class InvalidOverride(FairpostError):
         super().__init__(f"{field_name}: {rule}")
 
 
+class InvalidSuppression(FairpostError):
+    """The suppression-list entry is invalid; nothing was written."""
+
+    def __init__(self, field_name: str, rule: str) -> None:
+        self.field = field_name
+        self.rule = rule
+        super().__init__(f"{field_name}: {rule}")
+
+
 class PoisonMessage(FairpostError):
     """An SQS body that is not a fairpost envelope this version can read."""
 
 
 class SesAccountError(FairpostError):
     """SES GetAccount did not give the account's sending quota."""
+
+
+class SesTenantError(FairpostError):
+    """An SES tenant could not be read or provisioned (the SES error says why)."""
 
 
 class DemoError(FairpostError):

@@ -12,6 +12,8 @@ The background tasks, each named and watched: ``dispatcher``, ``sender``,
 ``overrides`` (live quota overrides, :mod:`mailer.quota.overrides`),
 ``ses-account`` (``FAIRPOST_GLOBAL_LIMITS=auto``, :mod:`mailer.daemon.ses_account`),
 ``slots`` (in-flight slots kept while the sender's gate is closed, :mod:`mailer.daemon.slots`),
+``ses-tenants`` (SES's verdict on SES tenants, :mod:`mailer.daemon.ses_tenant_status`),
+``events`` (SES events, with ``FAIRPOST_EVENTS_QUEUE_NAME``, :mod:`mailer.daemon.events`),
 ``heartbeat`` (:mod:`mailer.daemon.health`) and ``http`` (``/metrics``,
 ``/healthz``, ``/readyz`` on ``FAIRPOST_HTTP_PORT``, :mod:`mailer.daemon.http`).
 """
@@ -34,6 +36,7 @@ from dispatcher.keys import Keys
 from dispatcher.runner import Dispatcher
 from dispatcher.store import JobStore, store_limits
 from mailer.daemon.aws import SES_CONFIG, SQS_CONFIG, session
+from mailer.daemon.feedback import build as build_reputation
 from mailer.daemon.handoff import MailWorker
 from mailer.daemon.health import Heartbeat, Liveness, replica_name
 from mailer.daemon.http import Check, HttpServer
@@ -149,6 +152,16 @@ async def _run(settings: Settings, role: Role, client: redis.asyncio.Redis, stop
             overrides = OverrideCache(client, keys, settings, auto=auto, on_change=overrides_changed)
             await overrides.refresh()
             tasks["overrides"] = asyncio.create_task(overrides.run(stop), name="overrides")
+
+            async def unpark(tenant: str) -> None:
+                assert sender is not None
+                await sender.unpark(tenant)
+
+            reputation = await build_reputation(
+                settings=settings, store=store, sqs=sqs, ses_client=ses_client, metrics=metrics,
+                refresh_limits=overrides.refresh, unpark=unpark,
+            )  # fmt: skip
+            tasks.update(reputation.tasks(stop))
             sender = Sender(
                 sqs=sqs,
                 ses_client=ses_client,
@@ -158,6 +171,7 @@ async def _run(settings: Settings, role: Role, client: redis.asyncio.Redis, stop
                 settings=settings,
                 limits=overrides,
                 metrics=metrics,
+                feedback=reputation.feedback,
             )
             tasks["sender"] = asyncio.create_task(sender.run(stop), name="sender")
             # While the sender's gate is closed, mail waiting in SQS keeps its slots.

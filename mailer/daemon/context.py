@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from config import Settings
 from config.limits import Limits
 from dispatcher.store import JobStore
+from mailer.daemon.feedback import Feedback
 from mailer.daemon.metrics import Metrics
 from mailer.quota.engine import QuotaEngine
 from mailer.quota.overrides import LimitSource
@@ -35,6 +36,9 @@ class SenderContext:
     """Quota limits and pauses: the settings, or live overrides (mailer.quota.overrides)."""
     metrics: Metrics
     stats: SenderStats = field(default_factory=SenderStats)
+    feedback: Feedback | None = None
+    """Reputation (mailer.daemon.feedback): suppression lists, SES's verdict on SES
+    tenants, sends counted for the guard; None: none of it."""
 
     def windows(self, tenant: str) -> tuple[Limits, Limits]:
         """The global and the tenant's quota windows, as the quota engine takes them."""

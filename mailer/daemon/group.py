@@ -14,7 +14,7 @@ import logging
 import random
 import time
 
-from dispatcher.jobs import JobState
+from dispatcher.jobs import FINAL_STATES
 from mailer.daemon.context import SenderContext
 from mailer.daemon.endings import Endings
 from mailer.daemon.gate import Gate
@@ -39,6 +39,7 @@ _THROTTLE_REASON = {
     "tenant": "tenant_quota",
     "share": "global_share",
     "paused": "paused",
+    "ses_tenant_disabled": "ses_tenant_disabled",
 }
 """The quota engine's ``blocked_by`` (or an operator's pause) → the metrics label."""
 
@@ -62,8 +63,8 @@ class GroupDecision:
         for msg in group:
             assert msg.envelope is not None
             state = states.get(msg.envelope.job_id)
-            if state in (JobState.SENT, JobState.DEAD) or msg.envelope.job_id in seen:
-                # Sent already (a redelivery after a crash) or cancelled/dead: never again.
+            if state in FINAL_STATES or msg.envelope.job_id in seen:
+                # Sent already (a redelivery after a crash), cancelled, dead or suppressed: never again.
                 # Twice in one batch (a replayed job's old message): once is enough.
                 msg.delete = True
             else:
@@ -75,6 +76,16 @@ class GroupDecision:
             # An operator paused the tenant: its mail already in SQS waits too.
             await self.park(tenant, todo, PAUSED_RECHECK_SECONDS, "paused", await ctx.store.now_ms())
             return
+        if ctx.feedback is not None:
+            held = ctx.feedback.hold(tenant)
+            if held is not None:
+                # SES disabled the tenant's SES tenant: its mail waits, alone, uncounted.
+                await self.park(tenant, todo, PAUSED_RECHECK_SECONDS, held, await ctx.store.now_ms())
+                await ctx.feedback.mark_held([m.envelope.job_id for m in todo if m.envelope], held)
+                return
+            todo = await ctx.feedback.screen(tenant, todo)
+            if not todo:
+                return
         costs = [m.envelope.mail.recipients for m in todo if m.envelope]
         grant = await ctx.quota.acquire(
             tenant, costs, *ctx.windows(tenant), weight=ctx.settings.weight_for(tenant)

@@ -54,7 +54,7 @@ CONTENT_TYPE = CONTENT_TYPE_LATEST
 OTHER_TENANT = "~other"
 """The ``tenant`` label of every tenant beyond the bounded set."""
 
-THROTTLE_REASONS = ("tenant_quota", "global_quota", "global_share", "ses", "paused")
+THROTTLE_REASONS = ("tenant_quota", "global_quota", "global_share", "ses", "paused", "ses_tenant_disabled")
 """``fairpost_mail_throttled_total{reason}``: who held the mail back."""
 
 DEAD_REASONS = (
@@ -79,6 +79,16 @@ after FAIRPOST_RECONCILE_HANDOFFS such hand-offs, dead-lettered."""
 DROP_REASONS = ("no_record",)
 """``fairpost_mail_dropped_total{reason}``: SQS messages deleted unsent because
 nothing says they may go: their job record is gone (purged, expired)."""
+
+HELD_REASONS = ("ses_tenant_disabled", "reputation_paused", "reputation_throttled")
+"""``fairpost_tenant_held{reason}``: SES disabled the tenant's SES tenant; the reputation
+guard paused or throttled the tenant (mailer/quota/reputation.py)."""
+
+EVENT_OUTCOMES = (
+    "bounce", "complaint", "delivery", "reject", "delivery_delay",
+    "ignored", "duplicate", "unmatched", "unparseable",
+)  # fmt: skip
+"""``fairpost_ses_events_total{outcome}`` (mailer/daemon/events.py)."""
 
 SES_RESULTS = ("sent", "throttled", "paused", "permanent", "transient")
 
@@ -225,6 +235,41 @@ class Metrics:
             "Seconds until the global quota fits one more recipient (0: now).",
             registry=r,
         )
+        # Reputation (mailer/quota/reputation.py, mailer/daemon/events.py).
+        self.ses_events_total = Counter(
+            "fairpost_ses_events", "SES events read, by outcome: " + ", ".join(EVENT_OUTCOMES) + ".",
+            ["outcome"], registry=r,
+        )  # fmt: skip
+        self.suppressed_total = Counter(
+            "fairpost_mail_suppressed",
+            "Recipients dropped unsent: on their tenant's suppression list.",
+            ["tenant"],
+            registry=r,
+        )
+        self.guard_actions_total = Counter(
+            "fairpost_reputation_guard_actions",
+            "Reputation guard actions: throttle, pause, unthrottle.",
+            ["tenant", "action"],
+            registry=r,
+        )
+        self.tenant_bounce_rate = Gauge(
+            "fairpost_tenant_bounce_rate",
+            "Permanently bounced recipients / recipients sent, over a sliding window (24h, 7d).",
+            ["tenant", "window"],
+            registry=r,
+        )
+        self.tenant_complaint_rate = Gauge(
+            "fairpost_tenant_complaint_rate",
+            "Complaints / recipients sent, over a sliding window (24h, 7d).",
+            ["tenant", "window"],
+            registry=r,
+        )
+        self.tenant_held = Gauge(
+            "fairpost_tenant_held",
+            "1 while the tenant is held, by reason: " + ", ".join(HELD_REASONS) + ".",
+            ["tenant", "reason"],
+            registry=r,
+        )
         self.replicas = Gauge("fairpost_replicas", "Replicas with a live heartbeat.", registry=r)
         self.stats_errors_total = Counter(
             "fairpost_stats_errors", "Scrapes whose gauges could not be read from Redis.", registry=r
@@ -233,6 +278,8 @@ class Metrics:
             self.ses_calls_total.labels(result)
         for result in ("messages", "empty", "error"):
             self.sqs_receives_total.labels(result)
+        for outcome in EVENT_OUTCOMES:
+            self.ses_events_total.labels(outcome)
 
     # -- events (called by the sender and the mail worker) ------------------------
     def dispatched(self, tenant: str, count: int = 1) -> None:
@@ -257,6 +304,15 @@ class Metrics:
 
     def reconciled(self, reason: str) -> None:
         self.reconciled_total.labels(reason).inc()
+
+    def ses_event(self, outcome: str) -> None:
+        self.ses_events_total.labels(outcome).inc()
+
+    def suppressed(self, tenant: str, recipients: int) -> None:
+        self.suppressed_total.labels(self.labels(tenant)).inc(recipients)
+
+    def guard_action(self, tenant: str, action: str) -> None:
+        self.guard_actions_total.labels(self.labels(tenant), action).inc()
 
     def ses_call(self, result: str, seconds: float) -> None:
         self.ses_calls_total.labels(result).inc()
@@ -290,6 +346,12 @@ class Metrics:
             inflight[label] = inflight.get(label, 0) + t.inflight
             self.tenant_paused.labels(label).set(1 if t.paused else 0)
             self.tenant_retry_after.labels(label).set(max(0.0, t.retry_after))
+            for reason in HELD_REASONS:
+                self.tenant_held.labels(label, reason).set(1 if t.held == reason else 0)
+            if t.reputation is not None:
+                for rw in t.reputation.windows:
+                    self.tenant_bounce_rate.labels(label, rw.name).set(rw.bounce_rate)
+                    self.tenant_complaint_rate.labels(label, rw.name).set(rw.complaint_rate)
             for w in t.windows:
                 self.tenant_quota_used.labels(label, w.name).set(w.used)
                 self.tenant_quota_limit.labels(label, w.name).set(w.limit)

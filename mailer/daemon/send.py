@@ -16,6 +16,7 @@ import dataclasses
 import logging
 import random
 import time
+from collections.abc import Awaitable, Callable
 
 from redis.exceptions import RedisError
 
@@ -27,6 +28,8 @@ from mailer.daemon.counting import Counting, Stamp
 from mailer.daemon.endings import Endings
 from mailer.daemon.gate import Gate
 from mailer.daemon.inbox import Received
+from mailer.daemon.ses_tenant_status import REASON
+from mailer.quota.overrides import PAUSED_RECHECK_SECONDS
 
 log = logging.getLogger("fairpost.sender")
 
@@ -46,6 +49,14 @@ class Sending:
         self.counting = Counting(ctx)
         self._slots = asyncio.Semaphore(ctx.settings.sender.concurrency)
         self._throttle_backoff = _THROTTLE_BACKOFF_MIN
+        self.park: Callable[[str, list[Received], float, str | None, int], Awaitable[None]] | None = None
+        """Parks a tenant's mail (mailer.daemon.group.GroupDecision.park), set by the Sender."""
+
+    async def park_disabled(self, tenant: str, paused: list[Received], at_ms: int) -> None:
+        """SES disabled the tenant's SES tenant: its refused mails wait (recheck, then resume)."""
+        assert self.park is not None and self.ctx.feedback is not None
+        await self.park(tenant, paused, PAUSED_RECHECK_SECONDS, REASON, at_ms)
+        await self.ctx.feedback.mark_held([m.envelope.job_id for m in paused if m.envelope], REASON)
 
     async def send_granted(self, tenant: str, granted: list[Received], at_ms: int) -> None:
         """Send the mails a grant at ``at_ms`` covers; each ends with ``delete`` or a
@@ -73,7 +84,14 @@ class Sending:
             if isinstance(r, ses.SendResult)
         ]
         await self._record(tenant, answered)
-        if any(r.verdict is ses.Verdict.PAUSED for _, r, _ in answered):
+        paused = [m for m, r, _ in answered if r.verdict is ses.Verdict.PAUSED]
+        feedback = self.ctx.feedback
+        if feedback is not None and any(r.verdict is not ses.Verdict.SENT for _, r, _ in answered):
+            feedback.send_failed(tenant)
+        if paused and feedback is not None and await feedback.disabled_now(tenant):
+            # SES disabled this tenant's SES tenant, not the account: it waits alone.
+            await self.park_disabled(tenant, paused, at_ms)
+        elif paused:
             self.gate.hold(self.ctx.settings.sender.pause_seconds)
         for outcome in outcomes:
             if isinstance(outcome, BaseException):
@@ -251,11 +269,17 @@ class Sending:
                 async with ctx.store.pipeline() as pipe:
                     await self.counting.move_to_answers(tenant, answered, pipe)
                     await ctx.store.record_sent(sent, keep_seconds=ctx.finished_ttl, pipeline=pipe)
+                    if ctx.feedback is not None:
+                        for job_id, message_id in sent:
+                            ctx.feedback.index_sent(pipe, job_id, message_id)
                     await ctx.store.execute_durably(pipe)
-                return
+                break
             except RedisError as exc:
                 delay = backoff.failed()
                 if delay is None:
                     raise
                 log.warning("recording %d sent mails failed (%s); again in %.1fs", len(sent), exc, delay)
                 await asyncio.sleep(delay)
+        if ctx.feedback is not None:
+            accepted = [m for m, r, _ in answered if r.verdict is ses.Verdict.SENT]
+            await ctx.feedback.count_sent(tenant, sum(m.envelope.mail.recipients for m in accepted if m.envelope))

@@ -28,6 +28,7 @@ from dispatcher.store import JobStore
 from mailer.daemon.aws import SesClient, SqsClient
 from mailer.daemon.context import SenderContext, SenderStats
 from mailer.daemon.endings import Endings
+from mailer.daemon.feedback import Feedback
 from mailer.daemon.gate import Gate
 from mailer.daemon.group import GroupDecision
 from mailer.daemon.inbox import Inbox, Received
@@ -55,6 +56,7 @@ class Sender:
         settings: Settings,
         limits: LimitSource | None = None,
         metrics: Metrics | None = None,
+        feedback: Feedback | None = None,
     ) -> None:
         self.ctx = SenderContext(
             settings=settings,
@@ -62,6 +64,7 @@ class Sender:
             quota=quota,
             limits=limits or StaticLimits(settings),
             metrics=metrics or Metrics(),
+            feedback=feedback,
         )
         self.store = store
         self.keys = store.keys
@@ -73,6 +76,7 @@ class Sender:
         self.endings = Endings(self.ctx)
         sending = Sending(self.ctx, ses_client, self.gate, self.endings)
         self.groups = GroupDecision(self.ctx, self.gate, self.inbox, self.endings, sending)
+        sending.park = self.groups.park
         self.receiver = Receiver(self.ctx, self.gate, self.inbox, self.process)
         self._timers: set[asyncio.Task[None]] = set()
 

@@ -44,3 +44,37 @@ def init_queue(sqs: Any, settings: Settings) -> tuple[str, dict[str, tuple[str, 
         name: (have.get(name, "(unset)"), want) for name, want in wanted.items() if have.get(name) != want
     }
     return url, differ
+
+
+def wanted_events_attributes() -> dict[str, str]:
+    """The SES events queue: a standard queue (SNS and EventBridge deliver to those)."""
+    return {
+        "VisibilityTimeout": "60",
+        "ReceiveMessageWaitTimeSeconds": "20",
+        "MessageRetentionPeriod": str(RETENTION_SECONDS),
+    }
+
+
+def init_events_queue(sqs: Any, settings: Settings) -> tuple[str, dict[str, tuple[str, str]]]:
+    """Create ``FAIRPOST_EVENTS_QUEUE_NAME`` if missing (``init-aws --events``). Returns its
+    URL and the attributes that differ. Subscribing it to the SNS topic or EventBridge
+    rule of a configuration set's event destination is the operator's (README, Reputation)."""
+    if not settings.events_queue_name:
+        from config import ConfigError
+
+        raise ConfigError([("FAIRPOST_EVENTS_QUEUE_NAME", "must be set for init-aws --events")])
+    wanted = wanted_events_attributes()
+    try:
+        url: str = sqs.get_queue_url(QueueName=settings.events_queue_name)["QueueUrl"]
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") not in {
+            "AWS.SimpleQueueService.NonExistentQueue",
+            "QueueDoesNotExist",
+        }:
+            raise
+        url = sqs.create_queue(QueueName=settings.events_queue_name, Attributes=wanted)["QueueUrl"]
+    have = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+    differ = {
+        name: (have.get(name, "(unset)"), want) for name, want in wanted.items() if have.get(name) != want
+    }
+    return url, differ

@@ -32,6 +32,14 @@ from dispatcher.keys import TOTAL_INFLIGHT, TOTAL_WAITING, Keys
 from dispatcher.replies import record, text
 from mailer.quota.engine import QuotaEngine
 from mailer.quota.overrides import read_overrides, resolve_global, resolve_tenant
+from mailer.quota.reputation import (
+    GuardState,
+    Reputation,
+    ReputationBook,
+    TenantVerdict,
+    guard_states,
+    read_verdicts,
+)
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -72,6 +80,22 @@ class ScopeStats:
     paused: bool = False
     retry_after: float = 0.0
     """Seconds until one more recipient fits in every window; -1: never (a limit of 0)."""
+    reputation: Reputation | None = None
+    """Sends, bounces and complaints over 24 h and 7 d (mailer/quota/reputation.py)."""
+    guard: GuardState | None = None
+    """What the reputation guard did to the tenant, if anything."""
+    ses_disabled: TenantVerdict | None = None
+    """SES's verdict, while SES has the tenant's SES tenant disabled."""
+
+    @property
+    def held(self) -> str | None:
+        """Why the tenant is held, beyond its quota: ``ses_tenant_disabled``,
+        ``reputation_paused`` or ``reputation_throttled``."""
+        if self.ses_disabled is not None:
+            return "ses_tenant_disabled"
+        if self.guard is not None:
+            return "reputation_" + self.guard.level
+        return None
 
     def to_json(self, at_ms: int) -> dict[str, Any]:
         throttled_until = None
@@ -86,6 +110,10 @@ class ScopeStats:
             "paused": self.paused,
             "retry_after_seconds": self.retry_after,
             "throttled_until_ms": throttled_until,
+            "held": self.held,
+            "reputation": None if self.reputation is None else self.reputation.to_json()["windows"],
+            "guard": None if self.guard is None else self.guard.to_json(),
+            "ses_tenant": None if self.ses_disabled is None else self.ses_disabled.to_json(),
         }
 
 
@@ -101,6 +129,8 @@ class Stats:
     """Dispatched jobs SQS lost, by what the reconcilers did (``handed_again``, ``dead``)."""
     known_tenants: int = 0
     """Tenants that ever enqueued: more than :attr:`tenants` lists when it is a sample."""
+    events: dict[str, int] = field(default_factory=dict)
+    """SES events handled, by outcome (mailer/daemon/events.py), all replicas together."""
 
     def tenant(self, tenant: str) -> ScopeStats | None:
         return next((t for t in self.tenants if t.scope == tenant), None)
@@ -113,6 +143,7 @@ class Stats:
             "replicas": self.replicas,
             "reconciled": {"handed_again": 0, "dead": 0, **self.reconciled},
             "known_tenants": self.known_tenants,
+            "ses_events": self.events,
         }
 
 
@@ -148,8 +179,14 @@ async def collect_stats(
         pipe.zrangebyscore(keys.replicas(), "(" + str(int(time.time() * 1000)), "+inf")
         pipe.hgetall(keys.reconciled())
         pipe.hmget(keys.counts(), TOTAL_WAITING, TOTAL_INFLIGHT)
+        pipe.hgetall(keys.guard())
+        pipe.hgetall(keys.ses_tenant_status())
+        pipe.hgetall(keys.events_seen())
         values = await pipe.execute()
-        server_time, raw_overrides, paused, known, auto_text, replicas, reconciled, totals = values
+        server_time, raw_overrides, paused, known, auto_text, replicas, reconciled, totals = values[:8]
+    guards, ses_disabled = guard_states(values[8]), read_verdicts(values[9])
+    events = {text(k): int(v) for k, v in values[10].items()}
+    book = ReputationBook(client, keys, settings)
     at_ms = int(server_time[0]) * 1000 + int(server_time[1]) // 1000
     overrides = read_overrides(raw_overrides, paused)
     if tenants is None:
@@ -158,7 +195,7 @@ async def collect_stats(
             await client.smembers(keys.tenants()) if known <= sample else await _top(client, keys, sample)
         )
         names = {text(t) for t in listed} | set(settings.tenants) | set(overrides.tenants) | overrides.paused
-        names |= set(also)
+        names |= set(also) | set(guards) | set(ses_disabled)
     else:
         names = set(tenants)
     ordered = sorted(names)
@@ -183,10 +220,13 @@ async def collect_stats(
         windows = eff.windows or ()
         used: list[tuple[Window, int]] = []
         retry = 0.0
-        if windows and (detail is None or detail(tenant)):
+        reputation = None
+        if detail is None or detail(tenant):
             async with slots:
-                used = await quota.usage(tenant, windows)
-                retry = await quota.retry_after(tenant, windows)
+                if windows:
+                    used = await quota.usage(tenant, windows)
+                    retry = await quota.retry_after(tenant, windows)
+                reputation = await book.read(tenant)
         return ScopeStats(
             scope=tenant,
             backlog=backlog[tenant],
@@ -195,6 +235,9 @@ async def collect_stats(
             limits_source=eff.source,
             paused=eff.paused,
             retry_after=retry,
+            reputation=reputation,
+            guard=guards.get(tenant),
+            ses_disabled=ses_disabled.get(tenant),
         )
 
     async def global_stats() -> ScopeStats:
@@ -218,6 +261,7 @@ async def collect_stats(
         replicas=sorted(text(r) for r in replicas),
         reconciled={k: int(v) for k, v in record(reconciled).items()},
         known_tenants=int(known),
+        events=events,
     )
 
 
@@ -275,16 +319,35 @@ def _usage(windows: Sequence[WindowUsage]) -> str:
 
 
 def _state(scope: ScopeStats) -> str:
+    if scope.ses_disabled is not None:
+        return "parked: SES disabled its SES tenant"
+    if scope.guard is not None and scope.guard.level == "paused":
+        return "paused by the reputation guard"
     if scope.paused:
         return "paused"
     if scope.retry_after < 0:
         return "blocked (limit too small)"
     if scope.retry_after > 0:
         return f"throttled {scope.retry_after:.1f}s"
+    if scope.guard is not None:
+        return "throttled by the reputation guard"
     return "ok"
 
 
-_HEADERS = ("scope", "backlog", "in flight", "sent / limit", "state", "limits from")
+def _rates(scope: ScopeStats) -> str:
+    if scope.reputation is None:
+        return "-"
+    return (
+        ", ".join(
+            f"{w.bounce_rate:.1%} / {w.complaint_rate:.2%} ({w.name})"
+            for w in scope.reputation.windows
+            if w.sends
+        )
+        or "-"
+    )
+
+
+_HEADERS = ("scope", "backlog", "in flight", "sent / limit", "state", "limits from", "bounce / complaint")
 
 
 def _rows(stats: Stats) -> list[tuple[str, ...]]:
@@ -299,6 +362,7 @@ def _rows(stats: Stats) -> list[tuple[str, ...]]:
                 _usage(scope.windows),
                 _state(scope),
                 scope.limits_source,
+                _rates(scope),
             )
         )
     return rows
@@ -311,6 +375,19 @@ def render_text(stats: Stats) -> str:
     lines = ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in rows]
     lines.append(_caption(stats))
     lines.append(_reconciled(stats))
+    for scope in stats.tenants:
+        if scope.guard is not None:
+            stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(scope.guard.at_ms / 1000))
+            guard = scope.guard
+            lines.append(
+                f"{scope.scope}: {guard.level} by the reputation guard at {stamp} UTC: {guard.reason}"
+            )
+        if scope.ses_disabled is not None:
+            v = scope.ses_disabled
+            lines.append(
+                f"{scope.scope}: SES tenant {v.ses_tenant} disabled (AWS-managed {v.aws_managed}, "
+                f"customer-managed {v.customer_managed})"
+            )
     return "\n".join(lines)
 
 

@@ -40,6 +40,7 @@ from dispatcher.keys import Keys
 from dispatcher.replies import record, text
 from mailer.errors import InvalidOverride
 from mailer.sdk.connection import RedisOwner
+from mailer.quota.reputation import lift_guard
 
 __all__ = [
     "PAUSED_RECHECK_SECONDS",
@@ -382,11 +383,15 @@ class QuotaAdmin(RedisOwner):
         return bool(self._redis.sadd(self.keys.paused(), _check_tenant(tenant)))
 
     def resume(self, tenant: str) -> bool:
-        """Let a paused tenant send again at once. False if it was not paused."""
+        """Let a paused tenant send again at once, lifting a reputation guard's pause or
+        throttle too (the guard then judges only what comes after). False if it was
+        neither paused nor throttled."""
         tenant = _check_tenant(tenant)
         keys, args = self._calls.resume(tenant)
         result = self._resume(keys=keys, args=args)
-        return bool(int(result))
+        # A pause (or throttle) by the reputation guard is lifted too.
+        lifted = lift_guard(self._redis, self.keys, tenant)
+        return bool(int(result)) or lifted is not None
 
     def paused(self) -> list[str]:
         return sorted(self.overrides().paused)

@@ -14,7 +14,8 @@ class JobStatus:
     job_id: str
     tenant_id: str
     state: str
-    """scheduled, queued, claimed, dispatched, sent or dead."""
+    """scheduled, queued, claimed, dispatched, sent, dead or suppressed (every
+    recipient on its tenant's suppression list: not sent)."""
     priority: str
     recipients: int
     attempts: int
@@ -33,6 +34,17 @@ class JobStatus:
     """The ``send_at`` it was enqueued with, if any."""
     replays: int = 0
     """Times it was replayed from the dead letters."""
+    delivery: str | None = None
+    """What SES reported after accepting it (SES events): ``delivered``, ``delayed``,
+    ``rejected``, ``bounced`` or ``complained`` (the worst of its recipients)."""
+    bounce_type: str | None = None
+    """For ``bounced``: ``Permanent`` (the address is suppressed), ``Transient`` or ``Undetermined``."""
+    diagnostic: str | None = None
+    """SES's diagnostic for a bounce, delay or reject (addresses redacted)."""
+    suppressed: int = 0
+    """Recipients dropped unsent: on the tenant's suppression list."""
+    held: str | None = None
+    """Why it waits beyond its quota, while it does: ``ses_tenant_disabled``."""
 
     @classmethod
     def from_record(cls, job_id: str, record: dict[str, str]) -> JobStatus:
@@ -55,6 +67,11 @@ class JobStatus:
             dead_reason=record.get("dead_reason") or None,
             scheduled_for=_time(record.get("send_at_ms")),
             replays=int(record.get("replays", "0")),
+            delivery=record.get("delivery") or None,
+            bounce_type=record.get("bounce_type") or None,
+            diagnostic=record.get("diagnostic") or None,
+            suppressed=int(record.get("suppressed", "0")),
+            held=(record.get("held") or None) if record.get("state") not in _FINAL else None,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -63,6 +80,9 @@ class JobStatus:
             if isinstance(value, datetime):
                 data[name] = value.isoformat()
         return data
+
+
+_FINAL = ("sent", "dead", "suppressed")
 
 
 def _time(ms: str | None) -> datetime | None:

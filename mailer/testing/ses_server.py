@@ -6,7 +6,8 @@ library only, one thread per connection) that speaks SES v2's REST-JSON wire
 protocol well enough for botocore's ``sesv2`` client. Point a client at it with
 ``endpoint_url=ses.url`` or ``AWS_ENDPOINT_URL_SESV2=ses.url``.
 
-It answers two operations:
+It answers these operations (and SES v2 tenants and reputation entities, and
+publishes SES events to SQS: :mod:`mailer.testing.ses_tenancy`):
 
 - ``SendEmail`` (``POST /v2/email/outbound-emails``): 200 ``{"MessageId": ...}``
   and a :class:`SentMail` recorded, or an error answer exactly as SES v2 sends
@@ -57,6 +58,7 @@ from urllib.parse import urlsplit
 
 from mailer.errors import RefusedRequest
 from mailer.testing.services import free_port
+from mailer.testing.ses_tenancy import EventSink, TenantBook, ses_event, simulator_events
 
 __all__ = [
     "JOB_ID_TAG",
@@ -293,7 +295,13 @@ class SesServer:
         self._baseline_24h = float(sent_last_24_hours)
         self._verified = None if require_verified is None else {i.lower() for i in require_verified}
         self._configuration_sets = None if configuration_sets is None else set(configuration_sets)
-        self._tenants = None if tenants is None else set(tenants)
+        self._strict_tenants = tenants is not None
+        self.tenancy = TenantBook()
+        """SES tenants and their reputation entities (CreateTenant, GetReputationEntity, ...)."""
+        for name in tenants or ():
+            self.tenancy.create(name)
+        self.events: EventSink | None = None
+        """Where SES events go (the mailbox simulator's, and :meth:`emit`'s); None: nowhere."""
         self.production_access = production_access
         self.latency = latency
         self.arrival_delay = arrival_delay
@@ -576,7 +584,25 @@ class SesServer:
         with self._conn_lock:
             self._connections.pop(sock, None)
 
+    def emit(
+        self, event_type: str, message_id: str, recipients: Iterable[str] | None = None, **options: Any
+    ) -> None:
+        """Publish an SES event (``Bounce``, ``Complaint``, ``Delivery``, ``Reject``,
+        ``DeliveryDelay``) for a recorded mail to :attr:`events`."""
+        assert self.events is not None, "set SesServer.events to an EventSink first"
+        mail = next(m for m in self.sent if m.message_id == message_id)
+        listed = mail.recipients if recipients is None else tuple(recipients)
+        self.events.emit(ses_event(event_type, mail, listed, **options))
+
     def _handle(self, method: str, path: str, body: bytes) -> _Answer:
+        if self.tenancy.handles(path):
+            try:
+                status, payload = self.tenancy.handle(method, path, body)
+            except RefusedRequest as exc:
+                return _error_answer(SesError(exc.code, exc.status, exc.message))
+            except ValueError as exc:
+                return _error_answer(SesError("SerializationException", 400, f"Malformed JSON: {exc}"))
+            return _json_answer(status, payload)
         if path == SEND_EMAIL_PATH and method == "POST":
             return self._send_email(body)
         if path == ACCOUNT_PATH and method == "GET":
@@ -643,6 +669,9 @@ class SesServer:
                 self._rejections.append(Rejection(now, time.time(), reason, error, mail))
                 answer = _error_answer(error)
             self._cond.notify_all()
+        if verdict is None and self.events is not None and mail is not None:
+            for record in simulator_events(mail):
+                self.events.emit(record)
         if self.latency > 0 and answer.delay == 0:
             answer = dataclasses.replace(answer, delay=self.latency)
         return answer
@@ -676,8 +705,16 @@ class SesServer:
             return "not_found", Faults.NOT_FOUND.with_message(
                 f"Configuration set <{mail.configuration_set_name}> does not exist."
             )
-        if self._tenants is not None and mail.tenant_name not in (None, *self._tenants):
-            return "not_found", Faults.NOT_FOUND.with_message(f"Tenant <{mail.tenant_name}> does not exist.")
+        if mail.tenant_name is not None:
+            aggregate = self.tenancy.aggregate(mail.tenant_name)
+            if aggregate is None and self._strict_tenants:
+                return "not_found", Faults.NOT_FOUND.with_message(
+                    f"Tenant <{mail.tenant_name}> does not exist."
+                )
+            if aggregate == "DISABLED":
+                return "paused", Faults.SENDING_PAUSED.with_message(
+                    f"Sending is paused for tenant {mail.tenant_name}."
+                )
         if self.validate:
             problem = _validation_problem(mail)
             if problem is not None:

@@ -290,6 +290,12 @@ DOCUMENTED_METRICS = (
     "fairpost_global_retry_after_seconds",
     "fairpost_replicas",
     "fairpost_stats_errors_total",
+    "fairpost_ses_events_total",
+    "fairpost_mail_suppressed_total",
+    "fairpost_reputation_guard_actions_total",
+    "fairpost_tenant_bounce_rate",
+    "fairpost_tenant_complaint_rate",
+    "fairpost_tenant_held",
 )
 
 

@@ -18,11 +18,14 @@ from dispatcher.runner import Dispatcher
 from dispatcher.store import JobStore, store_limits
 from mailer.daemon.app import publish_tenant_settings
 from mailer.daemon.aws import SES_CONFIG, SQS_CONFIG, session
+from mailer.daemon.feedback import ReputationParts
+from mailer.daemon.feedback import build as build_reputation
 from mailer.daemon.handoff import MailWorker
+from mailer.daemon.metrics import Metrics
 from mailer.daemon.sender import Sender
 from mailer.ops.queue_setup import init_queue
 from mailer.quota.engine import QuotaEngine
-from mailer.quota.overrides import LimitSource
+from mailer.quota.overrides import LimitSource, OverrideCache, Overrides, changed_scopes
 
 
 @dataclass
@@ -64,13 +67,19 @@ class Running:
     dispatcher: Dispatcher
     receives: ReceiveLog
     queue_url: str
+    reputation: ReputationParts | None = None
+    metrics: Metrics | None = None
 
 
 @asynccontextmanager
 async def pipeline(
-    settings: Settings, *, before_receive: Callable[[], Any] | None = None
+    settings: Settings, *, before_receive: Callable[[], Any] | None = None, reputation: bool = False
 ) -> AsyncIterator[Running]:
-    """Dispatcher and sender running until the block ends; then a clean shutdown."""
+    """Dispatcher and sender running until the block ends; then a clean shutdown.
+
+    ``reputation``: as ``fairpost run`` has it: live overrides (so pauses apply),
+    suppression, SES's verdict on SES tenants, and the SES event consumer
+    (with ``events_queue_name``)."""
     url, _ = init_queue(boto3.client("sqs"), settings)
     client = async_redis_client(settings)
     keys = Keys(settings.key_prefix)
@@ -82,13 +91,39 @@ async def pipeline(
     async with aws.client("sqs", config=SQS_CONFIG) as sqs, aws.client("sesv2", config=SES_CONFIG) as ses:
         recording = RecordingSqs(sqs, log, before_receive)
         dispatcher = Dispatcher(store, [MailWorker(sqs, url)], reap_interval=0.2)
-        sender = Sender(
-            sqs=recording, ses_client=ses, queue_url=url, store=store, quota=quota, settings=settings
-        )
         stop = asyncio.Event()
-        tasks = [asyncio.create_task(dispatcher.run(stop)), asyncio.create_task(sender.run(stop))]
+        tasks = []
+        parts: ReputationParts | None = None
+        metrics = Metrics()
+        extra: dict[str, Any] = {}
+        if reputation:
+            holder: list[Sender] = []
+
+            async def changed(old: Overrides, new: Overrides) -> None:
+                _, tenants = changed_scopes(old, new)
+                for tenant in tenants:
+                    await holder[0].unpark(tenant)
+
+            async def unpark(tenant: str) -> None:
+                await holder[0].unpark(tenant)
+
+            overrides = OverrideCache(client, keys, settings, on_change=changed, refresh_seconds=0.2)
+            await overrides.refresh()
+            parts = await build_reputation(
+                settings=settings, store=store, sqs=sqs, ses_client=ses, metrics=metrics,
+                refresh_limits=overrides.refresh, unpark=unpark,
+            )  # fmt: skip
+            extra = {"limits": overrides, "feedback": parts.feedback, "metrics": metrics}
+            tasks.append(asyncio.create_task(overrides.run(stop)))
+            tasks += list(parts.tasks(stop).values())
+        sender = Sender(
+            sqs=recording, ses_client=ses, queue_url=url, store=store, quota=quota, settings=settings, **extra
+        )
+        if reputation:
+            holder.append(sender)
+        tasks += [asyncio.create_task(dispatcher.run(stop)), asyncio.create_task(sender.run(stop))]
         try:
-            yield Running(settings, store, quota, sender, dispatcher, log, url)
+            yield Running(settings, store, quota, sender, dispatcher, log, url, parts, metrics)
         finally:
             stop.set()
             for task in tasks:

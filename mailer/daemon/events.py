@@ -1,0 +1,209 @@
+"""The SES event consumer: what happened to each mail after SES accepted it.
+
+Reads ``FAIRPOST_EVENTS_QUEUE_NAME`` (an SQS standard queue fed by a
+configuration set's event destination, through SNS or EventBridge:
+:mod:`mailer.daemon.ses_events` reads the bodies), finds each event's job
+by the SES message id the sender recorded (:meth:`Keys.ses_message`; the
+``fairpost-job-id`` tag when that has expired), and:
+
+- writes the outcome on the job's record: ``delivery`` = ``delivered``,
+  ``bounced`` (with ``bounce_type`` and the redacted ``diagnostic``),
+  ``complained``, ``rejected`` or ``delayed``;
+- on a permanent bounce or a complaint, suppresses the address for that
+  tenant (:mod:`mailer.sdk.suppression`) and counts it in the tenant's
+  reputation, which the guard judges (:mod:`mailer.quota.reputation`).
+
+A body that cannot be read, an event for no known mail, a duplicate
+delivery: logged (never an address) and counted, then deleted, so nothing
+blocks the queue and nothing stops the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import Any
+
+import redis.asyncio
+from botocore.exceptions import BotoCoreError, ClientError
+from redis.exceptions import RedisError
+
+from config import Settings
+from dispatcher.keys import Keys
+from mailer.daemon.aws import SqsClient
+from mailer.daemon.metrics import EVENT_OUTCOMES, Metrics
+from mailer.daemon.ses_events import SesEvent, parse_event
+from mailer.quota.reputation import ReputationBook
+from mailer.sdk.suppression import suppress
+
+__all__ = ["EVENT_OUTCOMES", "EventConsumer"]
+
+log = logging.getLogger("fairpost.events")
+
+_DEDUP_SECONDS = 86_400
+_LAST_POLL_WAIT = 1.5
+_ERROR_BACKOFF_MIN = 0.5
+_ERROR_BACKOFF_MAX = 10.0
+
+# A mail's outcome only moves towards the worse: delivered < delayed < rejected,
+# bounced < complained (several recipients may each report something).
+_RANK = {"delivered": 1, "delayed": 2, "rejected": 3, "bounced": 4, "complained": 5}
+
+
+class EventConsumer:
+    def __init__(
+        self,
+        *,
+        sqs: SqsClient,
+        queue_url: str,
+        client: redis.asyncio.Redis,
+        keys: Keys,
+        settings: Settings,
+        book: ReputationBook,
+        metrics: Metrics | None = None,
+    ) -> None:
+        self.sqs = sqs
+        self.queue_url = queue_url
+        self.redis = client
+        self.keys = keys
+        self.settings = settings
+        self.book = book
+        self.metrics = metrics or Metrics()
+        self.handled: dict[str, int] = {}
+        """Outcome → events this consumer handled (tests wait on it)."""
+
+    async def run(self, stop: asyncio.Event) -> None:
+        errors, failing_since = 0, 0.0
+        while not stop.is_set():
+            try:
+                await self._round(stop)
+                errors = 0
+            except (RedisError, BotoCoreError, ClientError, OSError) as exc:
+                # What this round held comes back after its visibility timeout.
+                errors += 1
+                failing_since = failing_since if errors > 1 else time.monotonic()
+                if time.monotonic() - failing_since > self.settings.max_outage_seconds:
+                    raise
+                delay = min(_ERROR_BACKOFF_MIN * 2 ** (errors - 1), _ERROR_BACKOFF_MAX)
+                log.error(
+                    "SES event round failed (%s: %s); retrying in %.1fs", type(exc).__name__, exc, delay
+                )
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), timeout=delay)
+
+    async def _round(self, stop: asyncio.Event) -> None:
+        receive = asyncio.ensure_future(
+            self.sqs.receive_message(
+                QueueUrl=self.queue_url,
+                MaxNumberOfMessages=10,
+                WaitTimeSeconds=self.settings.sender.wait_seconds,
+            )
+        )
+        stopped = asyncio.ensure_future(stop.wait())
+        done, _ = await asyncio.wait({receive, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        stopped.cancel()
+        if receive not in done:
+            # Shutting down: the poll gets a moment to land (a poll cut off mid-read
+            # leaves its connection to the garbage collector); what it brings is
+            # left for its visibility timeout.
+            await asyncio.wait({receive}, timeout=_LAST_POLL_WAIT)
+            receive.cancel()
+            with contextlib.suppress(BaseException):
+                await receive
+            return
+        messages = receive.result().get("Messages", [])
+        if not messages:
+            return
+        for message in messages:
+            await self.handle(str(message.get("Body", "")), str(message.get("MessageId", "")))
+        entries = [{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(messages)]
+        await self.sqs.delete_message_batch(QueueUrl=self.queue_url, Entries=entries)
+
+    async def handle(self, body: str, sqs_message_id: str = "") -> str:
+        """Act on one event body; returns its outcome (one of :data:`EVENT_OUTCOMES`)."""
+        try:
+            event = parse_event(body)
+        except ValueError as exc:
+            log.warning("unreadable SES event dropped (SQS message %s): %s", sqs_message_id, exc)
+            return await self._counted("unparseable")
+        if event.kind == "other":
+            return await self._counted("ignored")
+        first = await self.redis.set(self.keys.ses_event(event.event_id), "1", nx=True, ex=_DEDUP_SECONDS)
+        if not first:
+            return await self._counted("duplicate")
+        job_id, tenant, state = await self._match(event)
+        if job_id is None or tenant is None:
+            log.warning(
+                "SES %s event for no known mail dropped (SES message %s)", event.kind, event.message_id
+            )
+            return await self._counted("unmatched")
+        await self._act(event, job_id, tenant, record_exists=state is not None)
+        return await self._counted(event.kind)
+
+    async def _match(self, event: SesEvent) -> tuple[str | None, str | None, str | None]:
+        """The job, its tenant and its state (None: its record has expired)."""
+        raw = await self.redis.get(self.keys.ses_message(event.message_id))
+        job_id = _s(raw) if raw is not None else event.job_id
+        if job_id is None:
+            return None, None, None
+        tenant, state = await self.redis.hmget(self.keys.job(job_id), ["tenant", "state"])
+        return (
+            job_id,
+            _s(tenant) if tenant is not None else event.tenant,
+            None if state is None else _s(state),
+        )
+
+    async def _act(self, event: SesEvent, job_id: str, tenant: str, *, record_exists: bool) -> None:
+        at_ms = int(time.time() * 1000)
+        outcome = {
+            "bounce": "bounced",
+            "complaint": "complained",
+            "delivery": "delivered",
+            "reject": "rejected",
+            "delivery_delay": "delayed",
+        }[event.kind]
+        extra = {"job_id": job_id, "tenant": tenant}
+        if record_exists:
+            await self._record_outcome(job_id, outcome, event, at_ms)
+        if event.kind == "bounce":
+            log.info(
+                "SES reports a %s bounce (%s): %s",
+                event.bounce_type or "",
+                event.bounce_subtype or "",
+                event.diagnostic or "no diagnostic",
+                extra=extra,
+            )
+            if event.permanent:
+                await suppress(self.redis, self.keys, tenant, event.recipients, "bounce", at_ms)
+                await self.book.record(tenant, bounces=max(1, len(event.recipients)))
+        elif event.kind == "complaint":
+            log.info("SES reports a complaint", extra=extra)
+            await suppress(self.redis, self.keys, tenant, event.recipients, "complaint", at_ms)
+            await self.book.record(tenant, complaints=max(1, len(event.recipients)))
+        elif event.kind == "reject":
+            log.warning("SES rejected the mail after accepting it: %s", event.diagnostic or "", extra=extra)
+
+    async def _record_outcome(self, job_id: str, outcome: str, event: SesEvent, at_ms: int) -> None:
+        key = self.keys.job(job_id)
+        current = await self.redis.hget(key, "delivery")
+        if current is not None and _RANK.get(_s(current), 0) > _RANK[outcome]:
+            return
+        fields: dict[Any, Any] = {"delivery": outcome, "delivery_ms": at_ms}
+        if event.kind == "bounce":
+            fields["bounce_type"] = event.bounce_type or ""
+            fields["bounce_subtype"] = event.bounce_subtype or ""
+        if event.diagnostic:
+            fields["diagnostic"] = event.diagnostic
+        await self.redis.hset(key, mapping=fields)
+
+    async def _counted(self, outcome: str) -> str:
+        self.handled[outcome] = self.handled.get(outcome, 0) + 1
+        self.metrics.ses_event(outcome)
+        await self.redis.hincrby(self.keys.events_seen(), outcome, 1)
+        return outcome
+
+
+def _s(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

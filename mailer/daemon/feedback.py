@@ -1,0 +1,213 @@
+"""What the sender asks and tells about reputation, in one place.
+
+- :meth:`Feedback.hold`: is the tenant held beyond its quota (its SES tenant
+  disabled by SES)? Its mail is then parked, not sent.
+- :meth:`Feedback.screen`: drop the recipients on the tenant's suppression
+  list before anything is counted or sent; a mail left with none ends
+  ``suppressed`` (counted, never sent, never counted against its quota).
+- :meth:`Feedback.index_sent` / :meth:`Feedback.count_sent`: SES accepted
+  mail: remember its SES message id (events find their job by it) and count
+  its recipients in the tenant's reputation windows.
+- :meth:`Feedback.send_failed` / :meth:`Feedback.disabled_now`: a send naming
+  the tenant failed: was it SES disabling the tenant's SES tenant?
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+import redis.asyncio
+from redis.exceptions import RedisError
+
+from config import Settings
+from dispatcher.jobs import JobState
+from dispatcher.keys import Keys
+from dispatcher.store import JobStore
+from mailer.daemon.aws import SesClient, SqsClient
+from mailer.daemon.events import EventConsumer
+from mailer.daemon.metrics import Metrics
+from mailer.daemon.ses_tenant_status import REASON, SesTenantStatus
+from mailer.quota.reputation import ReputationBook
+from mailer.sdk.envelope import Envelope
+from mailer.sdk.suppression import suppressed_among
+
+__all__ = ["Feedback", "ReputationParts", "build", "uses_ses_tenants"]
+
+log = logging.getLogger("fairpost.sender")
+
+
+class _Message(Protocol):
+    envelope: Envelope | None
+    delete: bool
+
+
+M = TypeVar("M", bound=_Message)
+
+
+class Feedback:
+    def __init__(
+        self,
+        *,
+        store: JobStore,
+        settings: Settings,
+        book: ReputationBook,
+        status: SesTenantStatus | None = None,
+        metrics: Metrics | None = None,
+    ) -> None:
+        self.store = store
+        self.redis: redis.asyncio.Redis = store.redis
+        self.keys: Keys = store.keys
+        self.settings = settings
+        self.book = book
+        self.status = status
+        self.metrics = metrics or Metrics()
+
+    def hold(self, tenant: str) -> str | None:
+        """The reason the tenant's mail must wait now, beyond its quota; None: it may go."""
+        if self.status is None:
+            return None
+        self.status.waiting(tenant)
+        return REASON if self.status.is_disabled(tenant) else None
+
+    async def mark_held(self, job_ids: Sequence[str], reason: str) -> None:
+        """The job status says why the mail waits (cleared when it is sent)."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for job_id in job_ids:
+                pipe.hset(self.keys.job(job_id), "held", reason)
+            await pipe.execute()
+
+    async def screen(self, tenant: str, messages: list[M]) -> list[M]:
+        """The messages still to send, their suppressed recipients dropped; a mail
+        with none left is finished ``suppressed`` and its message marked for deletion."""
+        addresses = [a for m in messages if m.envelope for a in _recipients(m.envelope)]
+        suppressed = await suppressed_among(self.redis, self.keys, tenant, addresses)
+        if not suppressed:
+            return messages
+        kept: list[M] = []
+        for msg in messages:
+            env = msg.envelope
+            assert env is not None
+            mail = env.mail
+            to, cc, bcc = (
+                tuple(a for a in part if a not in suppressed) for part in (mail.to, mail.cc, mail.bcc)
+            )
+            dropped = mail.recipients - (len(to) + len(cc) + len(bcc))
+            if dropped == 0:
+                kept.append(msg)
+                continue
+            self.metrics.suppressed(tenant, dropped)
+            extra = {"job_id": env.job_id, "tenant": tenant}
+            if to or cc or bcc:
+                msg.envelope = dataclasses.replace(env, mail=dataclasses.replace(mail, to=to, cc=cc, bcc=bcc))
+                await self.redis.hset(self.keys.job(env.job_id), "suppressed", dropped)
+                log.info("%d suppressed recipients dropped", dropped, extra=extra)
+                kept.append(msg)
+                continue
+            await self.store.finish(
+                env.job_id,
+                JobState.SUPPRESSED,
+                keep_seconds=self.settings.job_ttl,
+                fields={"suppressed": dropped},
+            )
+            msg.delete = True
+            log.info("mail not sent: every recipient is suppressed for the tenant", extra=extra)
+        return kept
+
+    def index_sent(self, pipe: redis.asyncio.client.Pipeline, job_id: str, message_id: str | None) -> None:
+        """Queue, on the sender's pipeline, what lets SES events find the job."""
+        if message_id:
+            pipe.set(self.keys.ses_message(message_id), job_id, ex=self.settings.job_ttl)
+        pipe.hdel(self.keys.job(job_id), "held")
+
+    async def count_sent(self, tenant: str, recipients: int) -> None:
+        """Count accepted recipients in the tenant's reputation windows. A Redis error
+        here is logged, not raised: the mail is recorded sent already, and a missed
+        count errs on the strict side (rates a little high)."""
+        if recipients <= 0:
+            return
+        try:
+            await self.book.record(tenant, sends=recipients)
+        except RedisError as exc:
+            log.warning("sends not counted for reputation: %s", exc, extra={"tenant": tenant})
+
+    def send_failed(self, tenant: str) -> None:
+        if self.status is not None:
+            self.status.send_failed(tenant)
+
+    async def disabled_now(self, tenant: str) -> bool:
+        """SES refused a send naming the tenant as paused: is it the tenant's SES tenant
+        (then only the tenant waits), rather than the account?"""
+        if self.status is None or not self.settings.ses_tenant_for(tenant):
+            return False
+        verdict = await self.status.check(tenant)
+        return verdict is not None and verdict.disabled
+
+
+def _recipients(env: Envelope) -> tuple[str, ...]:
+    return env.mail.to + env.mail.cc + env.mail.bcc
+
+
+@dataclass
+class ReputationParts:
+    """Everything reputation adds to a sender process, built once (:func:`build`)."""
+
+    book: ReputationBook
+    feedback: Feedback
+    status: SesTenantStatus | None
+    """With SES tenants in use: SES's verdict on them (task ``ses-tenants``)."""
+    events: EventConsumer | None
+    """With ``FAIRPOST_EVENTS_QUEUE_NAME``: the SES event consumer (task ``events``)."""
+
+    def tasks(self, stop: asyncio.Event) -> dict[str, asyncio.Task[None]]:
+        tasks = {}
+        if self.status is not None:
+            tasks["ses-tenants"] = asyncio.create_task(self.status.run(stop), name="ses-tenants")
+        if self.events is not None:
+            tasks["events"] = asyncio.create_task(self.events.run(stop), name="events")
+        return tasks
+
+
+def uses_ses_tenants(settings: Settings) -> bool:
+    """Whether any tenant's mail names an SES tenant (whose status is then obeyed)."""
+    return settings.ses_tenant_names != "configured" or any(
+        t.ses_tenant_name for t in settings.tenants.values()
+    )
+
+
+async def build(
+    *,
+    settings: Settings,
+    store: JobStore,
+    sqs: SqsClient,
+    ses_client: SesClient,
+    metrics: Metrics,
+    refresh_limits: Callable[[], Awaitable[Any]] | None = None,
+    unpark: Callable[[str], Awaitable[Any]] | None = None,
+) -> ReputationParts:
+    """``refresh_limits``: re-read the live overrides now (the guard just paused or
+    throttled a tenant: this replica acts on it at once, not at the next refresh);
+    ``unpark``: bring a tenant's parked mail back now (SES enabled it again)."""
+
+    async def acted(tenant: str, action: str) -> None:
+        metrics.guard_action(tenant, action)
+        if refresh_limits is not None:
+            await refresh_limits()
+
+    book = ReputationBook(store.redis, store.keys, settings, on_action=acted)
+    status = None
+    if uses_ses_tenants(settings):
+        status = SesTenantStatus(ses_client, store.redis, store.keys, settings, on_enabled=unpark)
+    events = None
+    if settings.events_queue_name:
+        url = (await sqs.get_queue_url(QueueName=settings.events_queue_name))["QueueUrl"]
+        events = EventConsumer(
+            sqs=sqs, queue_url=url, client=store.redis, keys=store.keys, settings=settings, book=book,
+            metrics=metrics,
+        )  # fmt: skip
+    feedback = Feedback(store=store, settings=settings, book=book, status=status, metrics=metrics)
+    return ReputationParts(book, feedback, status, events)

@@ -1,0 +1,214 @@
+"""SES's verdict on each SES tenant, obeyed: a tenant SES disabled is parked alone.
+
+SES keeps a reputation entity per SES tenant with two sending statuses, one
+AWS manages (SES's own review) and one the customer manages
+(``fairpost tenant pause --ses``), and their aggregate. While the aggregate
+is ``DISABLED``, every SendEmail naming the tenant fails; fairpost parks that
+tenant's mail instead (reason ``ses_tenant_disabled``): nothing is
+dead-lettered, no attempt is counted, no other tenant waits.
+
+The status is read (``GetTenant`` once for the tenant's ARN, then
+``GetReputationEntity``) for tenants with mail waiting, at most once per
+``FAIRPOST_REPUTATION__SES_STATUS_REFRESH`` seconds each, and at once (at
+most once a second) after a send error naming the tenant. A disabled tenant
+is re-read on the same schedule and resumes by itself once SES enables it.
+Verdicts are shared through Redis (:meth:`dispatcher.keys.Keys.ses_tenant_status`),
+so every replica parks the tenant and ``stats`` shows it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import redis.asyncio
+from botocore.exceptions import BotoCoreError, ClientError
+from redis.exceptions import RedisError
+
+from config import Settings
+from dispatcher.keys import Keys
+from mailer.daemon.aws import SesClient
+from mailer.daemon.ses import redact
+from mailer.quota.reputation import TenantVerdict, read_verdicts
+
+__all__ = ["REASON", "SesTenantStatus"]
+
+log = logging.getLogger("fairpost.ses_tenants")
+
+REASON = "ses_tenant_disabled"
+"""The park reason, in stats, metrics and the jobs' ``last_error``."""
+
+_TICK = 1.0
+_SOON = 1.0
+"""After a send error, the tenant is re-read at once, but at most once per this many seconds."""
+
+
+class SesTenantStatus:
+    """What the sender asks (``is_disabled``) and tells (``waiting``, ``send_failed``)."""
+
+    def __init__(
+        self,
+        ses: SesClient,
+        client: redis.asyncio.Redis,
+        keys: Keys,
+        settings: Settings,
+        *,
+        on_enabled: Callable[[str], Awaitable[Any]] | None = None,
+    ) -> None:
+        self._ses = ses
+        self._redis = client
+        self._keys = keys
+        self._settings = settings
+        self._on_enabled = on_enabled
+        self._disabled: dict[str, TenantVerdict] = {}
+        self._arns: dict[str, str] = {}
+        self._waiting: dict[str, float] = {}
+        """Tenant → monotonic time the sender last had its mail in hand."""
+        self._checked: dict[str, float] = {}
+        self._soon: set[str] = set()
+        self._wake = asyncio.Event()
+
+    # -- what the sender calls (no I/O) -----------------------------------------------
+    def is_disabled(self, tenant: str) -> bool:
+        return tenant in self._disabled
+
+    def verdict(self, tenant: str) -> TenantVerdict | None:
+        return self._disabled.get(tenant)
+
+    def waiting(self, tenant: str) -> None:
+        if self._settings.ses_tenant_for(tenant):
+            self._waiting[tenant] = time.monotonic()
+
+    def send_failed(self, tenant: str) -> None:
+        """A send naming the tenant failed: read its status now (its SES tenant may be disabled)."""
+        if self._settings.ses_tenant_for(tenant):
+            self._soon.add(tenant)
+            self._wake.set()
+
+    # -- reading SES ----------------------------------------------------------------------
+    async def check(self, tenant: str) -> TenantVerdict | None:
+        """Read the tenant's status from SES and act on it; None if it has no SES tenant
+        or SES could not be asked (the last verdict stays)."""
+        name = self._settings.ses_tenant_for(tenant)
+        if not name:
+            return None
+        self._checked[tenant] = time.monotonic()
+        try:
+            verdict = await self._read(name)
+        except (ClientError, BotoCoreError, OSError) as exc:
+            log.warning(
+                "could not read the SES tenant's sending status: %s", _error(exc), extra={"tenant": tenant}
+            )
+            return None
+        await self._apply(tenant, verdict)
+        return verdict
+
+    async def _read(self, name: str) -> TenantVerdict:
+        arn = self._arns.get(name)
+        if arn is None:
+            tenant = (await self._ses.get_tenant(TenantName=name))["Tenant"]
+            arn = self._arns[name] = str(tenant["TenantArn"])
+        entity = (
+            await self._ses.get_reputation_entity(
+                ReputationEntityType="RESOURCE", ReputationEntityReference=arn
+            )
+        )["ReputationEntity"]
+        aws = entity.get("AwsSesManagedStatus") or {}
+        customer = entity.get("CustomerManagedStatus") or {}
+        statuses = [s for s in (aws.get("Status"), customer.get("Status")) if s]
+        aggregate = entity.get("SendingStatusAggregate") or (
+            "DISABLED" if "DISABLED" in statuses else "ENABLED"
+        )
+        cause = aws.get("Cause") if aws.get("Status") == "DISABLED" else customer.get("Cause")
+        return TenantVerdict(
+            ses_tenant=name,
+            aggregate=str(aggregate),
+            aws_managed=aws.get("Status"),
+            customer_managed=customer.get("Status"),
+            cause=redact(str(cause)) if cause else None,
+            checked_ms=int(time.time() * 1000),
+        )
+
+    async def _apply(self, tenant: str, verdict: TenantVerdict) -> None:
+        was = tenant in self._disabled
+        if verdict.disabled:
+            self._disabled[tenant] = verdict
+            await self._redis.hset(self._keys.ses_tenant_status(), tenant, json.dumps(verdict.to_json()))
+            if not was:
+                log.error(
+                    "SES disabled the tenant's SES tenant %s (AWS-managed %s, customer-managed %s%s): "
+                    "its mail waits",
+                    verdict.ses_tenant,
+                    verdict.aws_managed,
+                    verdict.customer_managed,
+                    f", {verdict.cause}" if verdict.cause else "",
+                    extra={"tenant": tenant},
+                )
+            return
+        self._disabled.pop(tenant, None)
+        removed = await self._redis.hdel(self._keys.ses_tenant_status(), tenant)
+        if was or removed:
+            log.info(
+                "SES enabled the tenant's SES tenant %s again: sending resumes",
+                verdict.ses_tenant,
+                extra={"tenant": tenant},
+            )
+            if self._on_enabled is not None:
+                await self._on_enabled(tenant)
+
+    # -- the loop ---------------------------------------------------------------------------
+    async def run(self, stop: asyncio.Event) -> None:
+        """Read the statuses that are due until ``stop`` is set; failures are logged, never fatal."""
+        while not stop.is_set():
+            try:
+                await self._tick()
+            except (RedisError, OSError) as exc:
+                log.warning("SES tenant status round failed: %s", exc)
+            self._wake.clear()
+            waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(self._wake.wait())]
+            try:
+                await asyncio.wait(waits, timeout=_TICK, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for waiter in waits:
+                    waiter.cancel()
+
+    async def _tick(self) -> None:
+        # Other replicas' verdicts: a tenant one replica saw disabled is parked by all.
+        shared = read_verdicts(await self._redis.hgetall(self._keys.ses_tenant_status()))
+        for tenant in set(self._disabled) - set(shared):
+            self._disabled.pop(tenant, None)
+            if self._on_enabled is not None:
+                await self._on_enabled(tenant)
+        self._disabled.update(shared)
+        now = time.monotonic()
+        refresh = self._settings.reputation.ses_status_refresh
+        due = set()
+        for tenant in self._soon:
+            if now - self._checked.get(tenant, 0.0) >= _SOON:
+                due.add(tenant)
+        self._soon -= due
+        for tenant, seen in list(self._waiting.items()):
+            if now - seen > 2 * refresh:
+                del self._waiting[tenant]
+            elif now - self._checked.get(tenant, 0.0) >= refresh:
+                due.add(tenant)
+        for tenant in self._disabled:
+            if now - self._checked.get(tenant, 0.0) >= refresh:
+                due.add(tenant)
+        for tenant in sorted(due):
+            await self.check(tenant)
+
+
+def _error(exc: BaseException) -> str:
+    if isinstance(exc, ClientError):
+        error = exc.response.get("Error", {})
+        return f"{error.get('Code', '')}: {redact(str(error.get('Message', '')))}"
+    return redact(f"{type(exc).__name__}: {exc}")
+
+
+def _s(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value

@@ -1,0 +1,356 @@
+"""Each tenant's reputation (bounce and complaint rates), and the guard that acts on it.
+
+SES reviews or pauses a whole *account* whose bounce rate passes about 5 %
+or complaint rate about 0.1 %; one tenant's bad list would do that to every
+tenant. So fairpost counts, per tenant, the recipients it sent, the
+recipients that bounced for good (``Permanent`` bounces: what SES counts)
+and those who complained, over sliding windows of 24 hours and 7 days
+(``reputation.lua``: bucketed like the quota windows, Redis time), and the
+guard acts before SES would:
+
+- at ``throttle_at`` of a threshold (default half), the tenant is throttled
+  to ``throttle_limits`` (a live quota override, unless an operator set one);
+  back under it, the throttle is lifted again by itself;
+- at a threshold (default bounce 4 %, complaint 0.08 %), the tenant is
+  paused, as an operator pause would (its queue waits in Redis, its mail in
+  SQS is parked), with the reason, the rates and the time kept for ``stats``.
+
+A rate is counted over at least ``min_sends`` sends (default 200): with
+fewer, the denominator is ``min_sends``, so a tenant's first bounces weigh
+as they would among that many sends, and one bounce among three sends
+pauses nobody. Only an operator lifts a pause (``fairpost tenant resume``,
+:func:`lift_guard`); the guard then judges only what comes after the lift.
+
+This module owns the windows' and the guard's keys; it needs only ``redis``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+import redis
+import redis.asyncio
+
+from config import Settings
+from config.limits import format_limits
+from dispatcher.keys import Keys
+from dispatcher.scripts import lua_source
+
+__all__ = [
+    "WINDOWS",
+    "GuardState",
+    "Reputation",
+    "ReputationBook",
+    "TenantVerdict",
+    "WindowCounts",
+    "judge",
+    "lift_guard",
+    "read_verdicts",
+    "window_name",
+]
+
+log = logging.getLogger("fairpost.reputation")
+
+WINDOWS = (86_400, 7 * 86_400)
+"""The sliding windows rates are counted over: 24 hours and 7 days."""
+
+_NAMES = {86_400: "24h", 7 * 86_400: "7d"}
+
+Level = Literal["throttled", "paused"]
+Verdict = Literal["ok", "throttle", "pause"]
+
+
+def window_name(seconds: int) -> str:
+    return _NAMES.get(seconds, f"{seconds}s")
+
+
+@dataclass(frozen=True)
+class WindowCounts:
+    seconds: int
+    sends: int
+    bounces: int
+    complaints: int
+    judged_sends: int
+    """Sends the guard judges: those since an operator last lifted it."""
+    judged_bounces: int
+    judged_complaints: int
+
+    @property
+    def name(self) -> str:
+        return window_name(self.seconds)
+
+    @property
+    def bounce_rate(self) -> float:
+        return self.bounces / self.sends if self.sends else 0.0
+
+    @property
+    def complaint_rate(self) -> float:
+        return self.complaints / self.sends if self.sends else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "window": self.name,
+            "sends": self.sends,
+            "bounces": self.bounces,
+            "complaints": self.complaints,
+            "bounce_rate": round(self.bounce_rate, 6),
+            "complaint_rate": round(self.complaint_rate, 6),
+        }
+
+
+@dataclass(frozen=True)
+class GuardState:
+    """What the guard did to a tenant, and why."""
+
+    level: Level
+    reason: str
+    """E.g. ``bounce rate 4.5% over 24h (9 of 200 sends) >= 4%``."""
+    bounce_rate: float
+    complaint_rate: float
+    window: str
+    at_ms: int
+    """Redis time of the action."""
+    override: str | None = None
+    """The throttle limits the guard set as the tenant's override, if it set one."""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, raw: bytes | str | None) -> GuardState | None:
+        if raw is None:
+            return None
+        try:
+            data = json.loads(raw)
+            return cls(**data)
+        except (ValueError, TypeError):
+            log.warning("ignoring an unreadable reputation guard state")
+            return None
+
+
+@dataclass(frozen=True)
+class Reputation:
+    tenant: str
+    at_ms: int
+    windows: tuple[WindowCounts, ...]
+    guard: GuardState | None
+
+    def window(self, seconds: int) -> WindowCounts | None:
+        return next((w for w in self.windows if w.seconds == seconds), None)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "windows": [w.to_json() for w in self.windows],
+            "guard": None if self.guard is None else self.guard.to_json(),
+        }
+
+
+def judge(rep: Reputation, settings: Settings) -> tuple[Verdict, str, WindowCounts | None]:
+    """What the guard should do now, why, and in which window."""
+    r = settings.reputation
+    worst: tuple[Verdict, str, WindowCounts | None] = ("ok", "", None)
+    for w in rep.windows:
+        denominator = max(w.judged_sends, r.min_sends)
+        for what, count, threshold in (
+            ("bounce", w.judged_bounces, r.bounce_threshold),
+            ("complaint", w.judged_complaints, r.complaint_threshold),
+        ):
+            rate = count / denominator
+            why = (
+                f"{what} rate {rate:.2%} over {w.name} ({count} of {max(w.judged_sends, count)} sends"
+                + (f", counted as {r.min_sends}" if w.judged_sends < r.min_sends else "")
+                + ")"
+            )
+            if rate >= threshold:
+                return "pause", f"{why} >= {threshold:.2%}", w
+            if rate >= threshold * r.throttle_at and worst[0] == "ok":
+                worst = ("throttle", f"{why} >= {threshold * r.throttle_at:.2%}", w)
+    return worst
+
+
+class ReputationBook:
+    """Counts a tenant's sends, bounces and complaints, and applies the guard.
+
+    ``on_action(tenant, action)`` is told of every guard action this replica
+    takes (``throttle``, ``pause``, ``unthrottle``), for the metrics.
+    """
+
+    def __init__(
+        self,
+        client: redis.asyncio.Redis,
+        keys: Keys,
+        settings: Settings,
+        *,
+        on_action: Callable[[str, str], Awaitable[Any]] | None = None,
+    ) -> None:
+        self._redis = client
+        self._keys = keys
+        self._settings = settings
+        self._on_action = on_action
+        self._script = client.register_script(lua_source("mailer.quota", "reputation"))
+
+    async def record(
+        self, tenant: str, *, sends: int = 0, bounces: int = 0, complaints: int = 0
+    ) -> Reputation:
+        """Count what happened and let the guard judge the tenant."""
+        rep = await self.read(tenant, sends=sends, bounces=bounces, complaints=complaints)
+        verdict, reason, window = judge(rep, self._settings)
+        current = rep.guard.level if rep.guard else None
+        if verdict == "pause" and current != "paused":
+            await self._pause(rep, reason, window)
+        elif verdict == "throttle" and current is None:
+            await self._throttle(rep, reason, window)
+        elif verdict == "ok" and current == "throttled" and sends > 0:
+            await self._unthrottle(rep)
+        return rep
+
+    async def read(self, tenant: str, *, sends: int = 0, bounces: int = 0, complaints: int = 0) -> Reputation:
+        keys: list[str] = []
+        for seconds in WINDOWS:
+            keys += [self._keys.reputation(tenant, seconds), self._keys.reputation_base(tenant, seconds)]
+        keys.append(self._keys.guard())
+        flat: list[Any] = await self._script(keys=keys, args=[sends, bounces, complaints, tenant, *WINDOWS])
+        return _reputation(tenant, flat)
+
+    def _state(self, rep: Reputation, level: Level, reason: str, window: WindowCounts | None) -> GuardState:
+        w = window or rep.windows[0]
+        return GuardState(
+            level=level,
+            reason=reason,
+            bounce_rate=round(w.bounce_rate, 6),
+            complaint_rate=round(w.complaint_rate, 6),
+            window=w.name,
+            at_ms=rep.at_ms,
+            override=rep.guard.override if rep.guard else None,
+        )
+
+    async def _throttle(self, rep: Reputation, reason: str, window: WindowCounts | None) -> None:
+        limits = format_limits(self._settings.reputation.throttle_limits)
+        # An operator's own override of the tenant wins: the guard only adds one.
+        mine = await self._redis.hsetnx(self._keys.limit_overrides(), "t:" + rep.tenant, limits)
+        state = self._state(rep, "throttled", reason, window)
+        if mine:
+            state = GuardState(**{**state.to_json(), "override": limits})
+        await self._redis.hset(self._keys.guard(), rep.tenant, json.dumps(state.to_json()))
+        log.warning(
+            "reputation guard throttles the tenant to %s: %s", limits, reason, extra={"tenant": rep.tenant}
+        )
+        await self._told(rep.tenant, "throttle")
+
+    async def _pause(self, rep: Reputation, reason: str, window: WindowCounts | None) -> None:
+        state = self._state(rep, "paused", reason, window)
+        async with self._redis.pipeline(transaction=True) as pipe:
+            pipe.sadd(self._keys.paused(), rep.tenant)
+            pipe.hset(self._keys.guard(), rep.tenant, json.dumps(state.to_json()))
+            await pipe.execute()
+        log.error(
+            "reputation guard paused the tenant: %s (fairpost tenant resume lifts it)",
+            reason,
+            extra={"tenant": rep.tenant},
+        )
+        await self._told(rep.tenant, "pause")
+
+    async def _unthrottle(self, rep: Reputation) -> None:
+        assert rep.guard is not None
+        await _drop_override(self._redis, self._keys, rep.tenant, rep.guard)
+        await self._redis.hdel(self._keys.guard(), rep.tenant)
+        log.info(
+            "reputation guard lifted the tenant's throttle: rates back under", extra={"tenant": rep.tenant}
+        )
+        await self._told(rep.tenant, "unthrottle")
+
+    async def _told(self, tenant: str, action: str) -> None:
+        if self._on_action is not None:
+            await self._on_action(tenant, action)
+
+
+async def _drop_override(client: redis.asyncio.Redis, keys: Keys, tenant: str, state: GuardState) -> None:
+    if state.override is None:
+        return
+    current = await client.hget(keys.limit_overrides(), "t:" + tenant)
+    if current is not None and _s(current) == state.override:
+        await client.hdel(keys.limit_overrides(), "t:" + tenant)
+
+
+def lift_guard(client: redis.Redis, keys: Keys, tenant: str) -> GuardState | None:
+    """An operator resumed the tenant: lift the guard's pause and throttle, and let it
+    judge only what comes after (blocking; called by ``fairpost tenant resume``)."""
+    state = GuardState.from_json(client.hget(keys.guard(), tenant))
+    if state is None:
+        return None
+    with client.pipeline(transaction=True) as pipe:
+        pipe.hdel(keys.guard(), tenant)
+        for seconds in WINDOWS:
+            # The window as it is now becomes the base the guard subtracts.
+            pipe.copy(keys.reputation(tenant, seconds), keys.reputation_base(tenant, seconds), replace=True)
+            pipe.expire(keys.reputation_base(tenant, seconds), seconds)
+        pipe.execute()
+    if state.override is not None:
+        current = client.hget(keys.limit_overrides(), "t:" + tenant)
+        if current is not None and _s(current) == state.override:
+            client.hdel(keys.limit_overrides(), "t:" + tenant)
+    log.info(
+        "reputation guard lifted by an operator (was %s: %s)",
+        state.level,
+        state.reason,
+        extra={"tenant": tenant},
+    )
+    return state
+
+
+def guard_states(raw: dict[Any, Any]) -> dict[str, GuardState]:
+    """The guard hash as read (``HGETALL``), parsed."""
+    states = {}
+    for tenant, value in raw.items():
+        state = GuardState.from_json(value)
+        if state is not None:
+            states[_s(tenant)] = state
+    return states
+
+
+@dataclass(frozen=True)
+class TenantVerdict:
+    """An SES tenant's sending status as ``GetReputationEntity`` gave it."""
+
+    ses_tenant: str
+    aggregate: str
+    aws_managed: str | None
+    customer_managed: str | None
+    cause: str | None
+    checked_ms: int
+
+    @property
+    def disabled(self) -> bool:
+        return self.aggregate == "DISABLED"
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def read_verdicts(raw: dict[Any, Any]) -> dict[str, TenantVerdict]:
+    """The Redis hash of disabled tenants, parsed (unreadable entries skipped)."""
+    verdicts = {}
+    for tenant, value in raw.items():
+        try:
+            verdicts[_s(tenant)] = TenantVerdict(**json.loads(value))
+        except (TypeError, ValueError):
+            continue
+    return verdicts
+
+
+def _reputation(tenant: str, flat: Sequence[Any]) -> Reputation:
+    at_ms = int(flat[0])
+    guard = GuardState.from_json(flat[1]) if flat[1] else None
+    windows = []
+    for i, seconds in enumerate(WINDOWS):
+        s, b, c, js, jb, jc = (int(v) for v in flat[2 + 6 * i : 8 + 6 * i])
+        windows.append(WindowCounts(seconds, s, b, c, js, jb, jc))
+    return Reputation(tenant, at_ms, tuple(windows), guard)
+
+
+def _s(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value

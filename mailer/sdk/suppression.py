@@ -1,0 +1,170 @@
+"""Per-tenant suppression lists: addresses a tenant's mail is never sent to again.
+
+A permanent bounce or a complaint SES reports for a tenant's mail puts the
+address on *that tenant's* list (other tenants may still write to it); an
+operator adds or removes addresses by hand (``fairpost suppression``, or
+:class:`Suppressions` from an admin tool). The sender drops a suppressed
+recipient before sending; a mail left with none ends ``suppressed``.
+
+One hash per tenant (:meth:`dispatcher.keys.Keys.suppressed`): the address in
+lower case → ``"<reason> <ms>"``. A look-up is one ``HMGET`` per group of
+mail, whatever the list's length. This module owns the format: everything
+else reads and writes the lists through it.
+
+>>> with Suppressions() as lists:
+...     lists.add("acme", "ada@example.com")
+...     [entry.address for entry in lists.list("acme")]
+['ada@example.com']
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from email.utils import parseaddr
+from typing import Any, Literal, Self
+
+import redis
+import redis.asyncio
+
+from config import Settings, load_settings
+from config.tenant_id import TENANT_ID_RULE, is_valid_tenant_id
+from dispatcher.keys import Keys
+from mailer.errors import InvalidSuppression
+
+__all__ = ["Reason", "Suppression", "Suppressions", "normalize", "suppress", "suppressed_among"]
+
+Reason = Literal["bounce", "complaint", "manual"]
+_REASONS = ("bounce", "complaint", "manual")
+
+
+def normalize(address: str) -> str:
+    """The form an address is kept in: its bare address (no display name), lower case."""
+    return parseaddr(address)[1].strip().lower()
+
+
+@dataclass(frozen=True)
+class Suppression:
+    address: str
+    reason: str
+    """``bounce`` (permanent), ``complaint`` or ``manual``."""
+    since: datetime | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "address": self.address,
+            "reason": self.reason,
+            "since": None if self.since is None else self.since.isoformat(),
+        }
+
+
+def _value(reason: Reason, at_ms: int) -> str:
+    return f"{reason} {at_ms}"
+
+
+def _parse(address: str, value: str) -> Suppression:
+    reason, _, ms = value.partition(" ")
+    since = datetime.fromtimestamp(int(ms) / 1000, tz=UTC) if ms.isdigit() else None
+    return Suppression(address, reason, since)
+
+
+def _s(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+async def suppressed_among(
+    client: redis.asyncio.Redis | redis.asyncio.client.Pipeline,
+    keys: Keys,
+    tenant: str,
+    addresses: Iterable[str],
+) -> set[str]:
+    """Which of ``addresses`` (as given) are on the tenant's list: one ``HMGET``."""
+    given = list(dict.fromkeys(addresses))
+    if not given:
+        return set()
+    values = await client.hmget(keys.suppressed(tenant), [normalize(a) for a in given])
+    return {address for address, value in zip(given, values, strict=True) if value is not None}
+
+
+async def suppress(
+    client: redis.asyncio.Redis, keys: Keys, tenant: str, addresses: Iterable[str], reason: Reason, at_ms: int
+) -> int:
+    """Put addresses on the tenant's list (a first reason is kept); returns how many were new."""
+    fields = {normalize(a): _value(reason, at_ms) for a in addresses if normalize(a)}
+    if not fields:
+        return 0
+    async with client.pipeline(transaction=False) as pipe:
+        for address, value in fields.items():
+            pipe.hsetnx(keys.suppressed(tenant), address, value)
+        added = await pipe.execute()
+    return sum(1 for a in added if a)
+
+
+class Suppressions:
+    """The suppression lists, for admin tools (what ``fairpost suppression`` uses).
+
+    Blocking; needs only the SDK's dependencies. Bad input raises
+    :class:`mailer.errors.InvalidSuppression` naming the field and writes nothing.
+    """
+
+    def __init__(self, settings: Settings | None = None, *, redis_client: redis.Redis | None = None) -> None:
+        self.settings = settings or load_settings()
+        self._owns_redis = redis_client is None
+        self._redis = redis_client or redis.Redis.from_url(self.settings.redis_url)
+        self.keys = Keys(self.settings.key_prefix)
+
+    def list(self, tenant: str) -> list[Suppression]:
+        """The tenant's suppressed addresses, sorted."""
+        raw: dict[Any, Any] = self._redis.hgetall(self.keys.suppressed(_tenant(tenant)))
+        return sorted((_parse(_s(k), _s(v)) for k, v in raw.items()), key=lambda e: e.address)
+
+    def is_suppressed(self, tenant: str, address: str) -> bool:
+        return bool(self._redis.hexists(self.keys.suppressed(_tenant(tenant)), _address(address)))
+
+    def add(self, tenant: str, address: str, reason: Reason = "manual") -> bool:
+        """Suppress an address for the tenant; False if it was already."""
+        if reason not in _REASONS:
+            raise InvalidSuppression("reason", f"must be one of {', '.join(_REASONS)}, got {reason!r}")
+        key, field = self.keys.suppressed(_tenant(tenant)), _address(address)
+        return bool(self._redis.hsetnx(key, field, _value(reason, int(time.time() * 1000))))
+
+    def remove(self, tenant: str, address: str) -> bool:
+        """Let the tenant write to the address again; False if it was not suppressed."""
+        return bool(self._redis.hdel(self.keys.suppressed(_tenant(tenant)), _address(address)))
+
+    def close(self) -> None:
+        if self._owns_redis:
+            self._redis.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _tenant(tenant: object) -> str:
+    if not is_valid_tenant_id(tenant):
+        raise InvalidSuppression("tenant", f"must be {TENANT_ID_RULE}, got {tenant!r}")
+    assert isinstance(tenant, str)
+    return tenant
+
+
+def _address(address: object) -> str:
+    from email_validator import EmailNotValidError, validate_email
+
+    if not isinstance(address, str):
+        raise InvalidSuppression("address", "must be an e-mail address")
+    bare = normalize(address)
+    try:
+        validate_email(bare, check_deliverability=False)
+    except EmailNotValidError:
+        raise InvalidSuppression("address", "must be one e-mail address (name@domain)") from None
+    return bare
+
+
+def drop_suppressed(recipients: Sequence[str], suppressed: set[str]) -> list[str]:
+    """``recipients`` without the suppressed ones, in order."""
+    return [r for r in recipients if r not in suppressed]
