@@ -282,4 +282,6 @@ class Sending:
                 await asyncio.sleep(delay)
         if ctx.feedback is not None:
             accepted = [m for m, r, _ in answered if r.verdict is ses.Verdict.SENT]
-            await ctx.feedback.count_sent(tenant, sum(m.envelope.mail.recipients for m in accepted if m.envelope))
+            await ctx.feedback.count_sent(
+                tenant, sum(m.envelope.mail.recipients for m in accepted if m.envelope)
+            )
