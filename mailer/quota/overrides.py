@@ -39,8 +39,8 @@ from dispatcher.calls import ScriptCalls, script, store_limits
 from dispatcher.keys import Keys
 from dispatcher.replies import record, text
 from mailer.errors import InvalidOverride
-from mailer.sdk.connection import RedisOwner
 from mailer.quota.reputation import lift_guard
+from mailer.sdk.connection import RedisOwner
 
 __all__ = [
     "PAUSED_RECHECK_SECONDS",
