@@ -11,6 +11,7 @@ the four others keep their latency.
 from __future__ import annotations
 
 import time
+from functools import partial
 from pathlib import Path
 
 import boto3
