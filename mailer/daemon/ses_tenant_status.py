@@ -43,6 +43,9 @@ REASON = "ses_tenant_disabled"
 """The park reason, in stats, metrics and the jobs' ``last_error``."""
 
 _TICK = 1.0
+_MAX_READS_PER_TICK = 5
+"""At most this many tenants' statuses are read a tick (a second)."""
+
 _SOON = 1.0
 """After a send error, the tenant is re-read at once, but at most once per this many seconds."""
 
@@ -186,20 +189,22 @@ class SesTenantStatus:
         self._disabled.update(shared)
         now = time.monotonic()
         refresh = self._settings.reputation.ses_status_refresh
-        due = set()
-        for tenant in self._soon:
-            if now - self._checked.get(tenant, 0.0) >= _SOON:
-                due.add(tenant)
-        self._soon -= due
         for tenant, seen in list(self._waiting.items()):
             if now - seen > 2 * refresh:
                 del self._waiting[tenant]
-            elif now - self._checked.get(tenant, 0.0) >= refresh:
-                due.add(tenant)
-        for tenant in self._disabled:
-            if now - self._checked.get(tenant, 0.0) >= refresh:
-                due.add(tenant)
-        for tenant in sorted(due):
+        urgent = sorted(t for t in self._soon if now - self._checked.get(t, 0.0) >= _SOON)
+        routine = sorted(
+            (
+                t
+                for t in set(self._waiting) | set(self._disabled)
+                if t not in self._soon and now - self._checked.get(t, 0.0) >= refresh
+            ),
+            key=lambda t: self._checked.get(t, 0.0),
+        )
+        # Bounded: SES's control-plane calls have low rate limits of their own, so a
+        # few reads a tick, a send error's first, then the longest unread.
+        for tenant in (urgent + routine)[:_MAX_READS_PER_TICK]:
+            self._soon.discard(tenant)
             await self.check(tenant)
 
 
