@@ -32,8 +32,8 @@ stop everything it started and remove its temporary files (exit 130).
 
 Scenarios
 ---------
-``--scenario`` takes a built-in name (``default``, ``smoke``, ``crowd``) or the
-path of a TOML file::
+``--scenario`` takes a built-in name (``default``, ``smoke``, ``crowd``,
+``bounce``) or the path of a TOML file::
 
     description = "what it shows"    # optional
     duration = 45                    # seconds of load (--duration overrides)
@@ -52,6 +52,17 @@ path of a TOML file::
     limits = "12/second"             # optional: this tenant's own quota
     weight = 2                       # optional: its fair-share weight
     inflight_cap = 4                 # optional: its own in-flight cap
+    bounce = 0.1                     # optional: one mail in ten to a bouncing address
+
+    [reputation]                     # optional: the guard's settings (FAIRPOST_REPUTATION__*)
+    throttle_limits = "2/second"
+
+A scenario with ``bounce`` runs the recording SES server (mailer/testing)
+instead of moto's SES: its mailbox simulator reports a permanent bounce for
+every ``bounce+...@simulator.amazonses.com`` recipient, SNS-wrapped, to an
+events queue the replicas read, and the chart gains a panel with the
+tenant's bounce rate, as the reputation guard counts it, against the
+threshold, and when the guard throttled and paused it (``bounce`` scenario).
 
 A tenant may have both a burst and a rate; a burst due after the load phase
 (``--duration`` shorter than ``burst_at``) is left out. Mail a scenario cannot send

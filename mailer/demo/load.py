@@ -44,11 +44,24 @@ def schedule(scenario: Scenario) -> list[_Due]:
     return due
 
 
-def _mails(tenant: str, start: int, count: int, recipients: int) -> list[Mail]:
+BOUNCE_DOMAIN = "simulator.amazonses.com"
+"""SES's mailbox simulator: mail to ``bounce@`` (``+label`` allowed) bounces for good."""
+
+
+def _address(tenant: str, n: int, r: int, bounce: float) -> str:
+    """Mail ``n``'s ``r``-th recipient; with ``bounce``, one mail in ``1/bounce`` goes to a
+    bouncing address, each a different one (suppression cannot help)."""
+    step = max(1, round(1 / bounce)) if bounce > 0 else 0
+    if step and n % step == step - 1:
+        return f"bounce+{tenant}-{n}-{r}@{BOUNCE_DOMAIN}"
+    return f"{tenant}-user{n}-{r}@{SENDER_DOMAIN}"
+
+
+def _mails(tenant: str, start: int, count: int, recipients: int, bounce: float = 0.0) -> list[Mail]:
     return [
         Mail(
             sender=f"{tenant}@{SENDER_DOMAIN}",
-            to=[f"{tenant}-user{n}-{r}@{SENDER_DOMAIN}" for r in range(recipients)],
+            to=[_address(tenant, n, r, bounce) for r in range(recipients)],
             subject=f"{tenant} #{n}",
             text=f"Hello from {tenant}: mail number {n} of the fairpost demo.",
         )
@@ -78,7 +91,7 @@ async def generate_load(
             recipients = scenario.tenants[tenant].recipients
             for offset in range(0, count, _BURST_CHUNK):
                 size = min(_BURST_CHUNK, count - offset)
-                mails = _mails(tenant, numbers[tenant], size, recipients)
+                mails = _mails(tenant, numbers[tenant], size, recipients, scenario.tenants[tenant].bounce)
                 numbers[tenant] += size
                 book.add(tenant, await client.send_many(tenant, mails), recipients)
                 await asyncio.sleep(0)

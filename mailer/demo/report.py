@@ -381,6 +381,23 @@ def _label(scenario: Scenario, tenant: str, report: Report | None) -> str:
     return label
 
 
+@dataclass
+class ReputationTrace:
+    """Bouncing tenants' bounce rates over the run, as the reputation guard counts them
+    (bounces / max(sends, min_sends) over 24 h), and when the guard acted."""
+
+    threshold: float
+    throttle_at: float
+    points: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+    acted: dict[str, list[tuple[float, str]]] = field(default_factory=dict)
+
+    def add(self, elapsed: float, tenant: str, rate: float, level: str | None) -> None:
+        self.points.setdefault(tenant, []).append((elapsed, rate))
+        seen = self.acted.setdefault(tenant, [])
+        if level is not None and (not seen or seen[-1][1] != level):
+            seen.append((elapsed, level))
+
+
 def write_chart(
     scenario: Scenario,
     book: JobBook,
@@ -388,9 +405,11 @@ def write_chart(
     end_seconds: float,
     path: Path,
     report: Report | None = None,
+    reputation: ReputationTrace | None = None,
 ) -> None:
     """Each tenant's send rate over time with its quota, everyone stacked against the
-    global quota, and each mail's enqueue→SES latency: the picture of isolation."""
+    global quota, and each mail's enqueue→SES latency: the picture of isolation; with a
+    bouncing tenant, its bounce rate against the guard's threshold."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -408,9 +427,13 @@ def write_chart(
         events = [(when(j.sent_ms), j.recipients) for j in book.sent(tenant) if j.sent_ms is not None]
         rates[tenant] = rate_series(events, end_seconds)
 
-    fig, (ax_rate, ax_total, ax_lat) = plt.subplots(
-        3, 1, figsize=(13, 9), sharex=True, gridspec_kw={"height_ratios": [3, 1.4, 1.6]}
-    )
+    bouncing = reputation is not None and bool(reputation.points)
+    ratios = [3, 1.4, 1.6] + ([1.6] if bouncing else [])
+    fig, axes = plt.subplots(
+        len(ratios), 1, figsize=(13, 9 + (2.5 if bouncing else 0)), sharex=True,
+        gridspec_kw={"height_ratios": ratios},
+    )  # fmt: skip
+    ax_rate, ax_total, ax_lat = axes[0], axes[1], axes[2]
     title = f"fairpost demo: {scenario.name}"
     if scenario.description:
         title += f": {scenario.description}"
@@ -484,8 +507,11 @@ def write_chart(
     ax_lat.set_ylabel("enqueue → SES (s)")
     ax_lat.set_title("latency of each mail", fontsize=10, loc="left")
     ax_lat.set_xlabel("seconds since the load started")
+    if bouncing and reputation is not None:
+        ax_lat.set_xlabel("")
+        _bounce_panel(axes[3], reputation, colors)
 
-    for ax in (ax_rate, ax_total, ax_lat):
+    for ax in axes:
         ax.axvspan(scenario.duration, max(end_seconds, scenario.duration), color="0.92", zorder=0)
         ax.grid(alpha=0.3)
         ax.set_xlim(0, end_seconds)
@@ -501,3 +527,29 @@ def write_chart(
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+def _bounce_panel(ax: Any, trace: ReputationTrace, colors: dict[str, str]) -> None:
+    """The bouncing tenants' bounce rate against the threshold, with the guard's actions."""
+    top = trace.threshold * 1.6
+    for tenant, points in trace.points.items():
+        ax.plot([p[0] for p in points], [p[1] * 100 for p in points], color=colors[tenant], linewidth=2)
+        top = max(top, max(p[1] for p in points) * 1.2)
+        for at, level in trace.acted.get(tenant, []):
+            color = "red" if level == "paused" else "darkorange"
+            ax.axvline(at, color=color, linewidth=1.2)
+            ax.annotate(
+                f"{tenant} {level}", (at, top * 100 * 0.9), xytext=(4, 0), textcoords="offset points",
+                fontsize=9, color=color,
+            )  # fmt: skip
+    for line, style in ((trace.threshold, "--"), (trace.threshold * trace.throttle_at, ":")):
+        ax.axhline(line * 100, color="black", linestyle=style, linewidth=1)
+    ax.annotate(
+        f"pause at {trace.threshold:.0%}, throttle at {trace.threshold * trace.throttle_at:.0%}",
+        (0.005, trace.threshold * 100), xycoords=("axes fraction", "data"), xytext=(0, 3),
+        textcoords="offset points", fontsize=9,
+    )  # fmt: skip
+    ax.set_ylim(0, top * 100)
+    ax.set_ylabel("bounce rate %\n(over ≥ 200 sends)")
+    ax.set_title("bounce rate as the reputation guard counts it", fontsize=10, loc="left")
+    ax.set_xlabel("seconds since the load started")

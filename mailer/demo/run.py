@@ -29,7 +29,7 @@ from dispatcher.connect import async_redis_client, redis_client
 from dispatcher.keys import Keys
 from mailer.demo.load import SENDER_DOMAIN, generate_load
 from mailer.demo.monitor import JobBook
-from mailer.demo.report import EndState, build_report, write_chart, write_jobs_csv
+from mailer.demo.report import EndState, ReputationTrace, build_report, write_chart, write_jobs_csv
 from mailer.demo.scenario import Scenario, load_scenario
 from mailer.demo.services import (
     ManagedProcess,
@@ -41,9 +41,11 @@ from mailer.demo.services import (
 )
 from mailer.demo.view import LiveView, Phase, print_summary
 from mailer.errors import DemoError
-from mailer.ops.stats import collect_stats
+from mailer.ops.stats import Stats, collect_stats
 from mailer.quota.engine import QuotaEngine
 from mailer.sdk.client import AsyncMailClient
+from mailer.testing.ses_server import SesServer
+from mailer.testing.ses_tenancy import EventSink
 
 __all__ = ["run_demo"]
 
@@ -70,6 +72,10 @@ class Backends:
     private_redis: bool
     private_aws: bool
     cleanups: list[str] = field(default_factory=list)
+    ses_server: SesServer | None = None
+    """With a bouncing scenario: the recording SES server, whose mailbox simulator
+    publishes each bounce to :attr:`events_queue` (moto's SES publishes no events)."""
+    events_queue: str | None = None
 
     def boto3_client(self, service: str) -> Any:
         import boto3
@@ -104,6 +110,8 @@ def run_demo(args: argparse.Namespace, settings: Settings) -> int:
             workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="fairpost-demo-")))
             console.print(f"fairpost demo: scenario [bold]{scenario.name}[/] ({scenario.description})")
             backends = _backends(settings, workdir, stack, console)
+            if scenario.bounces():
+                _start_ses_events(backends, stack, console)
             demo_settings, config_file = _demo_settings(backends, scenario, workdir)
             _init_aws(backends, demo_settings)
             stack.callback(_undo, backends, demo_settings)
@@ -166,6 +174,22 @@ def _backends(settings: Settings, workdir: Path, stack: contextlib.ExitStack, co
     )
 
 
+def _start_ses_events(backends: Backends, stack: contextlib.ExitStack, console: Console) -> None:
+    """SES events for a bouncing scenario: the recording SES server (its mailbox simulator
+    bounces ``bounce+...@simulator.amazonses.com``) publishes them, SNS-wrapped, to an
+    events queue on the demo's moto, which the replicas read."""
+    if not backends.private_aws:
+        console.print("  [yellow]bounces are simulated only on the demo's own emulators: none here[/]")
+        return
+    ses = SesServer().start()
+    stack.callback(ses.stop)
+    backends.ses_server = ses
+    backends.events_queue = "fairpost-demo-events"
+    backends.aws_env["AWS_ENDPOINT_URL_SESV2"] = ses.url
+    backends.aws_drop = tuple(n for n in backends.aws_drop if n != "AWS_ENDPOINT_URL_SESV2")
+    console.print(f"  SES: recording SES server on {ses.url}, its events to SQS {backends.events_queue}")
+
+
 def _demo_settings(backends: Backends, scenario: Scenario, workdir: Path) -> tuple[Settings, Path]:
     """The settings every replica runs with, and the TOML file that carries them."""
     config: dict[str, Any] = {
@@ -173,6 +197,7 @@ def _demo_settings(backends: Backends, scenario: Scenario, workdir: Path) -> tup
         "key_prefix": backends.key_prefix,
         "queue_name": backends.queue_name,
         **scenario.config(),
+        **({"events_queue_name": backends.events_queue} if backends.events_queue else {}),
         "shutdown_grace": _SHUTDOWN_GRACE,
         "log_level": "INFO",
         "sender": {
@@ -218,10 +243,14 @@ def _toml_value(value: Any) -> str:
 def _init_aws(backends: Backends, settings: Settings) -> None:
     from botocore.exceptions import ClientError
 
-    from mailer.ops.queue_setup import init_queue
+    from mailer.ops.queue_setup import init_events_queue, init_queue
 
     with contextlib.closing(backends.boto3_client("sqs")) as sqs:
         init_queue(sqs, settings)
+        if backends.ses_server is not None:
+            url, _ = init_events_queue(sqs, settings)
+            # Its own client: the sink's thread outlives this one.
+            backends.ses_server.events = EventSink(backends.boto3_client("sqs"), url, envelope="sns")
     if not backends.private_aws:
         backends.cleanups.append("queue")
     try:
@@ -234,6 +263,9 @@ def _init_aws(backends: Backends, settings: Settings) -> None:
 
 def _undo(backends: Backends, settings: Settings) -> None:
     """Remove what the demo left in services it did not start."""
+    if backends.ses_server is not None and backends.ses_server.events is not None:
+        backends.ses_server.events.close()
+        backends.ses_server.events.sqs.close()
     if "queue" in backends.cleanups:
         with contextlib.suppress(Exception), contextlib.closing(backends.boto3_client("sqs")) as sqs:
             sqs.delete_queue(QueueUrl=sqs.get_queue_url(QueueName=settings.queue_name)["QueueUrl"])
@@ -269,6 +301,8 @@ class Demo:
         self.output = output
         self.keys = Keys(settings.key_prefix)
         self.book = JobBook()
+        r = settings.reputation
+        self.trace = ReputationTrace(r.bounce_threshold, r.throttle_at) if scenario.bounces() else None
         self.signals = 0
         self.stop = asyncio.Event()
         self.replicas: list[ManagedProcess] = []
@@ -334,6 +368,7 @@ class Demo:
                         client, self.keys, self.settings, quota=quota, tenants=tenants
                     )
                     view.update(Phase(name, elapsed, total), stats, self.book)
+                    self._trace(elapsed, stats)
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self.stop.wait(), timeout=_TICK)
                     if self.stop.is_set():
@@ -362,7 +397,9 @@ class Demo:
         )
         chart = self.output / "rates.png"
         summary = self.output / "summary.json"
-        await asyncio.to_thread(write_chart, self.scenario, self.book, origin_ms, end_seconds, chart, report)
+        await asyncio.to_thread(
+            write_chart, self.scenario, self.book, origin_ms, end_seconds, chart, report, self.trace
+        )
         jobs = self.output / "jobs.csv"
         write_jobs_csv(self.book, origin_ms, jobs)
         report.files = {"summary": str(summary), "chart": str(chart), "jobs": str(jobs), "logs": str(logs)}
@@ -376,6 +413,18 @@ class Demo:
         for check in report.failed():
             self.console.print(f"[bold red]invariant failed: {check.name}[/]: {check.detail}")
         return 0 if report.ok else 1
+
+    def _trace(self, elapsed: float, stats: Stats) -> None:
+        """Note each bouncing tenant's bounce rate, as the guard counts it, for the chart."""
+        if self.trace is None:
+            return
+        for tenant, load in self.scenario.tenants.items():
+            scope = stats.tenant(tenant)
+            if load.bounce <= 0 or scope is None or scope.reputation is None:
+                continue
+            w = scope.reputation.windows[0]
+            rate = w.judged_bounces / max(w.judged_sends, self.settings.reputation.min_sends)
+            self.trace.add(elapsed, tenant, rate, scope.guard.level if scope.guard else None)
 
     def _save_logs(self) -> Path:
         """Keep the replicas' logs beside the summary: the temporary directory goes."""
@@ -430,6 +479,9 @@ class Demo:
         """What SES has accepted so far, as far as the emulator says."""
         subjects: Counter[str] | None = None
         recipients = None
+        if self.backends.ses_server is not None:
+            sent = self.backends.ses_server.sent
+            return SesCounts(Counter(str(m.subject) for m in sent), sum(m.recipient_count for m in sent))
         if self.backends.ses_endpoint:
             try:
                 url = self.backends.ses_endpoint.rstrip("/") + "/moto-api/data.json"

@@ -33,6 +33,10 @@ class TenantLoad(BaseModel):
     limits: Limits | None = None
     weight: int | None = Field(default=None, ge=1, le=1000)
     inflight_cap: int | None = Field(default=None, ge=1, le=10_000)
+    bounce: float = Field(default=0.0, ge=0, le=1)
+    """Share of its mails addressed to SES's mailbox simulator's bounce address (each a
+    different one): SES reports a permanent bounce for each, and fairpost's reputation
+    guard judges the tenant by them."""
 
 
 class Scenario(BaseModel):
@@ -48,6 +52,8 @@ class Scenario(BaseModel):
     tenant_limits: Limits
     inflight_cap: int = Field(default=8, ge=1, le=10_000)
     tenants: dict[str, TenantLoad]
+    reputation: dict[str, Any] = Field(default_factory=dict)
+    """The reputation guard's settings (``FAIRPOST_REPUTATION__*``), e.g. ``bounce_threshold``."""
 
     @field_validator("tenants")
     @classmethod
@@ -71,6 +77,10 @@ class Scenario(BaseModel):
     def total_planned(self) -> int:
         return sum(self.planned(t) for t in self.tenants)
 
+    def bounces(self) -> bool:
+        """Whether any tenant's list bounces (the demo then publishes SES events)."""
+        return any(load.bounce > 0 for load in self.tenants.values())
+
     def with_duration(self, duration: float | None) -> Scenario:
         return self if duration is None else self.model_copy(update={"duration": duration})
 
@@ -86,12 +96,15 @@ class Scenario(BaseModel):
             if load.inflight_cap:
                 entry["inflight_cap"] = load.inflight_cap
             tenants[tenant] = entry
-        return {
+        config: dict[str, Any] = {
             "global_limits": _limits_text(self.global_limits),
             "tenant_limits": _limits_text(self.tenant_limits),
             "inflight_cap": self.inflight_cap,
             "tenants": tenants,
         }
+        if self.reputation:
+            config["reputation"] = dict(self.reputation)
+        return config
 
 
 def _limits_text(windows: tuple[Window, ...]) -> str:

@@ -122,6 +122,7 @@ class LiveView:
         table.add_column("sent", justify="right")
         table.add_column("rate / limit", justify="right")
         table.add_column("paused until", justify="right")
+        table.add_column("bounce / complaint", justify="right")
         for tenant, t in self._tenants(stats):
             load = self.scenario.tenants[tenant]
             describe = []
@@ -141,6 +142,7 @@ class LiveView:
                 f"{len(book.sent(tenant)):,}/{self.scenario.planned(tenant):,}",
                 Text(_usage(t.windows), style=style),
                 Text(_paused(t.retry_after), style="red"),
+                _reputation(t),
             )
         table.add_section()
         g = stats.global_
@@ -152,11 +154,23 @@ class LiveView:
             f"{len(book.sent()):,}/{self.scenario.total_planned():,}",
             _usage(g.windows),
             Text(_paused(g.retry_after), style="red"),
+            "",
         )
         fraction = min(1.0, max(0.0, phase.elapsed / phase.total)) if phase.total else 0.0
         self._progress.update(self._run_task, completed=fraction, note=phase.name)
         self._progress.update(self._mail_task, completed=len(book.sent()), note="mails")
         return Group(table, self._progress)
+
+
+def _reputation(scope: ScopeStats) -> Text:
+    """The tenant's 24-hour bounce and complaint rates, and what the guard did."""
+    if scope.reputation is None or not scope.reputation.windows[0].sends:
+        return Text("-")
+    w = scope.reputation.windows[0]
+    text = Text(f"{w.bounce_rate:.1%} / {w.complaint_rate:.2%}")
+    if scope.held is not None:
+        text.append(" " + scope.held.replace("_", " "), style="bold red")
+    return text
 
 
 def print_summary(console: Console, report: Report) -> None:

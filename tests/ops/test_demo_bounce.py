@@ -1,0 +1,44 @@
+"""``fairpost demo --scenario bounce``: one tenant's list bounces, the guard pauses it alone."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mailer.demo.scenario import load_scenario
+from tests.ops.test_demo import PNG_SIGNATURE, _clean_env
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_the_bounce_scenario_pauses_the_bouncing_tenant_and_no_other(tmp_path: Path) -> None:
+    output = tmp_path / "out"
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    fairpost = Path(sys.executable).with_name("fairpost")
+    result = subprocess.run(
+        [str(fairpost), "demo", "--scenario", "bounce", "--duration", "30", "--output", str(output)],
+        cwd=tmp_path,
+        env=_clean_env(scratch),
+        capture_output=True,
+        text=True,
+        timeout=110,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    summary = json.loads((output / "summary.json").read_text())
+    scenario = load_scenario("bounce").with_duration(30)
+    tenants = summary["tenants"]
+    # Paused after its 8th bounce (4 % of 200): about 80 of its 600 mails went out.
+    assert 60 <= tenants["bouncy"]["sent"] <= 100, tenants["bouncy"]
+    assert tenants["bouncy"]["waiting"] == 600 - tenants["bouncy"]["sent"]
+    for tenant in ("acme", "globex", "initech", "umbrella"):
+        assert tenants[tenant]["sent"] == scenario.planned(tenant), tenant
+        assert tenants[tenant]["latency_p99_seconds"] < 2.0, tenants[tenant]
+    assert all(c["ok"] for c in summary["checks"]), summary["checks"]
+    assert (output / "rates.png").read_bytes().startswith(PNG_SIGNATURE)
+    logs = "".join(p.read_text() for p in (output / "logs").iterdir())
+    assert "reputation guard paused the tenant" in logs
