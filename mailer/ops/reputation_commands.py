@@ -12,12 +12,9 @@ from mailer.ops.console import print_json, unreachable_redis
 def cmd_suppression(args: argparse.Namespace, settings: Settings) -> int:
     import redis
 
-    from mailer.errors import InvalidSuppression
     from mailer.sdk.suppression import Suppressions
 
     action = args.suppression_command
-    if action != "list" and not args.address:
-        raise InvalidSuppression("address", f"suppression {action} needs TENANT ADDRESS")
     try:
         with Suppressions(settings) as lists:
             if action == "list":

@@ -1,0 +1,154 @@
+"""The reputation guard and the suppression lists against a real Redis (no AWS)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import redis
+import redis.asyncio
+
+from config import Settings, load_settings
+from config.limits import parse_limits
+from dispatcher.keys import Keys
+from mailer.cli import main
+from mailer.daemon.ses import send_email_request
+from mailer.errors import InvalidSuppression
+from mailer.quota.overrides import QuotaAdmin
+from mailer.quota.reputation import GuardState, ReputationBook, lift_guard
+from mailer.sdk.envelope import Envelope
+from mailer.sdk.mail import Mail, validate
+from mailer.sdk.suppression import Suppressions
+
+KEYS = Keys()
+
+
+@pytest.fixture
+def settings(redis_url: str) -> Settings:
+    return load_settings(redis_url=redis_url, reputation={"throttle_limits": "3/second"})
+
+
+def guard(client: redis.Redis, tenant: str) -> GuardState | None:
+    return GuardState.from_json(client.hget(KEYS.guard(), tenant))
+
+
+async def test_the_guard_throttles_at_half_the_threshold_then_pauses_at_it(
+    settings: Settings, redis_client: redis.Redis
+) -> None:
+    async with redis.asyncio.Redis.from_url(settings.redis_url) as client:
+        book = ReputationBook(client, KEYS, settings)
+        await book.record("bouncy", sends=100)
+        # 3 bounces in 100 sends weigh as 3 in 200 (1.5 %): nothing yet.
+        await book.record("bouncy", bounces=3)
+        assert guard(redis_client, "bouncy") is None
+        await book.record("bouncy", bounces=1)  # 4 of 200: 2 %, half the 4 % threshold
+        state = guard(redis_client, "bouncy")
+        assert state is not None and state.level == "throttled" and state.override == "3/second"
+        assert redis_client.hget(KEYS.limit_overrides(), "t:bouncy") == "3/second"
+        assert not redis_client.sismember(KEYS.paused(), "bouncy")
+        rep = await book.record("bouncy", bounces=4)  # 8 of 200: 4 %
+        state = guard(redis_client, "bouncy")
+        assert state is not None and state.level == "paused", state
+        assert "8 of 100 sends, counted as 200" in state.reason
+        assert redis_client.sismember(KEYS.paused(), "bouncy")
+        assert rep.window(86_400) is not None
+        # Other tenants are untouched.
+        await book.record("good", sends=50, bounces=0)
+        assert guard(redis_client, "good") is None
+
+
+async def test_an_operators_resume_lifts_the_guard_which_then_judges_only_what_follows(
+    settings: Settings, redis_client: redis.Redis
+) -> None:
+    async with redis.asyncio.Redis.from_url(settings.redis_url) as client:
+        book = ReputationBook(client, KEYS, settings)
+        await book.record("bouncy", sends=100)
+        await book.record("bouncy", bounces=9)
+        assert (state := guard(redis_client, "bouncy")) is not None and state.level == "paused"
+        with QuotaAdmin(settings) as admin:
+            assert admin.resume("bouncy")
+        assert guard(redis_client, "bouncy") is None
+        assert not redis_client.sismember(KEYS.paused(), "bouncy")
+        assert redis_client.hget(KEYS.limit_overrides(), "t:bouncy") is None  # the guard's throttle went too
+        # The stats still see the whole window; the guard only what came after the lift.
+        rep = await book.record("bouncy", sends=10, bounces=1)
+        window = rep.window(86_400)
+        assert window is not None and (window.bounces, window.judged_bounces) == (10, 1)
+        assert guard(redis_client, "bouncy") is None
+
+
+async def test_an_operators_own_override_is_never_replaced_by_the_guards_throttle(
+    settings: Settings, redis_client: redis.Redis
+) -> None:
+    with QuotaAdmin(settings) as admin:
+        admin.set_tenant_limits("acme", "7/second")
+    async with redis.asyncio.Redis.from_url(settings.redis_url) as client:
+        book = ReputationBook(client, KEYS, settings)
+        await book.record("acme", sends=200, bounces=5)
+        state = guard(redis_client, "acme")
+        assert state is not None and state.level == "throttled" and state.override is None
+        assert redis_client.hget(KEYS.limit_overrides(), "t:acme") == "7/second"
+        assert lift_guard(redis_client, KEYS, "acme") is not None
+        assert redis_client.hget(KEYS.limit_overrides(), "t:acme") == "7/second"
+
+
+async def test_a_throttle_lifts_by_itself_when_the_rates_fall_back(
+    settings: Settings, redis_client: redis.Redis
+) -> None:
+    async with redis.asyncio.Redis.from_url(settings.redis_url) as client:
+        book = ReputationBook(client, KEYS, settings)
+        await book.record("acme", sends=200, bounces=5)  # 2.5 %: throttled
+        assert guard(redis_client, "acme") is not None
+        await book.record("acme", sends=200)  # 5 of 400: 1.25 %
+        assert guard(redis_client, "acme") is None
+        assert redis_client.hget(KEYS.limit_overrides(), "t:acme") is None
+
+
+# -- suppression lists ----------------------------------------------------------------------
+
+
+def test_suppression_admin_adds_lists_removes_and_refuses_bad_input(settings: Settings) -> None:
+    with Suppressions(settings) as lists:
+        assert lists.add("acme", "Ada <Ada@Example.org>")
+        assert not lists.add("acme", "ada@example.org")  # already, whatever the case
+        assert [(e.address, e.reason) for e in lists.list("acme")] == [("ada@example.org", "manual")]
+        assert lists.list("globex") == []
+        with pytest.raises(InvalidSuppression) as bad:
+            lists.add("acme", "not an address")
+        assert bad.value.field == "address" and "not an address" not in str(bad.value)
+        with pytest.raises(InvalidSuppression) as bad:
+            lists.add("no/such", "a@example.org")
+        assert bad.value.field == "tenant"
+        assert lists.remove("acme", "ada@example.org")
+        assert not lists.remove("acme", "ada@example.org")
+
+
+def test_suppression_commands(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("FAIRPOST_REDIS_URL", settings.redis_url)
+    assert main(["suppression", "add", "acme", "ada@example.org"]) == 0
+    assert main(["suppression", "list", "acme", "--json"]) == 0
+    out = capsys.readouterr().out
+    listed = json.loads(out[out.index("{") :])
+    assert [e["address"] for e in listed["suppressed"]] == ["ada@example.org"]
+    assert main(["suppression", "remove", "acme", "ada@example.org"]) == 0
+    with pytest.raises(SystemExit) as usage:
+        main(["suppression", "add", "acme"])  # no address
+    assert usage.value.code == 2
+
+
+# -- SES tenant names on every send -----------------------------------------------------------
+
+
+def test_every_send_names_the_tenants_ses_tenant(redis_url: str) -> None:
+    mail, _ = validate(
+        Mail(sender="a@example.com", to=["b@example.org"], subject="s", text="t"), max_bytes=10_000
+    )
+    env = Envelope(job_id="j1", tenant="eu.shop", created_ms=1, mail=mail)
+    derived = load_settings(redis_url=redis_url, ses_tenant_names="tenant_id")
+    assert send_email_request(env, derived.tenant("eu.shop"))["TenantName"] == "eu_2Eshop"
+    own = load_settings(redis_url=redis_url, tenants={"eu.shop": {"ses_tenant_name": "shop"}})
+    assert send_email_request(env, own.tenant("eu.shop"))["TenantName"] == "shop"
+    assert "TenantName" not in send_email_request(env, load_settings(redis_url=redis_url).tenant("eu.shop"))
+    assert parse_limits("3/second")  # the throttle limits parse as limits do
