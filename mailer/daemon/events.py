@@ -156,7 +156,8 @@ class EventConsumer:
         )
 
     async def _act(self, event: SesEvent, job_id: str, tenant: str, *, record_exists: bool) -> None:
-        at_ms = int(time.time() * 1000)
+        seconds, micros = await self.redis.time()
+        at_ms = int(seconds) * 1000 + int(micros) // 1000  # every stored time is Redis time
         outcome = {
             "bounce": "bounced",
             "complaint": "complained",

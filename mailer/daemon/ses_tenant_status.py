@@ -133,8 +133,12 @@ class SesTenantStatus:
             aws_managed=aws.get("Status"),
             customer_managed=customer.get("Status"),
             cause=redact(str(cause)) if cause else None,
-            checked_ms=int(time.time() * 1000),
+            checked_ms=await self._now_ms(),
         )
+
+    async def _now_ms(self) -> int:
+        seconds, micros = await self._redis.time()
+        return int(seconds) * 1000 + int(micros) // 1000
 
     async def _apply(self, tenant: str, verdict: TenantVerdict) -> None:
         was = tenant in self._disabled

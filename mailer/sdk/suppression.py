@@ -19,7 +19,6 @@ else reads and writes the lists through it.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -128,7 +127,8 @@ class Suppressions:
         if reason not in _REASONS:
             raise InvalidSuppression("reason", f"must be one of {', '.join(_REASONS)}, got {reason!r}")
         key, field = self.keys.suppressed(_tenant(tenant)), _address(address)
-        return bool(self._redis.hsetnx(key, field, _value(reason, int(time.time() * 1000))))
+        seconds, micros = self._redis.time()  # every stored time is Redis time
+        return bool(self._redis.hsetnx(key, field, _value(reason, int(seconds) * 1000 + int(micros) // 1000)))
 
     def remove(self, tenant: str, address: str) -> bool:
         """Let the tenant write to the address again; False if it was not suppressed."""
