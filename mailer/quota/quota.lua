@@ -224,9 +224,13 @@ if fair_op and global_count > 0 then
         own = nil
     end
     -- The furthest-behind contending tenant other than this one, if any; one
-    -- that stopped asking is forgotten on the way.
+    -- that stopped asking is forgotten on the way, a few per call at most (a
+    -- crowd gone quiet at once is forgotten over the next calls, not by one).
+    -- Not found within that bound: no share is enforced this time (the safe
+    -- side: a share refusal needs a known floor).
     fair.floor = nil
-    while true do
+    local passed = nil
+    for _ = 1, 16 do
         local low = redis.call("ZRANGE", fair.tags, 0, 1, "WITHSCORES")
         local name, score = nil, nil
         for j = 1, #low, 2 do
@@ -237,10 +241,11 @@ if fair_op and global_count > 0 then
             fair.floor = score
             break
         end
+        passed = score
         forget(name)
     end
     -- A newcomer starts level with the furthest behind: no credit for idling.
-    fair.tag = own or fair.floor or 0
+    fair.tag = own or fair.floor or passed or 0
     -- The soonest another tenant refused for global room is due back, if any:
     -- shares are enforced only until then.
     fair.bound_until = nil

@@ -12,6 +12,7 @@ import redis.asyncio
 
 from config.limits import Window
 from mailer.quota.engine import QuotaEngine
+from tests.support import KEYS
 
 T0 = 1_700_000_000_000 - 1_700_000_000_000 % 86_400_000
 HOUR_MS = 3_600_000
@@ -122,3 +123,22 @@ async def test_an_acquire_reads_a_bounded_number_of_keys_whatever_the_number_of_
     await engine.acquire("t7", [1] * 10, windows, ROOMY, weight=2, now_ms=T0 + 1100)
 
     assert await _commands(aredis) <= 40
+
+
+async def test_a_crowd_gone_quiet_is_forgotten_a_few_per_acquire(
+    aredis: redis.asyncio.Redis, engine: QuotaEngine
+) -> None:
+    # 2000 tenants asked once, then stopped: one later acquire must not forget them all at once.
+    windows = [Window(1, 60_000)]
+    await _contend(engine, 2000, windows)
+    later = T0 + 60_000
+
+    await aredis.config_resetstat()
+    grant = await engine.acquire("t7", [1], windows, ROOMY, weight=1, now_ms=later)
+
+    assert grant.granted == 1
+    assert await _commands(aredis) <= 300
+    # Over the following acquires the crowd is forgotten, a bounded number each.
+    for step in range(200):
+        await engine.acquire("t7", [1], windows, ROOMY, weight=1, now_ms=later + 1 + step)
+    assert await aredis.zcard(KEYS.quota_share("tag")) == 1
