@@ -130,8 +130,8 @@ class EventConsumer:
             return await self._counted("unparseable")
         if event.kind == "other":
             return await self._counted("ignored")
-        first = await self.redis.set(self.keys.ses_event(event.event_id), "1", nx=True, ex=_DEDUP_SECONDS)
-        if not first:
+        seen = self.keys.ses_event(event.event_id)
+        if await self.redis.exists(seen):
             return await self._counted("duplicate")
         job_id, tenant, state = await self._match(event)
         if job_id is None or tenant is None:
@@ -140,6 +140,10 @@ class EventConsumer:
             )
             return await self._counted("unmatched")
         await self._act(event, job_id, tenant, record_exists=state is not None)
+        # Marked seen only once acted on: a round that failed half-way comes back from
+        # SQS and acts again (suppressing is idempotent; a count may go in twice, the
+        # strict side), rather than being dropped as a duplicate.
+        await self.redis.set(seen, "1", ex=_DEDUP_SECONDS)
         return await self._counted(event.kind)
 
     async def _match(self, event: SesEvent) -> tuple[str | None, str | None, str | None]:

@@ -120,7 +120,7 @@ class Feedback:
 
     def index_sent(self, pipe: redis.asyncio.client.Pipeline, job_id: str, message_id: str | None) -> None:
         """Queue, on the sender's pipeline, what lets SES events find the job."""
-        if message_id:
+        if message_id and self.settings.events_queue_name:
             pipe.set(self.keys.ses_message(message_id), job_id, ex=self.settings.job_ttl)
         pipe.hdel(self.keys.job(job_id), "held")
 

@@ -156,6 +156,12 @@ async def test_unreadable_and_unmatched_events_are_counted_and_never_block_the_q
         assert (handled.get("unparseable"), handled.get("unmatched"), handled.get("bounce")) == (1, 1, 1)
         status = await client.status(job)
         assert status.bounce_type == "Permanent" and status.diagnostic and "@" not in status.diagnostic
+        # SQS delivers at least once: the same event twice is acted on once.
+        again = ses_event("Complaint", ses_env.sent[0], ["bounce@simulator.amazonses.com"])
+        events.emit(again)
+        events.emit(again)
+        await wait_for(lambda: handled.get("duplicate") == 1, within=20, what="the repeated event")
+        assert handled.get("complaint") == 1
 
 
 # -- the guard -------------------------------------------------------------------------------
