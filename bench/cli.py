@@ -23,7 +23,7 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
-from bench import fairshare, isolation, machine, quota_engine, safety, strategies, throughput
+from bench import fairshare, isolation, machine, quota_engine, safety, scale, strategies, throughput
 from bench.cluster import Backend
 from bench.figures import Figure, markdown_table, table
 from mailer.testing.localstack import localstack_server
@@ -39,6 +39,7 @@ SCENARIOS: dict[str, Scenario] = {
     "fairshare": fairshare.run,
     "throughput": throughput.run,
     "strategies": strategies.run,
+    "scale": scale.run,
 }
 
 

@@ -36,6 +36,15 @@ FIGURES = {
     "strategy_sleep",
     "strategy_put_back",
     "strategy_fairpost",
+    *(f"scale_op_{op}" for op in ("enqueue", "claim", "handoff", "finish", "cancel", "requeue", "reap")),
+    *(f"scale_op_{op}" for op in ("promote", "stats_tenant", "acquire")),
+    "scale_idle_cpu_ratio",
+    "scale_enqueue_rate_ratio",
+    "scale_drain_rate_ratio",
+    "scale_memory_per_job",
+    "scale_redis_cpu_per_mail",
+    "scale_mails_per_shard",
+    "scale_sqs_inflight_per_throttled_tenant",
 }
 
 

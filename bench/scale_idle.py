@@ -1,0 +1,83 @@
+"""Redis CPU per second of an idle daemon over many tenants that each hold a
+backlog over their in-flight cap (the cap handed off to SQS, the rest
+waiting in Redis), against the same over 10 tenants.
+
+Each world has a redis-server of its own (``INFO cpu`` is per server) and a
+real ``fairpost run`` replica (its dispatcher loop reaps, promotes, claims
+and waits; its reconciler, slot keeper, heartbeat and sender run as in
+production); both replicas run at the same time, so machine noise hits both
+alike.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import redis.asyncio
+
+from bench.cluster import Backend, World, world
+from bench.figures import Figure
+from bench.scale_redis import Side, server_cpu
+from dispatcher.calls import store_limits
+from mailer.testing.services import redis_server
+
+CAP = 1
+
+
+@contextlib.contextmanager
+def _world(backend: Backend, name: str) -> Iterator[World]:
+    with (
+        redis_server() as server,
+        world(backend, name, {"redis_url": server.url(), "inflight_cap": CAP}) as w,
+    ):
+        yield w
+
+
+async def _fill(w: World, tenants: int) -> dict[str, Any]:
+    """Every tenant: one job handed off (its cap), one waiting, blocked."""
+    client = redis.asyncio.Redis.from_url(w.config["redis_url"])
+    try:
+        # The world's own prefix and limits, as its replica reads them.
+        side = Side(client, "idle", tenants, keys=w.keys, limits=store_limits(w.settings))
+        await side.fill(2)
+        handed = await side.hold_every_slot()
+        return {"tenants": tenants, "handed_off": handed, "blocked": await client.scard(side.keys.blocked())}
+    finally:
+        await client.aclose()
+
+
+async def measure(backend: Backend, big: int, small: int, seconds: float) -> Figure:
+    with _world(backend, "idle-small") as few_w, _world(backend, "idle-big") as many_w:
+        info = [await _fill(few_w, small), await _fill(many_w, big)]
+        clients = [redis.asyncio.Redis.from_url(w.config["redis_url"]) for w in (few_w, many_w)]
+        try:
+            few_w.start_replicas(1)
+            many_w.start_replicas(1)
+            await asyncio.sleep(3.0)  # past the replicas' first turns
+            before = [await server_cpu(c) for c in clients]
+            await asyncio.sleep(seconds)
+            after = [await server_cpu(c) for c in clients]
+            errors = few_w.replica_errors() + many_w.replica_errors()
+        finally:
+            for client in clients:
+                await client.aclose()
+    if errors:
+        raise RuntimeError("idle replicas logged errors:\n" + "\n".join(errors[:5]))
+    few, many = ((a - b) / seconds * 1000 for a, b in zip(after, before, strict=True))
+    return Figure(
+        key="scale_idle_cpu_ratio",
+        title=f"Scale: Redis CPU of an idle daemon, {big:,} blocked tenants / {small}",
+        value=many / few if few else float("nan"),
+        unit="x",
+        op="<=",
+        target=1.5,
+        detail=(
+            f"{many:.2f} ms/s of Redis CPU (INFO cpu) over {info[1]['blocked']:,} blocked tenants, "
+            f"{few:.2f} ms/s over {info[0]['blocked']}; each tenant 1 job handed off (its cap) and 1 "
+            f"waiting; a fairpost run replica and a redis-server each, both at once, {seconds:.0f} s"
+        ),
+        data={"ms_per_s": {"big": many, "small": few}, "worlds": info},
+    )

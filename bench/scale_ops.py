@@ -1,0 +1,165 @@
+"""The cost of each per-mail and per-second operation with many tenants waiting
+and with 10, on one Redis: the server's CPU time per operation (``INFO cpu``:
+the commands, the scripts and the network I/O they cost), the two worlds
+measured in alternating rounds so that noise hits both alike, the median
+round counting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import statistics
+from collections.abc import Awaitable, Callable
+
+import redis.asyncio
+
+from bench.figures import Figure
+from bench.scale_redis import Side, chunks, new_job, server_cpu
+from config.limits import parse_limits
+from dispatcher.jobs import JobState
+from mailer.ops.stats import collect_stats
+
+OPS = {
+    "enqueue": "enqueue (per job)",
+    "claim": "claim (per job)",
+    "handoff": "hand-off (per job)",
+    "finish": "finish (per job)",
+    "cancel": "cancel of a waiting job",
+    "requeue": "requeue (per job)",
+    "reap": "reap, nothing expired (per call)",
+    "promote": "promote of due jobs (per job)",
+    "stats_tenant": "stats for one tenant (per call)",
+    "acquire": "fair-share acquire, all tenants contending (per call)",
+}
+GLOBAL = parse_limits("1/minute")
+TENANT = parse_limits("100000/second")
+
+
+async def _cost(client: redis.asyncio.Redis, work: Callable[[], Awaitable[int]]) -> float:
+    """Server CPU microseconds per unit of ``work`` (which returns how many units it did)."""
+    before = await server_cpu(client)
+    units = await work()
+    return (await server_cpu(client) - before) * 1e6 / max(1, units)
+
+
+async def prepare(side: Side, per_tenant: int) -> None:
+    """Every tenant waiting with ``per_tenant`` jobs and contending for a global quota that binds."""
+    await side.fill(per_tenant)
+    for group in chunks(side.tenants, 100):
+        await asyncio.gather(*(side.quota.acquire(t, [1], GLOBAL, TENANT, weight=1) for t in group))
+
+
+async def one_round(side: Side, k: int, rng: random.Random) -> dict[str, float]:
+    client, store, lifecycle = side.client, side.store, side.lifecycle
+    costs: dict[str, float] = {}
+    # Low priority: they wait behind every tenant's normal jobs, so they are
+    # still waiting when cancelled below.
+    fresh = [new_job(rng.choice(side.tenants), priority="low") for _ in range(k)]
+
+    async def enqueue() -> int:
+        for group in range(0, k, 100):
+            await store.enqueue(fresh[group : group + 100])
+        return k
+
+    costs["enqueue"] = await _cost(client, enqueue)
+    claimed: list[str] = []
+
+    async def claim() -> int:
+        for _ in range(k // 10):
+            claimed.extend(job.id for job in await store.claim(10))
+        return len(claimed)
+
+    costs["claim"] = await _cost(client, claim)
+
+    async def handoff() -> int:
+        for group in chunks(claimed, 10):
+            await store.handed_off(list(group))
+        return len(claimed)
+
+    costs["handoff"] = await _cost(client, handoff)
+
+    async def finish() -> int:
+        for job_id in claimed:
+            await store.finish(job_id, JobState.SENT, keep_seconds=600)
+        return len(claimed)
+
+    costs["finish"] = await _cost(client, finish)
+
+    async def cancel() -> int:
+        for job in fresh[: k // 10]:
+            await lifecycle.cancel(job.id, 600)
+        return k // 10
+
+    costs["cancel"] = await _cost(client, cancel)
+    again = [job.id for job in await store.claim(10)]
+
+    async def requeue() -> int:
+        return await store.requeue(again)
+
+    costs["requeue"] = await _cost(client, requeue)
+
+    async def reap() -> int:
+        for _ in range(k // 10):
+            await store.reap()
+        return k // 10
+
+    costs["reap"] = await _cost(client, reap)
+    seconds, micros = await client.time()
+    due_at = int(seconds) * 1000 + int(micros) // 1000 + 20
+    await store.enqueue([new_job(rng.choice(side.tenants), send_at_ms=due_at) for _ in range(k // 10)])
+    await asyncio.sleep(0.05)
+
+    async def promote() -> int:
+        moved, _ = await lifecycle.promote_due()
+        return moved
+
+    costs["promote"] = await _cost(client, promote)
+
+    async def stats_tenant() -> int:
+        for _ in range(k // 20):
+            await collect_stats(client, side.keys, side.settings, tenants=[rng.choice(side.tenants)])
+        return k // 20
+
+    costs["stats_tenant"] = await _cost(client, stats_tenant)
+
+    async def acquire() -> int:
+        for _ in range(k // 10):
+            await side.quota.acquire(rng.choice(side.tenants), [1], GLOBAL, TENANT, weight=1)
+        return k // 10
+
+    costs["acquire"] = await _cost(client, acquire)
+    return costs
+
+
+async def measure(client: redis.asyncio.Redis, big: int, small: int, rounds: int, k: int) -> list[Figure]:
+    rng = random.Random(14)
+    sides = [Side(client, "ops-small", small), Side(client, "ops-big", big)]
+    # The small world's tenants hold as many jobs as the rounds claim.
+    await prepare(sides[0], max(2, rounds * (k + 10) // small + 2))
+    await prepare(sides[1], 2)
+    per_op: dict[str, dict[str, list[float]]] = {s.name: {op: [] for op in OPS} for s in sides}
+    for r in range(rounds):
+        for side in sides if r % 2 == 0 else reversed(sides):
+            for op, cost in (await one_round(side, k, rng)).items():
+                per_op[side.name][op].append(cost)
+    figures = []
+    for op, title in OPS.items():
+        many = statistics.median(per_op["ops-big"][op])
+        few = statistics.median(per_op["ops-small"][op])
+        figures.append(
+            Figure(
+                key=f"scale_op_{op}",
+                title=f"Scale: {title}, {big:,} tenants / {small}",
+                value=many / few if few else float("nan"),
+                unit="x",
+                op="<=",
+                target=1.2,
+                detail=(
+                    f"{many:.1f} µs of Redis CPU (INFO cpu) with {big:,} tenants waiting, {few:.1f} µs with "
+                    f"{small} (median of {rounds} alternating rounds of {k} jobs)"
+                ),
+                data={"big_us": per_op["ops-big"][op], "small_us": per_op["ops-small"][op]},
+            )
+        )
+    return figures
