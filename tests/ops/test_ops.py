@@ -332,7 +332,7 @@ def test_metrics_healthz_readyz_and_health_command(ops: Ops, monkeypatch: pytest
 
         assert daemon.get("/healthz") == (
             200,
-            "ok: running: dispatcher, heartbeat, http, overrides, reconciler, sender\n",
+            "ok: running: dispatcher, heartbeat, http, overrides, reconciler, sender, slots\n",
         )
         assert daemon.get("/readyz") == (200, "ok: Redis and SQS answer\n")
         assert daemon.get("/nope")[0] == 404
