@@ -156,6 +156,11 @@ class Settings(BaseSettings):
     redis_url: str = "redis://127.0.0.1:6379/0"
     """One server; with ``redis_cluster``: any node; with ``redis_sentinels``: only the
     credentials, database and TLS (``rediss://``) of the data nodes (Sentinel names the host)."""
+    redis_timeout: float = Field(default=5.0, gt=0, le=300)
+    """Seconds the SDK waits for Redis to answer a command before it raises
+    :class:`mailer.RedisFailed` (a Redis that stops answering must not hang the application)."""
+    redis_connect_timeout: float = Field(default=2.0, gt=0, le=60)
+    """Seconds the SDK waits for a connection to Redis."""
     redis_cluster: bool = False
     """A Redis Cluster (or ElastiCache cluster mode enabled): ``redis_url`` names any node."""
     redis_sentinels: str | None = None

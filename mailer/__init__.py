@@ -7,7 +7,7 @@ none of the daemon's dependencies.
 
 from config.errors import ConfigError, FairpostError
 from dispatcher.errors import NotReplayable, TooLateToCancel, UnknownJob
-from mailer.errors import InvalidMail
+from mailer.errors import InvalidMail, RedisFailed
 from mailer.sdk.attachments import Attachment
 from mailer.sdk.client import AsyncMailClient, MailClient
 from mailer.sdk.dead import DeadLetters
@@ -25,6 +25,7 @@ __all__ = [
     "Mail",
     "MailClient",
     "NotReplayable",
+    "RedisFailed",
     "TooLateToCancel",
     "UnknownJob",
 ]

@@ -9,6 +9,7 @@ re-exported here, so ``mailer.errors`` names every error fairpost raises)::
     │   ├── NotReplayable         not a dead letter, or nothing left to send
     │   └── NotReplicated         too few Redis replicas took a write in time (also a RedisError)
     ├── InvalidMail               the SDK refused a mail; nothing was written
+    ├── RedisFailed               Redis failed an SDK call (unreachable, too slow, out of memory)
     ├── InvalidOverride           a live quota override is invalid; nothing was written
     ├── InvalidSuppression        a suppression-list entry is invalid; nothing was written
     ├── PoisonMessage             an SQS body this fairpost cannot read (a dead letter)
@@ -39,6 +40,7 @@ __all__ = [
     "NotReplayable",
     "NotReplicated",
     "PoisonMessage",
+    "RedisFailed",
     "RefusedRequest",
     "ServiceError",
     "SesAccountError",
@@ -56,6 +58,23 @@ class InvalidMail(FairpostError):
         self.field = field
         self.rule = rule
         super().__init__(f"{field}: {rule}")
+
+
+class RedisFailed(FairpostError):
+    """Redis did not do what an SDK call needed: it is unreachable, too slow or out of memory.
+
+    ``operation`` says which call (``enqueue``, ``status``, ``cancel``...);
+    ``may_have_written`` whether Redis may have done the write all the same (an
+    answer that never came): then retry an enqueue with the same idempotency key,
+    which cannot duplicate the mail. The message names the Redis URL (password
+    masked) and the timeout; the redis-py error is the ``__cause__``.
+    """
+
+    def __init__(self, operation: str, message: str, *, url: str, may_have_written: bool) -> None:
+        self.operation = operation
+        self.url = url
+        self.may_have_written = may_have_written
+        super().__init__(message)
 
 
 class InvalidOverride(FairpostError):

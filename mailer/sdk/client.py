@@ -24,6 +24,7 @@ from mailer.sdk.attachments import Attachment
 from mailer.sdk.compose import mail_job
 from mailer.sdk.connection import AsyncRedisOwner, RedisOwner
 from mailer.sdk.dead import DeadLetters
+from mailer.sdk.failures import RedisFailures
 from mailer.sdk.mail import Mail, check_tenant_id
 from mailer.sdk.status import JobStatus
 
@@ -37,6 +38,11 @@ class BaseMailClient:
     checking each mail and building its jobs, and reading a status record."""
 
     settings: Settings
+
+    @property
+    def _failures(self) -> RedisFailures:
+        """Turns a redis-py error into :class:`RedisFailed` naming the call."""
+        return RedisFailures(self.settings)
 
     def _send_jobs(
         self,
@@ -198,7 +204,8 @@ class MailClient(RedisOwner, BaseMailClient):
             idempotency_key=idempotency_key,
             send_at=send_at,
         )
-        [(_, job_id)] = self._store.submit(jobs)
+        with self._failures.wrap("enqueue"):
+            [(_, job_id)] = self._store.submit(jobs)
         return job_id
 
     def send_many(
@@ -218,18 +225,22 @@ class MailClient(RedisOwner, BaseMailClient):
         ``send_at`` (timezone-aware; ``send_at`` here applies to mails without one).
         """
         jobs = self._jobs(tenant_id, mails, priority, many=True, send_at=send_at)
-        return [job_id for _, job_id in self._store.submit(jobs)]
+        with self._failures.wrap("enqueue"):
+            return [job_id for _, job_id in self._store.submit(jobs)]
 
     def status(self, job_id: str) -> JobStatus:
         """The job's state; raises :class:`UnknownJob` if there is no such job."""
-        return JobStatus.from_record(job_id, self._store.job(job_id))
+        with self._failures.wrap("status"):
+            record = self._store.job(job_id)
+        return JobStatus.from_record(job_id, record)
 
     def cancel(self, job_id: str) -> str:
         """Stop a job not yet handed to SQS (scheduled, queued or claimed): it becomes a
         dead letter with reason "cancelled". Returns the state it had. Raises
         :class:`TooLateToCancel` once it is dispatched or finished, :class:`UnknownJob`
         if there is no such job. Cancelling twice is not an error."""
-        return self._lifecycle.cancel(job_id, self.settings.job_ttl)
+        with self._failures.wrap("cancel"):
+            return self._lifecycle.cancel(job_id, self.settings.job_ttl)
 
     def dead_letters(self) -> DeadLetters:
         """List, show, replay and purge dead letters, on this client's connection."""
@@ -285,7 +296,8 @@ class AsyncMailClient(AsyncRedisOwner, BaseMailClient):
             idempotency_key=idempotency_key,
             send_at=send_at,
         )
-        [(_, job_id)] = await self._store.submit(jobs)
+        with self._failures.wrap("enqueue"):
+            [(_, job_id)] = await self._store.submit(jobs)
         return job_id
 
     async def send_many(
@@ -297,10 +309,14 @@ class AsyncMailClient(AsyncRedisOwner, BaseMailClient):
         send_at: datetime | None = None,
     ) -> list[str]:
         jobs = self._jobs(tenant_id, mails, priority, many=True, send_at=send_at)
-        return [job_id for _, job_id in await self._store.submit(jobs)]
+        with self._failures.wrap("enqueue"):
+            return [job_id for _, job_id in await self._store.submit(jobs)]
 
     async def status(self, job_id: str) -> JobStatus:
-        return JobStatus.from_record(job_id, await self._store.job(job_id))
+        with self._failures.wrap("status"):
+            record = await self._store.job(job_id)
+        return JobStatus.from_record(job_id, record)
 
     async def cancel(self, job_id: str) -> str:
-        return await self._lifecycle.cancel(job_id, self.settings.job_ttl)
+        with self._failures.wrap("cancel"):
+            return await self._lifecycle.cancel(job_id, self.settings.job_ttl)

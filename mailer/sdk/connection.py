@@ -19,7 +19,16 @@ import redis.asyncio
 from config import Settings, load_settings
 from dispatcher import connect
 
-__all__ = ["AsyncRedisOwner", "RedisOwner"]
+__all__ = ["AsyncRedisOwner", "RedisOwner", "timeouts"]
+
+
+def timeouts(settings: Settings) -> dict[str, float]:
+    """A Redis that stops answering must not hang the application: its calls end
+    after FAIRPOST_REDIS_TIMEOUT, its connections after FAIRPOST_REDIS_CONNECT_TIMEOUT."""
+    return {
+        "socket_timeout": settings.redis_timeout,
+        "socket_connect_timeout": settings.redis_connect_timeout,
+    }
 
 
 class RedisOwner:
@@ -28,7 +37,7 @@ class RedisOwner:
     def __init__(self, settings: Settings | None = None, *, redis_client: redis.Redis | None = None) -> None:
         self.settings = settings or load_settings()
         self._owns_redis = redis_client is None
-        self._redis = redis_client or connect.redis_client(self.settings)
+        self._redis = redis_client or connect.redis_client(self.settings, **timeouts(self.settings))
 
     def close(self) -> None:
         if self._owns_redis:
@@ -49,7 +58,7 @@ class AsyncRedisOwner:
     ) -> None:
         self.settings = settings or load_settings()
         self._owns_redis = redis_client is None
-        self._redis = redis_client or connect.async_redis_client(self.settings)
+        self._redis = redis_client or connect.async_redis_client(self.settings, **timeouts(self.settings))
 
     async def aclose(self) -> None:
         if self._owns_redis:

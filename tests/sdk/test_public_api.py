@@ -28,6 +28,7 @@ MAILER_API = [
     "Mail",
     "MailClient",
     "NotReplayable",
+    "RedisFailed",
     "TooLateToCancel",
     "UnknownJob",
 ]
@@ -86,6 +87,7 @@ def test_shared_errors_are_the_same_classes() -> None:
         mailer.ConfigError,
         mailer.TooLateToCancel,
         mailer.NotReplayable,
+        mailer.RedisFailed,
     ):
         assert issubclass(error, mailer.FairpostError)
 
