@@ -395,6 +395,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     except FairpostError as exc:
         print(f"fairpost: {exc}", file=sys.stderr)
         return 1
+    except ModuleNotFoundError as exc:
+        extra = _extra_providing(exc.name)
+        if extra is None:
+            raise
+        if args.command == "demo":
+            extra = "demo"  # which brings the daemon's too
+        # `pip install fairpost` is the SDK alone: say what to install, in one line.
+        missing = (exc.name or "").split(".")[0]
+        print(
+            f"fairpost: `fairpost {args.command}` needs the {extra} extra ({missing} is not installed): "
+            f"pip install 'fairpost[{extra}]'",
+            file=sys.stderr,
+        )
+        return 2
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
@@ -408,6 +422,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         if code is None:
             raise
         return code
+
+
+# The top-level modules each extra brings (pyproject.toml's optional dependencies).
+_EXTRA_MODULES = {
+    "daemon": frozenset(
+        {"boto3", "botocore", "aioboto3", "aiobotocore", "aiohttp", "prometheus_client", "rich"}
+    ),
+    "demo": frozenset({"moto", "matplotlib"}),
+}
+
+
+def _extra_providing(module: str | None) -> str | None:
+    root = (module or "").split(".")[0]
+    return next((extra for extra, modules in _EXTRA_MODULES.items() if root in modules), None)
 
 
 def _is_redis_error(exc: BaseException) -> bool:

@@ -212,12 +212,13 @@ class Installed:
     workdir: Path  # an empty directory to run commands in, away from the sources
     seconds: float
 
-    def run(self, *command: str) -> subprocess.CompletedProcess[str]:
+    def run(self, *command: str, extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
         env = {
             name: value
             for name, value in os.environ.items()
             if not name.startswith(("FAIRPOST_", "PYTHON", "VIRTUAL_ENV"))
         }
+        env.update(extra_env or {})
         return subprocess.run(command, cwd=self.workdir, env=env, capture_output=True, text=True, timeout=120)
 
 
@@ -297,6 +298,34 @@ def test_sdk_only_install_runs_fairpost(installed: Installed) -> None:
     mailer_file, daemon_modules = json.loads(result.stdout)
     assert Path(mailer_file).is_relative_to(installed.venv), "mailer was imported from the sources"
     assert daemon_modules == [], "the SDK-only install pulled in daemon dependencies"
+
+
+@slow
+@install_timeout
+def test_sdk_only_install_died_with_module_not_found_on_a_daemon_command(
+    installed: Installed, redis_url: str
+) -> None:
+    fairpost = str(installed.venv / "bin" / "fairpost")
+    for command, extra in ((["init-aws"], "daemon"), (["run"], "daemon"), (["demo"], "demo")):
+        result = installed.run(fairpost, *command)
+        assert result.returncode == 2, f"fairpost {command[0]}:\n{result.stdout}{result.stderr}"
+        assert result.stderr.count("\n") == 1, result.stderr
+        assert f"pip install 'fairpost[{extra}]'" in result.stderr
+    # What needs only Redis works with the SDK alone.
+    env = {"FAIRPOST_REDIS_URL": redis_url}
+    send = ["send", "--tenant", "acme", "--from", "a@example.com", "--to", "b@example.org", "--subject", "s"]
+    result = installed.run(fairpost, *send, "--text", "t", extra_env=env)
+    assert result.returncode == 0, result.stderr
+    job_id = result.stdout.strip()
+    for command in (
+        ["status", job_id],
+        ["stats"],
+        ["quota", "show"],
+        ["tenant", "pause", "acme"],
+        ["dead", "list"],
+    ):
+        result = installed.run(fairpost, *command, extra_env=env)
+        assert result.returncode == 0, f"fairpost {shlex.join(command)}:\n{result.stdout}{result.stderr}"
 
 
 @slow
