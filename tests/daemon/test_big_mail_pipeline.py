@@ -8,8 +8,6 @@ and counted in full.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from dispatcher.jobs import JobState
@@ -19,12 +17,8 @@ from mailer.testing.ses_server import SesServer
 from mailer.testing.wait import wait_for_async
 from tests.support.pipeline import pipeline, quick_settings
 
-
-@pytest.fixture
-def ses(aws_env: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[SesServer]:
-    with SesServer() as server:
-        monkeypatch.setenv("AWS_ENDPOINT_URL_SESV2", server.url)
-        yield server
+# Every test here runs against moto (SQS) and the recording SES.
+pytestmark = pytest.mark.usefixtures("ses_env")
 
 
 def mail(i: int, recipients: int) -> Mail:

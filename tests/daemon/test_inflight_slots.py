@@ -8,19 +8,16 @@ another cap's worth of the tenant's backlog to SQS.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
-import pytest
 import redis.asyncio
 
 from config.limits import Limits, Window
-from dispatcher.keys import Keys
 from dispatcher.store import JobStore, NewJob, StoreLimits
 from mailer.daemon.slots import SlotKeeper
 from mailer.quota.engine import QuotaEngine
 from mailer.testing.wait import wait_for_async
+from tests.support import KEYS
 
-KEYS = Keys("slots")
 TTL_MS = 2_000
 DAY_LIMITS: Limits = (Window(1, 100), Window(86400, 10))
 
@@ -39,13 +36,6 @@ class Limited:
 
     def is_paused(self, tenant: str) -> bool:
         return False
-
-
-@pytest.fixture
-async def aredis(redis_url: str) -> AsyncIterator[redis.asyncio.Redis]:
-    client = redis.asyncio.Redis.from_url(redis_url)
-    yield client
-    await client.aclose()
 
 
 def make_store(client: redis.asyncio.Redis) -> JobStore:

@@ -28,21 +28,17 @@ from mailer.quota.engine import QuotaEngine
 from mailer.quota.overrides import OverrideCache
 from mailer.testing.ses_server import SesServer
 
+# Every test here runs against moto (SQS) and the recording SES.
+pytestmark = pytest.mark.usefixtures("ses_env")
+
 DAY = 86_400
 
 
 @pytest.fixture
-def ses(aws_env: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[SesServer]:
+def ses() -> Iterator[SesServer]:
+    """An account of 50,000 a day whose daily quota the tests count themselves."""
     with SesServer(max_24_hour_send=50_000, enforce_daily=False) as server:
-        monkeypatch.setenv("AWS_ENDPOINT_URL_SESV2", server.url)
         yield server
-
-
-@pytest.fixture
-async def client(redis_url: str) -> AsyncIterator[redis.asyncio.Redis]:
-    c = redis.asyncio.Redis.from_url(redis_url)
-    yield c
-    await c.aclose()
 
 
 @pytest.fixture
@@ -52,12 +48,12 @@ async def ses_client(ses: SesServer) -> AsyncIterator[Any]:
 
 
 def _account(
-    ses_client: Any, client: redis.asyncio.Redis, redis_url: str, **kwargs: Any
+    ses_client: Any, aredis: redis.asyncio.Redis, redis_url: str, **kwargs: Any
 ) -> tuple[SesAccountLimits, QuotaEngine]:
     settings = load_settings(redis_url=redis_url, global_limits="auto", ses_account_refresh=300)
     keys = Keys(settings.key_prefix)
-    quota = QuotaEngine(client, keys)
-    return SesAccountLimits(ses_client, settings, client=client, keys=keys, quota=quota, **kwargs), quota
+    quota = QuotaEngine(aredis, keys)
+    return SesAccountLimits(ses_client, settings, client=aredis, keys=keys, quota=quota, **kwargs), quota
 
 
 async def _send_today(quota: QuotaEngine, units: int) -> None:
@@ -67,11 +63,11 @@ async def _send_today(quota: QuotaEngine, units: int) -> None:
 
 
 async def test_a_restart_after_a_busy_day_does_not_stop_sending_for_most_of_a_day(
-    ses: SesServer, ses_client: Any, client: redis.asyncio.Redis, redis_url: str
+    ses: SesServer, ses_client: Any, aredis: redis.asyncio.Redis, redis_url: str
 ) -> None:
     # Today the first read counts fairpost's own 40,000 as "others'" too: 5000/day, a 21 h wait.
     ses.set_quota(max_send_rate=14, max_24_hour_send=50_000, sent_last_24_hours=40_000)
-    account, quota = _account(ses_client, client, redis_url)
+    account, quota = _account(ses_client, aredis, redis_url)
     await _send_today(quota, 40_000)
 
     limits = await account.start()
@@ -81,17 +77,17 @@ async def test_a_restart_after_a_busy_day_does_not_stop_sending_for_most_of_a_da
 
 
 async def test_others_usage_is_still_taken_off_on_the_first_read(
-    ses: SesServer, ses_client: Any, client: redis.asyncio.Redis, redis_url: str
+    ses: SesServer, ses_client: Any, aredis: redis.asyncio.Redis, redis_url: str
 ) -> None:
     ses.set_quota(max_send_rate=14, max_24_hour_send=50_000, sent_last_24_hours=40_000)
-    account, quota = _account(ses_client, client, redis_url)
+    account, quota = _account(ses_client, aredis, redis_url)
     await _send_today(quota, 30_000)  # 10,000 were sent by others on the account
 
     assert await account.start() == parse_limits("12/second; 35000/day")
 
 
 async def test_rising_auto_limits_open_a_gate_closed_by_the_old_ones(
-    ses: SesServer, ses_client: Any, client: redis.asyncio.Redis, redis_url: str
+    ses: SesServer, ses_client: Any, aredis: redis.asyncio.Redis, redis_url: str
 ) -> None:
     ses.set_quota(max_send_rate=14, max_24_hour_send=1_000, sent_last_24_hours=900)
     changes: list[tuple[Limits | None, Limits]] = []
@@ -102,11 +98,11 @@ async def test_rising_auto_limits_open_a_gate_closed_by_the_old_ones(
         if gate is not None and limits_rose(old, new):
             gate.regate()
 
-    account, quota = _account(ses_client, client, redis_url, on_change=on_change)
+    account, quota = _account(ses_client, aredis, redis_url, on_change=on_change)
     await _send_today(quota, 900)
     await account.start()
     settings = load_settings(redis_url=redis_url, global_limits="auto")
-    overrides = OverrideCache(client, Keys(settings.key_prefix), settings, auto=account.current)
+    overrides = OverrideCache(aredis, Keys(settings.key_prefix), settings, auto=account.current)
     gate = Gate(quota, overrides)
     waits: list[float] = []
     decided = asyncio.Event()
@@ -146,10 +142,10 @@ def test_the_daily_quota_message_is_recognised() -> None:
 
 
 async def test_daily_quota_exceeded_holds_until_the_day_window_can_free(
-    ses: SesServer, ses_client: Any, client: redis.asyncio.Redis, redis_url: str
+    ses: SesServer, ses_client: Any, aredis: redis.asyncio.Redis, redis_url: str
 ) -> None:
     # SES says the day is spent; its account shows it (others sent what fairpost could not see).
-    account, quota = _account(ses_client, client, redis_url)
+    account, quota = _account(ses_client, aredis, redis_url)
     ses.set_quota(max_send_rate=14, max_24_hour_send=1_000, sent_last_24_hours=500)
     await account.start()  # 450/day for fairpost
     await _send_today(quota, 300)
@@ -169,9 +165,9 @@ async def test_daily_quota_exceeded_holds_until_the_day_window_can_free(
 
 
 async def test_daily_quota_wait_is_zero_once_ses_has_room_again(
-    ses: SesServer, ses_client: Any, client: redis.asyncio.Redis, redis_url: str
+    ses: SesServer, ses_client: Any, aredis: redis.asyncio.Redis, redis_url: str
 ) -> None:
     ses.set_quota(max_send_rate=14, max_24_hour_send=1_000, sent_last_24_hours=100)
-    account, quota = _account(ses_client, client, redis_url)
+    account, quota = _account(ses_client, aredis, redis_url)
     await account.start()
     assert await daily_quota_wait(ses_client, quota, account.current(), recheck_seconds=300) == 0.0

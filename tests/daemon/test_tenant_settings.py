@@ -13,7 +13,7 @@ from mailer.quota.overrides import QuotaAdmin
 
 
 async def test_a_weight_and_cap_removed_from_the_config_stayed_in_redis(
-    redis_url: str, redis_client: redis.Redis
+    redis_url: str, redis_client: redis.Redis, aredis: redis.asyncio.Redis
 ) -> None:
     before = load_settings(
         redis_url=redis_url,
@@ -25,16 +25,12 @@ async def test_a_weight_and_cap_removed_from_the_config_stayed_in_redis(
     )
     after = load_settings(redis_url=redis_url, tenants={"beta": {"weight": 5}})
     keys = Keys(before.key_prefix)
-    client = redis.asyncio.Redis.from_url(redis_url)
-    try:
-        await publish_tenant_settings(JobStore(client, keys, store_limits(before)), before)
-        with QuotaAdmin(before) as admin:
-            admin.set_tenant_limits("acme", "7/minute")  # a live override: not a setting
-            admin.pause("gamma")
-        # The next start-up, with acme and gamma gone from FAIRPOST_TENANTS and beta changed.
-        await publish_tenant_settings(JobStore(client, keys, store_limits(after)), after)
-    finally:
-        await client.aclose()
+    await publish_tenant_settings(JobStore(aredis, keys, store_limits(before)), before)
+    with QuotaAdmin(before) as admin:
+        admin.set_tenant_limits("acme", "7/minute")  # a live override: not a setting
+        admin.pause("gamma")
+    # The next start-up, with acme and gamma gone from FAIRPOST_TENANTS and beta changed.
+    await publish_tenant_settings(JobStore(aredis, keys, store_limits(after)), after)
     assert redis_client.hgetall(keys.weights()) == {"beta": "5"}
     # beta's cap is the default scaled by its weight (ceil(5 / 1) * 20).
     assert redis_client.hgetall(keys.caps()) == {"beta": "100"}
