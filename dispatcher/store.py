@@ -7,13 +7,15 @@ what it claimed comes back when its lease expires.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import redis
 import redis.asyncio
+from redis.commands.core import AsyncScript
 
 from dispatcher.calls import (
+    Call,
     ScriptCalls,
     StoreLimits,
     claimed,
@@ -76,24 +78,24 @@ class JobStore:
 
     async def handed_off(self, job_ids: Sequence[str]) -> int:
         """Record that jobs reached their downstream; returns the server time (ms)."""
-        if not job_ids:
-            return 0
-        keys, args = self._calls.handoff(job_ids)
-        return int(await self._handoff(keys=keys, args=args))
+        return await self._on_jobs(self._handoff, self._calls.handoff, job_ids)
 
     async def renew(self, job_ids: Sequence[str]) -> int:
         """Extend the leases of claims still being worked on by one lease from now."""
-        if not job_ids:
-            return 0
-        keys, args = self._calls.renew(job_ids)
-        return int(await self._renew(keys=keys, args=args))
+        return await self._on_jobs(self._renew, self._calls.renew, job_ids)
 
     async def requeue(self, job_ids: Sequence[str]) -> int:
         """Give claimed jobs back to the head of their queues."""
+        return await self._on_jobs(self._requeue, self._calls.requeue, job_ids)
+
+    async def _on_jobs(
+        self, script: AsyncScript, call: Callable[[Sequence[str]], Call], job_ids: Sequence[str]
+    ) -> int:
+        """One script over some jobs, answering a number; no call (0) for no jobs."""
         if not job_ids:
             return 0
-        keys, args = self._calls.requeue(job_ids)
-        return int(await self._requeue(keys=keys, args=args))
+        keys, args = call(job_ids)
+        return int(await script(keys=keys, args=args))
 
     async def reap(self, max_leases: int = 500) -> int:
         """Return expired leases to their queues; drop expired in-flight slots and

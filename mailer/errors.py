@@ -8,10 +8,11 @@ re-exported here, so ``mailer.errors`` names every error fairpost raises)::
     │   ├── TooLateToCancel       handed to SQS or finished already
     │   ├── NotReplayable         not a dead letter, or nothing left to send
     │   └── NotReplicated         too few Redis replicas took a write in time (also a RedisError)
-    ├── InvalidMail               the SDK refused a mail; nothing was written
+    ├── InvalidInput              the caller's input breaks a rule (.field, .rule); nothing was written
+    │   ├── InvalidMail           the SDK refused a mail
+    │   ├── InvalidOverride       a live quota override is invalid
+    │   └── InvalidSuppression    a suppression-list entry is invalid
     ├── RedisFailed               Redis failed an SDK call (unreachable, too slow, out of memory)
-    ├── InvalidOverride           a live quota override is invalid; nothing was written
-    ├── InvalidSuppression        a suppression-list entry is invalid; nothing was written
     ├── PoisonMessage             an SQS body this fairpost cannot read (a dead letter)
     ├── SesAccountError           SES GetAccount gave no usable sending quota
     ├── SesTenantError            an SES tenant could not be read or provisioned
@@ -20,7 +21,7 @@ re-exported here, so ``mailer.errors`` names every error fairpost raises)::
     ├── RefusedRequest            the recording SES server refuses a malformed request, as SES would
     └── TimedOut                  a condition awaited did not hold in time (also an AssertionError)
 
-``InvalidMail``, ``InvalidOverride`` and ``InvalidSuppression`` name the field and the rule broken.
+An ``InvalidInput`` is the caller's to fix; the others are not.
 Nothing here imports AWS or the daemon: the SDK raises these too.
 """
 
@@ -34,6 +35,7 @@ __all__ = [
     "DemoError",
     "DispatchError",
     "FairpostError",
+    "InvalidInput",
     "InvalidMail",
     "InvalidOverride",
     "InvalidSuppression",
@@ -51,13 +53,17 @@ __all__ = [
 ]
 
 
-class InvalidMail(FairpostError):
-    """The mail breaks a rule; nothing was written."""
+class InvalidInput(FairpostError):
+    """The input breaks a rule; nothing was written. ``field`` names where, ``rule`` what."""
 
     def __init__(self, field: str, rule: str) -> None:
         self.field = field
         self.rule = rule
         super().__init__(f"{field}: {rule}")
+
+
+class InvalidMail(InvalidInput):
+    """The mail breaks a rule; nothing was written."""
 
 
 class RedisFailed(FairpostError):
@@ -77,22 +83,12 @@ class RedisFailed(FairpostError):
         super().__init__(message)
 
 
-class InvalidOverride(FairpostError):
+class InvalidOverride(InvalidInput):
     """The override is invalid; nothing was written."""
 
-    def __init__(self, field_name: str, rule: str) -> None:
-        self.field = field_name
-        self.rule = rule
-        super().__init__(f"{field_name}: {rule}")
 
-
-class InvalidSuppression(FairpostError):
+class InvalidSuppression(InvalidInput):
     """The suppression-list entry is invalid; nothing was written."""
-
-    def __init__(self, field_name: str, rule: str) -> None:
-        self.field = field_name
-        self.rule = rule
-        super().__init__(f"{field_name}: {rule}")
 
 
 class PoisonMessage(FairpostError):

@@ -32,6 +32,7 @@ from redis.exceptions import RedisError
 
 from config import Settings
 from dispatcher.keys import Keys
+from dispatcher.replies import text
 from mailer.daemon.aws import SqsClient
 from mailer.daemon.metrics import EVENT_OUTCOMES, Metrics
 from mailer.daemon.ses_events import SesEvent, parse_event
@@ -149,14 +150,14 @@ class EventConsumer:
     async def _match(self, event: SesEvent) -> tuple[str | None, str | None, str | None]:
         """The job, its tenant and its state (None: its record has expired)."""
         raw = await self.redis.get(self.keys.ses_message(event.message_id))
-        job_id = _s(raw) if raw is not None else event.job_id
+        job_id = text(raw) if raw is not None else event.job_id
         if job_id is None:
             return None, None, None
         tenant, state = await self.redis.hmget(self.keys.job(job_id), ["tenant", "state"])
         return (
             job_id,
-            _s(tenant) if tenant is not None else event.tenant,
-            None if state is None else _s(state),
+            text(tenant) if tenant is not None else event.tenant,
+            None if state is None else text(state),
         )
 
     async def _act(self, event: SesEvent, job_id: str, tenant: str, *, record_exists: bool) -> None:
@@ -193,7 +194,7 @@ class EventConsumer:
     async def _record_outcome(self, job_id: str, outcome: str, event: SesEvent, at_ms: int) -> None:
         key = self.keys.job(job_id)
         current = await self.redis.hget(key, "delivery")
-        if current is not None and _RANK.get(_s(current), 0) > _RANK[outcome]:
+        if current is not None and _RANK.get(text(current), 0) > _RANK[outcome]:
             return
         fields: dict[Any, Any] = {"delivery": outcome, "delivery_ms": at_ms}
         if event.kind == "bounce":
@@ -208,7 +209,3 @@ class EventConsumer:
         self.metrics.ses_event(outcome)
         await self.redis.hincrby(self.keys.events_seen(), outcome, 1)
         return outcome
-
-
-def _s(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)

@@ -217,7 +217,3 @@ def _error(exc: BaseException) -> str:
         error = exc.response.get("Error", {})
         return f"{error.get('Code', '')}: {redact(str(error.get('Message', '')))}"
     return redact(f"{type(exc).__name__}: {exc}")
-
-
-def _s(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value

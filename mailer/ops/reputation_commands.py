@@ -6,6 +6,7 @@ import argparse
 from typing import Any
 
 from config import Settings
+from dispatcher.replies import text
 from mailer.ops.console import print_json, unreachable_redis
 
 
@@ -48,6 +49,7 @@ def cmd_ses_tenants_sync(args: argparse.Namespace, settings: Settings) -> int:
     import boto3
     import redis
 
+    from dispatcher import connect
     from dispatcher.keys import Keys
     from mailer.ops.ses_tenants import sync_tenants
 
@@ -55,9 +57,9 @@ def cmd_ses_tenants_sync(args: argparse.Namespace, settings: Settings) -> int:
     if settings.ses_tenant_names == "tenant_id":
         # Every tenant that ever enqueued gets its SES tenant too.
         try:
-            with contextlib.closing(redis.Redis.from_url(settings.redis_url)) as client:
+            with contextlib.closing(connect.redis_client(settings)) as client:
                 members: Any = client.smembers(Keys(settings.key_prefix).tenants())
-                seen = {m.decode() if isinstance(m, bytes) else str(m) for m in members}
+                seen = {text(m) for m in members}
         except (redis.RedisError, OSError) as exc:
             return unreachable_redis(settings, exc)
     with contextlib.closing(boto3.client("sesv2")) as ses:
@@ -84,12 +86,12 @@ def add_commands(sub: Any) -> None:
         "suppression", help="a tenant's suppressed addresses (bounced, complained, or added)"
     )
     supp_sub = supp.add_subparsers(dest="suppression_command", required=True, metavar="ACTION")
-    for action, text in (
+    for action, summary in (
         ("list", "the tenant's suppressed addresses"),
         ("add", "never send the tenant's mail to ADDRESS"),
         ("remove", "let the tenant send to ADDRESS again"),
     ):
-        cmd = supp_sub.add_parser(action, help=text)
+        cmd = supp_sub.add_parser(action, help=summary)
         cmd.add_argument("tenant")
         if action != "list":
             cmd.add_argument("address")

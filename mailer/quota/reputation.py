@@ -38,6 +38,7 @@ import redis.asyncio
 from config import Settings
 from config.limits import format_limits
 from dispatcher.keys import Keys
+from dispatcher.replies import text
 from dispatcher.scripts import lua_source
 
 __all__ = [
@@ -272,7 +273,7 @@ async def _drop_override(client: redis.asyncio.Redis, keys: Keys, tenant: str, s
     if state.override is None:
         return
     current = await client.hget(keys.limit_overrides(), "t:" + tenant)
-    if current is not None and _s(current) == state.override:
+    if current is not None and text(current) == state.override:
         await client.hdel(keys.limit_overrides(), "t:" + tenant)
 
 
@@ -291,7 +292,7 @@ def lift_guard(client: redis.Redis, keys: Keys, tenant: str) -> GuardState | Non
         pipe.execute()
     if state.override is not None:
         current = client.hget(keys.limit_overrides(), "t:" + tenant)
-        if current is not None and _s(current) == state.override:
+        if current is not None and text(current) == state.override:
             client.hdel(keys.limit_overrides(), "t:" + tenant)
     log.info(
         "reputation guard lifted by an operator (was %s: %s)",
@@ -308,7 +309,7 @@ def guard_states(raw: dict[Any, Any]) -> dict[str, GuardState]:
     for tenant, value in raw.items():
         state = GuardState.from_json(value)
         if state is not None:
-            states[_s(tenant)] = state
+            states[text(tenant)] = state
     return states
 
 
@@ -336,7 +337,7 @@ def read_verdicts(raw: dict[Any, Any]) -> dict[str, TenantVerdict]:
     verdicts = {}
     for tenant, value in raw.items():
         try:
-            verdicts[_s(tenant)] = TenantVerdict(**json.loads(value))
+            verdicts[text(tenant)] = TenantVerdict(**json.loads(value))
         except (TypeError, ValueError):
             continue
     return verdicts
@@ -350,7 +351,3 @@ def _reputation(tenant: str, flat: Sequence[Any]) -> Reputation:
         s, b, c, js, jb, jc = (int(v) for v in flat[2 + 6 * i : 8 + 6 * i])
         windows.append(WindowCounts(seconds, s, b, c, js, jb, jc))
     return Reputation(tenant, at_ms, tuple(windows), guard)
-
-
-def _s(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value

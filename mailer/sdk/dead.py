@@ -17,7 +17,7 @@ body and cannot be replayed.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import redis
@@ -29,6 +29,7 @@ from dispatcher.lifecycle import SyncLifecycle
 from dispatcher.store import store_limits
 from mailer.sdk.connection import RedisOwner
 from mailer.sdk.mail import check_tenant_id
+from mailer.sdk.status import json_fields, record_time
 
 __all__ = ["DeadLetter", "DeadLetters", "ReplayReport"]
 
@@ -53,15 +54,14 @@ class DeadLetter:
 
     @classmethod
     def from_record(cls, job_id: str, record: dict[str, str], died_ms: int | None) -> DeadLetter:
-        finished = record.get("finished_ms")
         return cls(
             job_id=job_id,
             tenant_id=record.get("tenant", ""),
             reason=record.get("dead_reason", ""),
             attempts=int(record.get("attempts", "0")),
             last_error=record.get("last_error") or None,
-            died_at=_time(died_ms if died_ms is not None else (int(finished) if finished else None)),
-            created_at=_time(int(record["created_ms"]) if record.get("created_ms") else None),
+            died_at=record_time(died_ms if died_ms is not None else record.get("finished_ms")),
+            created_at=record_time(record.get("created_ms")),
             priority=record.get("priority", "normal"),
             recipients=int(record.get("recipients", "0")),
             replays=int(record.get("replays", "0")),
@@ -70,11 +70,7 @@ class DeadLetter:
         )
 
     def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
-        for name, value in data.items():
-            if isinstance(value, datetime):
-                data[name] = value.isoformat()
-        return data
+        return json_fields(self)
 
 
 @dataclass(frozen=True)
@@ -164,7 +160,3 @@ class DeadLetters(RedisOwner):
             else:
                 replayed.append(job_id)
         return ReplayReport(replayed, skipped)
-
-
-def _time(ms: int | None) -> datetime | None:
-    return datetime.fromtimestamp(ms / 1000, tz=UTC) if ms else None

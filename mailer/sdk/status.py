@@ -58,14 +58,14 @@ class JobStatus:
             recipients=int(record.get("recipients", "0")),
             attempts=int(record.get("attempts", "0")),
             throttled=int(record.get("throttled", "0")),
-            created_at=_time(record.get("created_ms")),
-            dispatched_at=_time(record.get("dispatched_ms")),
-            sent_at=_time(record.get("sent_ms")),
-            finished_at=_time(record.get("finished_ms")),
+            created_at=record_time(record.get("created_ms")),
+            dispatched_at=record_time(record.get("dispatched_ms")),
+            sent_at=record_time(record.get("sent_ms")),
+            finished_at=record_time(record.get("finished_ms")),
             ses_message_id=record.get("ses_message_id") or None,
             last_error=record.get("last_error") or None,
             dead_reason=record.get("dead_reason") or None,
-            scheduled_for=_time(record.get("send_at_ms")),
+            scheduled_for=record_time(record.get("send_at_ms")),
             replays=int(record.get("replays", "0")),
             delivery=record.get("delivery") or None,
             bounce_type=record.get("bounce_type") or None,
@@ -75,15 +75,21 @@ class JobStatus:
         )
 
     def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
-        for name, value in data.items():
-            if isinstance(value, datetime):
-                data[name] = value.isoformat()
-        return data
+        return json_fields(self)
 
 
 _FINAL = ("sent", "dead", "suppressed")
 
 
-def _time(ms: str | None) -> datetime | None:
+def json_fields(record: Any) -> dict[str, Any]:
+    """A record dataclass (this status, a dead letter) as JSON-ready fields: times in ISO 8601."""
+    data: dict[str, Any] = asdict(record)
+    for name, value in data.items():
+        if isinstance(value, datetime):
+            data[name] = value.isoformat()
+    return data
+
+
+def record_time(ms: int | str | None) -> datetime | None:
+    """A time stored in a job record (Redis time, ms since the epoch); None if unset."""
     return datetime.fromtimestamp(int(ms) / 1000, tz=UTC) if ms else None

@@ -23,15 +23,17 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parseaddr
-from typing import Any, Literal, Self
+from typing import Any, Literal
 
 import redis
 import redis.asyncio
 
-from config import Settings, load_settings
+from config import Settings
 from config.tenant_id import TENANT_ID_RULE, is_valid_tenant_id
 from dispatcher.keys import Keys
+from dispatcher.replies import text
 from mailer.errors import InvalidSuppression
+from mailer.sdk.connection import RedisOwner
 
 __all__ = ["Reason", "Suppression", "Suppressions", "normalize", "suppress", "suppressed_among"]
 
@@ -69,10 +71,6 @@ def _parse(address: str, value: str) -> Suppression:
     return Suppression(address, reason, since)
 
 
-def _s(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
-
-
 async def suppressed_among(
     client: redis.asyncio.Redis | redis.asyncio.client.Pipeline,
     keys: Keys,
@@ -101,7 +99,7 @@ async def suppress(
     return sum(1 for a in added if a)
 
 
-class Suppressions:
+class Suppressions(RedisOwner):
     """The suppression lists, for admin tools (what ``fairpost suppression`` uses).
 
     Blocking; needs only the SDK's dependencies. Bad input raises
@@ -109,15 +107,13 @@ class Suppressions:
     """
 
     def __init__(self, settings: Settings | None = None, *, redis_client: redis.Redis | None = None) -> None:
-        self.settings = settings or load_settings()
-        self._owns_redis = redis_client is None
-        self._redis = redis_client or redis.Redis.from_url(self.settings.redis_url)
+        super().__init__(settings, redis_client=redis_client)
         self.keys = Keys(self.settings.key_prefix)
 
     def list(self, tenant: str) -> list[Suppression]:
         """The tenant's suppressed addresses, sorted."""
         raw: dict[Any, Any] = self._redis.hgetall(self.keys.suppressed(_tenant(tenant)))
-        return sorted((_parse(_s(k), _s(v)) for k, v in raw.items()), key=lambda e: e.address)
+        return sorted((_parse(text(k), text(v)) for k, v in raw.items()), key=lambda e: e.address)
 
     def is_suppressed(self, tenant: str, address: str) -> bool:
         return bool(self._redis.hexists(self.keys.suppressed(_tenant(tenant)), _address(address)))
@@ -133,16 +129,6 @@ class Suppressions:
     def remove(self, tenant: str, address: str) -> bool:
         """Let the tenant write to the address again; False if it was not suppressed."""
         return bool(self._redis.hdel(self.keys.suppressed(_tenant(tenant)), _address(address)))
-
-    def close(self) -> None:
-        if self._owns_redis:
-            self._redis.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def _tenant(tenant: object) -> str:

@@ -1,6 +1,6 @@
-"""Every client fairpost hands out closes the Redis connection it opened, and
-leaves open one it was given (mailer/sdk/connection.py), as the Redis server
-sees it."""
+"""Every client fairpost hands out, blocking or asyncio, closes the Redis
+connection it opened and leaves open one it was given (mailer/sdk/connection.py),
+as the Redis server sees it."""
 
 from __future__ import annotations
 
@@ -13,9 +13,10 @@ import redis.asyncio
 from config import Settings
 from mailer import AsyncMailClient, DeadLetters, MailClient, UnknownJob
 from mailer.quota.overrides import QuotaAdmin
+from mailer.sdk.suppression import Suppressions
 from mailer.testing.wait import wait_for, wait_for_async
 
-Client = MailClient | DeadLetters | QuotaAdmin
+Client = MailClient | DeadLetters | QuotaAdmin | Suppressions
 
 
 def use_mail_client(client: Client) -> None:
@@ -34,10 +35,16 @@ def use_quota_admin(client: Client) -> None:
     assert client.paused() == []
 
 
+def use_suppressions(client: Client) -> None:
+    assert isinstance(client, Suppressions)
+    assert client.list("acme") == []
+
+
 BLOCKING: list[tuple[type[Client], Callable[[Client], None]]] = [
     (MailClient, use_mail_client),
     (DeadLetters, use_dead_letters),
     (QuotaAdmin, use_quota_admin),
+    (Suppressions, use_suppressions),
 ]
 
 
