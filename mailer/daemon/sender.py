@@ -35,9 +35,10 @@ from mailer.daemon.inbox import Inbox, Received
 from mailer.daemon.metrics import Metrics
 from mailer.daemon.receive import Receiver
 from mailer.daemon.send import Sending
+from mailer.errors import PoisonMessage
 from mailer.quota.engine import QuotaEngine
 from mailer.quota.overrides import LimitSource, StaticLimits
-from mailer.sdk.envelope import PoisonMessage, decode
+from mailer.sdk.envelope import decode
 
 __all__ = ["Received", "Sender", "SenderStats"]
 

@@ -18,7 +18,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from mailer.errors import PoisonMessage as PoisonMessage  # re-exported: the sender catches it from here
+from mailer.errors import PoisonMessage
 from mailer.sdk.mail import ValidMail
 
 ENVELOPE_VERSION = 1
