@@ -49,8 +49,19 @@ def slot_of(settings: Settings) -> int:
     return key_slot(Keys(settings.key_prefix).root.encode())
 
 
+SOCKET_DEFAULTS: dict[str, Any] = {
+    "socket_connect_timeout": 5.0,
+    "socket_timeout": 15.0,
+    "socket_keepalive": True,
+}
+"""A master that vanished without closing its connections (a host down, a network cut)
+must fail the calls waiting on it within seconds, not when TCP gives up, so that the
+failover is noticed. No fairpost command blocks longer (BLPOP waits at most about 1 s)."""
+
+
 def redis_client(settings: Settings, **options: Any) -> redis.Redis:
     """A blocking client for the topology the settings name (``options``: socket timeouts...)."""
+    options = {**SOCKET_DEFAULTS, **options}
     if settings.redis_cluster:
         return redis.Redis.from_pool(_SyncSlotPool(settings, **options))
     if settings.redis_sentinels:
@@ -69,6 +80,7 @@ def redis_client(settings: Settings, **options: Any) -> redis.Redis:
 
 def async_redis_client(settings: Settings, **options: Any) -> redis.asyncio.Redis:
     """An asyncio client for the topology the settings name."""
+    options = {**SOCKET_DEFAULTS, **options}
     if settings.redis_cluster:
         return redis.asyncio.Redis.from_pool(_AsyncSlotPool(settings, **options))
     if settings.redis_sentinels:
