@@ -290,6 +290,11 @@ class Settings(BaseSettings):
             )
         elif self.redis_cluster and urlsplit(self.redis_url).path.strip("/") not in ("", "0"):
             problem = (f"{url}, {cluster}", "a cluster has only database 0")
+        elif self.redis_min_replicas and self.redis_wait_seconds >= self.redis_timeout:
+            problem = (
+                "FAIRPOST_REDIS_WAIT_SECONDS, FAIRPOST_REDIS_TIMEOUT",
+                "the wait for replicas must end before the command's timeout",
+            )
         if problem is not None:
             raise PydanticCustomError("topology", "{rule}", {"variables": problem[0], "rule": problem[1]})
         return self

@@ -428,6 +428,10 @@ _SENTINELS, _MASTER = "FAIRPOST_REDIS_SENTINELS", "FAIRPOST_REDIS_SENTINEL_MASTE
         ),
         ({_SENTINELS: "s1", _MASTER: "m"}, [_SENTINELS]),
         ({"FAIRPOST_REDIS_MIN_REPLICAS": "-1"}, ["FAIRPOST_REDIS_MIN_REPLICAS"]),
+        (
+            {"FAIRPOST_REDIS_MIN_REPLICAS": "1", "FAIRPOST_REDIS_WAIT_SECONDS": "5"},
+            ["FAIRPOST_REDIS_WAIT_SECONDS", "FAIRPOST_REDIS_TIMEOUT"],
+        ),
     ],
 )  # fmt: skip
 def test_bad_redis_topology_names_every_variable_involved(
