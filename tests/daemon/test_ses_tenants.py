@@ -22,6 +22,7 @@ from config.ses_names import ses_tenant_name, tenant_id_of
 from dispatcher.keys import Keys
 from mailer import AsyncMailClient
 from mailer.cli import main
+from mailer.errors import SesTenantError
 from mailer.ops.ses_tenants import set_customer_status, sync_tenants
 from mailer.ops.stats import collect_stats
 from mailer.testing.ses_server import SesServer
@@ -128,13 +129,20 @@ async def test_a_tenant_disabled_by_ses_waits_alone_and_resumes_when_ses_enables
     assert {m.tenant_name for m in ses_env.sent if m.tag("fairpost-tenant") == "globex"} == {None}
 
 
-def test_tenant_pause_ses_sets_the_customer_managed_status(ses_env: SesServer, redis_url: str) -> None:
-    settings = quick_settings(redis_url, tenants={"acme": {"ses_tenant_name": "acme"}})
+def test_tenant_pause_ses_sets_the_customer_managed_status(
+    ses_env: SesServer, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FAIRPOST_REDIS_URL", redis_url)
+    monkeypatch.setenv("FAIRPOST_TENANTS", json.dumps({"acme": {"ses_tenant_name": "acme"}}))
     tenant = ses_env.tenancy.create("acme")
-    set_customer_status(settings, "acme", enabled=False)
+    assert main(["tenant", "pause", "acme", "--ses"]) == 0
     assert (tenant.customer_status, tenant.aggregate) == ("DISABLED", "DISABLED")
-    set_customer_status(settings, "acme", enabled=True)
+    assert main(["tenant", "resume", "acme", "--ses"]) == 0
     assert tenant.aggregate == "ENABLED"
+    # A tenant without an SES tenant: refused, naming why.
+    settings = quick_settings(redis_url)
+    with pytest.raises(SesTenantError, match="has no SES tenant"):
+        set_customer_status(settings, "globex", enabled=False)
 
 
 def _redis(settings: Settings) -> redis.asyncio.Redis:
