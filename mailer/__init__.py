@@ -13,6 +13,7 @@ from mailer.sdk.client import AsyncMailClient, MailClient
 from mailer.sdk.dead import DeadLetters
 from mailer.sdk.mail import Mail
 from mailer.sdk.status import JobStatus
+from mailer.sdk.suppression import Suppressions
 
 __all__ = [
     "AsyncMailClient",
@@ -26,6 +27,7 @@ __all__ = [
     "MailClient",
     "NotReplayable",
     "RedisFailed",
+    "Suppressions",
     "TooLateToCancel",
     "UnknownJob",
 ]

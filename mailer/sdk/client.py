@@ -27,6 +27,7 @@ from mailer.sdk.dead import DeadLetters
 from mailer.sdk.failures import RedisFailures
 from mailer.sdk.mail import Mail, check_tenant_id
 from mailer.sdk.status import JobStatus
+from mailer.sdk.suppression import Suppressions
 
 __all__ = ["MAIL_KIND", "AsyncMailClient", "MailClient"]
 
@@ -245,6 +246,10 @@ class MailClient(RedisOwner, BaseMailClient):
     def dead_letters(self) -> DeadLetters:
         """List, show, replay and purge dead letters, on this client's connection."""
         return DeadLetters(self.settings, redis_client=self._redis)
+
+    def suppressions(self) -> Suppressions:
+        """List, add and remove a tenant's suppressed addresses, on this client's connection."""
+        return Suppressions(self.settings, redis_client=self._redis)
 
 
 class AsyncMailClient(AsyncRedisOwner, BaseMailClient):

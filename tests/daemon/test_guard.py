@@ -152,3 +152,13 @@ def test_every_send_names_the_tenants_ses_tenant(redis_url: str) -> None:
     assert send_email_request(env, own.tenant("eu.shop"))["TenantName"] == "shop"
     assert "TenantName" not in send_email_request(env, load_settings(redis_url=redis_url).tenant("eu.shop"))
     assert parse_limits("3/second")  # the throttle limits parse as limits do
+
+
+def test_the_mail_client_administers_suppressions_on_its_connection(settings: Settings) -> None:
+    from mailer import MailClient
+
+    with MailClient(settings) as client:
+        lists = client.suppressions()
+        assert lists.add("acme", "ada@example.org")
+        assert lists.is_suppressed("acme", "ADA@example.org")
+        assert not lists.is_suppressed("globex", "ada@example.org")

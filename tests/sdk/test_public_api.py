@@ -29,6 +29,7 @@ MAILER_API = [
     "MailClient",
     "NotReplayable",
     "RedisFailed",
+    "Suppressions",
     "TooLateToCancel",
     "UnknownJob",
 ]
