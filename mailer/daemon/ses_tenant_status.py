@@ -103,6 +103,8 @@ class SesTenantStatus:
         try:
             verdict = await self._read(name)
         except (ClientError, BotoCoreError, OSError) as exc:
+            # The tenant may have been made anew (a new ARN): look it up again next time.
+            self._arns.pop(name, None)
             log.warning(
                 "could not read the SES tenant's sending status: %s", _error(exc), extra={"tenant": tenant}
             )

@@ -36,7 +36,7 @@ import redis
 import redis.asyncio
 
 from config import Settings
-from config.limits import format_limits
+from config.limits import Limits, Window, format_limits
 from dispatcher.keys import Keys
 from dispatcher.replies import text
 from dispatcher.scripts import lua_source
@@ -230,7 +230,9 @@ class ReputationBook:
         )
 
     async def _throttle(self, rep: Reputation, reason: str, window: WindowCounts | None) -> None:
-        limits = format_limits(self._settings.reputation.throttle_limits)
+        limits = format_limits(
+            throttled(self._settings.limits_for(rep.tenant), self._settings.reputation.throttle_limits)
+        )
         # An operator's own override of the tenant wins: the guard only adds one.
         mine = await self._redis.hsetnx(self._keys.limit_overrides(), "t:" + rep.tenant, limits)
         state = self._state(rep, "throttled", reason, window)
@@ -275,6 +277,15 @@ async def _drop_override(client: redis.asyncio.Redis, keys: Keys, tenant: str, s
     current = await client.hget(keys.limit_overrides(), "t:" + tenant)
     if current is not None and text(current) == state.override:
         await client.hdel(keys.limit_overrides(), "t:" + tenant)
+
+
+def throttled(own: Limits, throttle: Limits) -> Limits:
+    """The tenant's own windows with the throttle's added, the lower limit where both
+    have a window of one length: a throttle only ever lowers what the tenant may send."""
+    merged: dict[int, int] = {w.seconds: w.limit for w in own}
+    for w in throttle:
+        merged[w.seconds] = min(w.limit, merged.get(w.seconds, w.limit))
+    return tuple(sorted(Window(seconds, limit) for seconds, limit in merged.items()))
 
 
 def lift_guard(client: redis.Redis, keys: Keys, tenant: str) -> GuardState | None:

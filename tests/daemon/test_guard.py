@@ -9,13 +9,13 @@ import redis
 import redis.asyncio
 
 from config import Settings, load_settings
-from config.limits import parse_limits
+from config.limits import format_limits, parse_limits
 from dispatcher.keys import Keys
 from mailer.cli import main
 from mailer.daemon.ses import send_email_request
 from mailer.errors import InvalidSuppression
 from mailer.quota.overrides import QuotaAdmin
-from mailer.quota.reputation import GuardState, ReputationBook, lift_guard
+from mailer.quota.reputation import GuardState, ReputationBook, lift_guard, throttled
 from mailer.sdk.envelope import Envelope
 from mailer.sdk.mail import Mail, validate
 from mailer.sdk.suppression import Suppressions
@@ -43,8 +43,9 @@ async def test_the_guard_throttles_at_half_the_threshold_then_pauses_at_it(
         assert guard(redis_client, "bouncy") is None
         await book.record("bouncy", bounces=1)  # 4 of 200: 2 %, half the 4 % threshold
         state = guard(redis_client, "bouncy")
-        assert state is not None and state.level == "throttled" and state.override == "3/second"
-        assert redis_client.hget(KEYS.limit_overrides(), "t:bouncy") == "3/second"
+        # Its own limits (the default 5/second; 10000/day) with the throttle's lower rate.
+        assert state is not None and state.level == "throttled" and state.override == "3/second; 10000/day"
+        assert redis_client.hget(KEYS.limit_overrides(), "t:bouncy") == "3/second; 10000/day"
         assert not redis_client.sismember(KEYS.paused(), "bouncy")
         rep = await book.record("bouncy", bounces=4)  # 8 of 200: 4 %
         state = guard(redis_client, "bouncy")
@@ -105,6 +106,14 @@ async def test_a_throttle_lifts_by_itself_when_the_rates_fall_back(
 
 
 # -- suppression lists ----------------------------------------------------------------------
+
+
+def test_a_throttle_only_ever_lowers_a_tenants_limits() -> None:
+    own = parse_limits("2/second; 500/day")
+    assert format_limits(throttled(own, parse_limits("3/second"))) == "2/second; 500/day"
+    assert (
+        format_limits(throttled(own, parse_limits("1/second; 60/minute"))) == "1/second; 60/minute; 500/day"
+    )
 
 
 def test_suppression_admin_adds_lists_removes_and_refuses_bad_input(settings: Settings) -> None:
