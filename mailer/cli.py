@@ -34,15 +34,17 @@ def cmd_init_aws(args: argparse.Namespace, settings: Settings) -> int:
 
     import boto3
 
-    from mailer.ops.queue_setup import init_events_queue, init_queue
+    from mailer.ops.queue_setup import init_events_queue, init_queue, queue_warnings
 
     with contextlib.closing(boto3.client("sqs")) as sqs:
         url, differ = init_queue(sqs, settings)
         events = init_events_queue(sqs, settings) if args.events else None
+        warnings = queue_warnings(sqs, url)
     if args.json:
         report: dict[str, object] = {
             "queue_url": url,
             "differs": {k: {"have": h, "want": w} for k, (h, w) in differ.items()},
+            "warnings": warnings,
         }
         if events is not None:
             report["events_queue_url"] = events[0]
@@ -56,6 +58,8 @@ def cmd_init_aws(args: argparse.Namespace, settings: Settings) -> int:
             print(f"events queue ready: {events[0]}")
             for name, (have, want) in events[1].items():
                 print(f"  attribute {name} is {have!r}; fairpost expects {want!r}")
+        for warning in warnings:
+            print(f"  warning: {warning}")
     return 0
 
 
@@ -110,7 +114,33 @@ def cmd_check_config(args: argparse.Namespace, settings: Settings) -> int:
         print("settings are valid:")
         for name, value in data.items():
             print(f"  {name} = {json.dumps(value, default=str)}")
+    # The queue's own settings can lose mail too (a redrive policy): on stderr,
+    # so that --json stays the settings alone. Checked only where AWS is at hand.
+    for warning in _queue_warnings(settings):
+        print(f"fairpost: warning: {warning}", file=sys.stderr)
     return 0
+
+
+def _queue_warnings(settings: Settings) -> list[str]:
+    try:
+        import boto3
+        from botocore.config import Config
+    except ImportError:
+        return []  # the SDK alone: no AWS to ask
+    from mailer.ops.queue_setup import queue_warnings
+
+    quick = Config(connect_timeout=2, read_timeout=5, retries={"max_attempts": 1})
+    try:
+        sqs = boto3.client("sqs", config=quick)
+    except Exception:
+        return []  # no region or credentials configured here
+    try:
+        url = sqs.get_queue_url(QueueName=settings.queue_name)["QueueUrl"]
+        return queue_warnings(sqs, url)
+    except Exception as exc:
+        return [f"queue {settings.queue_name} not checked ({type(exc).__name__})"]
+    finally:
+        sqs.close()
 
 
 def cmd_stats(args: argparse.Namespace, settings: Settings) -> int:

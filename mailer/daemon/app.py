@@ -41,6 +41,7 @@ from mailer.daemon.handoff import MailWorker
 from mailer.daemon.health import Heartbeat, Liveness, replica_name
 from mailer.daemon.http import Check, HttpServer
 from mailer.daemon.metrics import Metrics, TenantLabels
+from mailer.daemon.ready import readiness
 from mailer.daemon.reconcile import Reconciler
 from mailer.daemon.sender import Sender
 from mailer.daemon.ses_account import SesAccountLimits, limits_rose
@@ -184,17 +185,7 @@ async def _run(settings: Settings, role: Role, client: redis.asyncio.Redis, stop
                 return Check(health.ok, health.detail)
 
             async def ready() -> Check:
-                try:
-                    await asyncio.wait_for(client.ping(), timeout=2.0)
-                except Exception as exc:
-                    return Check(False, f"Redis does not answer: {type(exc).__name__}")
-                try:
-                    await asyncio.wait_for(
-                        sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"]), timeout=3.0
-                    )
-                except Exception as exc:
-                    return Check(False, f"SQS does not answer: {type(exc).__name__}")
-                return Check(True, "Redis and SQS answer")
+                return await readiness(client, sqs, queue_url)
 
             async def refresh() -> None:
                 # Bounded per scrape: the tenants with labels, and as many more of the

@@ -7,6 +7,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from config import Settings
+from mailer.ops.redrive import redrive_warning
 
 RETENTION_SECONDS = 14 * 86400
 """SQS's maximum: a throttled backlog must not outlive it (the in-flight cap
@@ -78,3 +79,12 @@ def init_events_queue(sqs: Any, settings: Settings) -> tuple[str, dict[str, tupl
         name: (have.get(name, "(unset)"), want) for name, want in wanted.items() if have.get(name) != want
     }
     return url, differ
+
+
+def queue_warnings(sqs: Any, url: str) -> list[str]:
+    """What in the queue's settings can lose mail fairpost holds (boto3, blocking)."""
+    have = sqs.get_queue_attributes(
+        QueueUrl=url, AttributeNames=["RedrivePolicy", "MessageRetentionPeriod"]
+    ).get("Attributes", {})
+    warning = redrive_warning(have)
+    return [warning] if warning else []
