@@ -15,7 +15,8 @@ from urllib.parse import urlsplit
 
 import redis.exceptions
 
-from config import FairpostError, Settings, mask_url
+from config import Settings, mask_url
+from dispatcher.errors import NotReplicated
 from mailer.errors import RedisFailed
 
 WRITES = frozenset({"enqueue", "cancel"})
@@ -33,9 +34,6 @@ class RedisFailures:
         """Raise a redis-py error inside the block as :class:`RedisFailed`."""
         try:
             yield
-        except FairpostError:
-            # fairpost's own (NotReplicated is a RedisError too): it says what happened already.
-            raise
         except redis.exceptions.RedisError as exc:
             raise self.failed(operation, exc) from exc
 
@@ -51,12 +49,14 @@ class RedisFailures:
             what = f"Redis at {self.url} did not answer within {s.redis_timeout:g} s"
         elif isinstance(exc, redis.exceptions.ConnectionError):
             what = f"the connection to Redis at {self.url} broke (timeout {s.redis_timeout:g} s)"
+        elif isinstance(exc, NotReplicated):
+            what = f"the write reached Redis at {self.url} but not enough of its replicas"
         else:
             what = f"Redis at {self.url} refused it"
         # A refused command (an error answer, out of memory) did nothing: fairpost's
         # writes are single scripts, refused whole. An answer that never came may
         # hide a write that was done.
-        refused = isinstance(exc, redis.exceptions.ResponseError)
+        refused = isinstance(exc, redis.exceptions.ResponseError) and not isinstance(exc, NotReplicated)
         maybe = operation in WRITES and not never_sent and not refused
         if maybe and operation == "enqueue":
             outcome = (
