@@ -27,11 +27,11 @@ from typing import TYPE_CHECKING, Any
 import redis.asyncio
 
 from config import Settings
-from config.limits import Limits, Window, format_limits, parse_limits
+from config.limits import Window, format_limits
 from dispatcher.keys import TOTAL_INFLIGHT, TOTAL_WAITING, Keys
 from dispatcher.replies import record, text
 from mailer.quota.engine import QuotaEngine
-from mailer.quota.overrides import read_overrides, resolve_global, resolve_tenant
+from mailer.quota.overrides import read_auto_limits, read_overrides, resolve_global, resolve_tenant
 from mailer.quota.reputation import (
     GuardState,
     Reputation,
@@ -200,7 +200,7 @@ async def collect_stats(
         names = set(tenants)
     ordered = sorted(names)
 
-    glob = resolve_global(settings, overrides, _parse(auto_text))
+    glob = resolve_global(settings, overrides, read_auto_limits(auto_text))
     effective = {t: resolve_tenant(settings, overrides, t) for t in ordered}
 
     async with client.pipeline(transaction=False) as pipe:
@@ -302,15 +302,6 @@ def _bucket(count: int) -> int:
     return 1 << (count.bit_length() - 1) if count >= 2 else 0
 
 
-def _parse(raw: Any) -> Limits | None:
-    if raw is None:
-        return None
-    try:
-        return parse_limits(text(raw))
-    except ValueError:
-        return None
-
-
 # -- rendering -------------------------------------------------------------------
 
 
@@ -397,12 +388,12 @@ def _reconciled(stats: Stats) -> str:
 
 
 def _caption(stats: Stats) -> str:
-    text = f"replicas alive: {len(stats.replicas)} ({', '.join(stats.replicas) or 'none'})"
+    caption = f"replicas alive: {len(stats.replicas)} ({', '.join(stats.replicas) or 'none'})"
     if stats.known_tenants > len(stats.tenants):
-        text += (
+        caption += (
             f"; {len(stats.tenants)} of {stats.known_tenants} tenants shown (those with the largest backlogs)"
         )
-    return text
+    return caption
 
 
 def render_table(stats: Stats) -> Table:

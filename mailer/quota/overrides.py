@@ -52,6 +52,7 @@ __all__ = [
     "QuotaAdmin",
     "StaticLimits",
     "changed_scopes",
+    "read_auto_limits",
     "read_overrides",
 ]
 
@@ -118,6 +119,17 @@ def read_overrides(raw: Mapping[Any, Any], paused: Iterable[Any]) -> Overrides:
         elif name.startswith(_TENANT_FIELD):
             tenants[name[len(_TENANT_FIELD) :]] = windows
     return Overrides(global_limits, tenants, frozenset(text(t) for t in paused))
+
+
+def read_auto_limits(raw: Any) -> Limits | None:
+    """The global limits a running daemon derived from SES (``Keys.auto_limits``), as
+    read from Redis; None if there are none, or they do not parse."""
+    if raw is None:
+        return None
+    try:
+        return parse_limits(text(raw))
+    except ValueError:
+        return None
 
 
 def resolve_global(settings: Settings, overrides: Overrides, auto: Limits | None) -> EffectiveLimits:
@@ -328,13 +340,7 @@ class QuotaAdmin(RedisOwner):
 
     def auto_limits(self) -> Limits | None:
         """The global limits a running daemon derived from SES, if the settings say ``auto``."""
-        raw = self._redis.get(self.keys.auto_limits())
-        if raw is None:
-            return None
-        try:
-            return parse_limits(text(raw))
-        except ValueError:
-            return None
+        return read_auto_limits(self._redis.get(self.keys.auto_limits()))
 
     def global_limits(self) -> EffectiveLimits:
         auto = self.auto_limits() if isinstance(self.settings.global_limits, str) else None
