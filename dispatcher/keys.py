@@ -157,6 +157,11 @@ class Keys:
         return f"{self.root}:quota:"
 
     # -- operations (live overrides, health) -----------------------------------
+    def tenant_hold(self, tenant: str) -> str:
+        """Hash with a TTL: SES refused this tenant's mail for a fault of its own (reason,
+        until_ms, backoff_ms); its mail waits until then (mailer/quota/holds.py)."""
+        return f"{self.root}:hold:{tenant}"
+
     def limit_overrides(self) -> str:
         """Hash: live quota overrides, "global" or "t:<tenant>" → limits text ("100/minute")."""
         return f"{self.root}:overrides:limits"

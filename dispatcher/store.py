@@ -189,11 +189,22 @@ class JobStore:
             values: list[bytes | None] = await pipe.execute()
         return values
 
-    async def count_throttled(self, job_ids: Sequence[str]) -> None:
-        """The jobs waited for a quota once more (not an attempt)."""
+    async def count_throttled(self, job_ids: Sequence[str], reason: str, until_ms: int) -> None:
+        """The jobs wait for a quota once more (not an attempt): until ``until_ms``
+        (Redis time), because of ``reason`` (``tenant_quota``, ``paused``, ...)."""
+        await self.mark_waiting(job_ids, reason, until_ms, count=True)
+
+    async def mark_waiting(
+        self, job_ids: Sequence[str], reason: str, until_ms: int, *, count: bool = False
+    ) -> None:
+        """Why the jobs wait, and until when (Redis time), for their status."""
         async with self.pipeline() as pipe:
             for job_id in job_ids:
-                pipe.hincrby(self.keys.job(job_id), "throttled", 1)
+                if count:
+                    pipe.hincrby(self.keys.job(job_id), "throttled", 1)
+                pipe.hset(
+                    self.keys.job(job_id), mapping={"waiting_for": reason, "waiting_until_ms": until_ms}
+                )
             await pipe.execute()
 
     async def count_attempt(self, job_id: str, error: str) -> int:

@@ -41,7 +41,8 @@ _THROTTLE_REASON = {
     "paused": "paused",
     "ses_tenant_disabled": "ses_tenant_disabled",
 }
-"""The quota engine's ``blocked_by`` (or an operator's pause) → the metrics label."""
+"""The quota engine's ``blocked_by`` (or an operator's pause) → the metrics label;
+a tenant held for its SES set-up is labelled with its ``ses_<code>`` itself."""
 
 
 class GroupDecision:
@@ -86,6 +87,18 @@ class GroupDecision:
             todo = await ctx.feedback.screen(tenant, todo)
             if not todo:
                 return
+        ses_hold = self.sending.held(tenant)
+        if ses_hold is not None:
+            # SES refused this tenant's own set-up lately: it waits alone until its recheck.
+            reason, wait = ses_hold
+            await self.park(tenant, todo, wait, reason, await ctx.store.now_ms())
+            return
+        if self.sending.rechecking(tenant):
+            # The hold ended: one mail asks SES whether the fault is gone; the rest
+            # wait behind it in their FIFO group.
+            for behind in todo[1:]:
+                behind.visibility = 0
+            todo = todo[:1]
         costs = [m.envelope.mail.recipients for m in todo if m.envelope]
         grant = await ctx.quota.acquire(
             tenant, costs, *ctx.windows(tenant), weight=ctx.settings.weight_for(tenant)
@@ -137,13 +150,15 @@ class GroupDecision:
         jitter = PRECISE_JITTER if precise else ctx.settings.sender.max_jitter_seconds
         wait = min(retry_after + random.uniform(0, jitter), MAX_VISIBILITY)
         ctx.stats.throttled_by_quota += len(refused)
-        ctx.metrics.throttled(tenant, _THROTTLE_REASON.get(blocked_by or "", "tenant_quota"), len(refused))
+        reason = _THROTTLE_REASON.get(blocked_by or "", blocked_by or "tenant_quota")
+        ctx.metrics.throttled(tenant, reason, len(refused))
         now = time.monotonic()
         for msg in refused:
             msg.visibility = wait + PRECISE_SAFETY_NET if precise else wait
             msg.retry_at = now + wait if precise else None
         self.inbox.parked(tenant, refused, now + wait)
-        await ctx.store.count_throttled([m.envelope.job_id for m in refused if m.envelope])
+        ids = [m.envelope.job_id for m in refused if m.envelope]
+        await ctx.store.count_throttled(ids, reason, at_ms + int(wait * 1000))
         # The jobs keep their tenant's in-flight slots while they wait in SQS.
         ttl_ms = int(ctx.settings.dispatcher.inflight_ttl_seconds * 1000)
         await ctx.store.touch_inflight(tenant, at_ms + int(wait * 1000) + ttl_ms)

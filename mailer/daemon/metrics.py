@@ -90,7 +90,7 @@ EVENT_OUTCOMES = (
 )  # fmt: skip
 """``fairpost_ses_events_total{outcome}`` (mailer/daemon/events.py)."""
 
-SES_RESULTS = ("sent", "throttled", "paused", "permanent", "transient")
+SES_RESULTS = ("sent", "throttled", "paused", "tenant", "permanent", "transient")
 
 _LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600, 4 * 3600, 86400)
 _SES_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
@@ -134,6 +134,7 @@ class Metrics:
         self.registry = CollectorRegistry()
         self.labels = labels or TenantLabels()
         self._other_seen = False
+        self._ses_holds_seen: set[tuple[str, str]] = set()
         if process_metrics:
             # The daemon owns its process: its memory, CPU and file descriptors are
             # worth a series; each counter's "_created" twin is not.
@@ -148,7 +149,9 @@ class Metrics:
         self.sent_total = Counter("fairpost_mail_sent", "Mails SES accepted.", ["tenant"], registry=r)
         self.throttled_total = Counter(
             "fairpost_mail_throttled",
-            "Mails held back (parked in SQS or backed off), by reason: " + ", ".join(THROTTLE_REASONS) + ".",
+            "Mails held back (parked in SQS or backed off), by reason: "
+            + ", ".join(THROTTLE_REASONS)
+            + ", ses_<code> (SES refused the tenant's own set-up: the tenant is held alone).",
             ["tenant", "reason"],
             registry=r,
         )
@@ -266,7 +269,9 @@ class Metrics:
         )
         self.tenant_held = Gauge(
             "fairpost_tenant_held",
-            "1 while the tenant is held, by reason: " + ", ".join(HELD_REASONS) + ".",
+            "1 while the tenant is held, by reason: "
+            + ", ".join(HELD_REASONS)
+            + ", ses_<code> (SES refused the tenant's own set-up).",
             ["tenant", "reason"],
             registry=r,
         )
@@ -348,6 +353,12 @@ class Metrics:
             self.tenant_retry_after.labels(label).set(max(0.0, t.retry_after))
             for reason in HELD_REASONS:
                 self.tenant_held.labels(label, reason).set(1 if t.held == reason else 0)
+            # A hold for the tenant's own SES set-up is labelled with its ses_<code>.
+            for seen in [r for held_label, r in self._ses_holds_seen if held_label == label]:
+                self.tenant_held.labels(label, seen).set(1 if t.held_by == seen else 0)
+            if t.held_by is not None:
+                self._ses_holds_seen.add((label, t.held_by))
+                self.tenant_held.labels(label, t.held_by).set(1)
             if t.reputation is not None:
                 for rw in t.reputation.windows:
                     self.tenant_bounce_rate.labels(label, rw.name).set(rw.bounce_rate)

@@ -29,6 +29,7 @@ from mailer.daemon.endings import Endings
 from mailer.daemon.gate import Gate
 from mailer.daemon.inbox import Received
 from mailer.daemon.ses_tenant_status import REASON
+from mailer.quota.holds import TenantHolds
 from mailer.quota.overrides import PAUSED_RECHECK_SECONDS
 
 log = logging.getLogger("fairpost.sender")
@@ -51,12 +52,30 @@ class Sending:
         self._throttle_backoff = _THROTTLE_BACKOFF_MIN
         self.park: Callable[[str, list[Received], float, str | None, int], Awaitable[None]] | None = None
         """Parks a tenant's mail (mailer.daemon.group.GroupDecision.park), set by the Sender."""
+        self.account = ses.AccountCheck(ses_client)
+        self.holds = TenantHolds(ctx.store.redis, ctx.store.keys)
+        # Tenants SES refused for their own set-up: tenant → (ses_<code>, monotonic time
+        # of the recheck). Kept while the tenant has not sent since (the hold in Redis
+        # is cleared by the replica that sees it send again).
+        self._held: dict[str, tuple[str, float]] = {}
 
     async def park_disabled(self, tenant: str, paused: list[Received], at_ms: int) -> None:
         """SES disabled the tenant's SES tenant: its refused mails wait (recheck, then resume)."""
         assert self.park is not None and self.ctx.feedback is not None
         await self.park(tenant, paused, PAUSED_RECHECK_SECONDS, REASON, at_ms)
         await self.ctx.feedback.mark_held([m.envelope.job_id for m in paused if m.envelope], REASON)
+
+    def held(self, tenant: str) -> tuple[str, float] | None:
+        """(reason, seconds left) while the tenant is held for an SES fault of its own."""
+        if tenant not in self._held:
+            return None
+        reason, until = self._held[tenant]
+        left = until - time.monotonic()
+        return (reason, left) if left > 0 else None
+
+    def rechecking(self, tenant: str) -> bool:
+        """The tenant's hold ended and it has not sent since: its next mail is a probe."""
+        return tenant in self._held
 
     async def send_granted(self, tenant: str, granted: list[Received], at_ms: int) -> None:
         """Send the mails a grant at ``at_ms`` covers; each ends with ``delete`` or a
@@ -85,14 +104,30 @@ class Sending:
         ]
         await self._record(tenant, answered)
         paused = [m for m, r, _ in answered if r.verdict is ses.Verdict.PAUSED]
+        # An SES tenant SES paused is held here already (ses_SendingPausedException);
+        # when SES has disabled it (feedback), that is what the tenant waits for.
+        ses_tenant_paused = [
+            m
+            for m, r, _ in answered
+            if r.verdict is ses.Verdict.TENANT and r.code == "SendingPausedException"
+        ]
         feedback = self.ctx.feedback
         if feedback is not None and any(r.verdict is not ses.Verdict.SENT for _, r, _ in answered):
             feedback.send_failed(tenant)
+        if ses_tenant_paused and feedback is not None and await feedback.disabled_now(tenant):
+            await self.park_disabled(tenant, ses_tenant_paused, at_ms)
         if paused and feedback is not None and await feedback.disabled_now(tenant):
             # SES disabled this tenant's SES tenant, not the account: it waits alone.
             await self.park_disabled(tenant, paused, at_ms)
         elif paused:
             self.gate.hold(self.ctx.settings.sender.pause_seconds)
+        faulted = [m for m, r, _ in answered if r.verdict is ses.Verdict.TENANT]
+        for behind in faulted[1:]:
+            # One message waits in flight; FIFO order keeps the rest behind it.
+            behind.visibility = 0
+        if tenant in self._held and any(r.verdict is ses.Verdict.SENT for _, r, _ in answered):
+            del self._held[tenant]
+            await self.holds.clear(tenant)
         for outcome in outcomes:
             if isinstance(outcome, BaseException):
                 raise outcome
@@ -182,7 +217,9 @@ class Sending:
             await self.counting.keep(tenant, cost, stamp, every)
             started = time.monotonic()
             msg.in_call = True
-            call = asyncio.ensure_future(ses.send(self.ses, env, self.ctx.settings.tenant(tenant)))
+            call = asyncio.ensure_future(
+                ses.send(self.ses, env, self.ctx.settings.tenant(tenant), self.account)
+            )
             try:
                 while not (await asyncio.wait({call}, timeout=every))[0]:
                     await self.counting.keep(tenant, cost, stamp, every)
@@ -220,8 +257,24 @@ class Sending:
             self._throttle_backoff = min(self._throttle_backoff * 2, _THROTTLE_BACKOFF_MAX)
             self.gate.hold(delay)
             msg.visibility = delay + random.uniform(0, ctx.settings.sender.max_jitter_seconds)
-            await ctx.store.count_throttled([env.job_id])
+            await ctx.store.count_throttled([env.job_id], "ses", await ctx.store.now_ms() + int(delay * 1000))
             log.warning("SES throttled; sender backs off %.1fs", delay, extra=extra)
+        elif result.verdict is ses.Verdict.TENANT:
+            # This tenant's own SES set-up: it alone waits, nothing is counted against the mail.
+            s = ctx.settings.sender
+            hold, wait = await self.holds.hold(
+                tenant,
+                result.reason,
+                first_seconds=s.backoff_base_seconds,
+                most_seconds=s.backoff_max_seconds,
+            )
+            self._held[tenant] = (hold.reason, time.monotonic() + wait)
+            msg.visibility = wait
+            ctx.metrics.throttled(tenant, hold.reason)
+            await ctx.store.mark_waiting([env.job_id], hold.reason, hold.until_ms)
+            log.warning(
+                "SES refuses this tenant's mail (%s); tenant held %.1fs", result.error, wait, extra=extra
+            )
         elif result.verdict is ses.Verdict.PAUSED:
             msg.visibility = ctx.settings.sender.pause_seconds
             log.error(

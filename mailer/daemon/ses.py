@@ -1,6 +1,6 @@
 """Sending one mail through SES v2, and what each failure means.
 
-Every SES answer falls in one of five classes, and the class decides what
+Every SES answer falls in one of six classes, and the class decides what
 the sender does (docs/design.md, "SQS and SES facts"):
 
 ========== ======================================== ===========================================
@@ -8,18 +8,34 @@ class      SES says                                 the sender
 ========== ======================================== ===========================================
 sent       200 with a MessageId                     records it, deletes the SQS message
 throttled  TooManyRequests, LimitExceeded           refunds the quota, backs off, retries
-paused     SendingPaused, AccountSuspended, and     refunds, pauses the whole sender,
-           credentials refused                      keeps every job
-permanent  MessageRejected, unverified sender,      dead letter with the reason
+paused     AccountSuspended, SendingPaused for the  refunds, pauses the whole sender,
+           account, credentials refused             keeps every job
+tenant     this tenant's set-up: its identity       refunds, parks this tenant alone with a
+           unverified or denied (AccessDenied,      growing backoff (reason ``ses_<code>``);
+           ``ses:FromAddress``), its configuration  no attempt counted, nothing dead
+           set or SES tenant missing, paused or
+           disabled
+permanent  MessageRejected (the mail itself),       dead letter with the reason
            bad request (malformed address), 4xx
 transient  5xx, network errors, timeouts            retries with backoff, counts an attempt
 ========== ======================================== ===========================================
+
+The scope of a refusal is decided from the error and the request (which
+identity, configuration set or SES tenant it named); when that cannot tell,
+from GetAccount (:class:`AccountCheck`): an account that can send means the
+refusal was this tenant's.
 """
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import enum
+import logging
+import math
 import re
+import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,11 +45,14 @@ from config.settings import TenantSettings
 from mailer.daemon.aws import SesClient
 from mailer.sdk.envelope import Envelope
 
+log = logging.getLogger("fairpost.sender")
+
 
 class Verdict(enum.Enum):
     SENT = "sent"
     THROTTLED = "throttled"
     PAUSED = "paused"
+    TENANT = "tenant"
     PERMANENT = "permanent"
     TRANSIENT = "transient"
 
@@ -44,21 +63,33 @@ class SendResult:
     message_id: str | None = None
     error: str | None = None
     """A short, secret-free description: the SES error code and message."""
+    code: str | None = None
+    """SES's error code, as given (``AccessDeniedException``)."""
+    scope: str = ""
+
+    @property
+    def reason(self) -> str:
+        """Why a tenant waits, for stats and metrics: ``ses_<code>``."""
+        return "ses_" + (self.code or "error")
 
 
 _THROTTLED = {"TooManyRequestsException", "LimitExceededException", "Throttling", "ThrottlingException"}
 _PAUSED = {
-    "SendingPausedException",
     "AccountSuspendedException",
-    # Credentials or permissions: an operator must act; no mail is at fault.
-    "AccessDeniedException",
-    "AccessDenied",
+    # Credentials: an operator must act; no mail or tenant is at fault.
     "UnrecognizedClientException",
     "InvalidClientTokenId",
     "ExpiredTokenException",
     "ExpiredToken",
     "SignatureDoesNotMatch",
 }
+_DENIED = {"AccessDeniedException", "AccessDenied"}
+_TENANT_RESOURCE = re.compile(
+    r":(identity|configuration-set|tenant)/|FromAddress|FromDisplayName", re.IGNORECASE
+)
+"""What an IAM refusal names when it is about this request's sender, configuration set or SES tenant."""
+_UNVERIFIED = re.compile(r"not verified|failed the check", re.IGNORECASE)
+_TENANT_NOT_FOUND = re.compile(r"configuration set|tenant", re.IGNORECASE)
 
 
 _ADDRESS = re.compile(r"[^\s@<>\"',;:()\[\]]+@[^\s@<>\"',;:()\[\]]+")
@@ -70,22 +101,85 @@ def redact(message: str) -> str:
     return _ADDRESS.sub("<address>", message)[:_MAX_ERROR_CHARS]
 
 
-def classify(exc: Exception) -> SendResult:
+_UNSURE = "unsure"
+"""classify's scope when only GetAccount can tell: the account, or this tenant."""
+
+
+def classify(exc: Exception, request: Mapping[str, Any] | None = None) -> SendResult:
+    """What an SES error means for the mail ``request`` was for (see the table above).
+    May answer an ``unsure`` scope (error ``_UNSURE``): :func:`send` asks GetAccount."""
     if isinstance(exc, ClientError):
         error = exc.response.get("Error", {})
         code = str(error.get("Code", ""))
+        message = str(error.get("Message", ""))
         status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
-        text = f"SES {code or status}: {redact(str(error.get('Message', '')))}".strip()
+        text = f"SES {code or status}: {redact(message)}".strip()
+        request = request or {}
+
+        def result(verdict: Verdict) -> SendResult:
+            return SendResult(verdict, error=text, code=code or str(status))
+
         if code in _THROTTLED or status == 429:
-            return SendResult(Verdict.THROTTLED, error=text)
+            return result(Verdict.THROTTLED)
         if code in _PAUSED:
-            return SendResult(Verdict.PAUSED, error=text)
+            return result(Verdict.PAUSED)
+        if code == "SendingPausedException":
+            # With an SES tenant named, it may be that tenant SES paused, not the account.
+            return result(Verdict.PAUSED) if "TenantName" not in request else _unsure(result(Verdict.TENANT))
+        if code in _DENIED:
+            return (
+                result(Verdict.TENANT)
+                if _TENANT_RESOURCE.search(message)
+                else _unsure(result(Verdict.TENANT))
+            )
+        if code == "MailFromDomainNotVerifiedException" or (
+            code == "MessageRejected" and _UNVERIFIED.search(message)
+        ):
+            return result(Verdict.TENANT)
+        if code == "NotFoundException" and _TENANT_NOT_FOUND.search(message):
+            named = "ConfigurationSetName" in request or "TenantName" in request
+            return result(Verdict.TENANT if named else Verdict.PERMANENT)
         if status >= 500 or status == 0:
-            return SendResult(Verdict.TRANSIENT, error=text)
-        return SendResult(Verdict.PERMANENT, error=text)
+            return result(Verdict.TRANSIENT)
+        return result(Verdict.PERMANENT)
     if isinstance(exc, BotoCoreError | OSError | TimeoutError):
         return SendResult(Verdict.TRANSIENT, error=redact(f"{type(exc).__name__}: {exc}"))
     raise exc
+
+
+def _unsure(tenant_scoped: SendResult) -> SendResult:
+    return dataclasses.replace(tenant_scoped, scope=_UNSURE)
+
+
+class AccountCheck:
+    """Can the account send? SES GetAccount (``SendingEnabled``, ``EnforcementStatus``),
+    asked at most once per ``every`` seconds however many refusals need it."""
+
+    def __init__(self, ses: SesClient, every: float = 10.0) -> None:
+        self._ses = ses
+        self._every = every
+        self._checked_at = -math.inf
+        self._enabled = True
+        self._lock = asyncio.Lock()
+
+    async def sending_enabled(self) -> bool:
+        async with self._lock:
+            if time.monotonic() - self._checked_at >= self._every:
+                self._enabled = await self._ask()
+                self._checked_at = time.monotonic()
+            return self._enabled
+
+    async def _ask(self) -> bool:
+        try:
+            account = await self._ses.get_account()
+        except Exception as exc:  # cannot tell: hold the sender, as for credentials
+            log.warning("SES GetAccount failed (%s): taking a refusal as the account's", type(exc).__name__)
+            return False
+        enforcement = str(account.get("EnforcementStatus", "HEALTHY")).upper()
+        return bool(account.get("SendingEnabled", True)) and enforcement not in (
+            "SHUTDOWN",
+            "PROBATION_PAUSED",
+        )
 
 
 def send_email_request(env: Envelope, tenant: TenantSettings) -> dict[str, Any]:
@@ -127,9 +221,19 @@ def send_email_request(env: Envelope, tenant: TenantSettings) -> dict[str, Any]:
     return request
 
 
-async def send(ses: SesClient, env: Envelope, tenant: TenantSettings) -> SendResult:
+async def send(
+    ses: SesClient, env: Envelope, tenant: TenantSettings, account: AccountCheck | None = None
+) -> SendResult:
+    """Send one mail; a refusal whose scope the error cannot tell is the account's
+    unless ``account`` says the account can send."""
+    request = send_email_request(env, tenant)
     try:
-        response = await ses.send_email(**send_email_request(env, tenant))
+        response = await ses.send_email(**request)
     except Exception as exc:  # classify() re-raises what is not an AWS or network error
-        return classify(exc)
+        result = classify(exc, request)
+        if result.scope == _UNSURE:
+            enabled = account is not None and await account.sending_enabled()
+            verdict = Verdict.TENANT if enabled else Verdict.PAUSED
+            result = dataclasses.replace(result, verdict=verdict, scope="")
+        return result
     return SendResult(Verdict.SENT, message_id=str(response.get("MessageId", "")))

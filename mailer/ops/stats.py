@@ -80,6 +80,10 @@ class ScopeStats:
     paused: bool = False
     retry_after: float = 0.0
     """Seconds until one more recipient fits in every window; -1: never (a limit of 0)."""
+    held_by: str | None = None
+    """``ses_<code>`` while the tenant is held for a fault of its own SES set-up."""
+    held_until_ms: int | None = None
+    """Redis time its next mail is tried again."""
     reputation: Reputation | None = None
     """Sends, bounces and complaints over 24 h and 7 d (mailer/quota/reputation.py)."""
     guard: GuardState | None = None
@@ -90,9 +94,12 @@ class ScopeStats:
     @property
     def held(self) -> str | None:
         """Why the tenant is held, beyond its quota: ``ses_tenant_disabled``,
-        ``reputation_paused`` or ``reputation_throttled``."""
+        ``ses_<code>`` (SES refused its own set-up), ``reputation_paused`` or
+        ``reputation_throttled``."""
         if self.ses_disabled is not None:
             return "ses_tenant_disabled"
+        if self.held_by is not None:
+            return self.held_by
         if self.guard is not None:
             return "reputation_" + self.guard.level
         return None
@@ -114,6 +121,8 @@ class ScopeStats:
             "reputation": None if self.reputation is None else self.reputation.to_json()["windows"],
             "guard": None if self.guard is None else self.guard.to_json(),
             "ses_tenant": None if self.ses_disabled is None else self.ses_disabled.to_json(),
+            "held_by": self.held_by,
+            "held_until_ms": self.held_until_ms,
         }
 
 
@@ -208,9 +217,16 @@ async def collect_stats(
             # The scripts' count: a queue may still hold ids of cancelled jobs.
             pipe.hget(keys.counts(), tenant)
             pipe.zcount(keys.inflight(tenant), "(" + str(at_ms), "+inf")
+            pipe.hmget(keys.tenant_hold(tenant), ["reason", "until_ms"])
         counts = await pipe.execute()
-    backlog = {t: int(counts[2 * i] or 0) for i, t in enumerate(ordered)}
-    inflight = {t: int(counts[2 * i + 1]) for i, t in enumerate(ordered)}
+    backlog = {t: int(counts[3 * i] or 0) for i, t in enumerate(ordered)}
+    inflight = {t: int(counts[3 * i + 1]) for i, t in enumerate(ordered)}
+    holds = {
+        t: (text(reason), int(until))
+        for i, t in enumerate(ordered)
+        for reason, until in [counts[3 * i + 2]]
+        if reason is not None and until is not None and int(until) > at_ms
+    }
 
     # Bounded: thousands of tenants must not mean thousands of connections.
     slots = asyncio.Semaphore(_CONCURRENT_READS)
@@ -238,6 +254,8 @@ async def collect_stats(
             reputation=reputation,
             guard=guards.get(tenant),
             ses_disabled=ses_disabled.get(tenant),
+            held_by=holds[tenant][0] if tenant in holds else None,
+            held_until_ms=holds[tenant][1] if tenant in holds else None,
         )
 
     async def global_stats() -> ScopeStats:
@@ -316,6 +334,8 @@ def _state(scope: ScopeStats) -> str:
         return "paused by the reputation guard"
     if scope.paused:
         return "paused"
+    if scope.held_by:
+        return f"held ({scope.held_by})"
     if scope.retry_after < 0:
         return "blocked (limit too small)"
     if scope.retry_after > 0:

@@ -45,11 +45,18 @@ class JobStatus:
     """Recipients dropped unsent: on the tenant's suppression list."""
     held: str | None = None
     """Why it waits beyond its quota, while it does: ``ses_tenant_disabled``."""
+    waiting_for: str | None = None
+    """While it is not finished: why it last waited (``tenant_quota``, ``global_quota``,
+    ``global_share``, ``paused``, ``ses`` (throttled), ``ses_<code>`` (its tenant held
+    for an SES fault of its own))."""
+    waiting_until: datetime | None = None
+    """Until when that wait was to last."""
 
     @classmethod
     def from_record(cls, job_id: str, record: dict[str, str]) -> JobStatus:
         if not record:
             raise UnknownJob(job_id)
+        final = record.get("state") in _FINAL
         return cls(
             job_id=job_id,
             tenant_id=record.get("tenant", ""),
@@ -72,6 +79,8 @@ class JobStatus:
             diagnostic=record.get("diagnostic") or None,
             suppressed=int(record.get("suppressed", "0")),
             held=(record.get("held") or None) if record.get("state") not in _FINAL else None,
+            waiting_for=None if final else record.get("waiting_for") or None,
+            waiting_until=None if final else _time(record.get("waiting_until_ms")),
         )
 
     def to_json(self) -> dict[str, Any]:

@@ -126,6 +126,31 @@ class Faults:
     ACCOUNT_SUSPENDED = SesError(
         "AccountSuspendedException", 400, "The account has been suspended and cannot send email."
     )
+    # One tenant's own SES set-up: that tenant alone waits (mailer/daemon/ses.py).
+    ACCESS_DENIED_IDENTITY = SesError(
+        "AccessDeniedException",
+        403,
+        "User: arn:aws:iam::123456789012:user/fairpost is not authorized to perform: ses:SendEmail "
+        "on resource: arn:aws:ses:us-east-1:123456789012:identity/bad.example",
+    )
+    ACCESS_DENIED_FROM_ADDRESS = SesError(
+        "AccessDeniedException",
+        403,
+        "User: arn:aws:iam::123456789012:user/fairpost is not authorized to perform: ses:SendEmail "
+        "with an explicit deny in an identity-based policy (condition ses:FromAddress)",
+    )
+    ACCESS_DENIED = SesError("AccessDeniedException", 403, "Access denied.")
+    """No resource named: only GetAccount can tell the account's refusal from the tenant's."""
+    IDENTITY_NOT_VERIFIED = SesError(
+        "MessageRejected",
+        400,
+        "Email address is not verified. The following identities failed the check in region "
+        "US-EAST-1: app@bad.example",
+    )
+    CONFIGURATION_SET_MISSING = SesError(
+        "NotFoundException", 404, "Configuration set <bad-events> does not exist."
+    )
+    TENANT_SENDING_PAUSED = SesError("SendingPausedException", 400, "Sending is paused for this tenant.")
     # Permanent: dead letter with the reason.
     MESSAGE_REJECTED = SesError("MessageRejected", 400, "The message was rejected.")
     MAIL_FROM_DOMAIN_NOT_VERIFIED = SesError(

@@ -221,7 +221,13 @@ def test_every_error_fairpost_handles_is_covered() -> None:
     # Every modeled code is one botocore knows for SendEmail (plus the generic ones).
     model = boto3.client("sesv2", region_name="us-east-1").meta.service_model
     modeled = {shape.name for shape in model.operation_model("SendEmail").error_shapes}
-    generic = {None, "InternalServiceErrorException", "InternalFailure", "ServiceUnavailable"}
+    generic = {
+        None,
+        "InternalServiceErrorException",
+        "InternalFailure",
+        "ServiceUnavailable",
+        "AccessDeniedException",
+    }
     assert codes - generic <= modeled
 
 

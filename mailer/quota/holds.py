@@ -1,0 +1,66 @@
+"""Tenants held for a fault of their own SES set-up, shared by every replica.
+
+When SES refuses a tenant's mail for the tenant's own set-up (its sender
+identity unverified or denied, its configuration set or SES tenant missing,
+paused or disabled: mailer.daemon.ses), the sender holds that tenant alone,
+rechecking after a backoff that doubles on each fault (``hold.lua``). The
+hold lives in Redis, so ``stats`` and every replica see why the tenant waits
+(``ses_<code>``) and until when; a send that succeeds clears it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import redis.asyncio
+
+from dispatcher.keys import Keys
+from dispatcher.scripts import lua_source
+
+
+@dataclass(frozen=True)
+class Hold:
+    reason: str
+    """``ses_<code>``: the SES error that holds the tenant."""
+    until_ms: int
+    """Redis time the tenant's next mail is tried again."""
+
+
+class TenantHolds:
+    def __init__(self, client: redis.asyncio.Redis, keys: Keys) -> None:
+        self._redis = client
+        self._keys = keys
+        self._hold = client.register_script(lua_source("mailer.quota", "hold"))
+
+    async def hold(
+        self, tenant: str, reason: str, *, first_seconds: float, most_seconds: float
+    ) -> tuple[Hold, float]:
+        """Hold the tenant (or keep the hold in force); returns the hold and the
+        seconds until it ends."""
+        until_ms, held_for, wait_ms = await self._hold(
+            keys=[self._keys.tenant_hold(tenant)],
+            args=[reason, int(first_seconds * 1000), int(most_seconds * 1000)],
+        )
+        return Hold(_s(held_for), int(until_ms)), int(wait_ms) / 1000
+
+    async def clear(self, tenant: str) -> None:
+        await self._redis.delete(self._keys.tenant_hold(tenant))
+
+    async def held(self, tenants: Iterable[str]) -> dict[str, Hold]:
+        """The holds of these tenants (those held, or recently held, only)."""
+        names = list(tenants)
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for tenant in names:
+                pipe.hmget(self._keys.tenant_hold(tenant), ["reason", "until_ms"])
+            values = await pipe.execute()
+        return {
+            tenant: Hold(_s(reason), int(until))
+            for tenant, (reason, until) in zip(names, values, strict=True)
+            if reason is not None and until is not None
+        }
+
+
+def _s(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
