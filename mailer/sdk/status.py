@@ -80,7 +80,7 @@ class JobStatus:
             suppressed=int(record.get("suppressed", "0")),
             held=(record.get("held") or None) if record.get("state") not in _FINAL else None,
             waiting_for=None if final else record.get("waiting_for") or None,
-            waiting_until=None if final else _time(record.get("waiting_until_ms")),
+            waiting_until=None if final else record_time(record.get("waiting_until_ms")),
         )
 
     def to_json(self) -> dict[str, Any]:
