@@ -197,6 +197,15 @@ class Keys:
         judges only what came after."""
         return f"{self.root}:rep:{tenant}:{seconds}:base"
 
+    def send_seq(self, tenant: str) -> str:
+        """String: the tenant's accepted recipients so far, numbering its sends (send_seq.lua)."""
+        return f"{self.root}:rep:{tenant}:seq"
+
+    def recent_bounces(self, tenant: str) -> str:
+        """Sorted set: the tenant's permanent bounces among its last sends, scored by the
+        bounced mail's send number (recent_bounces.lua)."""
+        return f"{self.root}:rep:{tenant}:recent"
+
     def guard(self) -> str:
         """Hash: tenant → the reputation guard's action on it (JSON: level, reason, rates, time)."""
         return f"{self.root}:rep:guard"

@@ -183,7 +183,12 @@ class EventConsumer:
             )
             if event.permanent:
                 await suppress(self.redis, self.keys, tenant, event.recipients, "bounce", at_ms)
-                await self.book.record(tenant, bounces=max(1, len(event.recipients)))
+                seq = await self.redis.hget(self.keys.job(job_id), "send_seq")
+                await self.book.record(
+                    tenant,
+                    bounces=max(1, len(event.recipients)),
+                    bounced=(job_id, int(seq) if seq is not None else 0),
+                )
         elif event.kind == "complaint":
             log.info("SES reports a complaint", extra=extra)
             await suppress(self.redis, self.keys, tenant, event.recipients, "complaint", at_ms)

@@ -27,6 +27,7 @@ from redis.exceptions import RedisError
 from config import Settings
 from dispatcher.jobs import JobState
 from dispatcher.keys import Keys
+from dispatcher.scripts import lua_source
 from dispatcher.store import JobStore
 from mailer.daemon.aws import SesClient, SqsClient
 from mailer.daemon.events import EventConsumer
@@ -66,6 +67,7 @@ class Feedback:
         self.book = book
         self.status = status
         self.metrics = metrics or Metrics()
+        self._send_seq = store.redis.register_script(lua_source("mailer.quota", "send_seq"))
 
     def hold(self, tenant: str) -> str | None:
         """The reason the tenant's mail must wait now, beyond its quota; None: it may go."""
@@ -118,10 +120,21 @@ class Feedback:
             log.info("mail not sent: every recipient is suppressed for the tenant", extra=extra)
         return kept
 
-    def index_sent(self, pipe: redis.asyncio.client.Pipeline, job_id: str, message_id: str | None) -> None:
-        """Queue, on the sender's pipeline, what lets SES events find the job."""
+    async def index_sent(
+        self,
+        pipe: redis.asyncio.client.Pipeline,
+        tenant: str,
+        job_id: str,
+        message_id: str | None,
+        recipients: int,
+    ) -> None:
+        """Queue, on the sender's pipeline, what lets SES events find the job (its SES
+        message id) and place it among the tenant's sends (its send number)."""
         if message_id and self.settings.events_queue_name:
             pipe.set(self.keys.ses_message(message_id), job_id, ex=self.settings.job_ttl)
+            await self._send_seq(
+                keys=[self.keys.send_seq(tenant), self.keys.job(job_id)], args=[recipients], client=pipe
+            )
         pipe.hdel(self.keys.job(job_id), "held")
 
     async def count_sent(self, tenant: str, recipients: int) -> None:

@@ -323,8 +323,12 @@ class Sending:
                     await self.counting.move_to_answers(tenant, answered, pipe)
                     await ctx.store.record_sent(sent, keep_seconds=ctx.finished_ttl, pipeline=pipe)
                     if ctx.feedback is not None:
-                        for job_id, message_id in sent:
-                            ctx.feedback.index_sent(pipe, job_id, message_id)
+                        for msg, result, _ in answered:
+                            if result.verdict is ses.Verdict.SENT and msg.envelope is not None:
+                                env = msg.envelope
+                                await ctx.feedback.index_sent(
+                                    pipe, tenant, env.job_id, result.message_id, env.mail.recipients
+                                )
                     await ctx.store.execute_durably(pipe)
                 break
             except RedisError as exc:

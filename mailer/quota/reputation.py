@@ -26,6 +26,7 @@ This module owns the windows' and the guard's keys; it needs only ``redis``.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from collections.abc import Awaitable, Callable, Sequence
@@ -139,6 +140,9 @@ class Reputation:
     at_ms: int
     windows: tuple[WindowCounts, ...]
     guard: GuardState | None
+    recent_bounces: int | None = None
+    """Permanent bounces among the tenant's last ``min_sends`` sends (known when a bounce
+    was just counted): the guard's quickest measure, whatever the day before held."""
 
     def window(self, seconds: int) -> WindowCounts | None:
         return next((w for w in self.windows if w.seconds == seconds), None)
@@ -154,6 +158,14 @@ def judge(rep: Reputation, settings: Settings) -> tuple[Verdict, str, WindowCoun
     """What the guard should do now, why, and in which window."""
     r = settings.reputation
     worst: tuple[Verdict, str, WindowCounts | None] = ("ok", "", None)
+    if rep.recent_bounces is not None:
+        # A list gone bad today is caught as fast after a good week as on a first day.
+        rate = rep.recent_bounces / r.min_sends
+        why = f"bounce rate {rate:.2%} over the last {r.min_sends} sends ({rep.recent_bounces} bounced)"
+        if rate >= r.bounce_threshold:
+            return "pause", f"{why} >= {r.bounce_threshold:.2%}", None
+        if rate >= r.bounce_threshold * r.throttle_at:
+            worst = ("throttle", f"{why} >= {r.bounce_threshold * r.throttle_at:.2%}", None)
     for w in rep.windows:
         denominator = max(w.judged_sends, r.min_sends)
         for what, count, threshold in (
@@ -193,12 +205,27 @@ class ReputationBook:
         self._settings = settings
         self._on_action = on_action
         self._script = client.register_script(lua_source("mailer.quota", "reputation"))
+        self._recent = client.register_script(lua_source("mailer.quota", "recent_bounces"))
 
     async def record(
-        self, tenant: str, *, sends: int = 0, bounces: int = 0, complaints: int = 0
+        self,
+        tenant: str,
+        *,
+        sends: int = 0,
+        bounces: int = 0,
+        complaints: int = 0,
+        bounced: tuple[str, int] | None = None,
     ) -> Reputation:
-        """Count what happened and let the guard judge the tenant."""
+        """Count what happened and let the guard judge the tenant. ``bounced``: the job
+        id and send number (its record's ``send_seq``; 0 unknown) of the mail whose
+        ``bounces`` recipients bounced for good, for the last-sends measure."""
         rep = await self.read(tenant, sends=sends, bounces=bounces, complaints=complaints)
+        if bounced is not None and bounces > 0:
+            recent, _ = await self._recent(
+                keys=[self._keys.send_seq(tenant), self._keys.recent_bounces(tenant)],
+                args=[bounced[0], bounced[1], bounces, self._settings.reputation.min_sends],
+            )
+            rep = dataclasses.replace(rep, recent_bounces=int(recent))
         verdict, reason, window = judge(rep, self._settings)
         current = rep.guard.level if rep.guard else None
         if verdict == "pause" and current != "paused":
@@ -296,6 +323,8 @@ def lift_guard(client: redis.Redis, keys: Keys, tenant: str) -> GuardState | Non
         return None
     with client.pipeline(transaction=True) as pipe:
         pipe.hdel(keys.guard(), tenant)
+        # The last-sends measure starts afresh too.
+        pipe.delete(keys.recent_bounces(tenant))
         for seconds in WINDOWS:
             # The window as it is now becomes the base the guard subtracts.
             pipe.copy(keys.reputation(tenant, seconds), keys.reputation_base(tenant, seconds), replace=True)

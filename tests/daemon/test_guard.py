@@ -58,6 +58,29 @@ async def test_the_guard_throttles_at_half_the_threshold_then_pauses_at_it(
         assert guard(redis_client, "good") is None
 
 
+async def test_a_list_gone_bad_after_a_good_day_is_paused_by_its_last_200_sends(
+    settings: Settings, redis_client: redis.Redis
+) -> None:
+    async with redis.asyncio.Redis.from_url(settings.redis_url) as client:
+        book = ReputationBook(client, KEYS, settings)
+        await book.record("acme", sends=1000)  # a good day: 1,000 sends, no bounce
+        redis_client.set(KEYS.send_seq("acme"), 1000)  # what the sender numbered
+        for i in range(7):
+            await book.record("acme", bounces=1, bounced=(f"job{i}", 990 + i))
+        state = guard(redis_client, "acme")
+        assert state is not None and state.level == "throttled", state  # 7 of the last 200: 3.5 %
+        rep = await book.record("acme", bounces=1, bounced=("job7", 999))
+        state = guard(redis_client, "acme")
+        assert state is not None and state.level == "paused", state  # 8 of the last 200: 4 %
+        assert rep.recent_bounces == 8 and "last 200 sends" in state.reason
+        # Over the day it is only 8 in 1,000 (0.8 %): the windows alone would have waited.
+        window = rep.window(86_400)
+        assert window is not None and window.bounce_rate < 0.01
+        # The same event again adds nothing to the last-sends count.
+        rep = await book.record("acme", bounces=1, bounced=("job7", 999))
+        assert rep.recent_bounces == 8
+
+
 async def test_an_operators_resume_lifts_the_guard_which_then_judges_only_what_follows(
     settings: Settings, redis_client: redis.Redis
 ) -> None:
