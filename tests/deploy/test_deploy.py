@@ -37,6 +37,8 @@ from config import ConfigError, Settings, load_settings
 from mailer.daemon.http import Check, HttpServer
 from mailer.daemon.metrics import DEAD_REASONS, SES_RESULTS, THROTTLE_REASONS, Metrics
 from mailer.ops.stats import ScopeStats, Stats, WindowUsage
+from mailer.quota.reputation import WINDOWS as REPUTATION_WINDOWS
+from mailer.quota.reputation import Reputation, WindowCounts
 
 ROOT = Path(__file__).resolve().parents[2]
 KUBERNETES = ROOT / "deploy" / "kubernetes"
@@ -199,11 +201,22 @@ async def _get(port: int, path: str) -> tuple[int, str]:
 def _sample_stats() -> Stats:
     """What the gauges are filled from at scrape time: a tenant, a window each."""
     window = WindowUsage(seconds=1, limit=14, used=3)
+    reputation = Reputation(
+        "acme", 0, tuple(WindowCounts(s, 200, 3, 0, 200, 3, 0) for s in REPUTATION_WINDOWS), None
+    )
     return Stats(
         at_ms=0,
         global_=ScopeStats("global", backlog=5, inflight=2, windows=[window], limits_source="settings"),
         tenants=[
-            ScopeStats("acme", backlog=5, inflight=2, windows=[window], limits_source="settings", paused=True)
+            ScopeStats(
+                "acme",
+                backlog=5,
+                inflight=2,
+                windows=[window],
+                limits_source="settings",
+                paused=True,
+                reputation=reputation,
+            )
         ],
         replicas=["a", "b"],
     )
