@@ -155,3 +155,21 @@ async def _held(client: AsyncMailClient, job: str) -> bool:
 
 async def _sent(client: AsyncMailClient, job: str) -> bool:
     return (await client.status(job)).state == "sent"
+
+
+def test_init_aws_events_creates_the_events_queue_idempotently(
+    aws_env: str, redis_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("FAIRPOST_REDIS_URL", redis_url)
+    assert main(["init-aws", "--events"]) == 1  # FAIRPOST_EVENTS_QUEUE_NAME unset: refused, naming it
+    assert "FAIRPOST_EVENTS_QUEUE_NAME" in capsys.readouterr().err
+    monkeypatch.setenv("FAIRPOST_EVENTS_QUEUE_NAME", "fairpost-ses-events")
+    for _ in range(2):
+        assert main(["init-aws", "--events", "--json"]) == 0
+        report = json.loads(capsys.readouterr().out)
+        assert report["events_queue_url"].endswith("/fairpost-ses-events")
+        assert report["events_differs"] == {}
+    attributes = boto3.client("sqs").get_queue_attributes(
+        QueueUrl=report["events_queue_url"], AttributeNames=["FifoQueue", "MessageRetentionPeriod"]
+    )["Attributes"]
+    assert "FifoQueue" not in attributes and attributes["MessageRetentionPeriod"] == str(14 * 86400)
