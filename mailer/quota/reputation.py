@@ -220,10 +220,15 @@ class ReputationBook:
         id and send number (its record's ``send_seq``; 0 unknown) of the mail whose
         ``bounces`` recipients bounced for good, for the last-sends measure."""
         rep = await self.read(tenant, sends=sends, bounces=bounces, complaints=complaints)
-        if bounced is not None and bounces > 0:
+        throttled_now = rep.guard is not None and rep.guard.level == "throttled"
+        if (bounced is not None and bounces > 0) or throttled_now:
+            # On a bounce, place it among the last sends; while throttled, read where the
+            # last sends stand, so that sends lift the throttle only when that measure
+            # has fallen back too (not on the windows alone).
+            job_id, seq = bounced if bounced is not None and bounces > 0 else ("", 0)
             recent, _ = await self._recent(
                 keys=[self._keys.send_seq(tenant), self._keys.recent_bounces(tenant)],
-                args=[bounced[0], bounced[1], bounces, self._settings.reputation.min_sends],
+                args=[job_id, seq, bounces if job_id else 0, self._settings.reputation.min_sends],
             )
             rep = dataclasses.replace(rep, recent_bounces=int(recent))
         verdict, reason, window = judge(rep, self._settings)

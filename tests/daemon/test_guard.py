@@ -81,6 +81,26 @@ async def test_a_list_gone_bad_after_a_good_day_is_paused_by_its_last_200_sends(
         assert rep.recent_bounces == 8
 
 
+async def test_a_throttle_from_the_last_sends_holds_while_they_stay_bad(
+    settings: Settings, redis_client: redis.Redis
+) -> None:
+    async with redis.asyncio.Redis.from_url(settings.redis_url) as client:
+        book = ReputationBook(client, KEYS, settings)
+        await book.record("acme", sends=1000)
+        redis_client.set(KEYS.send_seq("acme"), 1000)
+        for i in range(5):
+            await book.record("acme", bounces=1, bounced=(f"job{i}", 995 + i))
+        assert (state := guard(redis_client, "acme")) is not None and state.level == "throttled"
+        # More sends: the day's windows say all is well, the last 200 sends do not.
+        redis_client.incrby(KEYS.send_seq("acme"), 10)
+        await book.record("acme", sends=10)
+        assert (state := guard(redis_client, "acme")) is not None and state.level == "throttled"
+        # 200 clean sends later the bounces have left the last 200: the throttle lifts.
+        redis_client.incrby(KEYS.send_seq("acme"), 200)
+        await book.record("acme", sends=200)
+        assert guard(redis_client, "acme") is None
+
+
 async def test_an_operators_resume_lifts_the_guard_which_then_judges_only_what_follows(
     settings: Settings, redis_client: redis.Redis
 ) -> None:
