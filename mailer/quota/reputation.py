@@ -251,12 +251,17 @@ class ReputationBook:
 
     def _state(self, rep: Reputation, level: Level, reason: str, window: WindowCounts | None) -> GuardState:
         w = window or rep.windows[0]
+        bounce_rate, name = w.bounce_rate, w.name
+        if window is None and rep.recent_bounces is not None:
+            # Judged by the last sends: report that measure, not the day's.
+            n = self._settings.reputation.min_sends
+            bounce_rate, name = rep.recent_bounces / n, f"last {n} sends"
         return GuardState(
             level=level,
             reason=reason,
-            bounce_rate=round(w.bounce_rate, 6),
+            bounce_rate=round(bounce_rate, 6),
             complaint_rate=round(w.complaint_rate, 6),
-            window=w.name,
+            window=name,
             at_ms=rep.at_ms,
             override=rep.guard.override if rep.guard else None,
         )

@@ -73,6 +73,7 @@ async def test_a_list_gone_bad_after_a_good_day_is_paused_by_its_last_200_sends(
         state = guard(redis_client, "acme")
         assert state is not None and state.level == "paused", state  # 8 of the last 200: 4 %
         assert rep.recent_bounces == 8 and "last 200 sends" in state.reason
+        assert (state.window, state.bounce_rate) == ("last 200 sends", 0.04)
         # Over the day it is only 8 in 1,000 (0.8 %): the windows alone would have waited.
         window = rep.window(86_400)
         assert window is not None and window.bounce_rate < 0.01
