@@ -94,7 +94,7 @@ def test_one_tenant_of_five_bouncing_is_paused_in_time_and_the_others_are_not_de
             bounced = sum(1 for m in last if m.to[0].startswith("bounce+"))
             assert bounced <= 0.04 * 200 + 1, (bounced, len(at_pause), len(bouncy))
             assert len(bouncy) < 400, "the pause held nothing back"
-            assert max(latencies) < 2.0, latencies
+            assert max(latencies) < 3.0, latencies
             assert main(["tenant", "resume", "bouncy"]) == 0
             assert not _paused(redis_url)
     finally:
