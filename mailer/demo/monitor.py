@@ -17,7 +17,7 @@ from dispatcher.replies import text
 
 __all__ = ["JobBook", "JobInfo"]
 
-_FINAL = frozenset({"sent", "dead"})
+_FINAL = frozenset({"sent", "dead", "suppressed"})
 
 
 @dataclass
