@@ -9,6 +9,7 @@ mailbox simulator: mailer/testing/ses_tenancy.py).
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Iterator
 from functools import partial
@@ -21,6 +22,7 @@ import redis.asyncio
 from config import Settings
 from dispatcher.keys import Keys
 from mailer import AsyncMailClient
+from mailer.daemon.metrics import Metrics
 from mailer.daemon.ses_events import parse_event
 from mailer.ops.queue_setup import init_events_queue
 from mailer.ops.stats import collect_stats
@@ -214,6 +216,13 @@ async def test_a_tenant_whose_list_bounces_ten_percent_is_paused_while_four_othe
         scope = stats.tenant("bouncy")
         assert scope is not None and scope.held == "reputation_paused"
         assert scope.reputation is not None and scope.reputation.windows[0].bounces >= 1
+        # /metrics: the hold, and the rate against the sends.
+        metrics = Metrics()
+        metrics.update(stats)
+        scraped = metrics.render().decode()
+        assert 'fairpost_tenant_held{reason="reputation_paused",tenant="bouncy"} 1.0' in scraped
+        assert 'fairpost_tenant_held{reason="reputation_paused",tenant="good0"} 0.0' in scraped
+        assert re.search(r'fairpost_tenant_bounce_rate\{tenant="bouncy",window="24h"\} 0\.\d*[1-9]', scraped)
         # An operator's resume lifts it; the guard then judges only what comes after.
         with QuotaAdmin(settings) as admin:
             assert admin.resume("bouncy")
