@@ -37,7 +37,8 @@ def test_the_bounce_scenario_pauses_the_bouncing_tenant_and_no_other(tmp_path: P
     assert tenants["bouncy"]["waiting"] == 600 - tenants["bouncy"]["sent"]
     for tenant in ("acme", "globex", "initech", "umbrella"):
         assert tenants[tenant]["sent"] == scenario.planned(tenant), tenant
-        assert tenants[tenant]["latency_p99_seconds"] < 2.0, tenants[tenant]
+        # moto on a shared machine answers in fits; a held-up tenant would wait tens of seconds.
+        assert tenants[tenant]["latency_p99_seconds"] < 5.0, tenants[tenant]
     assert all(c["ok"] for c in summary["checks"]), summary["checks"]
     assert (output / "rates.png").read_bytes().startswith(PNG_SIGNATURE)
     logs = "".join(p.read_text() for p in (output / "logs").iterdir())
