@@ -10,7 +10,8 @@ dead-lettered, no attempt is counted, no other tenant waits.
 The status is read (``GetTenant`` once for the tenant's ARN, then
 ``GetReputationEntity``) for tenants with mail waiting, at most once per
 ``FAIRPOST_REPUTATION__SES_STATUS_REFRESH`` seconds each, and at once (at
-most once a second) after a send error naming the tenant. A disabled tenant
+most once a second) after a send error naming the tenant; never more than
+five reads a second in all (SES's control-plane calls have low rate limits). A disabled tenant
 is re-read on the same schedule and resumes by itself once SES enables it.
 Verdicts are shared through Redis (:meth:`dispatcher.keys.Keys.ses_tenant_status`),
 so every replica parks the tenant and ``stats`` shows it.
