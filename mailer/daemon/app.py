@@ -176,7 +176,9 @@ async def _run(settings: Settings, role: Role, client: redis.asyncio.Redis, stop
             )
             tasks["sender"] = asyncio.create_task(sender.run(stop), name="sender")
             # While the sender's gate is closed, mail waiting in SQS keeps its slots.
-            keeper = SlotKeeper(store, quota, overrides, ttl_ms=store.limits.inflight_ttl_ms)
+            keeper = SlotKeeper(
+                store, quota, overrides, ttl_ms=store.limits.inflight_ttl_ms, held=sender.gate.holding
+            )
             tasks["slots"] = asyncio.create_task(keeper.run(stop), name="slots")
         if settings.http_port is not None:
 

@@ -30,6 +30,11 @@ class Gate:
         """Receive nothing for ``seconds`` (or until :meth:`regate`)."""
         self._hold_until = max(self._hold_until, time.monotonic() + seconds)
 
+    def holding(self) -> bool:
+        """Whether the sender holds itself now (besides the global quota): the in-flight
+        slots of mail waiting in SQS are kept meanwhile (mailer.daemon.slots)."""
+        return self._hold_until > time.monotonic()
+
     def regate(self) -> None:
         """The global limits changed: look at the gate again now, not when the old limits freed it."""
         self._hold_until = 0.0

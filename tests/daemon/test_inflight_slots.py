@@ -13,6 +13,7 @@ import redis.asyncio
 
 from config.limits import Limits, Window
 from dispatcher.store import JobStore, NewJob, StoreLimits
+from mailer.daemon.gate import Gate
 from mailer.daemon.slots import SlotKeeper
 from mailer.quota.engine import QuotaEngine
 from mailer.testing.wait import wait_for_async
@@ -167,3 +168,19 @@ async def test_a_pass_costs_work_only_for_tenants_whose_slots_are_due(aredis: re
     assert await keeper.keep_once() == 30  # every tenant visited once, in pages of 7
     assert await keeper.keep_once() == 0  # just renewed for 10 minutes: none due
     assert await claimable(store) == 0
+
+
+async def test_the_senders_own_hold_closes_the_gate_for_the_keeper(aredis: redis.asyncio.Redis) -> None:
+    # SES throttled or paused the account (or its daily quota): the global quota has room.
+    quota = QuotaEngine(aredis, KEYS)
+    gate = Gate(quota, Limited(DAY_LIMITS))
+    keeper = SlotKeeper(make_store(aredis), quota, Limited(DAY_LIMITS), ttl_ms=TTL_MS, held=gate.holding)
+    assert not gate.holding()
+    assert not await keeper.gate_closed()
+
+    gate.hold(60)
+
+    assert gate.holding()
+    assert await keeper.gate_closed()
+    gate.regate()
+    assert not await keeper.gate_closed()
