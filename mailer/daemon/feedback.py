@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
@@ -76,13 +76,6 @@ class Feedback:
         self.status.waiting(tenant)
         return REASON if self.status.is_disabled(tenant) else None
 
-    async def mark_held(self, job_ids: Sequence[str], reason: str) -> None:
-        """The job status says why the mail waits (cleared when it is sent)."""
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for job_id in job_ids:
-                pipe.hset(self.keys.job(job_id), "held", reason)
-            await pipe.execute()
-
     async def screen(self, tenant: str, messages: list[M]) -> list[M]:
         """The messages still to send, their suppressed recipients dropped; a mail
         with none left is finished ``suppressed`` and its message marked for deletion."""
@@ -135,7 +128,6 @@ class Feedback:
             await self._send_seq(
                 keys=[self.keys.send_seq(tenant), self.keys.job(job_id)], args=[recipients], client=pipe
             )
-        pipe.hdel(self.keys.job(job_id), "held")
 
     async def count_sent(self, tenant: str, recipients: int) -> None:
         """Count accepted recipients in the tenant's reputation windows. A Redis error

@@ -82,7 +82,6 @@ class GroupDecision:
             if held is not None:
                 # SES disabled the tenant's SES tenant: its mail waits, alone, uncounted.
                 await self.park(tenant, todo, PAUSED_RECHECK_SECONDS, held, await ctx.store.now_ms())
-                await ctx.feedback.mark_held([m.envelope.job_id for m in todo if m.envelope], held)
                 return
             todo = await ctx.feedback.screen(tenant, todo)
             if not todo:

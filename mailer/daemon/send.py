@@ -62,8 +62,8 @@ class Sending:
     async def park_disabled(self, tenant: str, paused: list[Received], at_ms: int) -> None:
         """SES disabled the tenant's SES tenant: its refused mails wait (recheck, then resume)."""
         assert self.park is not None and self.ctx.feedback is not None
+        # The park says why in the job's status (waiting_for), as every park does.
         await self.park(tenant, paused, PAUSED_RECHECK_SECONDS, REASON, at_ms)
-        await self.ctx.feedback.mark_held([m.envelope.job_id for m in paused if m.envelope], REASON)
 
     def held(self, tenant: str) -> tuple[str, float] | None:
         """(reason, seconds left) while the tenant is held for an SES fault of its own."""

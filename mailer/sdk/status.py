@@ -43,12 +43,10 @@ class JobStatus:
     """SES's diagnostic for a bounce, delay or reject (addresses redacted)."""
     suppressed: int = 0
     """Recipients dropped unsent: on the tenant's suppression list."""
-    held: str | None = None
-    """Why it waits beyond its quota, while it does: ``ses_tenant_disabled``."""
     waiting_for: str | None = None
     """While it is not finished: why it last waited (``tenant_quota``, ``global_quota``,
     ``global_share``, ``paused``, ``ses`` (throttled), ``ses_<code>`` (its tenant held
-    for an SES fault of its own))."""
+    for an SES fault of its own), ``ses_tenant_disabled`` (SES disabled its SES tenant))."""
     waiting_until: datetime | None = None
     """Until when that wait was to last."""
 
@@ -78,7 +76,6 @@ class JobStatus:
             bounce_type=record.get("bounce_type") or None,
             diagnostic=record.get("diagnostic") or None,
             suppressed=int(record.get("suppressed", "0")),
-            held=(record.get("held") or None) if record.get("state") not in _FINAL else None,
             waiting_for=None if final else record.get("waiting_for") or None,
             waiting_until=None if final else record_time(record.get("waiting_until_ms")),
         )

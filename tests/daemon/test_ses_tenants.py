@@ -152,7 +152,7 @@ def _redis(settings: Settings) -> redis.asyncio.Redis:
 
 
 async def _held(client: AsyncMailClient, job: str) -> bool:
-    return (await client.status(job)).held == "ses_tenant_disabled"
+    return (await client.status(job)).waiting_for == "ses_tenant_disabled"
 
 
 async def _sent(client: AsyncMailClient, job: str) -> bool:
