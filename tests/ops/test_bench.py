@@ -39,6 +39,7 @@ FIGURES = {
     *(f"scale_op_{op}" for op in ("enqueue", "claim", "handoff", "finish", "cancel", "requeue", "reap")),
     *(f"scale_op_{op}" for op in ("promote", "stats_tenant", "acquire")),
     "scale_idle_cpu_ratio",
+    "scale_light_latency_ratio",
     "scale_enqueue_rate_ratio",
     "scale_drain_rate_ratio",
     "scale_memory_per_job",
