@@ -16,7 +16,7 @@ import redis.asyncio
 
 from dispatcher.calls import ScriptCalls, StoreLimits, cancelled, promoted, replayed, script
 from dispatcher.keys import Keys
-from dispatcher.replies import record, text
+from dispatcher.replies import record, text, time_ms
 
 __all__ = ["PROMOTE_BATCH", "Lifecycle", "SyncLifecycle"]
 
@@ -113,5 +113,4 @@ class SyncLifecycle:
 
     def server_ms(self) -> int:
         """Redis's clock: dead letters are stamped with it."""
-        seconds, micros = self.redis.time()
-        return int(seconds) * 1000 + int(micros) // 1000
+        return time_ms(self.redis.time())

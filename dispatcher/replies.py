@@ -1,12 +1,13 @@
-"""Redis answers as Python text: a client without ``decode_responses`` gives
-bytes, one with it gives str; fairpost's code reads either."""
+"""Redis answers as Python values: text (a client without ``decode_responses``
+gives bytes, one with it gives str; fairpost's code reads either) and the
+server's clock."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["record", "text"]
+__all__ = ["record", "text", "time_ms"]
 
 
 def text(value: Any) -> str:
@@ -17,3 +18,10 @@ def text(value: Any) -> str:
 def record(raw: Mapping[Any, Any]) -> dict[str, str]:
     """A hash (``HGETALL``) as text; empty when the key does not exist."""
     return {text(k): text(v) for k, v in raw.items()}
+
+
+def time_ms(reply: Sequence[Any]) -> int:
+    """``TIME``'s answer (seconds, microseconds) as ms since the epoch: Redis's clock,
+    the one every stored time is read from."""
+    seconds, micros = reply
+    return int(seconds) * 1000 + int(micros) // 1000

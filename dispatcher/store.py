@@ -25,7 +25,7 @@ from dispatcher.calls import (
 )
 from dispatcher.jobs import Job, JobState, NewJob
 from dispatcher.keys import Keys
-from dispatcher.replies import record, text
+from dispatcher.replies import record, text, time_ms
 
 # The store is where its callers find what they hand it (NewJob, StoreLimits).
 __all__ = ["JobStore", "NewJob", "StoreLimits", "SyncJobStore", "store_limits"]
@@ -246,8 +246,7 @@ class JobStore:
 
     async def now_ms(self) -> int:
         """Redis's time: the one clock every stored time is read from."""
-        seconds, micros = await self.redis.time()
-        return int(seconds) * 1000 + int(micros) // 1000
+        return time_ms(await self.redis.time())
 
     async def sync_tenant_settings(self, weights: Mapping[str, int], caps: Mapping[str, int]) -> None:
         """Publish per-tenant weights and caps where the scripts read them: exactly

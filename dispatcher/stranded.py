@@ -18,7 +18,7 @@ import redis.asyncio
 
 from dispatcher.jobs import Job
 from dispatcher.keys import Keys
-from dispatcher.replies import record, text
+from dispatcher.replies import record, text, time_ms
 from dispatcher.scripts import lua_source
 from dispatcher.store import StoreLimits
 
@@ -78,8 +78,7 @@ class StrandedJobs:
         """A hand-off again did not reach SQS: it does not count, and is tried again soon."""
         if not job_ids:
             return
-        seconds, micros = await self.redis.time()
-        at = int(seconds) * 1000 + int(micros) // 1000 + retry_in_ms
+        at = time_ms(await self.redis.time()) + retry_in_ms
         async with self.redis.pipeline(transaction=True) as pipe:
             for job_id in job_ids:
                 pipe.hincrby(self.keys.job(job_id), "reconciled", -1)

@@ -32,7 +32,7 @@ from redis.exceptions import RedisError
 
 from config import Settings
 from dispatcher.keys import Keys
-from dispatcher.replies import text
+from dispatcher.replies import text, time_ms
 from mailer.daemon.aws import SqsClient
 from mailer.daemon.metrics import EVENT_OUTCOMES, Metrics
 from mailer.daemon.ses_events import SesEvent, parse_event
@@ -161,8 +161,7 @@ class EventConsumer:
         )
 
     async def _act(self, event: SesEvent, job_id: str, tenant: str, *, record_exists: bool) -> None:
-        seconds, micros = await self.redis.time()
-        at_ms = int(seconds) * 1000 + int(micros) // 1000  # every stored time is Redis time
+        at_ms = time_ms(await self.redis.time())  # every stored time is Redis time
         outcome = {
             "bounce": "bounced",
             "complaint": "complained",

@@ -32,6 +32,7 @@ from redis.exceptions import RedisError
 
 from config import Settings
 from dispatcher.keys import Keys
+from dispatcher.replies import time_ms
 from mailer.daemon.aws import SesClient
 from mailer.daemon.ses import redact
 from mailer.quota.reputation import TenantVerdict, read_verdicts
@@ -140,8 +141,7 @@ class SesTenantStatus:
         )
 
     async def _now_ms(self) -> int:
-        seconds, micros = await self._redis.time()
-        return int(seconds) * 1000 + int(micros) // 1000
+        return time_ms(await self._redis.time())
 
     async def _apply(self, tenant: str, verdict: TenantVerdict) -> None:
         was = tenant in self._disabled

@@ -27,6 +27,7 @@ from rich.console import Console
 from config import Settings
 from dispatcher.connect import async_redis_client, redis_client
 from dispatcher.keys import Keys
+from dispatcher.replies import time_ms
 from mailer.demo.load import SENDER_DOMAIN, generate_load
 from mailer.demo.monitor import JobBook
 from mailer.demo.report import EndState, ReputationTrace, build_report, write_chart, write_jobs_csv
@@ -533,5 +534,4 @@ def _delta(now: int | None, before: int | None) -> int | None:
 
 
 async def _redis_ms(client: redis.asyncio.Redis) -> int:
-    seconds, micros = await client.time()
-    return int(seconds) * 1000 + int(micros) // 1000
+    return time_ms(await client.time())

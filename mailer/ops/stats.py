@@ -29,7 +29,7 @@ import redis.asyncio
 from config import Settings
 from config.limits import Window, format_limits
 from dispatcher.keys import TOTAL_INFLIGHT, TOTAL_WAITING, Keys
-from dispatcher.replies import record, text
+from dispatcher.replies import record, text, time_ms
 from mailer.quota.engine import QuotaEngine
 from mailer.quota.overrides import read_auto_limits, read_overrides, resolve_global, resolve_tenant
 from mailer.quota.reputation import (
@@ -196,7 +196,7 @@ async def collect_stats(
     guards, ses_disabled = guard_states(values[8]), read_verdicts(values[9])
     events = {text(k): int(v) for k, v in values[10].items()}
     book = ReputationBook(client, keys, settings)
-    at_ms = int(server_time[0]) * 1000 + int(server_time[1]) // 1000
+    at_ms = time_ms(server_time)
     overrides = read_overrides(raw_overrides, paused)
     if tenants is None:
         # Bounded: every tenant only while they are few, else the top backlogs.

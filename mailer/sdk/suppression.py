@@ -31,7 +31,7 @@ import redis.asyncio
 from config import Settings
 from config.tenant_id import TENANT_ID_RULE, is_valid_tenant_id
 from dispatcher.keys import Keys
-from dispatcher.replies import text
+from dispatcher.replies import text, time_ms
 from mailer.errors import InvalidSuppression
 from mailer.sdk.connection import RedisOwner
 
@@ -123,8 +123,8 @@ class Suppressions(RedisOwner):
         if reason not in _REASONS:
             raise InvalidSuppression("reason", f"must be one of {', '.join(_REASONS)}, got {reason!r}")
         key, field = self.keys.suppressed(_tenant(tenant)), _address(address)
-        seconds, micros = self._redis.time()  # every stored time is Redis time
-        return bool(self._redis.hsetnx(key, field, _value(reason, int(seconds) * 1000 + int(micros) // 1000)))
+        now_ms = time_ms(self._redis.time())  # every stored time is Redis time
+        return bool(self._redis.hsetnx(key, field, _value(reason, now_ms)))
 
     def remove(self, tenant: str, address: str) -> bool:
         """Let the tenant write to the address again; False if it was not suppressed."""
