@@ -59,7 +59,8 @@ def wanted_events_attributes() -> dict[str, str]:
 def init_events_queue(sqs: Any, settings: Settings) -> tuple[str, dict[str, tuple[str, str]]]:
     """Create ``FAIRPOST_EVENTS_QUEUE_NAME`` if missing (``init-aws --events``). Returns its
     URL and the attributes that differ. Subscribing it to the SNS topic or EventBridge
-    rule of a configuration set's event destination is the operator's (README, Reputation)."""
+    rule of a configuration set's event destination is the operator's
+    (docs/operations.md, "Reputation")."""
     if not settings.events_queue_name:
         from config import ConfigError
 

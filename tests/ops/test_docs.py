@@ -76,3 +76,9 @@ def test_every_link_of_a_page_resolves(page: Path) -> None:
         ):
             broken.append(target)
     assert broken == []
+
+
+def test_the_readme_opens_with_the_two_commands() -> None:
+    # A newcomer's first screen: what fairpost is, and how to see it run and test it.
+    first_screen = "\n".join((ROOT / "README.md").read_text(encoding="utf-8").splitlines()[:40])
+    assert "make demo" in first_screen and "make test" in first_screen
