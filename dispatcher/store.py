@@ -178,6 +178,13 @@ class JobStore:
         codes: list[Any] = await self._send_claim(keys=keys, args=args)
         return [int(c) for c in codes]
 
+    async def hold_sending(self, job_ids: Sequence[str], lifetime_ms: int) -> None:
+        """The sends go on: each marker still held lasts ``lifetime_ms`` from now."""
+        async with self.pipeline() as pipe:
+            for job_id in job_ids:
+                pipe.pexpire(self.keys.sending(job_id), lifetime_ms)
+            await pipe.execute()
+
     async def release_sending(self, job_id: str) -> None:
         await self.redis.delete(self.keys.sending(job_id))
 

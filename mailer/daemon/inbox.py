@@ -101,6 +101,19 @@ class Inbox:
             for fail in response.get("Failed", []):
                 log.warning("SQS visibility change failed: %s", fail.get("Message", fail.get("Code")))
 
+    async def extend(self, messages: Sequence[Received], seconds: int) -> None:
+        """Keep ``messages`` hidden ``seconds`` more from now (their sends go on)."""
+        for chunk in _chunks(messages, 10):
+            entries = [
+                {"Id": str(i), "ReceiptHandle": m.receipt, "VisibilityTimeout": seconds}
+                for i, m in enumerate(chunk)
+            ]
+            response = await self.sqs.change_message_visibility_batch(
+                QueueUrl=self.queue_url, Entries=entries
+            )
+            for fail in response.get("Failed", []):
+                log.warning("SQS visibility extension failed: %s", fail.get("Message", fail.get("Code")))
+
     async def hand_back(self, response: Any) -> None:
         """A receive's messages this process will not look at: straight back to SQS."""
         if isinstance(response, BaseException):

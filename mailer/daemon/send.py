@@ -18,6 +18,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 
+from botocore.exceptions import BotoCoreError, ClientError
 from redis.exceptions import RedisError
 
 from dispatcher.backoff import OutageBackoff
@@ -27,7 +28,7 @@ from mailer.daemon.context import SenderContext
 from mailer.daemon.counting import Counting, Stamp
 from mailer.daemon.endings import Endings
 from mailer.daemon.gate import Gate
-from mailer.daemon.inbox import Received
+from mailer.daemon.inbox import Inbox, Received
 from mailer.daemon.ses_tenant_status import REASON
 from mailer.quota.holds import TenantHolds
 from mailer.quota.overrides import PAUSED_RECHECK_SECONDS
@@ -42,8 +43,11 @@ _THROTTLE_BACKOFF_MAX = 30.0
 
 
 class Sending:
-    def __init__(self, ctx: SenderContext, ses_client: SesClient, gate: Gate, endings: Endings) -> None:
+    def __init__(
+        self, ctx: SenderContext, ses_client: SesClient, gate: Gate, inbox: Inbox, endings: Endings
+    ) -> None:
         self.ctx = ctx
+        self.inbox = inbox
         self.ses = ses_client
         self.gate = gate
         self.endings = endings
@@ -81,6 +85,32 @@ class Sending:
         """Send the mails a grant at ``at_ms`` covers; each ends with ``delete`` or a
         ``visibility`` set. Raises the first error after every answer is recorded."""
         granted = await self._claim(tenant, granted, at_ms)
+        keeper = asyncio.create_task(self._keep_hidden(granted), name="sender-keep-hidden")
+        try:
+            await self._send_claimed(tenant, granted, at_ms)
+        finally:
+            keeper.cancel()
+            await asyncio.gather(keeper, return_exceptions=True)
+
+    async def _keep_hidden(self, messages: list[Received]) -> None:
+        """While a group is being sent and recorded, its messages stay hidden in SQS and
+        their sending markers held: a send may outlive the receive's visibility (a slow
+        SES call, a wait for an SES slot, a Redis blip while recording), and a message
+        that came back then would be sent again by the next receiver."""
+        if not messages:
+            return
+        lifetime = self.ctx.settings.sender.visibility_timeout
+        ids = [m.envelope.job_id for m in messages if m.envelope]
+        while True:
+            await asyncio.sleep(lifetime / 3)
+            try:
+                await self.inbox.extend(messages, lifetime)
+                await self.ctx.store.hold_sending(ids, lifetime * 1000)
+            except (RedisError, BotoCoreError, ClientError, OSError) as exc:
+                # Tried again a third of a lifetime later, before anything lapses.
+                log.warning("could not keep a send's messages hidden: %s", exc)
+
+    async def _send_claimed(self, tenant: str, granted: list[Received], at_ms: int) -> None:
         granted = await self._load_content(tenant, granted, at_ms)
         stamps = [Stamp(at_ms, time.monotonic()) for _ in granted]
         sends = [

@@ -75,7 +75,7 @@ class Sender:
         self.gate = Gate(quota, self.ctx.limits)
         self.inbox = Inbox(sqs, queue_url, self.ctx.metrics)
         self.endings = Endings(self.ctx)
-        sending = Sending(self.ctx, ses_client, self.gate, self.endings)
+        sending = Sending(self.ctx, ses_client, self.gate, self.inbox, self.endings)
         self.groups = GroupDecision(self.ctx, self.gate, self.inbox, self.endings, sending)
         sending.park = self.groups.park
         self.receiver = Receiver(self.ctx, self.gate, self.inbox, self.process)

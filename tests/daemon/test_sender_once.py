@@ -1,0 +1,90 @@
+"""A mail is never sent twice without a crash.
+
+SES's answer is recorded before the message can come back (a Redis blip
+while recording is ridden out), and a send that outlives its message's
+visibility keeps the message hidden and its sending marker held, so that no
+receiver (this replica's other loop, another replica) sends it again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis.asyncio.client
+from redis.exceptions import ConnectionError as RedisConnectionError
+
+from dispatcher.jobs import JobState
+from mailer import AsyncMailClient
+from mailer.testing.ses_server import Faults, SesServer
+from mailer.testing.wait import wait_for_async
+from tests.daemon.test_sender import queue_is_empty
+from tests.support.pipeline import pipeline, quick_settings
+
+
+class RedisBlip:
+    """Once armed, the pipelines that record a sent job fail with a connection error
+    ``times`` times: what a client sees while Redis fails over or the network drops."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, times: int) -> None:
+        self.armed = False
+        self.left = times
+        real = redis.asyncio.client.Pipeline.execute
+
+        async def execute(pipe: Any, *args: Any, **kwargs: Any) -> Any:
+            records_sent = any("sent" in (str(a) for a in args) for args, _ in pipe.command_stack)
+            if self.armed and self.left > 0 and records_sent:
+                self.left -= 1
+                raise RedisConnectionError("Connection reset by peer (a blip, injected)")
+            return await real(pipe, *args, **kwargs)
+
+        monkeypatch.setattr(redis.asyncio.client.Pipeline, "execute", execute)
+
+
+@pytest.fixture
+def blip(monkeypatch: pytest.MonkeyPatch) -> Iterator[RedisBlip]:
+    yield RedisBlip(monkeypatch, times=3)
+
+
+async def test_a_redis_blip_while_recording_an_answer_sent_the_mail_again(
+    redis_url: str, ses_env: SesServer, blip: RedisBlip
+) -> None:
+    ses = ses_env
+    settings = quick_settings(redis_url, sender={"wait_seconds": 1, "visibility_timeout": 5, "receivers": 1})
+
+    def accept_then_blip(_mail: Any) -> bool:
+        # SES has the mail; Redis fails right when the sender records it.
+        blip.armed = True
+        return False
+
+    ses.fail_when(accept_then_blip, Faults.MESSAGE_REJECTED)  # never answered: the predicate says no
+    async with pipeline(settings) as run, AsyncMailClient(settings) as client:
+        job_id = await client.send(
+            "acme", sender="app@example.com", to=["a@example.org"], subject="s", text="t"
+        )
+
+        async def done() -> bool:
+            return (await client.status(job_id)).state == JobState.SENT and queue_is_empty(run.queue_url)
+
+        await wait_for_async(done, within=30, what="the mail recorded sent and its message deleted")
+    assert blip.left == 0, "the blip never happened"
+    assert [m.job_id for m in ses.sent] == [job_id]
+
+
+async def test_a_send_slower_than_its_visibility_was_sent_twice(redis_url: str, ses_env: SesServer) -> None:
+    ses = ses_env
+    ses.latency = 8.0  # SES takes the mail at once and answers after 8 s
+    settings = quick_settings(redis_url, sender={"wait_seconds": 1, "visibility_timeout": 5, "receivers": 2})
+    async with pipeline(settings) as run, AsyncMailClient(settings) as client:
+        job_id = await client.send(
+            "acme", sender="app@example.com", to=["a@example.org"], subject="s", text="t"
+        )
+
+        async def done() -> bool:
+            return (await client.status(job_id)).state == JobState.SENT and queue_is_empty(run.queue_url)
+
+        await wait_for_async(done, within=40, what="the mail recorded sent and its message deleted")
+        receptions = sum(1 for _, body in run.receives.bodies if job_id in body)
+    assert [m.job_id for m in ses.sent] == [job_id]
+    assert receptions == 1, "its message came back while it was being sent"
