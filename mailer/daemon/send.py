@@ -28,8 +28,10 @@ from mailer.daemon.context import SenderContext
 from mailer.daemon.counting import Counting, Stamp
 from mailer.daemon.endings import Endings
 from mailer.daemon.gate import Gate
-from mailer.daemon.inbox import Inbox, Received
+from mailer.daemon.inbox import MAX_VISIBILITY, Inbox, Received
+from mailer.daemon.ses_account import daily_quota_wait, is_daily_quota_exceeded
 from mailer.daemon.ses_tenant_status import REASON
+from mailer.errors import SesAccountError
 from mailer.quota.holds import TenantHolds
 from mailer.quota.overrides import PAUSED_RECHECK_SECONDS
 
@@ -53,6 +55,8 @@ class Sending:
         self.endings = endings
         self.counting = Counting(ctx)
         self._slots = asyncio.Semaphore(ctx.settings.sender.concurrency)
+        self._daily_lock = asyncio.Lock()
+        self._daily_until = 0.0
         self._throttle_backoff = _THROTTLE_BACKOFF_MIN
         self.park: Callable[[str, list[Received], float, str | None, int], Awaitable[None]] | None = None
         """Parks a tenant's mail (mailer.daemon.group.GroupDecision.park), set by the Sender."""
@@ -283,10 +287,16 @@ class Sending:
         if result.verdict is ses.Verdict.THROTTLED:
             ctx.stats.throttled_by_ses += 1
             ctx.metrics.throttled(tenant, "ses")
-            delay = self._throttle_backoff
-            self._throttle_backoff = min(self._throttle_backoff * 2, _THROTTLE_BACKOFF_MAX)
+            daily = await self._daily_hold() if is_daily_quota_exceeded(result.error) else None
+            if daily is None:
+                delay = self._throttle_backoff
+                self._throttle_backoff = min(self._throttle_backoff * 2, _THROTTLE_BACKOFF_MAX)
+            else:
+                delay = daily
             self.gate.hold(delay)
-            msg.visibility = delay + random.uniform(0, ctx.settings.sender.max_jitter_seconds)
+            msg.visibility = min(
+                delay + random.uniform(0, ctx.settings.sender.max_jitter_seconds), MAX_VISIBILITY
+            )
             await ctx.store.count_throttled([env.job_id], "ses", await ctx.store.now_ms() + int(delay * 1000))
             log.warning("SES throttled; sender backs off %.1fs", delay, extra=extra)
         elif result.verdict is ses.Verdict.TENANT:
@@ -325,6 +335,32 @@ class Sending:
                 s = ctx.settings.sender
                 msg.visibility = min(s.backoff_base_seconds * 2 ** (attempts - 1), s.backoff_max_seconds)
                 log.warning("SES send failed (attempt %d): %s", attempts, result.error, extra=extra)
+
+    async def _daily_hold(self) -> float | None:
+        """SES says the account's day is spent: the seconds to hold sending, from the
+        account read again (mailer.daemon.ses_account.daily_quota_wait); None when SES
+        has room again or the account cannot be read (then a throttle's back-off).
+        The mails of one batch refused together read the account once."""
+        async with self._daily_lock:
+            left = self._daily_until - time.monotonic()
+            if left > 0:
+                return left
+            ctx = self.ctx
+            try:
+                wait = await daily_quota_wait(
+                    self.ses,
+                    ctx.quota,
+                    ctx.limits.global_limits(),
+                    recheck_seconds=ctx.settings.ses_account_refresh,
+                )
+            except SesAccountError as exc:
+                log.warning("SES's daily quota is spent and the account cannot be read: %s", exc)
+                return None
+            if wait <= 0:
+                return None
+            self._daily_until = time.monotonic() + wait
+            log.error("SES's daily quota is spent: sending holds %.0fs", wait)
+            return wait
 
     async def _record(self, tenant: str, answered: list[tuple[Received, ses.SendResult, Stamp]]) -> None:
         """Record a group's answers in one round trip (one pipeline): the quota units
