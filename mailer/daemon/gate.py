@@ -21,29 +21,38 @@ class Gate:
         self._quota = quota
         self._limits = limits
         self._hold_until = 0.0
-        """Monotonic time before which no receive is made."""
+        """Monotonic time before which no receive is made: SES throttled or paused the account."""
+        self._quota_hold_until = 0.0
+        """The same, as the global limits in force said (a change of limits ends it)."""
         self._regate = asyncio.Event()
         self.observer: Callable[[float], None] | None = None
         """Called with each decision's wait (0.0: open), for tests and diagnostics."""
 
     def hold(self, seconds: float) -> None:
-        """Receive nothing for ``seconds`` (or until :meth:`regate`)."""
+        """SES throttled or paused the account: receive nothing for ``seconds``, whatever
+        the limits do meanwhile."""
         self._hold_until = max(self._hold_until, time.monotonic() + seconds)
 
+    def hold_for_quota(self, seconds: float) -> None:
+        """The global quota is spent: receive nothing for ``seconds`` (or until :meth:`regate`)."""
+        self._quota_hold_until = max(self._quota_hold_until, time.monotonic() + seconds)
+
     def holding(self) -> bool:
-        """Whether the sender holds itself now (besides the global quota): the in-flight
-        slots of mail waiting in SQS are kept meanwhile (mailer.daemon.slots)."""
-        return self._hold_until > time.monotonic()
+        """Whether the sender holds itself now (SES's hold, or the global quota's as last
+        seen): the in-flight slots of mail waiting in SQS are kept meanwhile
+        (mailer.daemon.slots)."""
+        return max(self._hold_until, self._quota_hold_until) > time.monotonic()
 
     def regate(self) -> None:
-        """The global limits changed: look at the gate again now, not when the old limits freed it."""
-        self._hold_until = 0.0
+        """The global limits changed (an operator, or SES's auto limits rose): look at the
+        gate again now, not when the old limits freed it. A hold SES asked for stays."""
+        self._quota_hold_until = 0.0
         self._regate.set()
 
     async def wait(self, stop: asyncio.Event) -> bool:
         """Wait while the gate is closed. Returns True if it waited, so the
         caller looks at the world again before receiving."""
-        wait = self._hold_until - time.monotonic()
+        wait = max(self._hold_until, self._quota_hold_until) - time.monotonic()
         global_wait = await self._quota.global_retry_after(self._limits.global_limits())
         wait = max(wait, global_wait, 0.0)
         if self.observer is not None:

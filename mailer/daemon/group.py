@@ -143,7 +143,7 @@ class GroupDecision:
             behind.visibility, behind.retry_at = 0, None
         refused = refused[:1]
         if blocked_by == "global":
-            self.gate.hold(retry_after)
+            self.gate.hold_for_quota(retry_after)
         precise = blocked_by in ("tenant", "global", "share") and retry_after <= PRECISE_WAIT_MAX
         # Jitter spreads parked groups' return; a timed retry needs only a hair of it.
         jitter = PRECISE_JITTER if precise else ctx.settings.sender.max_jitter_seconds
