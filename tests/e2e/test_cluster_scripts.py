@@ -1,0 +1,200 @@
+"""Every Lua script fairpost runs, run on a real 6-node Redis Cluster, through the
+client the product builds for it (dispatcher/connect.py).
+
+Each call must declare at least one key, and every declared key must hash to
+fairpost's one slot (the ``{prefix}`` hash tag). Every script is loaded here with a
+``#!lua`` shebang first (scripts/enqueue.lua has it already): with it Redis 7 itself
+refuses, in cluster mode, a script that touches any key outside the slot of its
+declared keys ("Script attempted to access keys that do not hash to the same
+slot"), declared or built inside the script from a prefix. So a pass means that
+every key each script can reach on these paths lives in the declared keys' slot.
+The test fails if a ``.lua`` file is never run.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+from importlib.resources import files
+from typing import Any
+
+import pytest
+import redis
+import redis.asyncio
+from redis.commands.core import AsyncScript, Script
+from redis.crc import key_slot
+
+from config import Settings
+from config.limits import parse_limits
+from dispatcher.calls import store_limits
+from dispatcher.connect import async_redis_client, redis_client, slot_of
+from dispatcher.jobs import JobState, NewJob
+from dispatcher.keys import Keys
+from dispatcher.lifecycle import Lifecycle, SyncLifecycle
+from dispatcher.scripts import lua_source
+from dispatcher.store import JobStore
+from dispatcher.stranded import StrandedJobs
+from mailer.quota.engine import QuotaEngine
+from mailer.quota.overrides import QuotaAdmin
+from mailer.quota.reputation import ReputationBook
+from mailer.testing.wait import wait_for_async
+from tests.support.pipeline import quick_settings
+from tests.support.topologies import Cluster
+
+pytestmark = pytest.mark.cluster
+
+PACKAGES = ("dispatcher", "mailer.quota")
+HELPERS = {"ring"}
+"""Not a script of its own: the shared helpers other scripts start with."""
+
+
+def every_script() -> dict[str, str]:
+    """name -> text of every .lua file the product ships."""
+    out = {}
+    for package in PACKAGES:
+        for entry in files(package).iterdir():
+            if entry.name.endswith(".lua") and entry.name[:-4] not in HELPERS:
+                out[entry.name[:-4]] = lua_source(package, entry.name[:-4])
+    return out
+
+
+class Recorder:
+    """Wraps ``register_script`` of both redis-py faces: checks each call's keys and
+    records which script ran."""
+
+    def __init__(self, slot: int) -> None:
+        self.slot = slot
+        self.scripts = every_script()
+        self.ran: set[str] = set()
+
+    def name(self, source: str) -> str:
+        # The longest file the source ends with: "ring + enqueue" is enqueue.
+        found = [n for n, text in self.scripts.items() if source.rstrip().endswith(text.rstrip())]
+        assert found, f"a script fairpost does not ship:\n{source[:200]}"
+        return max(found, key=lambda n: len(self.scripts[n]))
+
+    def check(self, name: str, keys: list[Any] | None) -> None:
+        assert keys, f"{name}.lua was called without declaring a key"
+        slots = {key_slot(k if isinstance(k, bytes) else str(k).encode()) for k in keys}
+        assert slots == {self.slot}, f"{name}.lua declares keys outside fairpost's slot: {keys}"
+        self.ran.add(name)
+
+    def wrap_sync(self, register: Callable[..., Script]) -> Callable[..., Any]:
+        recorder = self
+
+        def register_script(client: Any, source: str) -> Any:
+            name = recorder.name(source)
+            real = register(client, source if source.startswith("#!") else "#!lua\n" + source)
+
+            def call(keys: list[Any] | None = None, args: list[Any] | None = None, client: Any = None) -> Any:
+                recorder.check(name, keys)
+                return real(keys=keys, args=args, client=client)
+
+            return call
+
+        return register_script
+
+    def wrap_async(self, register: Callable[..., AsyncScript]) -> Callable[..., Any]:
+        recorder = self
+
+        def register_script(client: Any, source: str) -> Any:
+            name = recorder.name(source)
+            real = register(client, source if source.startswith("#!") else "#!lua\n" + source)
+
+            async def call(
+                keys: list[Any] | None = None, args: list[Any] | None = None, client: Any = None
+            ) -> Any:
+                recorder.check(name, keys)
+                return await real(keys=keys, args=args, client=client)
+
+            return call
+
+        return register_script
+
+
+@pytest.fixture
+def cluster_settings(cluster_srv: Cluster) -> Settings:
+    cluster_srv.flush()
+    return quick_settings(redis_url=cluster_srv.url, redis_cluster=True, inflight_cap=5)
+
+
+@pytest.fixture
+def recorder(cluster_settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Iterator[Recorder]:
+    recorder = Recorder(slot_of(cluster_settings))
+    monkeypatch.setattr(redis.Redis, "register_script", recorder.wrap_sync(redis.Redis.register_script))
+    monkeypatch.setattr(
+        redis.asyncio.Redis, "register_script", recorder.wrap_async(redis.asyncio.Redis.register_script)
+    )
+    yield recorder
+
+
+async def _promoted_one(lifecycle: Lifecycle) -> bool:
+    moved, _ = await lifecycle.promote_due()
+    return moved == 1
+
+
+def job(tenant: str, **kwargs: Any) -> NewJob:
+    return NewJob(id=uuid.uuid4().hex, tenant=tenant, kind="mail", payload="{}", **kwargs)
+
+
+async def test_every_script_runs_on_a_cluster_within_fairposts_slot(
+    cluster_settings: Settings, recorder: Recorder
+) -> None:
+    settings = cluster_settings
+    keys = Keys(settings.key_prefix)
+    limits = store_limits(settings)
+    client = async_redis_client(settings)
+    try:
+        store = JobStore(client, keys, limits)
+        lifecycle = Lifecycle(client, keys, limits)
+        now = await store.now_ms()
+
+        # enqueue, claim, renew, requeue, handoff, finish, reap, touch, keep
+        a, b, c = job("acme"), job("acme"), job("beta", send_at_ms=now + 200)
+        await store.enqueue([a, b])
+        await store.enqueue([c])
+        await wait_for_async(
+            lambda: _promoted_one(lifecycle), within=10, what="the scheduled job due and promoted"
+        )
+        claimed = await store.claim(3)
+        assert {j.id for j in claimed} == {a.id, b.id, c.id}
+        assert await store.renew([a.id]) == 1
+        assert await store.requeue([b.id]) == 1
+        await store.handed_off([a.id, c.id])
+        await store.touch_inflight("acme", now + 60_000)
+        await store.keep_inflight(60_000, now + 60_000, 0, 100)
+        assert await store.claim_sending([a.id], 60_000) == [1]
+        assert await store.finish(a.id, JobState.SENT, keep_seconds=60) == 1
+        await store.reap()
+
+        # cancel, dead letters, replay, purge, the reconciler's scan
+        assert await lifecycle.cancel(b.id, 60) == "queued"
+        await store.record_dead(uuid.uuid4().hex, "beta", "an unreadable message", "raw", keep_seconds=60)
+        with redis_client(settings) as sync_client:
+            sync_lifecycle = SyncLifecycle(sync_client, keys, limits)
+            sync_lifecycle.replay(b.id)
+            assert sync_lifecycle.cancel(b.id, 60) == "queued"
+            assert sync_lifecycle.purge([b.id]) == 1
+        await StrandedJobs(client, keys, limits).scan(handoffs_allowed=10)
+
+        # live control: pause and resume a tenant
+        with QuotaAdmin(settings) as admin:
+            admin.pause("acme")
+            admin.resume("acme")
+
+        # quotas: every operation of quota.lua; the reputation guard
+        quota = QuotaEngine(client, keys)
+        g, t = parse_limits("10/second; 100/minute"), parse_limits("5/second")
+        grant = await quota.acquire("acme", [1, 2], g, t)
+        await quota.acquire("acme", [1], g, t, weight=2)
+        await quota.refund("acme", 1, grant.at_ms, g, t)
+        await quota.restamp("acme", 1, grant.at_ms, g, t)
+        await quota.usage("acme", t)
+        await quota.usage(None, g)
+        await quota.global_retry_after(g)
+        await quota.retry_after("acme", t)
+        await ReputationBook(client, keys, settings).record("acme", sends=3, bounces=1)
+    finally:
+        await client.aclose()
+
+    assert recorder.ran == set(recorder.scripts), f"never run: {sorted(set(recorder.scripts) - recorder.ran)}"
