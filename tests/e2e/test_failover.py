@@ -28,7 +28,7 @@ from redis.exceptions import RedisError
 
 from config import load_settings
 from dispatcher.keys import Keys
-from mailer import MailClient
+from mailer import MailClient, RedisFailed
 from mailer.ops.queue_setup import init_queue
 from mailer.testing.localstack import LocalStackServer
 from mailer.testing.ses_server import SesServer
@@ -107,7 +107,7 @@ def accepted(send: Callable[[], T]) -> T:
     while True:
         try:
             return send()
-        except RedisError:  # a connection cut by the failover, or NotReplicated meanwhile
+        except RedisFailed:  # a connection cut by the failover, or not on a replica yet
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.2)
@@ -182,7 +182,7 @@ def test_a_failover_under_load_loses_nothing(
         def settled() -> bool:
             try:
                 return all(client.status(i).state in ("sent", "dead") for i in ids)
-            except RedisError:
+            except RedisFailed:
                 return False
 
         wait_for(settled, within=120, what="every accepted job sent or dead", interval=0.5)
