@@ -34,7 +34,9 @@ from dispatcher.lifecycle import Lifecycle, SyncLifecycle
 from dispatcher.scripts import lua_source
 from dispatcher.store import JobStore
 from dispatcher.stranded import StrandedJobs
+from mailer.daemon.feedback import Feedback
 from mailer.quota.engine import QuotaEngine
+from mailer.quota.holds import TenantHolds
 from mailer.quota.overrides import QuotaAdmin
 from mailer.quota.reputation import ReputationBook
 from mailer.testing.wait import wait_for_async
@@ -115,7 +117,9 @@ class Recorder:
 @pytest.fixture
 def cluster_settings(cluster_srv: Cluster) -> Settings:
     cluster_srv.flush()
-    return quick_settings(redis_url=cluster_srv.url, redis_cluster=True, inflight_cap=5)
+    return quick_settings(
+        redis_url=cluster_srv.url, redis_cluster=True, inflight_cap=5, events_queue_name="fairpost-events"
+    )
 
 
 @pytest.fixture
@@ -193,7 +197,13 @@ async def test_every_script_runs_on_a_cluster_within_fairposts_slot(
         await quota.usage(None, g)
         await quota.global_retry_after(g)
         await quota.retry_after("acme", t)
-        await ReputationBook(client, keys, settings).record("acme", sends=3, bounces=1)
+        book = ReputationBook(client, keys, settings)
+        await book.record("acme", sends=3, bounces=1, bounced=(a.id, 1))
+        await TenantHolds(client, keys).hold("acme", "a reason", first_seconds=1, most_seconds=5)
+        async with store.pipeline() as pipe:
+            feedback = Feedback(store=store, settings=settings, book=book)
+            await feedback.index_sent(pipe, "acme", a.id, "ses-message-id", 1)
+            await pipe.execute()
     finally:
         await client.aclose()
 
