@@ -340,21 +340,17 @@ class Settings(BaseSettings):
     def stranded_after_seconds(self) -> float:
         """The longest a dispatched job can legitimately go without a sign of progress.
 
-        Its signs are its hand-off and every park of its tenant (which keeps the
-        tenant's in-flight slots until the park ends plus the in-flight TTL). Past
-        the last one it may still wait: the in-flight TTL (in SQS behind its
-        group's other mail), the longest global window (while the global quota
-        is spent no sender receives, and nothing parks), the visibility timeout
-        (a received message in its SES call) and the longest retry delay (after
-        a transient failure). Past all of that, SQS no longer holds its message.
+        Its signs are its hand-off, every park of its tenant (which keeps the
+        tenant's in-flight slots until the park ends plus the in-flight TTL) and,
+        while no sender receives (the global quota spent, SES throttling or a
+        pause: mailer/daemon/slots.py), every pass of the slot keeper. Past the
+        last one it may still wait: the in-flight TTL (in SQS behind its group's
+        other mail), the visibility timeout (a received message in its SES call)
+        and the longest retry delay (after a transient failure). Past all of
+        that, SQS no longer holds its message.
         """
-        if isinstance(self.global_limits, str):
-            longest = 86400  # "auto": SES's quotas are per second and per 24 hours
-        else:
-            longest = max((w.seconds for w in self.global_limits), default=0)
         return (
             self.dispatcher.inflight_ttl_seconds
-            + longest
             + self.sender.visibility_timeout
             + self.sender.backoff_max_seconds
         )

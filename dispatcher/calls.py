@@ -69,7 +69,7 @@ class StoreLimits:
     default_cap: int = 20
     lease_ms: int = 30_000
     inflight_ttl_ms: int = 1_800_000
-    stranded_after_ms: int = 1_800_000 + 86_400_000 + 60_000 + 900_000
+    stranded_after_ms: int = 1_800_000 + 60_000 + 900_000
     """A dispatched job without progress this long is stranded (Settings.stranded_after_seconds)."""
     min_replicas: int = 0
     """Replicas an enqueue and a "sent" record wait for (FAIRPOST_REDIS_MIN_REPLICAS)..."""

@@ -38,7 +38,7 @@ from dispatcher.store import JobStore, store_limits
 from mailer.daemon.aws import SES_CONFIG, SQS_CONFIG, session
 from mailer.daemon.feedback import build as build_reputation
 from mailer.daemon.handoff import MailWorker
-from mailer.daemon.health import Heartbeat, Liveness, replica_name
+from mailer.daemon.health import Heartbeat, Liveness, replica_name, sender_alive
 from mailer.daemon.http import Check, HttpServer
 from mailer.daemon.metrics import Metrics, TenantLabels
 from mailer.daemon.ready import readiness
@@ -120,7 +120,9 @@ async def _run(settings: Settings, role: Role, client: redis.asyncio.Redis, stop
                 max_outage_seconds=settings.max_outage_seconds,
             )
             tasks["dispatcher"] = asyncio.create_task(dispatcher.run(stop), name="dispatcher")
-            reconciler = Reconciler(store, worker, settings, metrics=metrics)
+            reconciler = Reconciler(
+                store, worker, settings, metrics=metrics, may_act=lambda: sender_alive(client, keys)
+            )
             tasks["reconciler"] = asyncio.create_task(reconciler.run(stop), name="reconciler")
         if role in ("all", "sender"):
             auto = None

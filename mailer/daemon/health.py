@@ -165,6 +165,23 @@ class Heartbeat:
             await pipe.execute()
 
 
+async def sender_alive(client: redis.asyncio.Redis, keys: Keys) -> bool:
+    """Whether any replica that receives from SQS (role ``all`` or ``sender``) has a live
+    heartbeat: without one nothing in SQS shows progress, so nothing counts as lost."""
+    live = await client.zrangebyscore(keys.replicas(), int(time.time() * 1000), "+inf")
+    if not live:
+        return False
+    names = [name.decode() if isinstance(name, bytes) else str(name) for name in live]
+    for raw in await client.mget([keys.heartbeat(name) for name in names]):
+        try:
+            role = json.loads(raw).get("role") if raw else None
+        except ValueError:
+            continue
+        if role in ("all", "sender"):
+            return True
+    return False
+
+
 def check_heartbeat(settings: Settings, replica: str | None = None, *, timeout: float = 3.0) -> Health:
     """Alive if the replica's heartbeat key exists (it expires unless renewed)."""
     name = replica or replica_name(settings)

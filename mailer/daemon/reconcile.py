@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from redis.exceptions import RedisError
@@ -66,7 +67,11 @@ class Reconciler:
         *,
         metrics: Metrics | None = None,
         interval: float | None = None,
+        may_act: Callable[[], Awaitable[bool]] | None = None,
     ) -> None:
+        """``may_act``: asked before each scan; False skips it (the daemon passes
+        "a sender replica is alive": with none, nothing receives from SQS, so no
+        job can show progress and none may be taken for lost)."""
         self.store = store
         self.stranded = StrandedJobs(store.redis, store.keys, store.limits)
         self.worker = worker
@@ -74,6 +79,8 @@ class Reconciler:
         self.metrics = metrics or worker.metrics
         # Often enough to notice within a small part of the wait that defines
         # "stranded", rarely enough to cost nothing: each scan is one script call.
+        self.may_act = may_act
+        self._waiting_for_senders = False
         self.interval = interval or min(30.0, max(1.0, settings.stranded_after_seconds() / 10))
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -96,6 +103,12 @@ class Reconciler:
     async def run_once(self) -> ReconcileReport:
         """One scan: hand stranded jobs to SQS again, or end them dead."""
         report = ReconcileReport()
+        if self.may_act is not None and not await self.may_act():
+            if not self._waiting_for_senders:
+                log.warning("no sender replica is alive: jobs in SQS are not taken for lost meanwhile")
+            self._waiting_for_senders = True
+            return report
+        self._waiting_for_senders = False
         picked = await self.stranded.scan(self.settings.reconcile_handoffs)
         for item in picked:
             if item.outcome == "dead":

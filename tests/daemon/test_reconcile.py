@@ -8,21 +8,22 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any
+from typing import Any, cast
 
 import boto3
 import pytest
 import redis.asyncio
 
-from config import Settings
+from config import Settings, load_settings
 from dispatcher.jobs import JobState
 from dispatcher.keys import Keys
 from dispatcher.store import JobStore, NewJob, StoreLimits
 from dispatcher.stranded import StrandedJobs
 from mailer import AsyncMailClient
 from mailer.daemon.handoff import MailWorker
+from mailer.daemon.health import Heartbeat, Liveness, sender_alive
 from mailer.daemon.metrics import Metrics
-from mailer.daemon.reconcile import Reconciler
+from mailer.daemon.reconcile import Reconciler, ReconcileReport
 from mailer.ops.stats import collect_stats
 from mailer.sdk.mail import Mail
 from mailer.testing.ses_server import SesServer
@@ -31,8 +32,8 @@ from tests.support.pipeline import Running, pipeline, quick_settings
 
 
 def reconcile_settings(redis_url: str, **overrides: Any) -> Settings:
-    # Stranded after 0.5 (in-flight TTL) + 1 (longest global window) + 5 (visibility)
-    # + 0.5 (longest retry delay) = 7 s without progress.
+    # Stranded after 0.5 (in-flight TTL) + 5 (visibility) + 0.5 (longest retry
+    # delay) = 6 s without progress.
     base: dict[str, Any] = {
         "dispatcher": {"inflight_ttl_seconds": 0.5},
         "sender": {
@@ -211,3 +212,45 @@ async def test_a_parked_job_is_not_taken_for_stranded_while_its_tenant_waits(
     await store.finish("j0", JobState.SENT)
     await wait_for_async(lambda: stranded.scan(3), within=5, what="the other job to be stranded")
     assert await aredis.zrange(keys.dispatched(), 0, -1) == ["j1"]
+
+
+def test_stranded_after_is_derived_from_the_settings_not_the_longest_window() -> None:
+    # A day window does not make a lost job wait a day: while the global quota
+    # binds, the slot keeper's passes are its signs of life (mailer/daemon/slots.py).
+    settings = load_settings()
+    assert settings.stranded_after_seconds() == 1800 + 60 + 900
+    quick = load_settings(global_limits="14/second; 50000/day", dispatcher={"inflight_ttl_seconds": 60})
+    assert quick.stranded_after_seconds() == 60 + 60 + 900
+
+
+async def test_jobs_were_taken_for_lost_while_no_sender_replica_was_alive(
+    aredis: redis.asyncio.Redis, redis_url: str
+) -> None:
+    # With no sender alive nothing receives from SQS: no job can show progress,
+    # so none may be taken for lost (its messages may all be there).
+    keys = Keys("t")
+    store = JobStore(aredis, keys, StoreLimits(inflight_ttl_ms=100, stranded_after_ms=300))
+    await store.enqueue([NewJob(id="j0", tenant="acme", kind="mail", payload="{}")])
+    await store.handed_off([job.id for job in await store.claim(1)])
+
+    async def past_its_deadline() -> bool:
+        seconds, micros = await aredis.time()
+        deadline = await aredis.zscore(keys.dispatched(), "j0")
+        return deadline is not None and int(seconds) * 1000 + int(micros) // 1000 > deadline
+
+    await wait_for_async(past_its_deadline, within=5, what="the job's deadline to pass")
+    liveness = Liveness()
+    running = asyncio.create_task(asyncio.sleep(3600))  # a watched task that runs
+    liveness.watch({"dispatcher": running})
+    assert await Heartbeat(aredis, keys, "d1", liveness, role="dispatcher").beat()
+    unused = MailWorker(cast(Any, None), "unused")
+    settings = load_settings(redis_url=redis_url)
+    reconciler = Reconciler(store, unused, settings, may_act=lambda: sender_alive(aredis, keys))
+    assert await reconciler.run_once() == ReconcileReport()
+    assert "reconciled" not in await store.job("j0")
+    # A sender replica beats: now a job without progress is stranded.
+    assert await Heartbeat(aredis, keys, "s1", liveness, role="sender").beat()
+    running.cancel()
+    assert await sender_alive(aredis, keys)
+    [picked] = await StrandedJobs(aredis, keys, store.limits).scan(3)
+    assert picked.job.id == "j0" and picked.outcome == "again"
