@@ -73,6 +73,12 @@ async def reconciling(run: Running, metrics: Metrics) -> asyncio.Task[None]:
     return task
 
 
+async def stopped(task: asyncio.Task[None]) -> None:
+    """Cancel the reconciler and wait until it has let go of its connection."""
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+
+
 class Gate:
     """Holds the sender's receives until opened."""
 
@@ -103,7 +109,7 @@ async def test_jobs_whose_messages_were_purged_stayed_dispatched_forever(
             await wait_for_async(lambda: all_in(client, ids, "sent"), within=20, what="every job sent")
             stats = await collect_stats(run.store.redis, run.store.keys, settings)
         finally:
-            task.cancel()
+            await stopped(task)
     assert sorted(m.job_id or "" for m in ses.sent) == sorted(ids), "each job sent exactly once"
     assert stats.reconciled == {"handed_again": 5}
     assert stats.to_json()["reconciled"] == {"handed_again": 5, "dead": 0}
@@ -155,7 +161,7 @@ async def test_mail_a_redrive_policy_moved_to_a_dead_letter_queue_stayed_dispatc
         try:
             await wait_for_async(lambda: all_in(client, ids, "sent"), within=60, what="every job sent")
         finally:
-            task.cancel()
+            await stopped(task)
     moved = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["ApproximateNumberOfMessages"])
     assert int(moved["Attributes"]["ApproximateNumberOfMessages"]) >= 1, "no message reached the DLQ"
     assert metrics.reconciled_total.labels("handed_again")._value.get() >= 1
@@ -185,7 +191,7 @@ async def test_a_job_sqs_keeps_losing_lived_forever_instead_of_ending_dead(
             statuses = [await client.status(i) for i in ids]
             stats = await collect_stats(run.store.redis, run.store.keys, settings)
         finally:
-            task.cancel()
+            await stopped(task)
     for status in statuses:
         assert status.dead_reason and status.dead_reason.startswith("stranded: SQS no longer held")
     assert stats.reconciled == {"handed_again": 2, "dead": 2}
@@ -251,6 +257,7 @@ async def test_jobs_were_taken_for_lost_while_no_sender_replica_was_alive(
     # A sender replica beats: now a job without progress is stranded.
     assert await Heartbeat(aredis, keys, "s1", liveness, role="sender").beat()
     running.cancel()
+    await asyncio.gather(running, return_exceptions=True)
     assert await sender_alive(aredis, keys)
     [picked] = await StrandedJobs(aredis, keys, store.limits).scan(3)
     assert picked.job.id == "j0" and picked.outcome == "again"
