@@ -141,8 +141,9 @@ async def test_mail_a_redrive_policy_moved_to_a_dead_letter_queue_stayed_dispatc
     redis_url: str, ses: SesServer
 ) -> None:
     # A throttled tenant: each park is a receive, and the queue's redrive policy
-    # moves a message to its DLQ at its third receive.
-    settings = reconcile_settings(redis_url, tenants={"slow": {"limits": "1/5 seconds"}})
+    # moves a message to its DLQ at its second receive (a park of 10 s is longer
+    # than the sender times itself: it waits in SQS).
+    settings = reconcile_settings(redis_url, tenants={"slow": {"limits": "1/10 seconds"}})
     sqs = boto3.client("sqs")
     dlq = sqs.create_queue(QueueName="fairpost-dlq.fifo", Attributes={"FifoQueue": "true"})["QueueUrl"]
     dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
@@ -150,7 +151,7 @@ async def test_mail_a_redrive_policy_moved_to_a_dead_letter_queue_stayed_dispatc
         QueueName=settings.queue_name,
         Attributes={
             "FifoQueue": "true",
-            "RedrivePolicy": json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": 2}),
+            "RedrivePolicy": json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": 1}),
         },
     )["QueueUrl"]
     metrics = Metrics()
