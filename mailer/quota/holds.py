@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
 import redis.asyncio
 
 from dispatcher.keys import Keys
+from dispatcher.replies import text
 from dispatcher.scripts import lua_source
 
 
@@ -43,7 +43,7 @@ class TenantHolds:
             keys=[self._keys.tenant_hold(tenant)],
             args=[reason, int(first_seconds * 1000), int(most_seconds * 1000)],
         )
-        return Hold(_s(held_for), int(until_ms)), int(wait_ms) / 1000
+        return Hold(text(held_for), int(until_ms)), int(wait_ms) / 1000
 
     async def clear(self, tenant: str) -> None:
         await self._redis.delete(self._keys.tenant_hold(tenant))
@@ -56,11 +56,7 @@ class TenantHolds:
                 pipe.hmget(self._keys.tenant_hold(tenant), ["reason", "until_ms"])
             values = await pipe.execute()
         return {
-            tenant: Hold(_s(reason), int(until))
+            tenant: Hold(text(reason), int(until))
             for tenant, (reason, until) in zip(names, values, strict=True)
             if reason is not None and until is not None
         }
-
-
-def _s(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
