@@ -33,7 +33,7 @@ async def run(backend: Backend, quick: bool) -> list[Figure]:
     with redis_server() as server:
         client = redis.asyncio.Redis.from_url(server.url())
         try:
-            rounds, k = (3, 100) if quick else (5, 500)
+            rounds, k = (3, 100) if quick else (9, 300)
             figures += await scale_ops.measure(client, tenants, 10, rounds, k)
         finally:
             await client.aclose()
