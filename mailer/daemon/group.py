@@ -125,7 +125,10 @@ class GroupDecision:
 
         Only the first waits in flight: the rest go straight back to the queue,
         where FIFO order keeps them behind it. So a throttled tenant holds one
-        message of SQS's 120,000 in-flight limit, not a receive's worth.
+        message of SQS's 120,000 in-flight limit, not a receive's worth. A wait
+        this process times itself (under PRECISE_WAIT_MAX) keeps the group: it is
+        asked for again in a moment, and handing it back would only cost SQS calls
+        to receive it again.
         """
         ctx = self.ctx
         if retry_after < 0:
@@ -139,12 +142,13 @@ class GroupDecision:
             retry_after = 1.0
         if not refused:
             return
-        for behind in refused[1:]:
-            behind.visibility, behind.retry_at = 0, None
-        refused = refused[:1]
+        precise = blocked_by in ("tenant", "global", "share") and retry_after <= PRECISE_WAIT_MAX
+        if not precise:
+            for behind in refused[1:]:
+                behind.visibility, behind.retry_at = 0, None
+            refused = refused[:1]
         if blocked_by == "global":
             self.gate.hold_for_quota(retry_after)
-        precise = blocked_by in ("tenant", "global", "share") and retry_after <= PRECISE_WAIT_MAX
         # Jitter spreads parked groups' return; a timed retry needs only a hair of it.
         jitter = PRECISE_JITTER if precise else ctx.settings.sender.max_jitter_seconds
         wait = min(retry_after + random.uniform(0, jitter), MAX_VISIBILITY)
@@ -153,8 +157,15 @@ class GroupDecision:
         ctx.metrics.throttled(tenant, reason, len(refused))
         now = time.monotonic()
         for msg in refused:
-            msg.visibility = wait + PRECISE_SAFETY_NET if precise else wait
-            msg.retry_at = now + wait if precise else None
+            if precise:
+                msg.retry_at = now + wait
+                # Still hidden from its receive for long enough: no SQS call to keep it so.
+                kept = msg.hidden_until - now >= wait + PRECISE_SAFETY_NET
+                msg.visibility = None if kept else wait + PRECISE_SAFETY_NET
+            else:
+                msg.visibility, msg.retry_at = wait, None
+            if msg.visibility is not None:
+                msg.hidden_until = now + msg.visibility
         self.inbox.parked(tenant, refused, now + wait)
         ids = [m.envelope.job_id for m in refused if m.envelope]
         await ctx.store.count_throttled(ids, reason, at_ms + int(wait * 1000))

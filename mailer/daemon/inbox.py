@@ -42,6 +42,8 @@ class Received:
     retry_at: float | None = None
     """Set (monotonic) when the quota frees in under PRECISE_WAIT_MAX seconds: this
     process asks again then, instead of waiting for SQS's whole-second visibility."""
+    hidden_until: float = 0.0
+    """Monotonic time its visibility (from the receive, or as last changed) ends."""
     in_call: bool = False
     """Its SES call started and its outcome is not known: on shutdown it is left to
     come back after its visibility timeout, its sending marker still held."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -79,6 +80,7 @@ class Receiver:
             "ReceiveRequestAttemptId": uuid.uuid4().hex,
         }
         for attempt in range(3):
+            asked_at = time.monotonic()
             receive = asyncio.ensure_future(self.inbox.sqs.receive_message(**request))
             stopped = asyncio.ensure_future(stop.wait())
             done, _ = await asyncio.wait({receive, stopped}, return_when=asyncio.FIRST_COMPLETED)
@@ -114,6 +116,7 @@ class Receiver:
                     receipt=m["ReceiptHandle"],
                     group=m.get("Attributes", {}).get("MessageGroupId", ""),
                     body=m.get("Body", ""),
+                    hidden_until=asked_at + s.visibility_timeout,
                 )
                 for m in raw
             ]

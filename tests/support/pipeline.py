@@ -34,6 +34,10 @@ class ReceiveLog:
 
     calls: list[float] = field(default_factory=list)
     bodies: list[tuple[float, str]] = field(default_factory=list)
+    asked: list[int] = field(default_factory=list)
+    """Each receive's MaxNumberOfMessages."""
+    requests: dict[str, int] = field(default_factory=dict)
+    """SQS requests the sender made, by operation."""
 
 
 class RecordingSqs:
@@ -45,12 +49,22 @@ class RecordingSqs:
         self._before_receive = before_receive
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self._real, name)
+        real = getattr(self._real, name)
+        if not callable(real):
+            return real
+
+        async def counted(*args: Any, **kwargs: Any) -> Any:
+            self._log.requests[name] = self._log.requests.get(name, 0) + 1
+            return await real(*args, **kwargs)
+
+        return counted
 
     async def receive_message(self, **kwargs: Any) -> Any:
         if self._before_receive is not None:
             await self._before_receive()
         self._log.calls.append(time.monotonic())
+        self._log.asked.append(int(kwargs.get("MaxNumberOfMessages", 1)))
+        self._log.requests["receive_message"] = self._log.requests.get("receive_message", 0) + 1
         response = await self._real.receive_message(**kwargs)
         now = time.monotonic()
         for message in response.get("Messages", []):
