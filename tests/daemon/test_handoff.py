@@ -2,20 +2,26 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from typing import Any
 
 import boto3
 import pytest
+import redis.asyncio
 
 from config import load_settings
-from dispatcher.jobs import Job
+from dispatcher.jobs import Job, NewJob
+from dispatcher.keys import Keys
+from dispatcher.runner import Dispatcher
+from dispatcher.store import JobStore, StoreLimits
 from dispatcher.worker import Dead, HandedOff, Retry
 from mailer.daemon.aws import SQS_CONFIG, session
 from mailer.daemon.handoff import MailWorker
 from mailer.ops.queue_setup import init_queue
 from mailer.sdk.mail import Mail, validate
+from mailer.testing.wait import wait_for_async
 
 
 def mail_job(job_id: str, tenant: str) -> Job:
@@ -181,3 +187,61 @@ async def test_a_handoff_that_failed_on_its_second_batch_requeued_the_first_one_
         else:
             assert isinstance(outcome, Retry) and "went away" in outcome.reason
     assert len(receive_all(queue_url, len(sent_first))) == len(sent_first)
+
+
+async def test_a_slow_sqs_hand_off_keeps_its_claims_and_each_job_reaches_sqs_once(
+    sqs: Any, queue_url: str, redis_url: str
+) -> None:
+    # Leases of 300 ms; the SQS call takes until the test lets go, ten leases and
+    # more. A second replica reaping all along must never hand the jobs off again.
+    client = redis.asyncio.Redis.from_url(redis_url)
+    store = JobStore(client, Keys("slow"), StoreLimits(lease_ms=300, default_cap=1000))
+    _, payload = validate(
+        Mail(sender="app@example.com", to=["ada@example.org"], subject="hi", text="hello"), max_bytes=100_000
+    )
+    await store.enqueue([NewJob(id=f"job{i}", tenant="acme", kind="mail", payload=payload) for i in range(5)])
+    entered, release = asyncio.Event(), asyncio.Event()
+
+    class SlowSqs(CountingSqs):
+        async def send_message_batch(self, QueueUrl: str, Entries: list[dict[str, str]]) -> dict[str, Any]:
+            entered.set()
+            await release.wait()
+            return await super().send_message_batch(QueueUrl=QueueUrl, Entries=Entries)
+
+    slow, other = SlowSqs(sqs), CountingSqs(sqs)
+    stop = asyncio.Event()
+    tasks = [
+        asyncio.create_task(Dispatcher(store, [MailWorker(slow, queue_url)], reap_interval=0.05).run(stop))
+    ]
+    try:
+        await asyncio.wait_for(entered.wait(), timeout=15)
+        tasks.append(
+            asyncio.create_task(
+                Dispatcher(store, [MailWorker(other, queue_url)], reap_interval=0.05).run(stop)
+            )
+        )
+        start = await redis_ms(client)
+
+        async def ten_leases_passed() -> bool:
+            return await redis_ms(client) - start >= 3000
+
+        await wait_for_async(ten_leases_passed, within=60, what="ten leases of Redis time")
+        release.set()
+
+        async def all_dispatched() -> bool:
+            return all([(await store.job(f"job{i}")).get("state") == "dispatched" for i in range(5)])
+
+        await wait_for_async(all_dispatched, within=15, what="every job handed off")
+    finally:
+        release.set()
+        stop.set()
+        await asyncio.gather(*tasks)
+        await client.aclose()
+    assert other.batches == [], "a live replica's claims were reaped and handed off again"
+    assert sorted(id_ for batch in slow.batches for id_ in batch) == [f"job{i}" for i in range(5)]
+    assert len(receive_all(queue_url, 5)) == 5
+
+
+async def redis_ms(client: redis.asyncio.Redis) -> int:
+    seconds, micros = await client.time()
+    return int(seconds) * 1000 + int(micros) // 1000
