@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 import redis.asyncio
 
 from bench.figures import Figure
-from bench.scale_redis import Side, chunks, new_job, server_cpu
+from bench.scale_redis import Side, chunks, commands_run, new_job, server_cpu
 from config.limits import parse_limits
 from dispatcher.jobs import JobState
 from mailer.ops.stats import collect_stats
@@ -37,11 +37,13 @@ GLOBAL = parse_limits("1/minute")
 TENANT = parse_limits("100000/second")
 
 
-async def _cost(client: redis.asyncio.Redis, work: Callable[[], Awaitable[int]]) -> float:
+async def _cost(client: redis.asyncio.Redis, work: Callable[[], Awaitable[int]]) -> tuple[float, float]:
     """Server CPU microseconds per unit of ``work`` (which returns how many units it did)."""
-    before = await server_cpu(client)
+    before, calls = await server_cpu(client), await commands_run(client)
     units = await work()
-    return (await server_cpu(client) - before) * 1e6 / max(1, units)
+    cpu = (await server_cpu(client) - before) * 1e6 / max(1, units)
+    # The INFO call between the two reads is itself counted once.
+    return cpu, (await commands_run(client) - calls - 1) / max(1, units)
 
 
 async def prepare(side: Side, per_tenant: int) -> None:
@@ -142,6 +144,7 @@ async def measure(client: redis.asyncio.Redis, big: int, small: int, rounds: int
     await prepare(sides[0], max(2, rounds * (k + 10) // small + 2))
     await prepare(sides[1], 2)
     per_op: dict[str, dict[str, list[float]]] = {s.name: {op: [] for op in OPS} for s in sides}
+    calls: dict[str, dict[str, list[float]]] = {s.name: {op: [] for op in OPS} for s in sides}
     for r in range(rounds):
         # Each operation on both sides back to back, the order alternating: the
         # machine's noise (it is shared) hits the two halves of a pair alike.
@@ -152,7 +155,9 @@ async def measure(client: redis.asyncio.Redis, big: int, small: int, rounds: int
             ]:
                 if prep is not None:
                     await prep()
-                per_op[side.name][op].append(await _cost(side.client, work))
+                cpu, commands = await _cost(side.client, work)
+                per_op[side.name][op].append(cpu)
+                calls[side.name][op].append(commands)
     figures = []
     for op, title in OPS.items():
         many = statistics.median(per_op["ops-big"][op])
@@ -169,7 +174,9 @@ async def measure(client: redis.asyncio.Redis, big: int, small: int, rounds: int
                 detail=(
                     f"{many:.1f} µs of Redis CPU (INFO cpu) with {big:,} tenants waiting, {few:.1f} µs with "
                     f"{small} (medians; the figure is the median of {rounds} rounds' ratios, each operation "
-                    f"run on both sides back to back, {k} jobs a round)"
+                    f"run on both sides back to back, {k} jobs a round); Redis commands per unit "
+                    f"{statistics.median(calls['ops-big'][op]):.1f} / "
+                    f"{statistics.median(calls['ops-small'][op]):.1f}"
                 ),
                 data={"big_us": per_op["ops-big"][op], "small_us": per_op["ops-small"][op]},
             )
