@@ -9,6 +9,7 @@ shutdown whatever is still held goes straight back (:meth:`Inbox.release_held`).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import time
@@ -55,6 +56,7 @@ class Inbox:
         self.queue_url = queue_url
         self.metrics = metrics
         self._held: dict[str, Received] = {}
+        self._deletes = _Deletes(sqs, queue_url)
         # Messages parked for quota or a pause: tenant → receipt → monotonic time it returns.
         self._parked: dict[str, dict[str, float]] = {}
 
@@ -80,12 +82,8 @@ class Inbox:
         """Delete what is done and set the visibility of what waits, in batches of ten."""
         deletes = [m for m in messages if m.delete]
         changes = [m for m in messages if not m.delete and m.visibility is not None]
-        for chunk in _chunks(deletes, 10):
-            entries = [{"Id": str(i), "ReceiptHandle": m.receipt} for i, m in enumerate(chunk)]
-            response = await self.sqs.delete_message_batch(QueueUrl=self.queue_url, Entries=entries)
-            for fail in response.get("Failed", []):
-                # The message will come back; its job record says sent, so it is not sent twice.
-                log.warning("SQS delete failed: %s", fail.get("Message", fail.get("Code")))
+        if deletes:
+            await self._deletes.delete(deletes)
         for chunk in _chunks(changes, 10):
             visibilities: list[dict[str, Any]] = [
                 {
@@ -157,6 +155,61 @@ class Inbox:
         released = sum(1 for m in held if not m.delete)
         self.metrics.handed_back(released)
         return released
+
+
+class _Deletes:
+    """Deletes from every batch and every timed retry, gathered into SQS's batches of
+    ten: a group asked again on its own would otherwise cost a DeleteMessageBatch for
+    one or two messages. A delete waits at most ``linger`` seconds for company; the
+    caller still learns when (and whether) its own messages were deleted."""
+
+    def __init__(self, sqs: SqsClient, queue_url: str, linger: float = 0.05) -> None:
+        self._sqs = sqs
+        self._queue_url = queue_url
+        self._linger = linger
+        self._pending: list[tuple[Received, asyncio.Future[None]]] = []
+        self._timer: asyncio.TimerHandle | None = None
+        self._calls: set[asyncio.Task[None]] = set()
+
+    async def delete(self, messages: Sequence[Received]) -> None:
+        loop = asyncio.get_running_loop()
+        done: list[asyncio.Future[None]] = []
+        for msg in messages:
+            future: asyncio.Future[None] = loop.create_future()
+            self._pending.append((msg, future))
+            done.append(future)
+        if len(self._pending) >= 10:
+            self._flush()
+        elif self._timer is None:
+            self._timer = loop.call_later(self._linger, self._flush)
+        # Shielded: a caller cancelled (shutdown) does not cancel others' deletes.
+        await asyncio.shield(asyncio.gather(*done))
+
+    def _flush(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        while self._pending:
+            chunk, self._pending = self._pending[:10], self._pending[10:]
+            call = asyncio.ensure_future(self._send(chunk))
+            self._calls.add(call)
+            call.add_done_callback(self._calls.discard)
+
+    async def _send(self, chunk: list[tuple[Received, asyncio.Future[None]]]) -> None:
+        entries = [{"Id": str(i), "ReceiptHandle": m.receipt} for i, (m, _) in enumerate(chunk)]
+        try:
+            response = await self._sqs.delete_message_batch(QueueUrl=self._queue_url, Entries=entries)
+        except Exception as exc:
+            for _, future in chunk:
+                if not future.done():
+                    future.set_exception(exc)
+            return
+        for fail in response.get("Failed", []):
+            # The message will come back; its job record says sent, so it is not sent twice.
+            log.warning("SQS delete failed: %s", fail.get("Message", fail.get("Code")))
+        for _, future in chunk:
+            if not future.done():
+                future.set_result(None)
 
 
 def _chunks(items: Sequence[Received], size: int) -> list[Sequence[Received]]:

@@ -92,7 +92,8 @@ async def test_one_tenants_ses_fault_held_every_tenant_or_dead_lettered_its_mail
     assert all(s.attempts == 0 for s in held)
     assert all(s.waiting_for == f"ses_{fault.code}" for s in held if s.throttled or s.waiting_for)
     assert any(s.waiting_for == f"ses_{fault.code}" for s in held)
-    # Rechecked one mail at a time, not a loop: the first batch, then one mail per recheck.
-    assert probes <= len(bad) + 6, probes
+    # Rechecked one mail at a time, not a loop: the first batch, then one mail per recheck
+    # (holds of 1, 2, 4, 8, 16 s: a handful of rechecks however slow the machine).
+    assert probes <= len(bad) + 8, probes
     assert all(s.attempts == 0 and s.dead_reason is None for s in resumed)
     assert sorted(m.job_id or "" for m in ses.sent) == sorted(every_good + bad)
