@@ -46,6 +46,8 @@ class Run:
     seconds: float
     lag: float
     errors: int
+    sqs_calls: int = 0
+    """Every SQS request the replicas made while the backlog drained (hand-off included)."""
 
     def common(self) -> str:
         return (
@@ -70,11 +72,13 @@ async def one_run(
     with world(backend, name, config, ses=ses) as w:
         w.start_replicas(REPLICAS)
         async with Load(w.settings) as load:
+            before = w.snapshot()
             started = time.monotonic()
             for tenant, count in backlog.items():
                 await load.burst(tenant, count)
             drained = await wait_sent(w.ses, total, within=180)
             seconds = time.monotonic() - started
+            sqs_calls = w.snapshot().minus(before).sqs_calls()
             # Anything sent twice would arrive a little after the last first send.
             await asyncio.sleep(1.0 + delay)
         sent = w.ses.sent
@@ -109,6 +113,7 @@ async def one_run(
         seconds,
         lag,
         len(errors),
+        sqs_calls,
     )
 
 
@@ -164,6 +169,17 @@ async def run(backend: Backend, quick: bool) -> list[Figure]:
             safety=True,
             detail=slow_note + "; ".join(slow.tenant_parts),
             data={"tenants": slow.tenant_parts},
+        ),
+        Figure(
+            key="safety_sqs_requests_per_mail",
+            title="SQS cost under binding quotas: requests per delivered mail",
+            value=fast.sqs_calls / max(1, fast.sends),
+            op="<=",
+            target=1.5,
+            detail=(
+                f"{fast.sqs_calls} SQS calls (hand-off, receives, deletes, visibility) for "
+                f"{fast.sends} mails; limits {'; '.join(limits)} ({fast.common()})"
+            ),
         ),
         Figure(
             key="safety_lost",

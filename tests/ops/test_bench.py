@@ -22,6 +22,7 @@ FIGURES = {
     "safety_tenant_window",
     "safety_global_window_slow_ses",
     "safety_tenant_window_slow_ses",
+    "safety_sqs_requests_per_mail",
     "safety_lost",
     "safety_duplicates",
     "isolation_p99_ratio",
