@@ -2,7 +2,8 @@
 -- head of their queues, and the tenants whose earliest in-flight slot is due
 -- drop their expired slots and, if blocked, rejoin the ring. The work is
 -- proportional to what expired, never to how many tenants are blocked: a
--- slot freed by a finish re-activates its tenant there and then.
+-- slot freed by a finish re-activates its tenant there and then. A few
+-- blocked tenants a call are checked for a place in the expiring zset.
 -- KEYS[1..9] ring context (ring.lua), KEYS[10] leases (zset)
 -- ARGV[1..3] ring context, ARGV[4] job key prefix, ARGV[5] most leases and
 -- most tenants per call (more are left to the next call)
@@ -24,5 +25,15 @@ for _, tenant in ipairs(redis.call('ZRANGEBYSCORE', ctx.expiring, '-inf', now, '
   count_inflight(ctx, -gone)
   schedule_expiry(ctx, tenant)
   activate(ctx, tenant, now)
+end
+-- A safety net, a few tenants a call: a blocked tenant the expiring zset does
+-- not know (blocked before it existed, by a daemon upgraded since) would never
+-- be visited when its slots expire; give it its place. Bounded, whatever the
+-- number of blocked tenants.
+for _, tenant in ipairs(redis.call('SRANDMEMBER', ctx.blocked, 8)) do
+  if not redis.call('ZSCORE', ctx.expiring, tenant) then
+    schedule_expiry(ctx, tenant)
+    activate(ctx, tenant, now)
+  end
 end
 return #expired

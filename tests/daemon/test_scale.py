@@ -87,6 +87,26 @@ async def test_an_expired_slot_brings_its_blocked_tenant_back(aredis: redis.asyn
     assert await aredis.hget(store.keys.counts(), TOTAL_INFLIGHT) == "1"
 
 
+async def test_a_blocked_tenant_the_expiring_set_does_not_know_still_comes_back(
+    aredis: redis.asyncio.Redis,
+) -> None:
+    # Blocked before the expiring zset existed (a daemon upgraded with tenants
+    # blocked): nothing would ever visit it when its slot expires.
+    store = make_store(aredis, Keys("legacy"), lease_ms=200, inflight_ttl_ms=200)
+    await store.enqueue(jobs("acme", 2))
+    [first] = await store.claim(10)
+    await store.handed_off([first.id])
+    assert await store.claim(10) == []
+    await aredis.zrem(store.keys.expiring(), "acme")
+
+    async def unblocked() -> bool:
+        await store.reap()
+        return not await aredis.sismember(store.keys.blocked(), "acme")
+
+    await wait_for_async(unblocked, within=10, what="the reaper to find acme again")
+    assert [job.id for job in await store.claim(10)] == ["acme-1"]
+
+
 async def test_cancel_leaves_the_backlog_unscanned_and_the_claim_skips_it(
     aredis: redis.asyncio.Redis,
 ) -> None:
