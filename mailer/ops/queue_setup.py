@@ -30,21 +30,7 @@ def wanted_attributes(settings: Settings) -> dict[str, str]:
 def init_queue(sqs: Any, settings: Settings) -> tuple[str, dict[str, tuple[str, str]]]:
     """Create the queue if missing (boto3, blocking). Returns its URL and the
     attributes that differ from what fairpost wants: name → (have, want)."""
-    wanted = wanted_attributes(settings)
-    try:
-        url: str = sqs.get_queue_url(QueueName=settings.queue_name)["QueueUrl"]
-    except ClientError as exc:
-        if exc.response.get("Error", {}).get("Code") not in {
-            "AWS.SimpleQueueService.NonExistentQueue",
-            "QueueDoesNotExist",
-        }:
-            raise
-        url = sqs.create_queue(QueueName=settings.queue_name, Attributes=wanted)["QueueUrl"]
-    have = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
-    differ = {
-        name: (have.get(name, "(unset)"), want) for name, want in wanted.items() if have.get(name) != want
-    }
-    return url, differ
+    return _ensure_queue(sqs, settings.queue_name, wanted_attributes(settings))
 
 
 def wanted_events_attributes() -> dict[str, str]:
@@ -65,19 +51,24 @@ def init_events_queue(sqs: Any, settings: Settings) -> tuple[str, dict[str, tupl
         from config import ConfigError
 
         raise ConfigError([("FAIRPOST_EVENTS_QUEUE_NAME", "must be set for init-aws --events")])
-    wanted = wanted_events_attributes()
+    return _ensure_queue(sqs, settings.events_queue_name, wanted_events_attributes())
+
+
+def _ensure_queue(sqs: Any, name: str, wanted: dict[str, str]) -> tuple[str, dict[str, tuple[str, str]]]:
+    """The queue's URL, creating it with ``wanted`` if missing, and the attributes
+    that differ from ``wanted`` (name -> (have, want)); an existing queue is never changed."""
     try:
-        url: str = sqs.get_queue_url(QueueName=settings.events_queue_name)["QueueUrl"]
+        url: str = sqs.get_queue_url(QueueName=name)["QueueUrl"]
     except ClientError as exc:
         if exc.response.get("Error", {}).get("Code") not in {
             "AWS.SimpleQueueService.NonExistentQueue",
             "QueueDoesNotExist",
         }:
             raise
-        url = sqs.create_queue(QueueName=settings.events_queue_name, Attributes=wanted)["QueueUrl"]
+        url = sqs.create_queue(QueueName=name, Attributes=wanted)["QueueUrl"]
     have = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
     differ = {
-        name: (have.get(name, "(unset)"), want) for name, want in wanted.items() if have.get(name) != want
+        attr: (have.get(attr, "(unset)"), want) for attr, want in wanted.items() if have.get(attr) != want
     }
     return url, differ
 
