@@ -86,13 +86,13 @@ class GroupDecision:
             todo = await ctx.feedback.screen(tenant, todo)
             if not todo:
                 return
-        ses_hold = self.sending.held(tenant)
+        ses_hold = self.sending.answers.held(tenant)
         if ses_hold is not None:
             # SES refused this tenant's own set-up lately: it waits alone until its recheck.
             reason, wait = ses_hold
             await self.park(tenant, todo, wait, reason, await ctx.store.now_ms())
             return
-        if self.sending.rechecking(tenant):
+        if self.sending.answers.rechecking(tenant):
             # The hold ended: one mail asks SES whether the fault is gone; the rest
             # wait behind it in their FIFO group.
             for behind in todo[1:]:

@@ -6,7 +6,8 @@ Reading order, one idea a module:
 - :mod:`mailer.daemon.gate`: when nothing is received at all;
 - this module: one received batch, grouped by tenant, and the timed retries;
 - :mod:`mailer.daemon.group`: one tenant group's quota decision and parking;
-- :mod:`mailer.daemon.send`: the granted mails' sends, and what SES said;
+- :mod:`mailer.daemon.send`: the granted mails' sends, kept hidden until recorded;
+- :mod:`mailer.daemon.answers`: what each SES answer means (and tenant holds);
 - :mod:`mailer.daemon.counting`: keeping a mail counted until SES counts it;
 - :mod:`mailer.daemon.endings`: dead letters and poison messages;
 - :mod:`mailer.daemon.inbox`: the SQS messages held, settled, parked, handed back.
@@ -77,7 +78,7 @@ class Sender:
         self.endings = Endings(self.ctx)
         sending = Sending(self.ctx, ses_client, self.gate, self.inbox, self.endings)
         self.groups = GroupDecision(self.ctx, self.gate, self.inbox, self.endings, sending)
-        sending.park = self.groups.park
+        sending.answers.park = self.groups.park
         self.receiver = Receiver(self.ctx, self.gate, self.inbox, self.process)
         self._timers: set[asyncio.Task[None]] = set()
 

@@ -1,0 +1,199 @@
+"""What SES's answer means for a mail, its tenant and the whole sender.
+
+The classes are in mailer.daemon.ses; here each becomes an action: a sent
+mail is deleted (and recorded with its group, mailer.daemon.send); throttling
+holds the whole sender for a growing back-off, or, when SES says the day's
+quota is spent, until the day can free (the account read again); a refusal
+of the tenant's own set-up holds that tenant alone (``ses_<code>``, in Redis:
+mailer.quota.holds), rechecked one mail at a time; an account pause holds
+every tenant; a permanent refusal is a dead letter; a transient failure is
+an attempt, retried with back-off.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable
+
+from mailer.daemon import ses
+from mailer.daemon.aws import SesClient
+from mailer.daemon.context import SenderContext
+from mailer.daemon.counting import Stamp
+from mailer.daemon.endings import Endings
+from mailer.daemon.gate import Gate
+from mailer.daemon.inbox import MAX_VISIBILITY, Received
+from mailer.daemon.ses_account import daily_quota_wait, is_daily_quota_exceeded
+from mailer.daemon.ses_tenant_status import REASON
+from mailer.errors import SesAccountError
+from mailer.quota.holds import TenantHolds
+from mailer.quota.overrides import PAUSED_RECHECK_SECONDS
+
+log = logging.getLogger("fairpost.sender")
+
+_THROTTLE_BACKOFF_MIN = 0.5
+_THROTTLE_BACKOFF_MAX = 30.0
+
+Answered = list[tuple[Received, ses.SendResult, Stamp]]
+
+
+class Answers:
+    def __init__(self, ctx: SenderContext, ses_client: SesClient, gate: Gate, endings: Endings) -> None:
+        self.ctx = ctx
+        self.ses = ses_client
+        self.gate = gate
+        self.endings = endings
+        self._throttle_backoff = _THROTTLE_BACKOFF_MIN
+        self._daily_lock = asyncio.Lock()
+        self._daily_until = 0.0
+        self.park: Callable[[str, list[Received], float, str | None, int], Awaitable[None]] | None = None
+        """Parks a tenant's mail (mailer.daemon.group.GroupDecision.park), set by the Sender."""
+        self.holds = TenantHolds(ctx.store.redis, ctx.store.keys)
+        # Tenants SES refused for their own set-up: tenant → (ses_<code>, monotonic time
+        # of the recheck). Kept while the tenant has not sent since (the hold in Redis
+        # is cleared by the replica that sees it send again).
+        self._held: dict[str, tuple[str, float]] = {}
+
+    def held(self, tenant: str) -> tuple[str, float] | None:
+        """(reason, seconds left) while the tenant is held for an SES fault of its own."""
+        if tenant not in self._held:
+            return None
+        reason, until = self._held[tenant]
+        left = until - time.monotonic()
+        return (reason, left) if left > 0 else None
+
+    def rechecking(self, tenant: str) -> bool:
+        """The tenant's hold ended and it has not sent since: its next mail is a probe."""
+        return tenant in self._held
+
+    async def park_disabled(self, tenant: str, paused: list[Received], at_ms: int) -> None:
+        """SES disabled the tenant's SES tenant: its refused mails wait (recheck, then resume)."""
+        assert self.park is not None and self.ctx.feedback is not None
+        # The park says why in the job's status (waiting_for), as every park does.
+        await self.park(tenant, paused, PAUSED_RECHECK_SECONDS, REASON, at_ms)
+
+    async def obey(self, tenant: str, msg: Received, stamp: Stamp, result: ses.SendResult) -> None:
+        """Do what SES's answer means for this mail (the table in mailer.daemon.ses)."""
+        ctx = self.ctx
+        env = msg.envelope
+        assert env is not None
+        extra = {"job_id": env.job_id, "tenant": tenant}
+        if result.verdict is ses.Verdict.SENT:
+            # Restamped and recorded with the rest of its group: _record.
+            self._throttle_backoff = _THROTTLE_BACKOFF_MIN
+            msg.delete = True
+            ctx.stats.sent += 1
+            ctx.metrics.sent(tenant, env.created_ms)
+            return
+        if result.verdict is not ses.Verdict.TRANSIENT:
+            # SES refused it outright: the quota units go back. After a 5xx or a
+            # network error SES may have the mail, so its units stay counted.
+            await ctx.quota.refund(tenant, env.mail.recipients, stamp.at_ms, *ctx.windows(tenant))
+        ctx.stats.by_reason[result.verdict.value] = ctx.stats.by_reason.get(result.verdict.value, 0) + 1
+        if result.verdict is ses.Verdict.THROTTLED:
+            ctx.stats.throttled_by_ses += 1
+            ctx.metrics.throttled(tenant, "ses")
+            daily = await self._daily_hold() if is_daily_quota_exceeded(result.error) else None
+            if daily is None:
+                delay = self._throttle_backoff
+                self._throttle_backoff = min(self._throttle_backoff * 2, _THROTTLE_BACKOFF_MAX)
+            else:
+                delay = daily
+            self.gate.hold(delay)
+            msg.visibility = min(
+                delay + random.uniform(0, ctx.settings.sender.max_jitter_seconds), MAX_VISIBILITY
+            )
+            await ctx.store.count_throttled([env.job_id], "ses", await ctx.store.now_ms() + int(delay * 1000))
+            log.warning("SES throttled; sender backs off %.1fs", delay, extra=extra)
+        elif result.verdict is ses.Verdict.TENANT:
+            # This tenant's own SES set-up: it alone waits, nothing is counted against the mail.
+            s = ctx.settings.sender
+            hold, wait = await self.holds.hold(
+                tenant,
+                result.reason,
+                first_seconds=s.backoff_base_seconds,
+                most_seconds=s.backoff_max_seconds,
+            )
+            self._held[tenant] = (hold.reason, time.monotonic() + wait)
+            msg.visibility = wait
+            ctx.metrics.throttled(tenant, hold.reason)
+            await ctx.store.mark_waiting([env.job_id], hold.reason, hold.until_ms)
+            log.warning(
+                "SES refuses this tenant's mail (%s); tenant held %.1fs", result.error, wait, extra=extra
+            )
+        elif result.verdict is ses.Verdict.PAUSED:
+            msg.visibility = ctx.settings.sender.pause_seconds
+            log.error(
+                "SES refuses to send (%s); sender paused %.0fs",
+                result.error,
+                ctx.settings.sender.pause_seconds,
+                extra=extra,
+            )
+        elif result.verdict is ses.Verdict.PERMANENT:
+            await self.endings.dead(msg, result.error or "rejected by SES", "rejected")
+        else:
+            attempts = await ctx.store.count_attempt(env.job_id, result.error or "")
+            if attempts >= ctx.settings.sender.max_attempts:
+                await self.endings.dead(msg, f"gave up after {attempts} attempts: {result.error}", "attempts")
+            else:
+                ctx.stats.retried += 1
+                ctx.metrics.retried(tenant)
+                s = ctx.settings.sender
+                msg.visibility = min(s.backoff_base_seconds * 2 ** (attempts - 1), s.backoff_max_seconds)
+                log.warning("SES send failed (attempt %d): %s", attempts, result.error, extra=extra)
+
+    async def _daily_hold(self) -> float | None:
+        """SES says the account's day is spent: the seconds to hold sending, from the
+        account read again (mailer.daemon.ses_account.daily_quota_wait); None when SES
+        has room again or the account cannot be read (then a throttle's back-off).
+        The mails of one batch refused together read the account once."""
+        async with self._daily_lock:
+            left = self._daily_until - time.monotonic()
+            if left > 0:
+                return left
+            ctx = self.ctx
+            try:
+                wait = await daily_quota_wait(
+                    self.ses,
+                    ctx.quota,
+                    ctx.limits.global_limits(),
+                    recheck_seconds=ctx.settings.ses_account_refresh,
+                )
+            except SesAccountError as exc:
+                log.warning("SES's daily quota is spent and the account cannot be read: %s", exc)
+                return None
+            if wait <= 0:
+                return None
+            self._daily_until = time.monotonic() + wait
+            log.error("SES's daily quota is spent: sending holds %.0fs", wait)
+            return wait
+
+    async def after_group(self, tenant: str, answered: Answered, at_ms: int) -> None:
+        """What a group's answers together mean, once they are recorded."""
+        paused = [m for m, r, _ in answered if r.verdict is ses.Verdict.PAUSED]
+        # An SES tenant SES paused is held here already (ses_SendingPausedException);
+        # when SES has disabled it (feedback), that is what the tenant waits for.
+        ses_tenant_paused = [
+            m
+            for m, r, _ in answered
+            if r.verdict is ses.Verdict.TENANT and r.code == "SendingPausedException"
+        ]
+        feedback = self.ctx.feedback
+        if feedback is not None and any(r.verdict is not ses.Verdict.SENT for _, r, _ in answered):
+            feedback.send_failed(tenant)
+        if ses_tenant_paused and feedback is not None and await feedback.disabled_now(tenant):
+            await self.park_disabled(tenant, ses_tenant_paused, at_ms)
+        if paused and feedback is not None and await feedback.disabled_now(tenant):
+            # SES disabled this tenant's SES tenant, not the account: it waits alone.
+            await self.park_disabled(tenant, paused, at_ms)
+        elif paused:
+            self.gate.hold(self.ctx.settings.sender.pause_seconds)
+        faulted = [m for m, r, _ in answered if r.verdict is ses.Verdict.TENANT]
+        for behind in faulted[1:]:
+            # One message waits in flight; FIFO order keeps the rest behind it.
+            behind.visibility = 0
+        if tenant in self._held and any(r.verdict is ses.Verdict.SENT for _, r, _ in answered):
+            del self._held[tenant]
+            await self.holds.clear(tenant)
