@@ -97,3 +97,24 @@ async def test_one_tenants_ses_fault_held_every_tenant_or_dead_lettered_its_mail
     assert probes <= len(bad) + 8, probes
     assert all(s.attempts == 0 and s.dead_reason is None for s in resumed)
     assert sorted(m.job_id or "" for m in ses.sent) == sorted(every_good + bad)
+
+
+async def test_an_account_wide_refusal_holds_the_whole_sender(redis_url: str, ses_env: SesServer) -> None:
+    """The other half: an AccessDenied that names nothing, while GetAccount says the
+    account cannot send, is the account's. The whole sender holds, keeping every job."""
+    ses = ses_env
+    settings = quick_settings(redis_url, sender={"wait_seconds": 1, "receivers": 1, "pause_seconds": 5})
+    ses.pause(Faults.ACCESS_DENIED)  # every send refused; GetAccount: SendingEnabled false
+    gate_waits: list[float] = []
+    async with pipeline(settings) as run, AsyncMailClient(settings) as client:
+        run.sender.gate.observer = gate_waits.append
+        ids = {t: await client.send_many(t, [mail(i) for i in range(2)]) for t in GOOD}
+        await wait_for_async(lambda: any(w > 2 for w in gate_waits), within=20, what="the sender to hold")
+        ses.resume()
+        every = [i for tenant_ids in ids.values() for i in tenant_ids]
+        await wait_for_async(lambda: all_in(client, every, JobState.SENT), within=40, what="every mail")
+        statuses = [await client.status(i) for i in every]
+        stats = run.sender.stats
+    assert stats.by_reason.get("paused", 0) >= 1
+    assert "tenant" not in stats.by_reason
+    assert all(s.attempts == 0 and s.dead_reason is None for s in statuses)
