@@ -25,7 +25,7 @@ import redis.client
 from config import Settings
 from dispatcher.errors import NotReplicated
 
-__all__ = ["Durability", "NotReplicated", "durability"]
+__all__ = ["Durability", "NotReplicated", "durability", "replica_shortfall"]
 
 
 AnyPipeline = redis.client.Pipeline | redis.asyncio.client.Pipeline
@@ -54,3 +54,20 @@ class Durability:
 
 def durability(settings: Settings) -> Durability:
     return Durability(settings.redis_min_replicas, int(settings.redis_wait_seconds * 1000))
+
+
+async def replica_shortfall(client: redis.asyncio.Redis, replicas: int) -> str | None:
+    """What to warn of at start-up when the master has fewer replicas connected than
+    writes wait for (None if enough): every such write would fail, NotReplicated, until
+    they connect. ``client`` reaches the master in every topology (dispatcher.connect)."""
+    if not replicas:
+        return None
+    info: dict[str, Any] = await client.info("replication")
+    connected = int(info.get("connected_slaves", 0))
+    if connected >= replicas:
+        return None
+    noun = "replica" if connected == 1 else "replicas"
+    return (
+        f"FAIRPOST_REDIS_MIN_REPLICAS={replicas} but the Redis master has {connected} {noun} "
+        "connected: enqueues, quota grants and sent records fail (NotReplicated) until enough connect"
+    )

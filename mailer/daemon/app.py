@@ -31,7 +31,7 @@ import redis.asyncio
 from config import Settings
 from config.limits import Limits
 from dispatcher.connect import async_redis_client
-from dispatcher.durable import durability
+from dispatcher.durable import durability, replica_shortfall
 from dispatcher.keys import Keys
 from dispatcher.runner import Dispatcher
 from dispatcher.store import JobStore, store_limits
@@ -94,6 +94,9 @@ async def _run(settings: Settings, role: Role, client: redis.asyncio.Redis, stop
     keys = Keys(settings.key_prefix)
     store = JobStore(client, keys, store_limits(settings))
     await publish_tenant_settings(store, settings)
+    shortfall = await replica_shortfall(client, settings.redis_min_replicas)
+    if shortfall is not None:
+        log.warning("%s", shortfall)
     quota = QuotaEngine(client, keys, durability=durability(settings))
     metrics = Metrics(TenantLabels(settings.tenants, settings.metrics_tenant_labels), process_metrics=True)
     liveness = Liveness()
