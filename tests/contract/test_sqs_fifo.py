@@ -13,6 +13,7 @@ rule                                                      moto    LocalStack
 a group with a message in flight delivers nothing else    yes     yes
 a batch returns several messages of a group, in order     yes     yes
 ChangeMessageVisibility holds the whole group             yes     yes
+handing back the rest of a batch keeps the group held     yes     **no**
 order is kept after a visibility timeout                  **no**  yes
 the dedup id is honoured after the first copy is deleted  **no**  yes
 concurrent receivers never share a group                  **no**  yes
@@ -20,7 +21,9 @@ concurrent receivers never share a group                  **no**  yes
 
 So: moto is fine for single-receiver pipeline tests; anything that depends on
 order after a timeout, the dedup window or several receivers (replicas) runs
-against LocalStack.
+against LocalStack; anything that parks a group's head and hands the rest
+back (a throttled tenant, mailer.daemon.group) and counts what stays in
+flight runs against moto with one receiver.
 """
 
 from __future__ import annotations
@@ -175,6 +178,52 @@ def test_change_visibility_holds_the_whole_group(make_fifo_queue: MakeQueue) -> 
     back_after = time.monotonic() - changed_at
     assert back_after >= hold, f"group came back after {back_after:.2f}s, held for {hold}s"
     assert bodies(back)[0] == "A-0"
+
+
+def depth(queue: FifoQueue) -> tuple[int, int]:
+    """(visible, in flight): SQS's ApproximateNumberOfMessages and ...NotVisible."""
+    attrs = queue.client.get_queue_attributes(
+        QueueUrl=queue.url,
+        AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+    )["Attributes"]
+    return int(attrs["ApproximateNumberOfMessages"]), int(attrs["ApproximateNumberOfMessagesNotVisible"])
+
+
+@pytest.mark.parametrize(
+    "fifo_emulator",
+    emulators(
+        localstack_breaks="a message of a group made visible again (visibility 0) re-opens the group, "
+        "though an earlier message of it is still in flight"
+    ),
+    indirect=True,
+)
+def test_handing_back_the_rest_keeps_the_group_held(make_fifo_queue: MakeQueue) -> None:
+    """What the sender does to a throttled tenant's batch: the head stays in flight
+    (its visibility extended), the rest goes back at visibility 0. In flight is then
+    the head alone, and the head still holds the group: "inflight messages block
+    delivery of available messages within the same message group" (AWS)."""
+    queue = make_fifo_queue(visibility_timeout=30)
+    sent = [f"A-{i}" for i in range(5)]
+    for body in sent:
+        send(queue, "A", body)
+    batch = receive(queue, wait=1)
+    assert bodies(batch) == sent, "precondition: one batch returns the whole group"
+
+    head, rest = batch[0], batch[1:]
+    queue.client.change_message_visibility(
+        QueueUrl=queue.url, ReceiptHandle=head["ReceiptHandle"], VisibilityTimeout=60
+    )
+    response = queue.client.change_message_visibility_batch(
+        QueueUrl=queue.url,
+        Entries=[
+            {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"], "VisibilityTimeout": 0}
+            for i, m in enumerate(rest)
+        ],
+    )
+    assert not response.get("Failed"), response["Failed"]
+
+    assert depth(queue) == (len(rest), 1)
+    assert bodies(receive(queue, wait=1)) == []
 
 
 @pytest.mark.parametrize(
