@@ -41,6 +41,7 @@ from dispatcher.replies import record, text
 from mailer.errors import InvalidOverride
 from mailer.quota.reputation import lift_guard
 from mailer.sdk.connection import RedisOwner
+from mailer.sdk.failures import redis_operation
 
 __all__ = [
     "PAUSED_RECHECK_SECONDS",
@@ -331,6 +332,7 @@ class QuotaAdmin(RedisOwner):
         self._resume = self._redis.register_script(script("resume"))
 
     # -- reading ------------------------------------------------------------------
+    @redis_operation("quota: read")
     def overrides(self) -> Overrides:
         with self._redis.pipeline(transaction=False) as pipe:
             pipe.hgetall(self.keys.limit_overrides())
@@ -338,17 +340,21 @@ class QuotaAdmin(RedisOwner):
             raw, paused = pipe.execute()
         return read_overrides(raw, paused)
 
+    @redis_operation("quota: read")
     def auto_limits(self) -> Limits | None:
         """The global limits a running daemon derived from SES, if the settings say ``auto``."""
         return read_auto_limits(self._redis.get(self.keys.auto_limits()))
 
+    @redis_operation("quota: read")
     def global_limits(self) -> EffectiveLimits:
         auto = self.auto_limits() if isinstance(self.settings.global_limits, str) else None
         return resolve_global(self.settings, self.overrides(), auto)
 
+    @redis_operation("quota: read")
     def tenant_limits(self, tenant: str) -> EffectiveLimits:
         return resolve_tenant(self.settings, self.overrides(), _check_tenant(tenant))
 
+    @redis_operation("quota: read")
     def show(self, tenant: str | None = None) -> list[EffectiveLimits]:
         """The global limits and, for one tenant or for every tenant that has an
         override, own settings or a pause, the tenant's."""
@@ -363,6 +369,7 @@ class QuotaAdmin(RedisOwner):
         return result
 
     # -- writing ------------------------------------------------------------------
+    @redis_operation("quota: set", writes=True)
     def set_tenant_limits(self, tenant: str, limits: str | Sequence[Window]) -> Limits:
         """Override a tenant's limits (``"100/minute; 5000/day"``) until :meth:`reset_tenant_limits`."""
         field_name = _TENANT_FIELD + _check_tenant(tenant)
@@ -370,24 +377,29 @@ class QuotaAdmin(RedisOwner):
         self._redis.hset(self.keys.limit_overrides(), field_name, format_limits(windows))
         return windows
 
+    @redis_operation("quota: set", writes=True)
     def set_global_limits(self, limits: str | Sequence[Window]) -> Limits:
         """Override the global limits until :meth:`reset_global_limits`."""
         windows = _check_limits(limits)
         self._redis.hset(self.keys.limit_overrides(), GLOBAL_FIELD, format_limits(windows))
         return windows
 
+    @redis_operation("quota: reset", writes=True)
     def reset_tenant_limits(self, tenant: str) -> bool:
         """Back to the settings; False if there was no override."""
         field_name = _TENANT_FIELD + _check_tenant(tenant)
         return bool(self._redis.hdel(self.keys.limit_overrides(), field_name))
 
+    @redis_operation("quota: reset", writes=True)
     def reset_global_limits(self) -> bool:
         return bool(self._redis.hdel(self.keys.limit_overrides(), GLOBAL_FIELD))
 
+    @redis_operation("quota: pause", writes=True)
     def pause(self, tenant: str) -> bool:
         """Stop a tenant: nothing more is claimed or sent; its mail waits. False if already paused."""
         return bool(self._redis.sadd(self.keys.paused(), _check_tenant(tenant)))
 
+    @redis_operation("quota: resume", writes=True)
     def resume(self, tenant: str) -> bool:
         """Let a paused tenant send again at once, lifting a reputation guard's pause or
         throttle too (the guard then judges only what comes after). False if it was
@@ -399,5 +411,6 @@ class QuotaAdmin(RedisOwner):
         lifted = lift_guard(self._redis, self.keys, tenant)
         return bool(int(result)) or lifted is not None
 
+    @redis_operation("quota: read")
     def paused(self) -> list[str]:
         return sorted(self.overrides().paused)

@@ -28,6 +28,7 @@ from dispatcher.keys import Keys
 from dispatcher.lifecycle import SyncLifecycle
 from dispatcher.store import store_limits
 from mailer.sdk.connection import RedisOwner
+from mailer.sdk.failures import redis_operation
 from mailer.sdk.mail import check_tenant_id
 from mailer.sdk.status import json_fields, record_time
 
@@ -91,6 +92,7 @@ class DeadLetters(RedisOwner):
         self.keys = Keys(self.settings.key_prefix)
         self._lifecycle = SyncLifecycle(self._redis, self.keys, store_limits(self.settings))
 
+    @redis_operation("dead letters: list")
     def list(self, tenant: str | None = None, *, limit: int | None = None) -> list[DeadLetter]:
         """Newest first; of one tenant if given."""
         if tenant is not None:
@@ -102,6 +104,7 @@ class DeadLetters(RedisOwner):
         ]
         return letters if limit is None else letters[:limit]
 
+    @redis_operation("dead letters: show")
     def show(self, job_id: str) -> DeadLetter:
         """One dead letter; :class:`UnknownJob` if there is none with this id."""
         found = self._lifecycle.records([job_id])
@@ -109,20 +112,24 @@ class DeadLetters(RedisOwner):
             raise UnknownJob(job_id)
         return DeadLetter.from_record(*found[0])
 
+    @redis_operation("dead letters: replay", writes=True)
     def replay(self, job_id: str) -> None:
         """Back to its tenant's queue. Raises :class:`NotReplayable` (not dead, or a
         poison message) or :class:`UnknownJob`."""
         self._lifecycle.replay(job_id)
 
+    @redis_operation("dead letters: replay", writes=True)
     def replay_tenant(self, tenant: str) -> ReplayReport:
         """Replay every dead letter of one tenant, oldest first."""
         check_tenant_id(tenant, "tenant")
         return self._replay_where(tenant)
 
+    @redis_operation("dead letters: replay", writes=True)
     def replay_all(self) -> ReplayReport:
         """Replay every dead letter, oldest first."""
         return self._replay_where(None)
 
+    @redis_operation("dead letters: purge", writes=True)
     def purge(
         self,
         *,

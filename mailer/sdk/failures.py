@@ -9,8 +9,10 @@ done all the same, so that the caller knows whether retrying is safe.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import functools
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Concatenate, ParamSpec, Protocol, TypeVar
 from urllib.parse import urlsplit
 
 import redis.exceptions
@@ -37,7 +39,10 @@ class RedisFailures:
         except redis.exceptions.RedisError as exc:
             raise self.failed(operation, exc) from exc
 
-    def failed(self, operation: str, exc: redis.exceptions.RedisError) -> RedisFailed:
+    def failed(
+        self, operation: str, exc: redis.exceptions.RedisError, *, writes: bool | None = None
+    ) -> RedisFailed:
+        """``writes``: whether the operation changes something (default: it is in WRITES)."""
         detail = f"{type(exc).__name__}: {exc}"
         if self._password:
             detail = detail.replace(self._password, "***")
@@ -57,15 +62,17 @@ class RedisFailures:
         # writes are single scripts, refused whole. An answer that never came may
         # hide a write that was done.
         refused = isinstance(exc, redis.exceptions.ResponseError) and not isinstance(exc, NotReplicated)
-        maybe = operation in WRITES and not never_sent and not refused
+        if writes is None:
+            writes = operation in WRITES
+        maybe = writes and not never_sent and not refused
         if maybe and operation == "enqueue":
             outcome = (
                 "the mail may have been written: retry with the same idempotency key, "
                 "which cannot duplicate it"
             )
         elif maybe:
-            outcome = f"the {operation} may have been done: check before retrying"
-        elif operation in WRITES:
+            outcome = "it may have been done all the same: check before retrying"
+        elif writes:
             outcome = "nothing was written: retrying is safe"
         else:
             outcome = "nothing was changed"
@@ -75,6 +82,34 @@ class RedisFailures:
             url=self.url,
             may_have_written=maybe,
         )
+
+
+class _HasSettings(Protocol):
+    settings: Settings
+
+
+_Owner = TypeVar("_Owner", bound=_HasSettings)
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def redis_operation(
+    operation: str, *, writes: bool = False
+) -> Callable[[Callable[Concatenate[_Owner, _P], _R]], Callable[Concatenate[_Owner, _P], _R]]:
+    """A blocking admin client's method (dead letters, suppressions, quotas) fails as
+    :class:`RedisFailed` naming ``operation``, like the mail client's calls."""
+
+    def decorate(method: Callable[Concatenate[_Owner, _P], _R]) -> Callable[Concatenate[_Owner, _P], _R]:
+        @functools.wraps(method)
+        def wrapped(self: _Owner, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+            try:
+                return method(self, *args, **kwargs)
+            except redis.exceptions.RedisError as exc:
+                raise RedisFailures(self.settings).failed(operation, exc, writes=writes) from exc
+
+        return wrapped
+
+    return decorate
 
 
 def _never_sent(exc: redis.exceptions.RedisError) -> bool:

@@ -34,6 +34,7 @@ from dispatcher.keys import Keys
 from dispatcher.replies import text, time_ms
 from mailer.errors import InvalidSuppression
 from mailer.sdk.connection import RedisOwner
+from mailer.sdk.failures import redis_operation
 
 __all__ = ["Reason", "Suppression", "Suppressions", "normalize", "suppress", "suppressed_among"]
 
@@ -110,14 +111,17 @@ class Suppressions(RedisOwner):
         super().__init__(settings, redis_client=redis_client)
         self.keys = Keys(self.settings.key_prefix)
 
+    @redis_operation("suppression: list")
     def list(self, tenant: str) -> list[Suppression]:
         """The tenant's suppressed addresses, sorted."""
         raw: dict[Any, Any] = self._redis.hgetall(self.keys.suppressed(_tenant(tenant)))
         return sorted((_parse(text(k), text(v)) for k, v in raw.items()), key=lambda e: e.address)
 
+    @redis_operation("suppression: check")
     def is_suppressed(self, tenant: str, address: str) -> bool:
         return bool(self._redis.hexists(self.keys.suppressed(_tenant(tenant)), _address(address)))
 
+    @redis_operation("suppression: add", writes=True)
     def add(self, tenant: str, address: str, reason: Reason = "manual") -> bool:
         """Suppress an address for the tenant; False if it was already."""
         if reason not in _REASONS:
@@ -126,6 +130,7 @@ class Suppressions(RedisOwner):
         now_ms = time_ms(self._redis.time())  # every stored time is Redis time
         return bool(self._redis.hsetnx(key, field, _value(reason, now_ms)))
 
+    @redis_operation("suppression: remove", writes=True)
     def remove(self, tenant: str, address: str) -> bool:
         """Let the tenant write to the address again; False if it was not suppressed."""
         return bool(self._redis.hdel(self.keys.suppressed(_tenant(tenant)), _address(address)))

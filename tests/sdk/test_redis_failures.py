@@ -12,7 +12,8 @@ import pytest
 import redis
 
 from config import load_settings
-from mailer import AsyncMailClient, FairpostError, MailClient, RedisFailed
+from mailer import AsyncMailClient, DeadLetters, FairpostError, MailClient, RedisFailed, Suppressions
+from mailer.quota.overrides import QuotaAdmin
 from mailer.testing.services import RedisServer, free_port, redis_server
 
 MAIL: dict[str, Any] = {"sender": "app@example.com", "to": ["ada@example.org"], "subject": "s", "text": "t"}
@@ -85,3 +86,29 @@ def test_redis_timeouts_are_settings_with_sane_defaults() -> None:
     settings = load_settings()
     assert settings.redis_timeout == 5.0
     assert settings.redis_connect_timeout == 2.0
+
+
+def test_the_admin_clients_raise_redis_failed_too(stopped_redis: str) -> None:
+    """DeadLetters, Suppressions and QuotaAdmin fail the way MailClient does: RedisFailed
+    naming the operation, the masked URL, and whether a write may have been done."""
+    settings = load_settings(redis_url=stopped_redis, redis_timeout=0.5)
+    with DeadLetters(settings) as dead, pytest.raises(RedisFailed) as listing:
+        dead.list()
+    assert listing.value.operation == "dead letters: list" and not listing.value.may_have_written
+    with Suppressions(settings) as lists, pytest.raises(RedisFailed) as adding:
+        lists.add("acme", "ada@example.org")
+    assert adding.value.operation == "suppression: add" and adding.value.may_have_written
+    assert "check before retrying" in str(adding.value)
+    assert "ada@example.org" not in str(adding.value) and "hunter2" not in str(adding.value)
+    with QuotaAdmin(settings) as admin, pytest.raises(RedisFailed) as pausing:
+        admin.pause("acme")
+    assert pausing.value.operation == "quota: pause" and pausing.value.may_have_written
+    assert isinstance(pausing.value.__cause__, redis.RedisError)
+
+
+def test_an_admin_write_that_never_reached_redis_did_nothing() -> None:
+    settings = load_settings(redis_url=f"redis://127.0.0.1:{free_port()}/0", redis_connect_timeout=1)
+    with QuotaAdmin(settings) as admin, pytest.raises(RedisFailed) as pausing:
+        admin.pause("acme")
+    assert not pausing.value.may_have_written
+    assert "nothing was written: retrying is safe" in str(pausing.value)
