@@ -43,9 +43,9 @@ Call = tuple[list[str], Args]
 """A script's KEYS and ARGV."""
 
 _RING_SCRIPTS = frozenset(
-    {"enqueue", "claim", "requeue", "reap", "finish", "promote", "cancel", "replay", "resume"}
+    {"enqueue", "claim", "handoff", "requeue", "reap", "finish", "promote", "cancel", "replay", "resume"}
 )
-"""The scripts that change the ring of tenants, and so open with ring.lua."""
+"""The scripts that change the ring of tenants or its counters, and so open with ring.lua."""
 
 
 def script(name: str) -> str:
@@ -147,8 +147,8 @@ class ScriptCalls:
 
     def handoff(self, job_ids: Sequence[str]) -> Call:
         k, limits = self.keys, self.limits
-        args: Args = [k.job_prefix(), k.queue_prefix(), k.inflight_prefix(), limits.inflight_ttl_ms]
-        return [k.leases(), k.dispatched()], [*args, limits.stranded_after_ms, *job_ids]
+        args: Args = [k.job_prefix(), limits.inflight_ttl_ms, limits.stranded_after_ms, *job_ids]
+        return [*self._ring_keys(), k.leases(), k.dispatched()], [*self._ring_args(), *args]
 
     def renew(self, job_ids: Sequence[str]) -> Call:
         k = self.keys

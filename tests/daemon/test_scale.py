@@ -167,6 +167,68 @@ async def test_the_counters_match_a_full_count_after_every_kind_of_change(
     assert {t: int(n) for t, n in counts.items() if not t.startswith("~")} == waiting
 
 
+async def counters_agree(client: redis.asyncio.Redis, keys: Keys, tenant: str) -> None:
+    """The tenant's counters (waiting, in flight, its place in the expiring zset) match its keys."""
+    waiting = 0
+    for priority in ("high", "normal", "low"):
+        ids: list[Any] = await client.lrange(keys.queue(tenant, priority), 0, -1)
+        for job_id in ids:
+            waiting += await client.hget(keys.job(str(job_id)), "state") == "queued"
+    slots: list[Any] = await client.zrange(keys.inflight(tenant), 0, 0, withscores=True)
+    counts = await client.hmget(keys.counts(), tenant, TOTAL_WAITING, TOTAL_INFLIGHT)
+    inflight = await client.zcard(keys.inflight(tenant))
+    assert counts == [str(waiting) if waiting else None, str(waiting), str(inflight)]
+    due = await client.zscore(keys.expiring(), tenant)
+    # The reaper must visit the tenant by its earliest slot's expiry.
+    assert (due is not None and due <= slots[0][1]) if slots else due is None, (due, slots)
+
+
+async def test_a_hand_off_recorded_after_its_lease_was_reaped_keeps_the_counters(
+    aredis: redis.asyncio.Redis,
+) -> None:
+    # The lease ran out before the hand-off was recorded: the reaper gave the
+    # job back to its queue (one more waiting, its slot freed); the hand-off
+    # then takes it out again and gives it a slot. Before: neither counted,
+    # and the tenant was left out of the expiring zset with a slot held.
+    keys = Keys("late")
+    store = make_store(aredis, keys, lease_ms=100)
+    await store.enqueue(jobs("acme", 1))
+    [job] = await store.claim(10)
+
+    async def reaped() -> bool:
+        await store.reap()
+        return await aredis.hget(keys.job(job.id), "state") == "queued"
+
+    await wait_for_async(reaped, within=10, what="the lease to be reaped")
+    await counters_agree(aredis, keys, "acme")
+    await store.handed_off([job.id])
+    assert await aredis.hget(keys.job(job.id), "state") == "dispatched"
+    await counters_agree(aredis, keys, "acme")
+
+
+async def test_a_hand_off_after_a_claim_dropped_its_expired_slot_counts_the_slot_again(
+    aredis: redis.asyncio.Redis,
+) -> None:
+    # The lease (and with it the claimed slot) ran out; before the reaper came,
+    # a claim of the same tenant dropped the expired slot (one in flight less);
+    # the hand-off then gives the job a slot again. Before: not counted.
+    keys = Keys("dropped")
+    store = make_store(aredis, keys, default_cap=2, lease_ms=100)
+    await store.enqueue(jobs("acme", 2))
+    [first] = await store.claim(1)
+
+    async def expired() -> bool:
+        seconds, micros = await aredis.time()
+        slot = await aredis.zscore(keys.inflight("acme"), first.id)
+        return slot is not None and slot < seconds * 1000 + micros / 1000
+
+    await wait_for_async(expired, within=10, what="the claimed slot to expire")
+    [second] = await store.claim(1)
+    assert await aredis.zscore(keys.inflight("acme"), first.id) is None
+    await store.handed_off([first.id, second.id])
+    await counters_agree(aredis, keys, "acme")
+
+
 async def test_whole_system_stats_read_a_bounded_sample_and_the_counters(
     aredis: redis.asyncio.Redis, redis_url: str
 ) -> None:
