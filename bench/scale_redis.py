@@ -100,11 +100,12 @@ class Side:
         payload: str = PAYLOAD,
         fields: dict[str, str] | None = None,
         chunk: int = 1000,
+        tenants: Sequence[str] | None = None,
     ) -> None:
-        """``per_tenant`` waiting jobs for every tenant, in pipelined chunks."""
+        """``per_tenant`` waiting jobs for every tenant (or only these), in pipelined chunks."""
         batch: list[NewJob] = []
         for _ in range(per_tenant):
-            for tenant in self.tenants:
+            for tenant in self.tenants if tenants is None else tenants:
                 batch.append(new_job(tenant, priority=priority, payload=payload, fields=fields))
                 if len(batch) >= chunk:
                     await self.store.enqueue(batch)

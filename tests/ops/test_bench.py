@@ -39,6 +39,8 @@ FIGURES = {
     "strategy_fairpost",
     *(f"scale_op_{op}" for op in ("enqueue", "claim", "handoff", "finish", "cancel", "requeue", "reap")),
     *(f"scale_op_{op}" for op in ("promote", "stats_tenant", "acquire")),
+    *(f"scale_op_{op}_random" for op in ("enqueue", "claim", "handoff", "finish", "cancel", "requeue")),
+    *(f"scale_op_{op}_random" for op in ("reap", "promote", "stats_tenant", "acquire")),
     "scale_idle_cpu_ratio",
     "scale_light_latency_ratio",
     "scale_enqueue_rate_ratio",
