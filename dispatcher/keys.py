@@ -55,6 +55,11 @@ class Keys:
         """Set: tenants with waiting jobs but no free in-flight slot."""
         return f"{self.root}:blocked"
 
+    def blocked_pass(self) -> str:
+        """String: where the reaper's pass over the blocked set stands (an SSCAN
+        cursor, or ``done``); none means a pass is due (dispatcher/reap.lua)."""
+        return f"{self.root}:blocked:pass"
+
     def expiring(self) -> str:
         """Sorted set: tenants holding in-flight slots, scored at or before their
         earliest handed-off slot's expiry (ms): the reaper visits only those due."""

@@ -2,9 +2,11 @@
 -- head of their queues, and the tenants whose earliest in-flight slot is due
 -- drop their expired slots and, if blocked, rejoin the ring. The work is
 -- proportional to what expired, never to how many tenants are blocked: a
--- slot freed by a finish re-activates its tenant there and then. A few
--- blocked tenants a call are checked for a place in the expiring zset.
--- KEYS[1..9] ring context (ring.lua), KEYS[10] leases (zset)
+-- slot freed by a finish re-activates its tenant there and then. A pass
+-- over the blocked tenants, a page a call, checks each has a place in the
+-- expiring zset, once after every daemon start.
+-- KEYS[1..9] ring context (ring.lua), KEYS[10] leases (zset),
+-- KEYS[11] where the pass over the blocked set stands (string)
 -- ARGV[1..3] ring context, ARGV[4] job key prefix, ARGV[5] most leases and
 -- most tenants per call (more are left to the next call)
 -- Returns the number of leases reaped.
@@ -26,19 +28,24 @@ for _, tenant in ipairs(redis.call('ZRANGEBYSCORE', ctx.expiring, '-inf', now, '
   schedule_expiry(ctx, tenant)
   activate(ctx, tenant, now)
 end
--- A safety net, a few tenants a call: a blocked tenant the expiring zset does
--- not know (blocked before it existed, by a daemon upgraded since) would never
--- be visited when its slots expire; give it its place. Bounded, whatever the
--- number of blocked tenants, and one read for the sample's scores: with none
--- to put right, a reap beside many blocked tenants costs one command more
--- than beside none.
-local sample = redis.call('SRANDMEMBER', ctx.blocked, 8)
-if #sample > 0 then
-  local scores = redis.call('ZMSCORE', ctx.expiring, unpack(sample))
-  for i, tenant in ipairs(sample) do
-    if not scores[i] then
-      schedule_expiry(ctx, tenant)
-      activate(ctx, tenant, now)
+-- A safety net: a blocked tenant the expiring zset does not know (blocked
+-- by a replica older than it, during or before an upgrade) would never be
+-- visited when its slots expire; give it its place. One pass over the blocked
+-- set, a page a call, after every daemon start (store.start_blocked_pass):
+-- then one GET a call, whatever the number of blocked tenants. (Sampling on
+-- every call cost more the more tenants were blocked.)
+local pass = redis.call('GET', KEYS[11])
+if pass ~= 'done' then
+  local page = redis.call('SSCAN', ctx.blocked, pass or '0', 'COUNT', 8)
+  redis.call('SET', KEYS[11], page[1] == '0' and 'done' or page[1])
+  local sample = page[2]
+  if #sample > 0 then
+    local scores = redis.call('ZMSCORE', ctx.expiring, unpack(sample))
+    for i, tenant in ipairs(sample) do
+      if not scores[i] then
+        schedule_expiry(ctx, tenant)
+        activate(ctx, tenant, now)
+      end
     end
   end
 end
