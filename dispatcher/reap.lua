@@ -36,7 +36,7 @@ end
 -- every call cost more the more tenants were blocked.)
 local pass = redis.call('GET', KEYS[11])
 if pass ~= 'done' then
-  local page = redis.call('SSCAN', ctx.blocked, pass or '0', 'COUNT', 8)
+  local page = redis.call('SSCAN', ctx.blocked, pass or '0', 'COUNT', 64)
   redis.call('SET', KEYS[11], page[1] == '0' and 'done' or page[1])
   local sample = page[2]
   if #sample > 0 then
