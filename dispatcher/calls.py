@@ -128,14 +128,14 @@ class ScriptCalls:
         keys = [*self._ring_keys(), k.tenants(), k.scheduled()]
         args: Args = [*self._ring_args(), len(jobs)]
         for job in jobs:
-            fields: Args = ["kind", job.kind, "payload", job.payload]
+            fields: Args = ["kind", job.kind]
             for name, value in (job.fields or {}).items():
                 fields += [name, value]
             has_key = job.idempotency_key is not None
             idem = k.idempotency(job.tenant, job.idempotency_key) if job.idempotency_key else k.job(job.id)
-            keys += [k.job(job.id), k.content(job.id), idem]
-            args += [job.id, job.tenant, job.priority, job.send_at_ms]
-            args += [job.idempotency_ttl if has_key else 0, job.content or b"", len(fields) // 2, *fields]
+            keys += [k.job(job.id), k.content(job.id), k.payload(job.id), idem]
+            args += [job.id, job.tenant, job.priority, job.send_at_ms, job.idempotency_ttl if has_key else 0]
+            args += [job.content or b"", job.payload, len(fields) // 2, *fields]
         return keys, args
 
     def claim(self, count: int) -> Call:
@@ -143,6 +143,7 @@ class ScriptCalls:
         keys = [*self._ring_keys(), k.deficit(), k.weights(), k.leases()]
         limits = self.limits
         args: Args = [count, limits.default_weight, limits.lease_ms, k.job_prefix(), limits.inflight_ttl_ms]
+        args.append(k.payload_prefix())
         return keys, [*self._ring_args(), *args]
 
     def handoff(self, job_ids: Sequence[str]) -> Call:
@@ -176,6 +177,7 @@ class ScriptCalls:
         for name, value in (fields or {}).items():
             extra += [name, value]
         keys = [*self._ring_keys(), k.job(job_id), k.leases(), k.dead(), k.content(job_id), k.dispatched()]
+        keys.append(k.payload(job_id))
         return keys, [*self._ring_args(), job_id, state.value, keep_seconds, *extra]
 
     def touch(self, tenant: str, until_ms: int) -> Call:
@@ -210,17 +212,18 @@ class ScriptCalls:
             k.dead(),
             k.content(job_id),
             k.sending(job_id),
+            k.payload(job_id),
         ]
         return keys, [*self._ring_args(), job_id, keep_seconds, CANCELLED]
 
     def replay(self, job_id: str) -> Call:
         k = self.keys
-        keys = [*self._ring_keys(), k.job(job_id), k.dead(), k.content(job_id)]
+        keys = [*self._ring_keys(), k.job(job_id), k.dead(), k.content(job_id), k.payload(job_id)]
         return keys, [*self._ring_args(), job_id]
 
     def purge(self, job_ids: Sequence[str], tenant: str | None) -> Call:
         k = self.keys
-        return [k.dead()], [k.job_prefix(), k.content_prefix(), tenant or "", *job_ids]
+        return [k.dead()], [k.job_prefix(), k.content_prefix(), k.payload_prefix(), tenant or "", *job_ids]
 
     def resume(self, tenant: str) -> Call:
         return self._ring_keys(), [*self._ring_args(), tenant]

@@ -3,7 +3,7 @@
 -- drops it unsent). It becomes a dead letter with the given reason.
 -- KEYS[1..9] ring context (ring.lua), KEYS[10] job hash, KEYS[11] scheduled (zset),
 -- KEYS[12] leases (zset), KEYS[13] dead letters (zset), KEYS[14] the job's content,
--- KEYS[15] the job's sending marker (mailer/send_claim.lua)
+-- KEYS[15] the job's sending marker (mailer/send_claim.lua), KEYS[16] the job's payload
 -- ARGV[1..3] ring context, ARGV[4] job id, ARGV[5] seconds to keep the record
 -- (0: forever), ARGV[6] the reason
 -- Returns {1, state it had} when cancelled; {0, state, dead reason} when it is
@@ -40,6 +40,7 @@ redis.call('ZADD', KEYS[13], now, job_id)
 if keep > 0 then
   redis.call('EXPIRE', job_key, keep)
   redis.call('EXPIRE', KEYS[14], keep)
+  redis.call('EXPIRE', KEYS[16], keep)
 end
 activate(ctx, tenant, now)
 return {1, state}

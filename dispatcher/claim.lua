@@ -2,12 +2,13 @@
 -- KEYS[1..9] ring context (ring.lua), KEYS[10] deficits (hash), KEYS[11] weights (hash),
 -- KEYS[12] leases (zset)
 -- ARGV[1..3] ring context, ARGV[4] N, ARGV[5] default weight, ARGV[6] lease ms,
--- ARGV[7] job key prefix, ARGV[8] in-flight TTL ms (what a hand-off gives a slot)
+-- ARGV[7] job key prefix, ARGV[8] in-flight TTL ms (what a hand-off gives a slot),
+-- ARGV[9] payload key prefix
 -- Returns a flat list: id, tenant, kind, payload, attempts, created_ms, replays for each job.
 local ctx = ring_context(KEYS, ARGV)
 local deficits, weights, leases = KEYS[10], KEYS[11], KEYS[12]
 local wanted, default_weight = tonumber(ARGV[4]), tonumber(ARGV[5])
-local lease_ms, job_prefix = tonumber(ARGV[6]), ARGV[7]
+local lease_ms, job_prefix, payload_prefix = tonumber(ARGV[6]), ARGV[7], ARGV[9]
 -- When the reaper must look at the tenant: when the slot would expire after
 -- a hand-off now (a hand-off later only makes it later). A lease that runs out
 -- before any hand-off needs no visit: the reaper returns the job from the
@@ -81,7 +82,8 @@ while claimed < wanted and steps < wanted * 4 + 64 do
         table.insert(out, job_id)
         table.insert(out, tenant)
         table.insert(out, rec[2] or '')
-        table.insert(out, rec[3] or '')
+        -- In the record if it was written so before the payload had a key of its own.
+        table.insert(out, rec[3] or redis.call('GET', payload_prefix .. job_id) or '')
         table.insert(out, rec[4] or '0')
         table.insert(out, rec[5] or '0')
         table.insert(out, rec[6] or '0')

@@ -4,12 +4,12 @@
 -- before the first write, and the shebang line (store.py) makes Redis refuse
 -- the call whole when it is out of memory, instead of failing half-way.
 -- KEYS[1..9] ring context (ring.lua), KEYS[10] all-tenants set, KEYS[11]
--- scheduled jobs (zset), then per job: its hash, its content (string) and its
--- idempotency key (string; its hash again when it has none)
+-- scheduled jobs (zset), then per job: its hash, its content (string), its
+-- payload (string) and its idempotency key (string; its hash again when it has none)
 -- ARGV[1..3] ring context, ARGV[4] number of jobs, then per job: id, tenant,
 -- priority, send time in ms (0: now), idempotency key TTL in seconds (0: no
--- key), the content ('': none), the number N of other record fields, then N
--- field, value pairs
+-- key), the content ('': none), the payload, the number N of other record
+-- fields, then N field, value pairs
 -- Returns, per job, {code, id}: {1, job id} written; {0, job id} a job with
 -- this id exists already; {2, first job id} the idempotency key was used
 -- already (by an earlier job, or by one earlier in this batch). Only 1 writes.
@@ -18,12 +18,12 @@ local tenants_key, scheduled = KEYS[10], KEYS[11]
 local jobs = {}
 local a = 5
 for i = 1, tonumber(ARGV[4]) do
-  local k = 11 + (i - 1) * 3
+  local k = 11 + (i - 1) * 4
   local job = {
-    key = KEYS[k + 1], content_key = KEYS[k + 2], idem_key = KEYS[k + 3],
+    key = KEYS[k + 1], content_key = KEYS[k + 2], payload_key = KEYS[k + 3], idem_key = KEYS[k + 4],
     id = ARGV[a], tenant = ARGV[a + 1], priority = ARGV[a + 2],
     send_at = tonumber(ARGV[a + 3]), idem_ttl = tonumber(ARGV[a + 4]), content = ARGV[a + 5],
-    first_field = a + 7, last_field = a + 6 + 2 * tonumber(ARGV[a + 6]),
+    payload = ARGV[a + 6], first_field = a + 8, last_field = a + 7 + 2 * tonumber(ARGV[a + 7]),
   }
   a = job.last_field + 1
   table.insert(jobs, job)
@@ -60,6 +60,7 @@ for _, job in ipairs(jobs) do
     end
     redis.call('HSET', job.key, 'tenant', job.tenant, 'priority', job.priority, 'state', state,
       'created_ms', now, 'attempts', 0, unpack(ARGV, job.first_field, job.last_field))
+    redis.call('SET', job.payload_key, job.payload)
     if job.content ~= '' then
       redis.call('SET', job.content_key, job.content)
     end

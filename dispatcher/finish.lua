@@ -1,7 +1,7 @@
 -- A job ended (sent, dead, or done): record it and free its in-flight slot.
 -- KEYS[1..9] ring context (ring.lua), KEYS[10] job hash, KEYS[11] leases (zset),
 -- KEYS[12] dead letters (zset), KEYS[13] the job's content (string, may not exist),
--- KEYS[14] dispatched jobs (zset, dispatcher/reconcile.lua)
+-- KEYS[14] dispatched jobs (zset, dispatcher/reconcile.lua), KEYS[15] the job's payload (string)
 -- ARGV[1..3] ring context, ARGV[4] job id, ARGV[5] final state ('sent', 'dead' or 'suppressed'),
 -- ARGV[6] seconds to keep the record (0: forever), ARGV[7..] field, value pairs
 -- A sent job gets sent_ms (Redis time, as every stored time).
@@ -39,11 +39,13 @@ if final == 'dead' then
     -- Dead letters older than their records' TTL are gone: drop their ids too.
     redis.call('ZREMRANGEBYSCORE', KEYS[12], '-inf', now - keep * 1000)
     redis.call('EXPIRE', KEYS[13], keep)
+    redis.call('EXPIRE', KEYS[15], keep)
   end
 else
-  -- A sent job keeps its metadata only.
+  -- A sent job keeps its metadata only (the field: a record written before
+  -- the payload had a key of its own).
   redis.call('HDEL', job_key, 'payload')
-  redis.call('DEL', KEYS[13])
+  redis.call('DEL', KEYS[13], KEYS[15])
 end
 if keep > 0 then
   redis.call('EXPIRE', job_key, keep)

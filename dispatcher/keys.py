@@ -28,8 +28,16 @@ class Keys:
 
     # -- jobs ----------------------------------------------------------------
     def job(self, job_id: str) -> str:
-        """Hash: the job record (state, tenant, kind, payload, timestamps)."""
+        """Hash: the job record (state, tenant, kind, timestamps: short values, so
+        that Redis keeps it as a listpack; dispatcher/record.py)."""
         return f"{self.root}:job:{job_id}"
+
+    def payload(self, job_id: str) -> str:
+        """String: the job's payload (a mail's JSON), beside its record (dispatcher/record.py)."""
+        return f"{self.root}:payload:{job_id}"
+
+    def payload_prefix(self) -> str:
+        return f"{self.root}:payload:"
 
     def job_prefix(self) -> str:
         """What :meth:`job` puts before the id, for Lua scripts that build keys."""

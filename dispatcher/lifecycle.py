@@ -16,7 +16,8 @@ import redis.asyncio
 
 from dispatcher.calls import ScriptCalls, StoreLimits, cancelled, promoted, replayed, script
 from dispatcher.keys import Keys
-from dispatcher.replies import record, text, time_ms
+from dispatcher.record import job_record
+from dispatcher.replies import text, time_ms
 
 __all__ = ["PROMOTE_BATCH", "Lifecycle", "SyncLifecycle"]
 
@@ -90,14 +91,15 @@ class SyncLifecycle:
             with self.redis.pipeline(transaction=False) as pipe:
                 for job_id in chunk:
                     pipe.hgetall(self.keys.job(job_id))
+                    pipe.get(self.keys.payload(job_id))
                     pipe.zscore(self.keys.dead(), job_id)
                 values = pipe.execute()
             for i, job_id in enumerate(chunk):
-                raw, score = values[2 * i], values[2 * i + 1]
+                raw, payload, score = values[3 * i : 3 * i + 3]
                 if not raw:
                     gone.append(job_id)
                     continue
-                out.append((job_id, record(raw), None if score is None else int(score)))
+                out.append((job_id, job_record(raw, payload), None if score is None else int(score)))
         if gone:
             # Their records expired (FAIRPOST_JOB_TTL): only the ids were left.
             self.redis.zrem(self.keys.dead(), *gone)

@@ -7,7 +7,8 @@
 -- reconciler did (hash: 'handed_again' | 'dead' -> count)
 -- ARGV[1] job key prefix, ARGV[2] in-flight key prefix, ARGV[3] sending marker
 -- key prefix, ARGV[4] stranded after ms, ARGV[5] in-flight TTL ms,
--- ARGV[6] hand-offs allowed before a dead letter, ARGV[7] most jobs per call
+-- ARGV[6] hand-offs allowed before a dead letter, ARGV[7] most jobs per call,
+-- ARGV[8] payload key prefix
 -- Returns a flat list, per stranded job: outcome ('again': hand it to SQS
 -- again; 'dead': it was handed again often enough), id, tenant, kind, payload,
 -- created_ms, replays, hand-offs made by the reconciler so far (with this one).
@@ -45,7 +46,9 @@ for _, job_id in ipairs(due) do
     -- Picked for this round: no other replica takes it meanwhile.
     redis.call('ZADD', index, now + stranded_after, job_id)
     redis.call('HINCRBY', counts, outcome == 'again' and 'handed_again' or 'dead', 1)
-    for _, v in ipairs({outcome, job_id, tenant, rec[3] or '', rec[4] or '', rec[5] or '0',
+    -- In the record if it was written so before the payload had a key of its own.
+    local payload = rec[4] or redis.call('GET', ARGV[8] .. job_id) or ''
+    for _, v in ipairs({outcome, job_id, tenant, rec[3] or '', payload, rec[5] or '0',
       rec[6] or '0', made}) do
       table.insert(out, v)
     end

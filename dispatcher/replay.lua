@@ -1,7 +1,7 @@
 -- Give a dead letter another life: back to the tail of its tenant's queue,
 -- state queued, attempts from 0, kept until it finishes again.
 -- KEYS[1..9] ring context (ring.lua), KEYS[10] job hash, KEYS[11] dead letters (zset),
--- KEYS[12] the job's content (string, may not exist)
+-- KEYS[12] the job's content (string, may not exist), KEYS[13] the job's payload (string)
 -- ARGV[1..3] ring context, ARGV[4] job id
 -- Returns {1} when replayed; {0, state} when the job is not dead; {-2} when it
 -- has nothing to send (an unreadable SQS message kept as raw text); {-1} if
@@ -17,7 +17,8 @@ end
 if state ~= 'dead' then
   return {0, state}
 end
-if not payload then
+-- In the record if it was written so before the payload had a key of its own.
+if not payload and redis.call('EXISTS', KEYS[13]) == 0 then
   return {-2}
 end
 local now = now_ms()
@@ -27,6 +28,7 @@ redis.call('HSET', job_key, 'state', 'queued', 'attempts', 0, 'queued_ms', now, 
 redis.call('HINCRBY', job_key, 'replays', 1)
 redis.call('PERSIST', job_key)
 redis.call('PERSIST', KEYS[12])
+redis.call('PERSIST', KEYS[13])
 push_waiting(ctx, tenant, priority or 'normal', job_id, false)
 activate(ctx, tenant, now)
 return {1}

@@ -25,7 +25,8 @@ from dispatcher.calls import (
 )
 from dispatcher.jobs import Job, JobState, NewJob
 from dispatcher.keys import Keys
-from dispatcher.replies import record, text, time_ms
+from dispatcher.record import job_record
+from dispatcher.replies import text, time_ms
 
 # The store is where its callers find what they hand it (NewJob, StoreLimits).
 __all__ = ["JobStore", "NewJob", "StoreLimits", "SyncJobStore", "store_limits"]
@@ -148,9 +149,12 @@ class JobStore:
         return result is not None
 
     async def job(self, job_id: str) -> dict[str, str]:
-        """The job's record; empty if there is none."""
-        raw: dict[Any, Any] = await self.redis.hgetall(self.keys.job(job_id))
-        return record(raw)
+        """The job's record, its payload included (dispatcher/record.py); empty if there is none."""
+        async with self.pipeline() as pipe:
+            pipe.hgetall(self.keys.job(job_id))
+            pipe.get(self.keys.payload(job_id))
+            raw, payload = await pipe.execute()
+        return job_record(raw, payload)
 
     # -- what a sender records about a job (mailer/daemon) -----------------------
 
@@ -302,5 +306,8 @@ class SyncJobStore:
         return [submitted(r) for r in results]
 
     def job(self, job_id: str) -> dict[str, str]:
-        raw: dict[Any, Any] = self.redis.hgetall(self.keys.job(job_id))
-        return record(raw)
+        with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hgetall(self.keys.job(job_id))
+            pipe.get(self.keys.payload(job_id))
+            raw, payload = pipe.execute()
+        return job_record(raw, payload)

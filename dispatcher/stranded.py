@@ -57,6 +57,7 @@ class StrandedJobs:
                 self.limits.inflight_ttl_ms,
                 handoffs_allowed,
                 batch,
+                k.payload_prefix(),
             ],
         )
         out = []
