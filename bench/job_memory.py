@@ -1,5 +1,6 @@
 """Redis memory per waiting job, measured: enqueue N jobs with the SDK and read
-``INFO memory`` before and after (and ``MEMORY USAGE`` of one record).
+``INFO memory`` before and after (and ``MEMORY USAGE`` of one job's record and
+payload keys, dispatcher/record.py).
 
     python -m bench.job_memory --redis-url redis://127.0.0.1:6379/0 --jobs 10000
 
@@ -19,6 +20,7 @@ import redis
 
 from config import load_settings
 from dispatcher.keys import Keys
+from dispatcher.replies import text
 from mailer.sdk.client import MailClient
 from mailer.sdk.mail import Mail
 
@@ -66,13 +68,16 @@ def measure(redis_url: str, jobs: int = 10_000, variant: str = "plain") -> dict[
                 mails = [typical_mail(i, variant) for i in range(start, min(jobs, start + 500))]
                 ids += client.send_many("acme", mails)
         after = _used(r)
-        record = int(r.memory_usage(keys.job(ids[0])) or 0)
-        payload = len(r.hget(keys.job(ids[0]), "payload") or b"")
+        record = int(r.memory_usage(keys.job(ids[0]), samples=0) or 0)
+        payload_key = int(r.memory_usage(keys.payload(ids[0]), samples=0) or 0)
+        payload = len(r.get(keys.payload(ids[0])) or b"")
         return {
             "variant": variant,
             "jobs": jobs,
             "bytes_per_job": round((after - before) / jobs),
             "record_bytes": record,
+            "record_encoding": text(r.object("encoding", keys.job(ids[0]))),
+            "payload_key_bytes": payload_key,
             "payload_bytes": payload,
             "redis_version": r.info("server")["redis_version"],
         }
