@@ -54,15 +54,18 @@ FIGURES = {
 
 @pytest.mark.bench
 @pytest.mark.slow
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(1000)
 def test_quick_bench_runs_and_reports_every_figure(tmp_path: Path) -> None:
+    # What is tested is that every figure is taken and reported, not how fast: the
+    # quick bench takes about 2 minutes on an idle 2-core machine and went past 230 s
+    # with both cores loaded (make test-stress). The limit only catches a hang.
     out = tmp_path / "bench.json"
     result = subprocess.run(
         [sys.executable, "-m", "bench", "--quick", "--json", str(out)],
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=230,
+        timeout=960,
         check=False,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
