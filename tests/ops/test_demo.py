@@ -27,7 +27,7 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(90)
+@pytest.mark.timeout(300)
 def test_smoke_scenario_end_to_end(tmp_path: Path) -> None:
     output = tmp_path / "out"
     scratch = tmp_path / "tmp"
@@ -39,7 +39,7 @@ def test_smoke_scenario_end_to_end(tmp_path: Path) -> None:
         env=_clean_env(scratch),
         capture_output=True,
         text=True,
-        timeout=80,
+        timeout=290,  # a hang-catcher: load, not the demo, decides how long it takes
     )
     assert result.returncode == 0, result.stdout + result.stderr
 
@@ -78,7 +78,7 @@ def test_smoke_scenario_end_to_end(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(180)
 def test_ctrl_c_stops_everything_it_started(tmp_path: Path) -> None:
     scratch = tmp_path / "tmp"
     scratch.mkdir()
@@ -103,7 +103,7 @@ def test_ctrl_c_stops_everything_it_started(tmp_path: Path) -> None:
         children = [int(p) for p in _children(proc.pid)]
         assert set(pids) <= set(children) and len(children) == len(pids) + 2  # + redis, moto
         proc.send_signal(signal.SIGINT)
-        rest, _ = proc.communicate(timeout=30)
+        rest, _ = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
