@@ -9,12 +9,17 @@ other settings overrides ``settings`` and keeps the clients built on it.
 
 from __future__ import annotations
 
+import gc
+import sys
+import weakref
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import boto3
 import pytest
 import redis
 import redis.asyncio
+import redis.asyncio.connection
 
 from config import Settings, load_settings
 from mailer import AsyncMailClient, MailClient
@@ -179,3 +184,37 @@ def _close_boto3_clients(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     yield
     for client in made:
         client.close()  # type: ignore[attr-defined]
+
+
+@pytest.fixture(autouse=True)
+def _no_open_async_redis_connection(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """No asyncio Redis connection a test made is still open once its event loops are closed.
+
+    Such a connection is left to the garbage collector, whose ResourceWarning
+    ("unclosed Connection") then fails whichever later test is running when it
+    collects. The usual cause is a task that outlived the shutdown: it used the
+    client after ``aclose()``, and redis-py opened a new connection for it.
+    Checked here, after the test's loop is gone, the failure names the test that
+    leaked. Set up before pytest-asyncio's loop, so torn down after it.
+    """
+    made: weakref.WeakSet[redis.asyncio.connection.AbstractConnection] = weakref.WeakSet()
+    real = redis.asyncio.connection.AbstractConnection.__init__
+
+    def tracked(self: redis.asyncio.connection.AbstractConnection, *args: Any, **kwargs: Any) -> None:
+        real(self, *args, **kwargs)
+        made.add(self)
+
+    monkeypatch.setattr(redis.asyncio.connection.AbstractConnection, "__init__", tracked)
+    yield
+    left_open = [repr(conn) for conn in made if conn.is_connected]
+    if not left_open:
+        return
+    # Collected now, their warnings said here: this test fails, not a later one.
+    said: list[str] = []
+    hook = sys.unraisablehook
+    sys.unraisablehook = lambda unraisable: said.append(f"{unraisable.exc_value!r}")
+    try:
+        gc.collect()
+    finally:
+        sys.unraisablehook = hook
+    pytest.fail(f"asyncio Redis connections left open after the test's event loop closed: {left_open} {said}")
