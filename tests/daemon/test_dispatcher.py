@@ -214,6 +214,7 @@ async def test_idle_dispatcher_blocks_and_wakes_on_enqueue(aredis: redis.asyncio
     finally:
         stop.set()
         await asyncio.wait_for(task, 5)
+        await dispatcher.drain(1)
 
 
 async def test_a_parked_tenant_keeps_every_in_flight_slot(aredis: redis.asyncio.Redis) -> None:
@@ -256,13 +257,12 @@ async def test_a_live_dispatchers_claims_outlast_their_lease_while_its_worker_is
     hold = asyncio.Event()
     busy, other = SlowWorker(hold), SlowWorker(hold)
     stop = asyncio.Event()
-    tasks = [
-        asyncio.create_task(Dispatcher(store, [busy], reap_interval=0.05).run(stop)),
-    ]
+    dispatchers = [Dispatcher(store, [worker], reap_interval=0.05) for worker in (busy, other)]
+    tasks = [asyncio.create_task(dispatchers[0].run(stop))]
     await wait_for_async(
         lambda: len(busy.seen) >= 5, within=15, what="the first dispatcher to claim", interval=0.01
     )
-    tasks.append(asyncio.create_task(Dispatcher(store, [other], reap_interval=0.05).run(stop)))
+    tasks.append(asyncio.create_task(dispatchers[1].run(stop)))
 
     # Ten leases' worth of time, measured in the reaper's own turns, not a sleep:
     # wait until Redis time has moved on well past the first claims' leases.
@@ -279,5 +279,7 @@ async def test_a_live_dispatchers_claims_outlast_their_lease_while_its_worker_is
     hold.set()
     stop.set()
     await asyncio.gather(*tasks)
+    # The released batch settles before the test's client closes (as the daemon drains).
+    await asyncio.gather(*(d.drain(5) for d in dispatchers))
     assert other.seen == {}, "a live replica's claims were reaped and handed out again"
     assert max(busy.seen.values()) == 1

@@ -229,6 +229,8 @@ async def test_due_jobs_enter_their_queues_once_across_replicas_at_most_a_second
     finally:
         stop.set()
         await asyncio.wait_for(asyncio.gather(*tasks), 10)
+        # What run() left with the workers settles before the clients close (as the daemon does).
+        await asyncio.wait_for(asyncio.gather(*(d.drain(5) for d in dispatchers)), 10)
         for c in clients:
             await c.aclose()
     claimed = collections.Counter(job.id for w in workers for job in w.jobs)
@@ -258,6 +260,7 @@ async def test_an_idle_dispatcher_waits_exactly_for_the_next_due_job(
         stop.set()
         await store.redis.lpush(KEYS.wake(), "1")  # out of its BLPOP now, not in 5 s
         await asyncio.wait_for(task, 10)
+        await asyncio.wait_for(dispatcher.drain(5), 10)
         await store.redis.aclose()
     record = redis_client.hgetall(KEYS.job(job_id))
     assert 0 <= int(record["queued_ms"]) - int(record["send_at_ms"]) <= 250

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import boto3
+import redis.asyncio
 
 from config import Settings, load_settings
 from dispatcher.connect import async_redis_client
@@ -96,6 +97,21 @@ async def pipeline(
     (with ``events_queue_name``)."""
     url, _ = init_queue(boto3.client("sqs"), settings)
     client = async_redis_client(settings)
+    try:
+        async with _pipeline(settings, client, url, before_receive, reputation) as running:
+            yield running
+    finally:
+        await client.aclose()
+
+
+@asynccontextmanager
+async def _pipeline(
+    settings: Settings,
+    client: redis.asyncio.Redis,
+    url: str,
+    before_receive: Callable[[], Any] | None,
+    reputation: bool,
+) -> AsyncIterator[Running]:
     keys = Keys(settings.key_prefix)
     store = JobStore(client, keys, store_limits(settings))
     await publish_tenant_settings(store, settings)
@@ -139,14 +155,18 @@ async def pipeline(
         try:
             yield Running(settings, store, quota, sender, dispatcher, log, url, parts, metrics)
         finally:
+            # A task that died while the test ran fails it, after the same shutdown as
+            # any other: no task is left running on the client once it is closed.
+            died = [e for t in tasks if t.done() and not t.cancelled() and (e := t.exception()) is not None]
             stop.set()
-            for task in tasks:
-                if task.done() and task.exception():
-                    raise task.exception()  # type: ignore[misc]
-            await asyncio.wait(tasks, timeout=30)
+            _, pending = await asyncio.wait(tasks, timeout=30)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
             await dispatcher.drain(1)
             await sender.release_held()
-    await client.aclose()
+            if died:
+                raise died[0]
 
 
 @asynccontextmanager
@@ -158,12 +178,14 @@ async def sender_only(
     keys = Keys(settings.key_prefix)
     store = JobStore(client, keys, store_limits(settings))
     aws = session()
-    async with aws.client("sqs", config=SQS_CONFIG) as sqs, aws.client("sesv2", config=SES_CONFIG) as ses:
-        yield Sender(
-            sqs=sqs, ses_client=ses, queue_url=queue_url, store=store, quota=QuotaEngine(client, keys),
-            settings=settings, limits=limits,
-        )  # fmt: skip
-    await client.aclose()
+    try:
+        async with aws.client("sqs", config=SQS_CONFIG) as sqs, aws.client("sesv2", config=SES_CONFIG) as ses:
+            yield Sender(
+                sqs=sqs, ses_client=ses, queue_url=queue_url, store=store, quota=QuotaEngine(client, keys),
+                settings=settings, limits=limits,
+            )  # fmt: skip
+    finally:
+        await client.aclose()
 
 
 def quick_settings(redis_url: str, **overrides: Any) -> Settings:
