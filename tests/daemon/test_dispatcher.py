@@ -250,9 +250,11 @@ class SlowWorker:
 async def test_a_live_dispatchers_claims_outlast_their_lease_while_its_worker_is_busy(
     aredis: redis.asyncio.Redis,
 ) -> None:
-    # Leases of 300 ms; the worker holds its jobs until the test lets go, far
-    # longer. A second replica reaping all along must never get them.
-    store = make_store(aredis, lease_ms=300)
+    # Leases of 2 s (an event loop stalled longer than a lease cannot renew it: a
+    # shorter one is a budget a loaded machine can use up); the worker holds its
+    # jobs until the test lets go, three leases and more. A second replica
+    # reaping all along must never get them.
+    store = make_store(aredis, lease_ms=2000)
     await store.enqueue(jobs_for("acme", 5))
     hold = asyncio.Event()
     busy, other = SlowWorker(hold), SlowWorker(hold)
@@ -264,18 +266,18 @@ async def test_a_live_dispatchers_claims_outlast_their_lease_while_its_worker_is
     )
     tasks.append(asyncio.create_task(dispatchers[1].run(stop)))
 
-    # Ten leases' worth of time, measured in the reaper's own turns, not a sleep:
-    # wait until Redis time has moved on well past the first claims' leases.
+    # Three leases' worth of time, not a sleep: wait until Redis time has moved
+    # on well past the first claims' leases.
     async def redis_ms() -> int:
         seconds, micros = await aredis.time()
         return int(seconds) * 1000 + int(micros) // 1000
 
     start_ms = await redis_ms()
 
-    async def ten_leases_passed() -> bool:
-        return await redis_ms() - start_ms >= 3000
+    async def three_leases_passed() -> bool:
+        return await redis_ms() - start_ms >= 6000
 
-    await wait_for_async(ten_leases_passed, within=60, what="ten leases of Redis time")
+    await wait_for_async(three_leases_passed, within=60, what="three leases of Redis time")
     hold.set()
     stop.set()
     await asyncio.gather(*tasks)
