@@ -10,6 +10,7 @@ import pytest
 import redis.asyncio
 
 from dispatcher.jobs import Job, JobState
+from dispatcher.replies import time_ms
 from dispatcher.runner import Dispatcher
 from dispatcher.store import JobStore, NewJob, StoreLimits
 from dispatcher.worker import Dead, Done, HandedOff, Outcome
@@ -269,8 +270,7 @@ async def test_a_live_dispatchers_claims_outlast_their_lease_while_its_worker_is
     # Three leases' worth of time, not a sleep: wait until Redis time has moved
     # on well past the first claims' leases.
     async def redis_ms() -> int:
-        seconds, micros = await aredis.time()
-        return int(seconds) * 1000 + int(micros) // 1000
+        return time_ms(await aredis.time())
 
     start_ms = await redis_ms()
 

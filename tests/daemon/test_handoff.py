@@ -14,6 +14,7 @@ import redis.asyncio
 from config import load_settings
 from dispatcher.jobs import Job, NewJob
 from dispatcher.keys import Keys
+from dispatcher.replies import time_ms
 from dispatcher.runner import Dispatcher
 from dispatcher.store import JobStore, StoreLimits
 from dispatcher.worker import Dead, HandedOff, Retry
@@ -242,5 +243,4 @@ async def test_a_slow_sqs_hand_off_keeps_its_claims_and_each_job_reaches_sqs_onc
 
 
 async def redis_ms(client: redis.asyncio.Redis) -> int:
-    seconds, micros = await client.time()
-    return int(seconds) * 1000 + int(micros) // 1000
+    return time_ms(await client.time())

@@ -12,6 +12,7 @@ import asyncio
 import redis.asyncio
 
 from config.limits import Limits, Window
+from dispatcher.replies import time_ms
 from dispatcher.store import JobStore, NewJob, StoreLimits
 from mailer.daemon.gate import Gate
 from mailer.daemon.slots import SlotKeeper
@@ -61,8 +62,7 @@ async def hand_off_cap(store: JobStore, tenant: str = "acme", backlog: int = 6) 
 
 
 async def server_ms(client: redis.asyncio.Redis) -> int:
-    seconds, micros = await client.time()
-    return int(seconds) * 1000 + int(micros) // 1000
+    return time_ms(await client.time())
 
 
 async def claimable(store: JobStore) -> int:

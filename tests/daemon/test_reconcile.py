@@ -17,6 +17,7 @@ import redis.asyncio
 from config import Settings, load_settings
 from dispatcher.jobs import JobState
 from dispatcher.keys import Keys
+from dispatcher.replies import time_ms
 from dispatcher.store import JobStore, NewJob, StoreLimits
 from dispatcher.stranded import StrandedJobs
 from mailer import AsyncMailClient
@@ -211,8 +212,7 @@ async def test_a_parked_job_is_not_taken_for_stranded_while_its_tenant_waits(
     await store.handed_off([job.id for job in await store.claim(2)])
     assert await stranded.scan(3) == []
     # Its tenant is parked for a second (a quota wait): that is progress.
-    seconds, micros = await aredis.time()
-    now_ms = int(seconds) * 1000 + int(micros) // 1000
+    now_ms = time_ms(await aredis.time())
     await store.touch_inflight("acme", now_ms + 1000)
     await asyncio.sleep(0.5)
     assert await stranded.scan(3) == [], "taken for stranded while its tenant waits for its quota"
@@ -241,9 +241,9 @@ async def test_jobs_were_taken_for_lost_while_no_sender_replica_was_alive(
     await store.handed_off([job.id for job in await store.claim(1)])
 
     async def past_its_deadline() -> bool:
-        seconds, micros = await aredis.time()
+        now_ms = time_ms(await aredis.time())
         deadline = await aredis.zscore(keys.dispatched(), "j0")
-        return deadline is not None and int(seconds) * 1000 + int(micros) // 1000 > deadline
+        return deadline is not None and now_ms > deadline
 
     await wait_for_async(past_its_deadline, within=5, what="the job's deadline to pass")
     liveness = Liveness()

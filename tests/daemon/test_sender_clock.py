@@ -14,6 +14,7 @@ import pytest
 import redis.asyncio
 
 from dispatcher.jobs import JobState
+from dispatcher.replies import time_ms
 from mailer import AsyncMailClient
 from mailer.daemon.sender import Received
 from mailer.ops.queue_setup import init_queue
@@ -35,8 +36,7 @@ def fast_clock(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 async def redis_now_ms(client: redis.asyncio.Redis) -> int:
-    seconds, micros = await client.time()
-    return int(seconds) * 1000 + int(micros) // 1000
+    return time_ms(await client.time())
 
 
 async def scores(client: redis.asyncio.Redis, key: str) -> list[tuple[str, float]]:
