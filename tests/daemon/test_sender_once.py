@@ -20,7 +20,7 @@ from mailer import AsyncMailClient
 from mailer.testing.ses_server import Faults, SesServer
 from mailer.testing.wait import wait_for_async
 from tests.daemon.test_sender import queue_is_empty
-from tests.support.pipeline import pipeline, quick_settings
+from tests.support.pipeline import Running, pipeline, quick_settings
 
 
 class RedisBlip:
@@ -42,6 +42,20 @@ class RedisBlip:
         monkeypatch.setattr(redis.asyncio.client.Pipeline, "execute", execute)
 
 
+async def send_one_until_recorded(run: Running, *, within: float) -> str:
+    """Send one mail of tenant acme; its id, once it is recorded sent and its message deleted."""
+    async with AsyncMailClient(run.settings) as client:
+        job_id = await client.send(
+            "acme", sender="app@example.com", to=["a@example.org"], subject="s", text="t"
+        )
+
+        async def done() -> bool:
+            return (await client.status(job_id)).state == JobState.SENT and queue_is_empty(run.queue_url)
+
+        await wait_for_async(done, within=within, what="the mail recorded sent and its message deleted")
+    return job_id
+
+
 @pytest.fixture
 def blip(monkeypatch: pytest.MonkeyPatch) -> Iterator[RedisBlip]:
     yield RedisBlip(monkeypatch, times=3)
@@ -59,15 +73,8 @@ async def test_a_redis_blip_while_recording_an_answer_sent_the_mail_again(
         return False
 
     ses.fail_when(accept_then_blip, Faults.MESSAGE_REJECTED)  # never answered: the predicate says no
-    async with pipeline(settings) as run, AsyncMailClient(settings) as client:
-        job_id = await client.send(
-            "acme", sender="app@example.com", to=["a@example.org"], subject="s", text="t"
-        )
-
-        async def done() -> bool:
-            return (await client.status(job_id)).state == JobState.SENT and queue_is_empty(run.queue_url)
-
-        await wait_for_async(done, within=30, what="the mail recorded sent and its message deleted")
+    async with pipeline(settings) as run:
+        job_id = await send_one_until_recorded(run, within=30)
     assert blip.left == 0, "the blip never happened"
     assert [m.job_id for m in ses.sent] == [job_id]
 
@@ -76,15 +83,8 @@ async def test_a_send_slower_than_its_visibility_was_sent_twice(redis_url: str, 
     ses = ses_env
     ses.latency = 8.0  # SES takes the mail at once and answers after 8 s
     settings = quick_settings(redis_url, sender={"wait_seconds": 1, "visibility_timeout": 5, "receivers": 2})
-    async with pipeline(settings) as run, AsyncMailClient(settings) as client:
-        job_id = await client.send(
-            "acme", sender="app@example.com", to=["a@example.org"], subject="s", text="t"
-        )
-
-        async def done() -> bool:
-            return (await client.status(job_id)).state == JobState.SENT and queue_is_empty(run.queue_url)
-
-        await wait_for_async(done, within=40, what="the mail recorded sent and its message deleted")
+    async with pipeline(settings) as run:
+        job_id = await send_one_until_recorded(run, within=40)
         receptions = sum(1 for _, body in run.receives.bodies if job_id in body)
     assert [m.job_id for m in ses.sent] == [job_id]
     assert receptions == 1, "its message came back while it was being sent"
