@@ -5,6 +5,12 @@
 -- ARGV[7] job key prefix, ARGV[8] in-flight TTL ms (what a hand-off gives a slot),
 -- ARGV[9] payload key prefix
 -- Returns a flat list: id, tenant, kind, payload, attempts, created_ms, replays for each job.
+--
+-- A tenant's turn is settled once, not once per job: its cap, slots and
+-- deficit are read once, its jobs popped in one LMPOP (the first non-empty
+-- priority first), and their leases and slots written in one ZADD each. A
+-- turn of one job (the default weight) still costs a dozen commands; the
+-- per-job part is the record (read, mark claimed) and the payload.
 local ctx = ring_context(KEYS, ARGV)
 local deficits, weights, leases = KEYS[10], KEYS[11], KEYS[12]
 local wanted, default_weight = tonumber(ARGV[4]), tonumber(ARGV[5])
@@ -14,43 +20,131 @@ local lease_ms, job_prefix, payload_prefix = tonumber(ARGV[6]), ARGV[7], ARGV[9]
 -- before any hand-off needs no visit: the reaper returns the job from the
 -- leases, and that frees the slot.
 local slot_ms = tonumber(ARGV[8])
+-- Jobs a turn pops at most (one LMPOP, one ZADD of their slots).
+local MOST_PER_TURN = 500
 local now = now_ms()
 local out = {}
 local claimed = 0
+local slots_taken = 0
 -- Jobs claimed per tenant in this call: their counters move once per tenant.
 local took = {}
+-- Score, member pairs for the leases zset and the expiring zset, written a
+-- few hundred at a time (one ZADD's arguments stay well inside Lua's stack).
+local all_leases, due_tenants = {}, {}
+local function write_leases()
+  if #all_leases > 0 then
+    redis.call('ZADD', leases, unpack(all_leases))
+    redis.call('ZADD', ctx.expiring, 'LT', unpack(due_tenants))
+    all_leases, due_tenants = {}, {}
+  end
+end
 local function settle(tenant)
   if took[tenant] then
     count_waiting(ctx, tenant, -took[tenant])
     took[tenant] = nil
   end
 end
--- Each step claims a job, drops the id of a job no longer waiting (cancelled)
--- or takes a tenant out of the ring, so this is bounded by N, the dropped ids
+
+-- Pop up to `room` of the tenant's jobs and claim those still queued (an id
+-- whose record is gone or no longer queued, cancelled while waiting, is
+-- dropped: its count was taken then). Returns (jobs claimed, ids popped,
+-- slots taken).
+local function take(tenant, room)
+  local args = queue_keys(ctx, tenant)
+  table.insert(args, 'LEFT')
+  table.insert(args, 'COUNT')
+  table.insert(args, room)
+  local popped = redis.call('LMPOP', #PRIORITIES, unpack(args))
+  if not popped then
+    return 0, 0, 0
+  end
+  local ids = popped[2]
+  local scored = {}
+  for _, job_id in ipairs(ids) do
+    local job_key = job_prefix .. job_id
+    local rec = redis.call('HMGET', job_key, 'state', 'kind', 'payload', 'attempts', 'created_ms',
+      'replays')
+    if rec[1] == 'queued' then
+      -- The fraction keeps claim order among equal deadlines, so expired
+      -- claims go back to their queue in the order they left it.
+      local deadline = now + lease_ms + claimed / 1000
+      redis.call('HSET', job_key, 'state', 'claimed', 'claimed_ms', now)
+      table.insert(scored, deadline)
+      table.insert(scored, job_id)
+      table.insert(out, job_id)
+      table.insert(out, tenant)
+      table.insert(out, rec[2] or '')
+      -- In the record if it was written so before the payload had a key of its own.
+      table.insert(out, rec[3] or redis.call('GET', payload_prefix .. job_id) or '')
+      table.insert(out, rec[4] or '0')
+      table.insert(out, rec[5] or '0')
+      table.insert(out, rec[6] or '0')
+      claimed = claimed + 1
+    end
+  end
+  local n = #scored / 2
+  if n == 0 then
+    return 0, #ids, 0
+  end
+  -- The lease and the slot share the deadline: a claim's slot lasts its lease.
+  -- The leases and the reaper's schedule are written once, after the last turn.
+  local added = redis.call('ZADD', ctx.inflight_prefix .. tenant, unpack(scored))
+  for _, v in ipairs(scored) do
+    table.insert(all_leases, v)
+  end
+  table.insert(due_tenants, now + slot_ms)
+  table.insert(due_tenants, tenant)
+  if #all_leases >= 2 * MOST_PER_TURN then
+    write_leases()
+  end
+  return n, #ids, added
+end
+
+-- Per call, not per turn: whether any tenant is paused or has a weight, a
+-- cap or a deficit of its own. Most of the time none has, and a turn then
+-- reads none of them.
+local any_paused = redis.call('EXISTS', ctx.paused) == 1
+local any_weight = redis.call('EXISTS', weights) == 1
+local any_cap = redis.call('EXISTS', ctx.caps) == 1
+local any_deficit = redis.call('EXISTS', deficits) == 1
+
+-- Each step claims jobs, drops ids of jobs no longer waiting (cancelled) or
+-- takes a tenant out of the ring, so this is bounded by N, the dropped ids
 -- and the ring's length; the guard only caps one call's work.
 local steps = 0
 while claimed < wanted and steps < wanted * 4 + 64 do
   steps = steps + 1
-  local tenant = redis.call('LINDEX', ctx.ring, 0)
+  -- The head's turn: it goes to the tail at once (where a turn of one job
+  -- leaves it), and back to the head only if its turn goes on.
+  local tenant = redis.call('LMOVE', ctx.ring, ctx.ring, 'LEFT', 'RIGHT')
   if not tenant then
     break
   end
-  local leave = false
-  if redis.call('SISMEMBER', ctx.paused, tenant) == 1 then
-    leave = true
-  elseif live_inflight(ctx, tenant, now) >= cap_of(ctx, tenant) then
-    redis.call('SADD', ctx.blocked, tenant)
+  local leave, again = false, false
+  local cap, held = 0, 0
+  if any_paused and redis.call('SISMEMBER', ctx.paused, tenant) == 1 then
     leave = true
   else
-    local job_id = nil
-    for _, p in ipairs(PRIORITIES) do
-      job_id = redis.call('LPOP', queue_key(ctx, tenant, p))
-      if job_id then
-        break
-      end
+    cap = any_cap and cap_of(ctx, tenant) or ctx.default_cap
+    held = live_inflight(ctx, tenant, now)
+    if held >= cap then
+      redis.call('SADD', ctx.blocked, tenant)
+      leave = true
     end
-    if not job_id then
-      redis.call('HDEL', deficits, tenant)
+  end
+  if not leave then
+    local stored = any_deficit and tonumber(redis.call('HGET', deficits, tenant)) or nil
+    local deficit = stored
+    if not deficit or deficit <= 0 then
+      -- The tenant's turn starts: its quantum is its weight.
+      deficit = any_weight and tonumber(redis.call('HGET', weights, tenant)) or default_weight
+    end
+    local room = math.min(deficit, cap - held, wanted - claimed, MOST_PER_TURN)
+    local n, popped, added = take(tenant, room)
+    if popped == 0 then
+      if stored then
+        redis.call('HDEL', deficits, tenant)
+      end
       -- Its queues are empty: whatever its count says is drift, put right.
       settle(tenant)
       local left = tonumber(redis.call('HGET', ctx.counts, tenant))
@@ -59,57 +153,45 @@ while claimed < wanted and steps < wanted * 4 + 64 do
       end
       redis.call('ZREM', ctx.top, tenant)
       leave = true
+    elseif n == 0 then
+      -- Only ids of cancelled jobs: its turn has not been used.
+      again = true
     else
-      local job_key = job_prefix .. job_id
-      local rec = redis.call('HMGET', job_key, 'state', 'kind', 'payload', 'attempts', 'created_ms',
-        'replays')
-      -- A missing record or one not queued (cancelled while waiting: its id
-      -- was left in the queue, and its count taken then) is dropped.
-      if rec[1] == 'queued' then
-        local deficit = tonumber(redis.call('HGET', deficits, tenant)) or 0
-        if deficit <= 0 then
-          -- The tenant's turn starts: its quantum is its weight.
-          deficit = tonumber(redis.call('HGET', weights, tenant)) or default_weight
+      slots_taken = slots_taken + added
+      took[tenant] = (took[tenant] or 0) + n
+      deficit = deficit - n
+      -- What is left of its turn, for when it goes on (or comes back unblocked).
+      local remaining = deficit > 0 and deficit or nil
+      if not has_waiting(ctx, tenant) then
+        -- A turn does not outlive the backlog it was for.
+        remaining = nil
+        leave = true
+      elseif held + added >= cap then
+        redis.call('SADD', ctx.blocked, tenant)
+        leave = true
+      else
+        again = remaining ~= nil
+      end
+      if remaining then
+        if remaining ~= stored then
+          redis.call('HSET', deficits, tenant, remaining)
+          any_deficit = true
         end
-        deficit = deficit - 1
-        -- The fraction keeps claim order among equal deadlines, so expired
-        -- claims go back to their queue in the order they left it.
-        local deadline = now + lease_ms + claimed / 1000
-        redis.call('HSET', job_key, 'state', 'claimed', 'claimed_ms', now)
-        redis.call('ZADD', leases, deadline, job_id)
-        take_slot(ctx, tenant, job_id, deadline, now + slot_ms)
-        took[tenant] = (took[tenant] or 0) + 1
-        table.insert(out, job_id)
-        table.insert(out, tenant)
-        table.insert(out, rec[2] or '')
-        -- In the record if it was written so before the payload had a key of its own.
-        table.insert(out, rec[3] or redis.call('GET', payload_prefix .. job_id) or '')
-        table.insert(out, rec[4] or '0')
-        table.insert(out, rec[5] or '0')
-        table.insert(out, rec[6] or '0')
-        claimed = claimed + 1
-        if not has_waiting(ctx, tenant) then
-          redis.call('HDEL', deficits, tenant)
-          leave = true
-        elseif redis.call('ZCARD', ctx.inflight_prefix .. tenant) >= cap_of(ctx, tenant) then
-          redis.call('HSET', deficits, tenant, deficit)
-          redis.call('SADD', ctx.blocked, tenant)
-          leave = true
-        elseif deficit <= 0 then
-          redis.call('HDEL', deficits, tenant)
-          redis.call('LMOVE', ctx.ring, ctx.ring, 'LEFT', 'RIGHT')
-        else
-          redis.call('HSET', deficits, tenant, deficit)
-        end
+      elseif stored then
+        redis.call('HDEL', deficits, tenant)
       end
     end
   end
   if leave then
-    redis.call('LPOP', ctx.ring)
+    redis.call('RPOP', ctx.ring)
     redis.call('SREM', ctx.members, tenant)
+  elseif again then
+    redis.call('LMOVE', ctx.ring, ctx.ring, 'RIGHT', 'LEFT')
   end
 end
 for tenant in pairs(took) do
   settle(tenant)
 end
+write_leases()
+count_inflight(ctx, slots_taken)
 return out

@@ -8,27 +8,37 @@
 -- Returns 1; 0 if the job was already sent (nothing changed); -1 if unknown.
 local ctx = ring_context(KEYS, ARGV)
 local job_key, job_id, final, keep = KEYS[10], ARGV[4], ARGV[5], tonumber(ARGV[6])
-local rec = redis.call('HMGET', job_key, 'tenant', 'state')
+-- 'payload': only a record written before the payload had a key of its own
+-- has that field (nil, and free, for the rest).
+local rec = redis.call('HMGET', job_key, 'tenant', 'state', 'payload')
 local tenant, state = rec[1], rec[2]
 if not tenant then
   return -1
 end
 local now = now_ms()
 release_slot(ctx, tenant, job_id)
-redis.call('ZREM', KEYS[11], job_id)
-redis.call('ZREM', KEYS[14], job_id)
+-- Only a claimed job holds a lease (a hand-off ends it, in the same script
+-- that marks the job dispatched) and only a dispatched job sits in the
+-- dispatched index (the reconciler forgets any other it finds there).
+if state == 'dispatched' then
+  redis.call('ZREM', KEYS[14], job_id)
+else
+  redis.call('ZREM', KEYS[11], job_id)
+end
 if state == 'sent' then
   activate(ctx, tenant, now)
   return 0
 end
-redis.call('HSET', job_key, 'state', final, 'finished_ms', now)
-if #ARGV >= 7 then
-  redis.call('HSET', job_key, unpack(ARGV, 7))
-end
+local fields = {'state', final, 'finished_ms', now}
 if final == 'sent' then
-  redis.call('HSET', job_key, 'sent_ms', now)
+  table.insert(fields, 'sent_ms')
+  table.insert(fields, now)
 end
-if final == 'sent' then
+for i = 7, #ARGV do
+  table.insert(fields, ARGV[i])
+end
+redis.call('HSET', job_key, unpack(fields))
+if final == 'sent' and state == 'dead' then
   -- Sent after all (a dead letter replayed, or one that was racing its sender):
   -- it is no dead letter any more.
   redis.call('ZREM', KEYS[12], job_id)
@@ -42,9 +52,10 @@ if final == 'dead' then
     redis.call('EXPIRE', KEYS[15], keep)
   end
 else
-  -- A sent job keeps its metadata only (the field: a record written before
-  -- the payload had a key of its own).
-  redis.call('HDEL', job_key, 'payload')
+  -- A sent job keeps its metadata only.
+  if rec[3] then
+    redis.call('HDEL', job_key, 'payload')
+  end
   redis.call('DEL', KEYS[13], KEYS[15])
 end
 if keep > 0 then

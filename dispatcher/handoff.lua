@@ -12,10 +12,12 @@ local job_prefix = ARGV[4]
 local now = now_ms()
 local expiry = now + tonumber(ARGV[5])
 local stranded_at = now + tonumber(ARGV[6])
+-- Every lease ends, whatever the record says: one ZREM for the batch.
+redis.call('ZREM', leases, unpack(ARGV, 7))
+local stranded = {}
 for i = 7, #ARGV do
   local job_id = ARGV[i]
   local job_key = job_prefix .. job_id
-  redis.call('ZREM', leases, job_id)
   local rec = redis.call('HMGET', job_key, 'tenant', 'state', 'priority')
   local tenant, state, priority = rec[1], rec[2], rec[3]
   if tenant then
@@ -37,8 +39,12 @@ for i = 7, #ARGV do
         count_inflight(ctx, 1)
         redis.call('ZADD', ctx.expiring, 'LT', expiry, tenant)
       end
-      redis.call('ZADD', dispatched, stranded_at, job_id)
+      table.insert(stranded, stranded_at)
+      table.insert(stranded, job_id)
     end
   end
+end
+if #stranded > 0 then
+  redis.call('ZADD', dispatched, unpack(stranded))
 end
 return now

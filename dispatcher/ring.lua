@@ -44,14 +44,18 @@ end
 
 -- A queue may still hold ids of jobs cancelled while waiting (cancel leaves
 -- them, the claim drops them): "waiting" here may mean only those, and a
--- claim then finds nothing and takes the tenant out of the ring.
-local function has_waiting(ctx, tenant)
-  for _, priority in ipairs(PRIORITIES) do
-    if redis.call('LLEN', queue_key(ctx, tenant, priority)) > 0 then
-      return true
-    end
+-- claim then finds nothing and takes the tenant out of the ring. Redis deletes
+-- an empty list, so one EXISTS over the priorities answers for all three.
+local function queue_keys(ctx, tenant)
+  local keys = {}
+  for i, priority in ipairs(PRIORITIES) do
+    keys[i] = queue_key(ctx, tenant, priority)
   end
-  return false
+  return keys
+end
+
+local function has_waiting(ctx, tenant)
+  return redis.call('EXISTS', unpack(queue_keys(ctx, tenant))) > 0
 end
 
 local function cap_of(ctx, tenant)
@@ -120,14 +124,6 @@ local function live_inflight(ctx, tenant, now)
   return redis.call('ZCARD', key)
 end
 
--- A slot is taken (a claim): the tenant is due for the reaper by ``due``.
-local function take_slot(ctx, tenant, job_id, expiry, due)
-  if redis.call('ZADD', ctx.inflight_prefix .. tenant, expiry, job_id) == 1 then
-    count_inflight(ctx, 1)
-  end
-  redis.call('ZADD', ctx.expiring, 'LT', due, tenant)
-end
-
 -- A slot is given back (finish, cancel, requeue). The tenant's score in the
 -- expiring zset stays (early, at worst) unless it holds no slot any more.
 local function release_slot(ctx, tenant, job_id)
@@ -141,9 +137,10 @@ local function release_slot(ctx, tenant, job_id)
 end
 
 local function wake_dispatchers(ctx)
-  redis.call('LPUSH', ctx.wake, '1')
   -- Bounded: with no dispatcher running, tokens must not pile up.
-  redis.call('LTRIM', ctx.wake, 0, 63)
+  if redis.call('LPUSH', ctx.wake, '1') > 64 then
+    redis.call('LTRIM', ctx.wake, 0, 63)
+  end
 end
 
 -- Put the tenant in the ring if it may be served now, else note why not.
