@@ -170,15 +170,22 @@ class ScriptCalls:
         ]
 
     def finish(
-        self, job_id: str, state: JobState, keep_seconds: int, fields: Mapping[str, str | int] | None
+        self,
+        jobs: Sequence[tuple[str, Mapping[str, str | int] | None]],
+        state: JobState,
+        keep_seconds: int,
     ) -> Call:
+        """One call for every (job id, fields to set) given (finish.lua)."""
         k = self.keys
-        extra: Args = []
-        for name, value in (fields or {}).items():
-            extra += [name, value]
-        keys = [*self._ring_keys(), k.job(job_id), k.leases(), k.dead(), k.content(job_id), k.dispatched()]
-        keys.append(k.payload(job_id))
-        return keys, [*self._ring_args(), job_id, state.value, keep_seconds, *extra]
+        keys = [*self._ring_keys(), k.leases(), k.dead(), k.dispatched()]
+        args: Args = [*self._ring_args(), state.value, keep_seconds]
+        for job_id, fields in jobs:
+            keys += [k.job(job_id), k.content(job_id), k.payload(job_id), k.sending(job_id)]
+            pairs: Args = []
+            for name, value in (fields or {}).items():
+                pairs += [name, value]
+            args += [job_id, len(pairs) // 2, *pairs]
+        return keys, args
 
     def touch(self, tenant: str, until_ms: int) -> Call:
         return [self.keys.inflight(tenant), self.keys.dispatched()], [until_ms, self._stranded_margin()]

@@ -124,16 +124,23 @@ local function live_inflight(ctx, tenant, now)
   return redis.call('ZCARD', key)
 end
 
--- A slot is given back (finish, cancel, requeue). The tenant's score in the
--- expiring zset stays (early, at worst) unless it holds no slot any more.
-local function release_slot(ctx, tenant, job_id)
+-- Slots are given back (finish, cancel, requeue): one ZREM for the tenant's
+-- jobs. The tenant's score in the expiring zset stays (early, at worst)
+-- unless it holds no slot any more. Returns how many it held.
+local function release_slots(ctx, tenant, job_ids)
   local key = ctx.inflight_prefix .. tenant
-  if redis.call('ZREM', key, job_id) == 1 then
-    count_inflight(ctx, -1)
+  local freed = redis.call('ZREM', key, unpack(job_ids))
+  if freed > 0 then
+    count_inflight(ctx, -freed)
     if redis.call('ZCARD', key) == 0 then
       redis.call('ZREM', ctx.expiring, tenant)
     end
   end
+  return freed
+end
+
+local function release_slot(ctx, tenant, job_id)
+  return release_slots(ctx, tenant, {job_id})
 end
 
 local function wake_dispatchers(ctx)

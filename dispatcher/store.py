@@ -124,9 +124,9 @@ class JobStore:
         With ``pipeline`` the call is only queued on it (returns 0): its result
         comes from the caller's ``execute()``, in one round trip with the rest.
         """
-        keys, args = self._calls.finish(job_id, state, keep_seconds, fields)
+        keys, args = self._calls.finish([(job_id, fields)], state, keep_seconds)
         result = await self._finish(keys=keys, args=args, client=pipeline)  # None: at once
-        return 0 if pipeline is not None else int(result)
+        return 0 if pipeline is not None else int(result[0])
 
     async def touch_inflight(self, tenant: str, until_ms: int) -> None:
         """Keep the tenant's in-flight slots while its mail waits in SQS for its quota."""
@@ -238,18 +238,13 @@ class JobStore:
         keep_seconds: int,
         pipeline: redis.asyncio.client.Pipeline,
     ) -> None:
-        """Queue on ``pipeline``: each (job id, SES message id) ends sent, its
-        sending marker released."""
-        for job_id, message_id in sent:
-            await self.finish(
-                job_id,
-                JobState.SENT,
-                keep_seconds=keep_seconds,
-                fields={"ses_message_id": message_id},
-                pipeline=pipeline,
-            )
-        for job_id, _ in sent:
-            pipeline.delete(self.keys.sending(job_id))
+        """Queue on ``pipeline``: each (job id, SES message id) ends sent and its
+        sending marker is released, in one call for them all."""
+        if not sent:
+            return
+        jobs = [(job_id, {"ses_message_id": message_id}) for job_id, message_id in sent]
+        keys, args = self._calls.finish(jobs, JobState.SENT, keep_seconds)
+        await self._finish(keys=keys, args=args, client=pipeline)
 
     async def record_dead(
         self, job_id: str, tenant: str, reason: str, raw_body: str, *, keep_seconds: int

@@ -294,3 +294,39 @@ async def test_whole_system_stats_read_a_bounded_sample_and_the_counters(
         one = await collect_stats(aredis, keys, settings, tenants=["t0001"])
         assert [(t.scope, t.backlog, t.inflight) for t in one.tenants] == [("t0001", 2, 0)]
     assert work[400] == work[20], work
+
+
+async def test_a_groups_sent_records_are_one_call_that_keeps_every_counter(
+    aredis: redis.asyncio.Redis,
+) -> None:
+    # Before: one finish call a job, each freeing its slot, counting it and
+    # re-activating its tenant (11-17 commands a job), plus a DEL of its marker.
+    keys = Keys("group")
+    store = make_store(aredis, keys, default_cap=10)
+    await store.enqueue(jobs("acme", 14))
+    claimed = await store.claim(10)
+    ids = [job.id for job in claimed]
+    await store.handed_off(ids)
+    for job_id in ids:
+        await aredis.set(keys.sending(job_id), "1", px=60_000)
+    await store.finish(ids[0], JobState.SENT)  # sent already: a retried record
+    before = await commands_run(aredis)
+    async with store.pipeline() as pipe:
+        sent = [(job_id, f"ses-{job_id}") for job_id in [*ids, "never-enqueued"]]
+        await store.record_sent(sent, keep_seconds=600, pipeline=pipe)
+        [answers] = await pipe.execute()
+    ran = await commands_run(aredis) - before
+    assert answers == [0, *([1] * 9), -1]
+    commands = sum(n for name, n in ran.items() if not name.startswith("cmdstat_evalsha"))
+    assert commands <= 6 * len(sent), ran
+    for job_id in ids[1:]:
+        record = await aredis.hgetall(keys.job(job_id))
+        assert record["state"] == "sent" and record["ses_message_id"] == f"ses-{job_id}"
+        assert 0 < await aredis.ttl(keys.job(job_id)) <= 600
+    assert not await aredis.exists(*(keys.sending(i) for i in ids))
+    assert await aredis.zcard(keys.dispatched()) == 0
+    assert await aredis.zcard(keys.inflight("acme")) == 0
+    await counters_agree(aredis, keys, "acme")
+    # Its slots came back: the tenant is in the ring again for its last four jobs.
+    assert await aredis.lrange(keys.ring(), 0, -1) == ["acme"]
+    assert len(await store.claim(10)) == 4
