@@ -15,6 +15,8 @@ local stranded_at = now + tonumber(ARGV[6])
 -- Every lease ends, whatever the record says: one ZREM for the batch.
 redis.call('ZREM', leases, unpack(ARGV, 7))
 local stranded = {}
+-- Per tenant, in the order first seen: its jobs' new slot expiries (one ZADD each).
+local tenants, slots = {}, {}
 for i = 7, #ARGV do
   local job_id = ARGV[i]
   local job_key = job_prefix .. job_id
@@ -31,17 +33,26 @@ for i = 7, #ARGV do
     end
     if state == 'queued' or state == 'claimed' then
       redis.call('HSET', job_key, 'state', 'dispatched', 'dispatched_ms', now)
-      -- GT: the sender may have parked the message (touch.lua) before this
-      -- hand-off was recorded; its longer expiry stands. A slot added here
-      -- (its claimed slot was freed: reaped with the lease, or dropped as
-      -- expired by a claim) is counted, and its tenant is due for the reaper.
-      if redis.call('ZADD', ctx.inflight_prefix .. tenant, 'GT', expiry, job_id) == 1 then
-        count_inflight(ctx, 1)
-        redis.call('ZADD', ctx.expiring, 'LT', expiry, tenant)
+      if not slots[tenant] then
+        slots[tenant] = {}
+        table.insert(tenants, tenant)
       end
+      table.insert(slots[tenant], expiry)
+      table.insert(slots[tenant], job_id)
       table.insert(stranded, stranded_at)
       table.insert(stranded, job_id)
     end
+  end
+end
+for _, tenant in ipairs(tenants) do
+  -- GT: the sender may have parked a message (touch.lua) before this
+  -- hand-off was recorded; its longer expiry stands. A slot added here (its
+  -- claimed slot was freed: reaped with the lease, or dropped as expired by a
+  -- claim) is counted, and its tenant is due for the reaper.
+  local added = redis.call('ZADD', ctx.inflight_prefix .. tenant, 'GT', unpack(slots[tenant]))
+  if added > 0 then
+    count_inflight(ctx, added)
+    redis.call('ZADD', ctx.expiring, 'LT', expiry, tenant)
   end
 end
 if #stranded > 0 then

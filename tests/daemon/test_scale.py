@@ -330,3 +330,21 @@ async def test_a_groups_sent_records_are_one_call_that_keeps_every_counter(
     # Its slots came back: the tenant is in the ring again for its last four jobs.
     assert await aredis.lrange(keys.ring(), 0, -1) == ["acme"]
     assert len(await store.claim(10)) == 4
+
+
+async def test_a_hand_off_batch_writes_its_indexes_once(aredis: redis.asyncio.Redis) -> None:
+    # Before: a ZREM of the lease, a ZADD of the slot and one of the dispatched
+    # index for every job (five commands a job).
+    keys = Keys("handoff-batch")
+    store = make_store(aredis, keys, default_cap=10, default_weight=10)
+    await store.enqueue(jobs("acme", 10))
+    ids = [job.id for job in await store.claim(10)]
+    before = await commands_run(aredis)
+    await store.handed_off(ids)
+    ran = await commands_run(aredis) - before
+    commands = sum(n for name, n in ran.items() if not name.startswith("cmdstat_evalsha"))
+    assert commands <= 3 * len(ids), ran
+    assert await aredis.zcard(keys.dispatched()) == 10
+    assert await aredis.zcard(keys.leases()) == 0
+    assert {await aredis.hget(keys.job(i), "state") for i in ids} == {"dispatched"}
+    await counters_agree(aredis, keys, "acme")
