@@ -30,6 +30,7 @@ from config import Settings
 from dispatcher.keys import Keys
 from mailer.errors import TimedOut
 from mailer.ops.queue_setup import init_queue
+from mailer.testing.services import die_with_parent
 from mailer.testing.ses_server import SesServer
 from mailer.testing.wait import wait_for
 
@@ -212,6 +213,7 @@ class World:
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     start_new_session=True,
+                    preexec_fn=die_with_parent(),
                 )
             replica = Replica(name, process, log_path, counts_path)
             self.replicas.append(replica)

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mailer.errors import ServiceError
-from mailer.testing.services import free_port
+from mailer.testing.services import die_with_parent, free_port
 from mailer.testing.wait import wait_for
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -119,6 +119,7 @@ def localstack_server() -> Iterator[LocalStackServer]:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                preexec_fn=die_with_parent(),
             )
         try:
             wait_for(

@@ -5,11 +5,18 @@ terminal reaches only the demo, which then stops them in order); the tests
 run one ``redis-server`` for the whole session and moto in a thread of the
 test process (the SQS contract tests need its receives to interleave with
 theirs, see tests/contract/test_sqs_fifo.py).
+
+Every server started here (and LocalStack, the benchmarks' replicas, the test
+topologies' nodes) gets SIGTERM from Linux when its parent dies, through
+:func:`die_with_parent`: a demo, bench or pytest run that is killed outright
+leaves no server behind.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import os
 import shutil
 import signal
 import socket
@@ -34,6 +41,7 @@ __all__ = [
     "ManagedProcess",
     "MotoServer",
     "RedisServer",
+    "die_with_parent",
     "free_port",
     "moto_server",
     "redis_server",
@@ -52,6 +60,52 @@ def free_port() -> int:
         return port
 
 
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def _linux_prctl() -> Callable[..., int] | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    prctl.restype = ctypes.c_int
+    fn: Callable[..., int] = prctl
+    return fn
+
+
+_prctl = _linux_prctl()
+
+
+def die_with_parent() -> Callable[[], None] | None:
+    """A ``preexec_fn`` for :class:`subprocess.Popen`: the child gets SIGTERM when its parent dies.
+
+    Linux's ``PR_SET_PDEATHSIG``, set in the child between fork and exec (it
+    survives the exec). It is what ends a server whose parent was SIGKILLed and
+    so could not stop it. None elsewhere (Popen then runs nothing): servers can
+    outlive a killed parent there.
+
+    Linux fires it when the *thread* that started the child ends, not the
+    process: start children from the main thread, or from one that outlives
+    them (every caller in this repository does), never from a pool's worker.
+    """
+    if _prctl is None:
+        return None
+    prctl = _prctl
+    parent = os.getpid()
+
+    def set_pdeathsig() -> None:
+        if prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
+            return  # not fatal: the child runs, as it would off Linux
+        if os.getppid() != parent:
+            # The parent died before the signal was armed: it will never come.
+            os._exit(1)
+
+    return set_pdeathsig
+
+
 class ManagedProcess:
     """A child process whose output goes to a log file; :meth:`stop` is idempotent."""
 
@@ -68,6 +122,7 @@ class ManagedProcess:
                 stderr=subprocess.STDOUT,
                 env=dict(env) if env is not None else None,
                 start_new_session=True,
+                preexec_fn=die_with_parent(),
             )
 
     @property

@@ -17,6 +17,7 @@ from dispatcher.jobs import Job, JobState
 from dispatcher.runner import Dispatcher
 from dispatcher.store import JobStore, NewJob, StoreLimits
 from dispatcher.worker import Done, Outcome
+from mailer.testing.services import die_with_parent
 from mailer.testing.wait import wait_for_async
 from tests.support import KEYS
 
@@ -43,7 +44,14 @@ async def test_sigkilled_dispatcher_loses_no_job(
     await store.enqueue([NewJob(id=i, tenant=i[0], kind="test", payload="{}") for i in ids])
 
     victim = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "tests.support.hanging_dispatcher", redis_url, KEYS.prefix, "500", cwd=ROOT
+        sys.executable,
+        "-m",
+        "tests.support.hanging_dispatcher",
+        redis_url,
+        KEYS.prefix,
+        "500",
+        cwd=ROOT,
+        preexec_fn=die_with_parent(),
     )
     try:
 

@@ -18,6 +18,7 @@ from typing import Any
 from config import Settings, load_settings
 from dispatcher.connect import redis_client
 from dispatcher.keys import Keys
+from mailer.testing.services import die_with_parent
 from mailer.testing.wait import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -98,6 +99,7 @@ def daemon_process(
             stdin=subprocess.DEVNULL,
             stdout=log_file,
             stderr=subprocess.STDOUT,
+            preexec_fn=die_with_parent(),
         )
     daemon = DaemonProcess(process, log_path, replica, http_port)
     try:

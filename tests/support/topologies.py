@@ -25,7 +25,7 @@ from pathlib import Path
 
 import redis
 
-from mailer.testing.services import free_port
+from mailer.testing.services import die_with_parent, free_port
 from mailer.testing.wait import wait_for
 
 NODE_TIMEOUT_MS = 2000
@@ -53,7 +53,11 @@ class Node:
 
     def start(self) -> None:
         self.process = subprocess.Popen(
-            self.argv, cwd=self.workdir, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            self.argv,
+            cwd=self.workdir,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            preexec_fn=die_with_parent(),
         )
 
     def kill(self) -> None:
