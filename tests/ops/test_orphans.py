@@ -11,9 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from mailer.testing.localstack import localstack_venv
 from mailer.testing.wait import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
+# Read at import: the autouse fixture that drops FAIRPOST_* would make the parent install its own.
+LOCALSTACK_VENV = str(localstack_venv())
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="a parent-death signal is Linux's"
@@ -66,6 +69,7 @@ def test_a_server_ends_with_its_sigkilled_parent(kind: str, tmp_path: Path) -> N
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+        "FAIRPOST_LOCALSTACK_VENV": LOCALSTACK_VENV,
     }
     groups: set[int] = set()
     with subprocess.Popen(
