@@ -56,7 +56,11 @@ def finite(value: Any) -> Any:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="a tiny version of every scenario (< 1 minute)")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="a tiny version of every scenario (about two minutes on an idle 2-core machine)",
+    )
     parser.add_argument(
         "--json", type=Path, default=RESULTS / "latest.json", help="where to write the results (JSON)"
     )
