@@ -205,19 +205,26 @@ async def test_a_parked_job_is_not_taken_for_stranded_while_its_tenant_waits(
     aredis: redis.asyncio.Redis,
 ) -> None:
     keys = Keys("t")
-    limits = StoreLimits(inflight_ttl_ms=100, stranded_after_ms=300)
+    limits = StoreLimits(inflight_ttl_ms=100, stranded_after_ms=1000)
     store = JobStore(aredis, keys, limits)
     stranded = StrandedJobs(aredis, keys, limits)
     await store.enqueue([NewJob(id=f"j{i}", tenant="acme", kind="mail", payload="{}") for i in range(2)])
     await store.handed_off([job.id for job in await store.claim(2)])
     assert await stranded.scan(3) == []
-    # Its tenant is parked for a second (a quota wait): that is progress.
-    now_ms = time_ms(await aredis.time())
-    await store.touch_inflight("acme", now_ms + 1000)
-    await asyncio.sleep(0.5)
+    # Without progress both would be stranded at this deadline (Redis's clock).
+    deadlines = [await aredis.zscore(keys.dispatched(), f"j{i}") for i in range(2)]
+    unparked_ms = max(d for d in deadlines if d is not None)
+    # Its tenant is parked for two seconds (a quota wait): that is progress.
+    await store.touch_inflight("acme", time_ms(await aredis.time()) + 2000)
+
+    async def past_the_unparked_deadline() -> bool:
+        return time_ms(await aredis.time()) > unparked_ms
+
+    await wait_for_async(past_the_unparked_deadline, within=10, what="the deadline without the park to pass")
+    # The scan is the reconciler's round, at Redis's clock: it ran after they would have been due.
     assert await stranded.scan(3) == [], "taken for stranded while its tenant waits for its quota"
     await store.finish("j0", JobState.SENT)
-    await wait_for_async(lambda: stranded.scan(3), within=5, what="the other job to be stranded")
+    await wait_for_async(lambda: stranded.scan(3), within=10, what="the other job to be stranded")
     assert await aredis.zrange(keys.dispatched(), 0, -1) == ["j1"]
 
 
