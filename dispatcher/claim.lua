@@ -28,6 +28,8 @@ local claimed = 0
 local slots_taken = 0
 -- Jobs claimed per tenant in this call: their counters move once per tenant.
 local took = {}
+-- What the total of waiting jobs takes, once a call.
+local total_delta = 0
 -- Score, member pairs for the leases zset and the expiring zset, written a
 -- few hundred at a time (one ZADD's arguments stay well inside Lua's stack).
 local all_leases, due_tenants = {}, {}
@@ -40,7 +42,8 @@ local function write_leases()
 end
 local function settle(tenant)
   if took[tenant] then
-    count_waiting(ctx, tenant, -took[tenant])
+    local _, applied = count_tenant_waiting(ctx, tenant, -took[tenant])
+    total_delta = total_delta + applied
     took[tenant] = nil
   end
 end
@@ -103,10 +106,13 @@ end
 -- Per call, not per turn: whether any tenant is paused or has a weight, a
 -- cap or a deficit of its own. Most of the time none has, and a turn then
 -- reads none of them.
-local any_paused = redis.call('EXISTS', ctx.paused) == 1
-local any_weight = redis.call('EXISTS', weights) == 1
-local any_cap = redis.call('EXISTS', ctx.caps) == 1
-local any_deficit = redis.call('EXISTS', deficits) == 1
+local any_paused, any_weight, any_cap, any_deficit = false, false, false, false
+if redis.call('EXISTS', ctx.paused, weights, ctx.caps, deficits) > 0 then
+  any_paused = redis.call('EXISTS', ctx.paused) == 1
+  any_weight = redis.call('EXISTS', weights) == 1
+  any_cap = redis.call('EXISTS', ctx.caps) == 1
+  any_deficit = redis.call('EXISTS', deficits) == 1
+end
 
 -- Each step claims jobs, drops ids of jobs no longer waiting (cancelled) or
 -- takes a tenant out of the ring, so this is bounded by N, the dropped ids
@@ -193,5 +199,6 @@ for tenant in pairs(took) do
   settle(tenant)
 end
 write_leases()
+count_total_waiting(ctx, total_delta)
 count_inflight(ctx, slots_taken)
 return out

@@ -74,10 +74,9 @@ local function power_of_two(n)
   return p
 end
 
-local function count_waiting(ctx, tenant, delta)
-  if delta == 0 then
-    return 0
-  end
+-- The tenant's own count. Returns its new count and the change the total
+-- must take (less than delta where the count would have gone below zero).
+local function count_tenant_waiting(ctx, tenant, delta)
   local n = redis.call('HINCRBY', ctx.counts, tenant, delta)
   if n <= 0 then
     redis.call('HDEL', ctx.counts, tenant)
@@ -87,7 +86,21 @@ local function count_waiting(ctx, tenant, delta)
     -- a sorted-set write per job would cost O(log n) on every enqueue.
     redis.call('ZADD', ctx.top, 'GT', power_of_two(n), tenant)
   end
-  redis.call('HINCRBY', ctx.counts, '~waiting', delta)
+  return n, delta
+end
+
+local function count_total_waiting(ctx, delta)
+  if delta ~= 0 then
+    redis.call('HINCRBY', ctx.counts, '~waiting', delta)
+  end
+end
+
+local function count_waiting(ctx, tenant, delta)
+  if delta == 0 then
+    return 0
+  end
+  local n, applied = count_tenant_waiting(ctx, tenant, delta)
+  count_total_waiting(ctx, applied)
   return n
 end
 

@@ -348,3 +348,24 @@ async def test_a_hand_off_batch_writes_its_indexes_once(aredis: redis.asyncio.Re
     assert await aredis.zcard(keys.leases()) == 0
     assert {await aredis.hget(keys.job(i), "state") for i in ids} == {"dispatched"}
     await counters_agree(aredis, keys, "acme")
+
+
+async def test_a_claim_turn_costs_a_dozen_commands_at_most(aredis: redis.asyncio.Redis) -> None:
+    # Before: about 23 commands a job (the ring head read then moved, a LPOP
+    # and a LLEN per priority, the cap twice, three ZADDs and counters per job).
+    keys = Keys("turns")
+    store = make_store(aredis, keys, default_cap=20)
+    await store.enqueue([job for t in range(20) for job in jobs(f"t{t}", 2)])
+    before = await commands_run(aredis)
+    claimed = await store.claim(20)
+    ran = await commands_run(aredis) - before
+    assert sorted(job.tenant for job in claimed) == sorted(f"t{t}" for t in range(20))
+    commands = sum(n for name, n in ran.items() if not name.startswith("cmdstat_evalsha"))
+    assert commands <= 12 * len(claimed), ran
+    # Every tenant has one job waiting and one in flight, and the totals say so.
+    assert await aredis.hmget(keys.counts(), TOTAL_WAITING, TOTAL_INFLIGHT, "t0", "t19") == [
+        "20",
+        "20",
+        "1",
+        "1",
+    ]
