@@ -45,40 +45,6 @@ class BaseMailClient:
         """Turns a redis-py error into :class:`RedisFailed` naming the call."""
         return RedisFailures(self.settings)
 
-    def _send_jobs(
-        self,
-        tenant_id: str,
-        *,
-        sender: str | None = None,
-        to: Sequence[str] | str,
-        subject: str,
-        text: str | None = None,
-        html: str | None = None,
-        cc: Sequence[str] | str = (),
-        bcc: Sequence[str] | str = (),
-        reply_to: Sequence[str] | str = (),
-        headers: Mapping[str, str] | None = None,
-        priority: str = "normal",
-        attachments: Sequence[Attachment] = (),
-        idempotency_key: str | None = None,
-        send_at: datetime | None = None,
-    ) -> list[NewJob]:
-        mail = Mail(
-            sender=sender or "",
-            to=to,
-            subject=subject,
-            text=text,
-            html=html,
-            cc=cc,
-            bcc=bcc,
-            reply_to=reply_to,
-            headers=headers,
-            attachments=attachments,
-            idempotency_key=idempotency_key,
-            send_at=send_at,
-        )
-        return self._jobs(tenant_id, [mail], priority, many=False, send_at=send_at)
-
     def _jobs(
         self,
         tenant_id: str,
@@ -189,9 +155,8 @@ class MailClient(RedisOwner, BaseMailClient):
 
         Without ``sender``, the tenant's ``default_sender`` setting is used.
         """
-        jobs = self._send_jobs(
-            tenant_id,
-            sender=sender,
+        mail = Mail(
+            sender=sender or "",
             to=to,
             subject=subject,
             text=text,
@@ -200,11 +165,11 @@ class MailClient(RedisOwner, BaseMailClient):
             bcc=bcc,
             reply_to=reply_to,
             headers=headers,
-            priority=priority,
             attachments=attachments,
             idempotency_key=idempotency_key,
             send_at=send_at,
         )
+        jobs = self._jobs(tenant_id, [mail], priority, many=False, send_at=send_at)
         with self._failures.wrap("enqueue"):
             [(_, job_id)] = self._store.submit(jobs)
         return job_id
@@ -285,9 +250,8 @@ class AsyncMailClient(AsyncRedisOwner, BaseMailClient):
         idempotency_key: str | None = None,
         send_at: datetime | None = None,
     ) -> str:
-        jobs = self._send_jobs(
-            tenant_id,
-            sender=sender,
+        mail = Mail(
+            sender=sender or "",
             to=to,
             subject=subject,
             text=text,
@@ -296,11 +260,11 @@ class AsyncMailClient(AsyncRedisOwner, BaseMailClient):
             bcc=bcc,
             reply_to=reply_to,
             headers=headers,
-            priority=priority,
             attachments=attachments,
             idempotency_key=idempotency_key,
             send_at=send_at,
         )
+        jobs = self._jobs(tenant_id, [mail], priority, many=False, send_at=send_at)
         with self._failures.wrap("enqueue"):
             [(_, job_id)] = await self._store.submit(jobs)
         return job_id
