@@ -18,6 +18,7 @@ from dispatcher.durable import Durability
 from dispatcher.errors import NotReplayable, TooLateToCancel, UnknownJob
 from dispatcher.jobs import Job, JobState, NewJob
 from dispatcher.keys import Keys
+from dispatcher.record import ENTRY_SEP
 from dispatcher.replies import text
 from dispatcher.scripts import lua_source
 
@@ -126,7 +127,7 @@ class ScriptCalls:
         """One call for the whole batch (enqueue.lua): all or nothing."""
         k = self.keys
         keys = [*self._ring_keys(), k.tenants(), k.scheduled()]
-        args: Args = [*self._ring_args(), len(jobs)]
+        args: Args = [*self._ring_args(), len(jobs), ENTRY_SEP]
         for job in jobs:
             fields: Args = ["kind", job.kind]
             for name, value in (job.fields or {}).items():
@@ -143,7 +144,7 @@ class ScriptCalls:
         keys = [*self._ring_keys(), k.deficit(), k.weights(), k.leases()]
         limits = self.limits
         args: Args = [count, limits.default_weight, limits.lease_ms, k.job_prefix(), limits.inflight_ttl_ms]
-        args.append(k.payload_prefix())
+        args += [k.payload_prefix(), ENTRY_SEP]
         return keys, [*self._ring_args(), *args]
 
     def handoff(self, job_ids: Sequence[str]) -> Call:

@@ -24,8 +24,10 @@ end
 if state == 'scheduled' then
   redis.call('ZREM', KEYS[11], job_id)
 elseif state == 'queued' then
-  -- Its id stays in the queue (taking it out would scan the backlog): the
-  -- claim drops it when it comes up, as it drops any id no longer queued.
+  -- Its entry stays in the queue (taking it out would scan the backlog): the
+  -- claim drops it when it comes up, as it drops any id no longer queued,
+  -- and keeps the payload the entry may carry for this dead letter
+  -- (claim.lua, replay.lua); its payload key may not exist until then.
   count_waiting(ctx, tenant, -1)
 elseif state == 'claimed' then
   redis.call('ZREM', KEYS[12], job_id)

@@ -3,7 +3,7 @@
 -- KEYS[12] leases (zset)
 -- ARGV[1..3] ring context, ARGV[4] N, ARGV[5] default weight, ARGV[6] lease ms,
 -- ARGV[7] job key prefix, ARGV[8] in-flight TTL ms (what a hand-off gives a slot),
--- ARGV[9] payload key prefix
+-- ARGV[9] payload key prefix, ARGV[10] what separates a queue entry's id from its payload
 -- Returns a flat list: id, tenant, kind, payload, attempts, created_ms, replays for each job.
 --
 -- A tenant's turn is settled once, not once per job: its cap, slots and
@@ -15,6 +15,27 @@ local ctx = ring_context(KEYS, ARGV)
 local deficits, weights, leases = KEYS[10], KEYS[11], KEYS[12]
 local wanted, default_weight = tonumber(ARGV[4]), tonumber(ARGV[5])
 local lease_ms, job_prefix, payload_prefix = tonumber(ARGV[6]), ARGV[7], ARGV[9]
+-- A queue entry is a job id, or (enqueue.lua) its id and its payload: the
+-- payload leaves the queue with it, so it gets its key here (dispatcher/record.py).
+local function split_entry(entry)
+  local at = string.find(entry, ARGV[10], 1, true)
+  if not at then
+    return entry, nil
+  end
+  return string.sub(entry, 1, at - 1), string.sub(entry, at + #ARGV[10])
+end
+-- A job cancelled while its entry waited: the entry held its only copy of the
+-- payload, which its dead letter keeps as long as its record, and its replay
+-- (replay.lua) reads from the key.
+local function keep_payload(job_key, payload_key, payload)
+  local ttl = redis.call('PTTL', job_key)
+  if ttl > 0 then
+    redis.call('SET', payload_key, payload, 'PX', ttl)
+  else
+    redis.call('SET', payload_key, payload)
+  end
+  redis.call('HSET', job_key, 'inline', 0)
+end
 -- When the reaper must look at the tenant: when the slot would expire after
 -- a hand-off now (a hand-off later only makes it later). A lease that runs out
 -- before any hand-off needs no visit: the reaper returns the job from the
@@ -48,10 +69,12 @@ local function settle(tenant)
   end
 end
 
--- Pop up to `room` of the tenant's jobs and claim those still queued (an id
--- whose record is gone or no longer queued, cancelled while waiting, is
--- dropped: its count was taken then). Returns (jobs claimed, ids popped,
--- slots taken).
+-- Pop up to `room` of the tenant's jobs and claim those still queued (an
+-- entry whose record is gone or no longer queued, cancelled while waiting, is
+-- dropped: its count was taken then; and so is an entry no longer the job's
+-- place, replayed: its id waits at the tail. The payload such an entry
+-- carries is kept for the job). Returns (jobs claimed, entries popped, slots
+-- taken).
 local function take(tenant, room)
   local args = queue_keys(ctx, tenant)
   table.insert(args, 'LEFT')
@@ -63,26 +86,35 @@ local function take(tenant, room)
   end
   local ids = popped[2]
   local scored = {}
-  for _, job_id in ipairs(ids) do
+  for _, entry in ipairs(ids) do
+    local job_id, payload = split_entry(entry)
     local job_key = job_prefix .. job_id
     local rec = redis.call('HMGET', job_key, 'state', 'kind', 'payload', 'attempts', 'created_ms',
-      'replays')
-    if rec[1] == 'queued' then
+      'replays', 'inline')
+    if rec[1] == 'queued' and (not payload or rec[7] == '1') then
       -- The fraction keeps claim order among equal deadlines, so expired
       -- claims go back to their queue in the order they left it.
       local deadline = now + lease_ms + claimed / 1000
-      redis.call('HSET', job_key, 'state', 'claimed', 'claimed_ms', now)
+      if payload then
+        redis.call('HSET', job_key, 'state', 'claimed', 'claimed_ms', now, 'inline', 0)
+        redis.call('SET', payload_prefix .. job_id, payload)
+      else
+        -- In the record if it was written so before the payload had a key of its own.
+        payload = rec[3] or redis.call('GET', payload_prefix .. job_id) or ''
+        redis.call('HSET', job_key, 'state', 'claimed', 'claimed_ms', now)
+      end
       table.insert(scored, deadline)
       table.insert(scored, job_id)
       table.insert(out, job_id)
       table.insert(out, tenant)
       table.insert(out, rec[2] or '')
-      -- In the record if it was written so before the payload had a key of its own.
-      table.insert(out, rec[3] or redis.call('GET', payload_prefix .. job_id) or '')
+      table.insert(out, payload)
       table.insert(out, rec[4] or '0')
       table.insert(out, rec[5] or '0')
       table.insert(out, rec[6] or '0')
       claimed = claimed + 1
+    elseif payload and (rec[7] == '1' or rec[7] == '2') then
+      keep_payload(job_key, payload_prefix .. job_id, payload)
     end
   end
   local n = #scored / 2

@@ -1,12 +1,16 @@
--- Enqueue jobs, all or nothing: each one's record and its id at the tail of its
--- tenant's queue or, when its send time is still to come, in the scheduled set
--- until then. One call for a whole batch (send_many): every check is made
--- before the first write, and the shebang line (store.py) makes Redis refuse
--- the call whole when it is out of memory, instead of failing half-way.
+-- Enqueue jobs, all or nothing: each one's record and, at the tail of its
+-- tenant's queue, its entry: its id and its payload (dispatcher/record.py) or,
+-- when its send time is still to come, its id in the scheduled set and its
+-- payload in a key of its own until then. One call for a whole batch
+-- (send_many): every check is made before the first write, and the shebang
+-- line (store.py) makes Redis refuse the call whole when it is out of memory,
+-- instead of failing half-way.
 -- KEYS[1..9] ring context (ring.lua), KEYS[10] all-tenants set, KEYS[11]
 -- scheduled jobs (zset), then per job: its hash, its content (string), its
--- payload (string) and its idempotency key (string; its hash again when it has none)
--- ARGV[1..3] ring context, ARGV[4] number of jobs, then per job: id, tenant,
+-- payload (string: a scheduled job's only) and its idempotency key (string;
+-- its hash again when it has none)
+-- ARGV[1..3] ring context, ARGV[4] number of jobs, ARGV[5] what separates a queue
+-- entry's id from its payload (no job id holds it), then per job: id, tenant,
 -- priority, send time in ms (0: now), idempotency key TTL in seconds (0: no
 -- key), the content ('': none), the payload, the number N of other record
 -- fields, then N field, value pairs
@@ -14,9 +18,9 @@
 -- this id exists already; {2, first job id} the idempotency key was used
 -- already (by an earlier job, or by one earlier in this batch). Only 1 writes.
 local ctx = ring_context(KEYS, ARGV)
-local tenants_key, scheduled = KEYS[10], KEYS[11]
+local tenants_key, scheduled, sep = KEYS[10], KEYS[11], ARGV[5]
 local jobs = {}
-local a = 5
+local a = 6
 for i = 1, tonumber(ARGV[4]) do
   local k = 11 + (i - 1) * 4
   local job = {
@@ -54,13 +58,18 @@ end
 local now = now_ms()
 for _, job in ipairs(jobs) do
   if job.code == 1 then
-    local state = 'queued'
+    -- A waiting job's payload rides in its queue entry, several to an 8 KB
+    -- listpack node, rather than in a key of its own: 'inline' says so until
+    -- the claim takes the entry (a cancelled job's entry may still hold its
+    -- only copy: replay.lua). A scheduled job is in no queue: its payload has
+    -- its key now, and its queue entry will be its id alone (promote.lua).
+    local state, mark, value = 'queued', 'inline', 1
     if job.send_at > now then
-      state = 'scheduled'
+      state, mark, value = 'scheduled', 'send_at_ms', job.send_at
+      redis.call('SET', job.payload_key, job.payload)
     end
     redis.call('HSET', job.key, 'tenant', job.tenant, 'priority', job.priority, 'state', state,
-      'created_ms', now, 'attempts', 0, unpack(ARGV, job.first_field, job.last_field))
-    redis.call('SET', job.payload_key, job.payload)
+      'created_ms', now, 'attempts', 0, mark, value, unpack(ARGV, job.first_field, job.last_field))
     if job.content ~= '' then
       redis.call('SET', job.content_key, job.content)
     end
@@ -69,7 +78,6 @@ for _, job in ipairs(jobs) do
     end
     if state == 'scheduled' then
       redis.call('SADD', tenants_key, job.tenant)
-      redis.call('HSET', job.key, 'send_at_ms', job.send_at)
       redis.call('ZADD', scheduled, job.send_at, job.id)
       -- The new earliest: wake an idle dispatcher, so that it waits for this one.
       if redis.call('ZRANGE', scheduled, 0, 0)[1] == job.id then
@@ -77,7 +85,7 @@ for _, job in ipairs(jobs) do
       end
     else
       -- Known already if it has other jobs waiting: one set write less per job.
-      if push_waiting(ctx, job.tenant, job.priority, job.id, false) == 1 then
+      if push_waiting(ctx, job.tenant, job.priority, job.id .. sep .. job.payload, false) == 1 then
         redis.call('SADD', tenants_key, job.tenant)
       end
       activate(ctx, job.tenant, now)

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from dispatcher.keys import PRIORITIES
+from dispatcher.record import ENTRY_SEP
 
 
 class JobState(enum.StrEnum):
@@ -73,3 +74,8 @@ class NewJob:
     idempotency_ttl: int = 86_400
     content: bytes | None = None
     """Stored beside the record under :meth:`Keys.content` (a claim check)."""
+
+    def __post_init__(self) -> None:
+        # A queue entry is the id, this separator and the payload (dispatcher/record.py).
+        if ENTRY_SEP in self.id:
+            raise ValueError(f"a job id holds no {ENTRY_SEP!r}")

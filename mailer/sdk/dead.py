@@ -26,6 +26,7 @@ from config import Settings
 from dispatcher.errors import NotReplayable, UnknownJob
 from dispatcher.keys import Keys
 from dispatcher.lifecycle import SyncLifecycle
+from dispatcher.record import has_payload
 from dispatcher.store import store_limits
 from mailer.sdk.connection import RedisOwner
 from mailer.sdk.failures import redis_operation
@@ -66,7 +67,7 @@ class DeadLetter:
             priority=record.get("priority", "normal"),
             recipients=int(record.get("recipients", "0")),
             replays=int(record.get("replays", "0")),
-            replayable="payload" in record,
+            replayable=has_payload(record),
             raw_body=record.get("raw_body"),
         )
 

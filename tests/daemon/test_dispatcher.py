@@ -15,7 +15,7 @@ from dispatcher.runner import Dispatcher
 from dispatcher.store import JobStore, NewJob, StoreLimits
 from dispatcher.worker import Dead, Done, HandedOff, Outcome
 from mailer.testing.wait import wait_for_async
-from tests.support import KEYS
+from tests.support import KEYS, entry_ids
 
 
 def make_store(client: redis.asyncio.Redis, **limits: int) -> JobStore:
@@ -86,7 +86,7 @@ async def test_expired_lease_returns_jobs_to_the_head_in_order(aredis: redis.asy
     assert [job.id for job in claimed] == ["acme-0", "acme-1", "acme-2"]
     # The claimer "dies": nothing is handed off. Reap until the lease has run out.
     await wait_for_async(store.reap, within=5, what="the lease to expire", interval=0.02)
-    assert await aredis.lrange(KEYS.queue("acme", "normal"), 0, -1) == [
+    assert entry_ids(await aredis.lrange(KEYS.queue("acme", "normal"), 0, -1)) == [
         "acme-0",
         "acme-1",
         "acme-2",

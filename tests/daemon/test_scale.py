@@ -18,6 +18,7 @@ from dispatcher.lifecycle import Lifecycle
 from dispatcher.store import JobStore, NewJob, StoreLimits
 from mailer.ops.stats import collect_stats
 from mailer.testing.wait import wait_for_async
+from tests.support import entry_ids
 
 
 def make_store(client: redis.asyncio.Redis, keys: Keys, **limits: int) -> JobStore:
@@ -197,9 +198,9 @@ async def test_the_counters_match_a_full_count_after_every_kind_of_change(
         inflight = 0
         for tenant in ("a", "b", "c"):
             for priority in ("high", "normal", "low"):
-                ids: list[Any] = await aredis.lrange(keys.queue(tenant, priority), 0, -1)
+                ids = entry_ids(await aredis.lrange(keys.queue(tenant, priority), 0, -1))
                 for job_id in ids:
-                    if await aredis.hget(keys.job(str(job_id)), "state") == "queued":
+                    if await aredis.hget(keys.job(job_id), "state") == "queued":
                         waiting[tenant] = waiting.get(tenant, 0) + 1
             inflight += await aredis.zcard(keys.inflight(tenant))
         return waiting, sum(waiting.values()), inflight
@@ -214,9 +215,9 @@ async def counters_agree(client: redis.asyncio.Redis, keys: Keys, tenant: str) -
     """The tenant's counters (waiting, in flight, its place in the expiring zset) match its keys."""
     waiting = 0
     for priority in ("high", "normal", "low"):
-        ids: list[Any] = await client.lrange(keys.queue(tenant, priority), 0, -1)
+        ids = entry_ids(await client.lrange(keys.queue(tenant, priority), 0, -1))
         for job_id in ids:
-            waiting += await client.hget(keys.job(str(job_id)), "state") == "queued"
+            waiting += await client.hget(keys.job(job_id), "state") == "queued"
     slots: list[Any] = await client.zrange(keys.inflight(tenant), 0, 0, withscores=True)
     counts = await client.hmget(keys.counts(), tenant, TOTAL_WAITING, TOTAL_INFLIGHT)
     inflight = await client.zcard(keys.inflight(tenant))

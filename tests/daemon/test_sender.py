@@ -22,6 +22,7 @@ from mailer.sdk.envelope import encode
 from mailer.sdk.mail import Mail, validate
 from mailer.testing.ses_server import Faults, SesServer
 from mailer.testing.wait import wait_for_async
+from tests.support import message_body
 from tests.support.pipeline import pipeline, quick_settings, sender_only
 
 # Every test here runs the pipeline against moto (SQS) and the recording SES.
@@ -250,8 +251,7 @@ async def test_one_job_received_twice_at_once_is_sent_once(redis_url: str, ses: 
         job_id = await client.send(
             "acme", sender="app@example.com", to=["ada@example.org"], subject="s", text="t"
         )
-        record = await sender.store.job(job_id)
-        body = encode(job_id, "acme", int(record["created_ms"]), record["payload"])
+        body = await message_body(sender.store.redis, job_id, sender.keys)
         sqs = boto3.client("sqs")
         for copy in ("a", "b"):
             sqs.send_message(QueueUrl=url, MessageBody=body, MessageGroupId=f"copy-{copy}",

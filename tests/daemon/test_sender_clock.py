@@ -19,8 +19,8 @@ from mailer import AsyncMailClient
 from mailer.daemon.sender import Received
 from mailer.ops.queue_setup import init_queue
 from mailer.quota.overrides import StaticLimits
-from mailer.sdk.envelope import encode
 from mailer.testing.ses_server import SesServer
+from tests.support import message_body
 from tests.support.pipeline import quick_settings, sender_only
 
 # Every test here runs the pipeline against moto (SQS) and the recording SES.
@@ -84,8 +84,7 @@ async def test_a_sent_job_was_stamped_by_the_replicas_clock(
         job_id = await client.send(
             "acme", sender="app@example.com", to=["a@example.org"], subject="s", text="t"
         )
-        record = await sender.store.job(job_id)
-        body = encode(job_id, "acme", int(record["created_ms"]), record["payload"])
+        body = await message_body(sender.store.redis, job_id, sender.keys)
         await sender.process([sqs_message(url, body, "acme", job_id)])
         now = await redis_now_ms(sender.store.redis)
         record = await sender.store.job(job_id)
@@ -105,8 +104,7 @@ async def test_a_paused_tenants_slots_were_kept_by_the_replicas_clock(
         )
         [job] = await sender.store.claim(1)
         await sender.store.handed_off([job.id])
-        record = await sender.store.job(job_id)
-        body = encode(job_id, "acme", int(record["created_ms"]), record["payload"])
+        body = await message_body(sender.store.redis, job_id, sender.keys)
         await sender.process([sqs_message(url, body, "acme", job_id)])
         now = await redis_now_ms(sender.store.redis)
         [(_, expiry)] = await scores(sender.store.redis, sender.keys.inflight("acme"))

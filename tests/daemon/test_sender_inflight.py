@@ -13,10 +13,10 @@ import boto3
 from mailer import AsyncMailClient
 from mailer.daemon.sender import Received
 from mailer.ops.queue_setup import init_queue
-from mailer.sdk.envelope import encode
 from mailer.sdk.mail import Mail
 from mailer.testing.ses_server import SesServer
 from mailer.testing.wait import wait_for_async
+from tests.support import message_body
 from tests.support.pipeline import pipeline, quick_settings, sender_only
 
 
@@ -42,8 +42,7 @@ async def test_a_throttled_tenant_kept_every_refused_message_in_flight(
         ]
         ids = await client.send_many("noisy", mails)
         for job_id in ids:
-            record = await sender.store.job(job_id)
-            body = encode(job_id, "noisy", int(record["created_ms"]), record["payload"])
+            body = await message_body(sender.store.redis, job_id, sender.keys)
             sqs.send_message(
                 QueueUrl=url, MessageBody=body, MessageGroupId="noisy", MessageDeduplicationId=job_id
             )

@@ -40,7 +40,7 @@ from mailer import (
 from mailer.cli import main
 from mailer.testing.ses_server import Faults, SesServer
 from mailer.testing.wait import wait_for_async
-from tests.support import KEYS
+from tests.support import KEYS, entry_ids
 from tests.support.pipeline import pipeline, quick_settings
 
 GOOD: dict[str, Any] = {"sender": "app@example.com", "to": ["ada@example.org"], "subject": "s", "text": "t"}
@@ -63,7 +63,7 @@ def job_keys(r: redis.Redis) -> list[str]:
 def queue(r: redis.Redis, tenant: str = "acme", priority: str = "normal") -> list[str]:
     """The ids waiting in the queue, in order (a cancelled job's id stays in the
     list until the claim drops it: it does not wait)."""
-    ids = [str(v) for v in r.lrange(KEYS.queue(tenant, priority), 0, -1)]
+    ids = entry_ids(r.lrange(KEYS.queue(tenant, priority), 0, -1))
     return [job_id for job_id in ids if r.hget(KEYS.job(job_id), "state") == "queued"]
 
 

@@ -24,7 +24,7 @@ from mailer.sdk.envelope import Envelope, decode, encode
 from mailer.sdk.mail import validate
 from mailer.testing.ses_server import SesServer
 from mailer.testing.wait import wait_for_async
-from tests.support import KEYS
+from tests.support import KEYS, stored_payload
 from tests.support.pipeline import pipeline
 
 GOOD: dict[str, Any] = {"sender": "app@example.com", "to": ["ada@example.org"], "subject": "s", "text": "t"}
@@ -68,7 +68,7 @@ def test_a_mail_with_attachments_is_kept_as_mime_beside_its_job(
         headers={"X-Campaign": "spring"},
         attachments=[PDF, Attachment("notes.txt", "text/plain", "ünïcode\n".encode())],
     )
-    payload = json.loads(redis_client.get(KEYS.payload(job_id)) or "")
+    payload = json.loads(stored_payload(redis_client, job_id) or "")
     raw = content_of(redis_url, job_id)
     assert raw is not None
     # The payload (and so the SQS message) carries addresses and the key, not the content.
@@ -171,11 +171,11 @@ def test_a_plain_mail_too_big_for_sqs_becomes_a_claim_check(
     client: MailClient, redis_client: redis.Redis, redis_url: str
 ) -> None:
     small = client.send("acme", **GOOD)
-    assert not json.loads(redis_client.get(KEYS.payload(small)) or "").get("content")
+    assert not json.loads(stored_payload(redis_client, small) or "").get("content")
     assert content_of(redis_url, small) is None
     text = "a long line of text. " * 20_000  # 420 kB: over the 256 KiB inline limit
     job_id = client.send("acme", **{**GOOD, "text": text})
-    payload = json.loads(redis_client.get(KEYS.payload(job_id)) or "")
+    payload = json.loads(stored_payload(redis_client, job_id) or "")
     assert payload["content"] == "stored"
     raw = content_of(redis_url, job_id)
     assert raw is not None
@@ -201,7 +201,7 @@ def test_envelope_v1_is_still_written_and_read_and_v2_carries_the_content_key(
     assert decode(old).mail.to == ("b@example.org",)
 
     job_id = client.send("acme", **GOOD, attachments=[PDF])
-    payload = redis_client.get(KEYS.payload(job_id))
+    payload = stored_payload(redis_client, job_id)
     assert isinstance(payload, str)
     body = encode(job_id, "acme", 5, payload)
     data = json.loads(body)

@@ -15,7 +15,7 @@ import redis
 
 from config import ConfigError, load_settings
 from mailer import AsyncMailClient, InvalidMail, JobStatus, Mail, MailClient, UnknownJob
-from tests.support import KEYS
+from tests.support import KEYS, entry_ids, stored_payload
 
 TENANT = "acme"
 GOOD: dict[str, Any] = {
@@ -80,7 +80,7 @@ def accepted(client: MailClient, redis_client: redis.Redis, tenant: str = TENANT
 
 
 def payload(redis_client: redis.Redis, job_id: str) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads(redis_client.get(KEYS.payload(job_id)) or "")
+    data: dict[str, Any] = json.loads(stored_payload(redis_client, job_id) or "")
     return data
 
 
@@ -102,7 +102,7 @@ def assert_enqueued(redis_client: redis.Redis, job_id: str, recipients: int) -> 
     assert record["recipients"] == str(recipients)
     assert record["attempts"] == "0"
     assert int(record["created_ms"]) > 0
-    assert redis_client.lrange(KEYS.queue(TENANT, "normal"), 0, -1) == [job_id]
+    assert entry_ids(redis_client.lrange(KEYS.queue(TENANT, "normal"), 0, -1)) == [job_id]
     assert redis_client.lrange(KEYS.ring(), 0, -1) == [TENANT]
     assert redis_client.sismember(KEYS.tenants(), TENANT)
 
@@ -153,14 +153,14 @@ def test_each_send_gets_its_own_id(client: MailClient, redis_client: redis.Redis
     first = client.send(TENANT, **GOOD)
     second = client.send(TENANT, **GOOD)
     assert first != second
-    assert redis_client.lrange(KEYS.queue(TENANT, "normal"), 0, -1) == [first, second]
+    assert entry_ids(redis_client.lrange(KEYS.queue(TENANT, "normal"), 0, -1)) == [first, second]
     assert redis_client.lrange(KEYS.ring(), 0, -1) == [TENANT]
 
 
 @pytest.mark.parametrize("priority", ["high", "normal", "low"])
 def test_priority_picks_the_queue(client: MailClient, redis_client: redis.Redis, priority: str) -> None:
     job_id = client.send(TENANT, priority=priority, **GOOD)
-    assert redis_client.lrange(KEYS.queue(TENANT, priority), 0, -1) == [job_id]
+    assert entry_ids(redis_client.lrange(KEYS.queue(TENANT, priority), 0, -1)) == [job_id]
     assert client.status(job_id).priority == priority
 
 
@@ -215,7 +215,7 @@ async def test_async_client_rejects_and_writes_nothing(
 
 async def test_async_send_many_in_order(aclient: AsyncMailClient, redis_client: redis.Redis) -> None:
     ids = await aclient.send_many(TENANT, [GOOD] * 20, priority="low")
-    assert redis_client.lrange(KEYS.queue(TENANT, "low"), 0, -1) == ids
+    assert entry_ids(redis_client.lrange(KEYS.queue(TENANT, "low"), 0, -1)) == ids
     assert len(set(ids)) == 20
 
 
@@ -413,7 +413,7 @@ def test_tenant_id_must_be_a_string(client: MailClient, redis_client: redis.Redi
 @pytest.mark.parametrize("tenant", ["A" * 64, "aZ09._-" * 9 + "x", "a", "Acme.Corp_2-eu"])
 def test_good_tenant_id_is_accepted(client: MailClient, redis_client: redis.Redis, tenant: str) -> None:
     job_id = client.send(tenant, **GOOD)
-    assert redis_client.lrange(KEYS.queue(tenant, "normal"), 0, -1) == [job_id]
+    assert entry_ids(redis_client.lrange(KEYS.queue(tenant, "normal"), 0, -1)) == [job_id]
     assert redis_client.hget(KEYS.job(job_id), "tenant") == tenant
     assert client.status(job_id).tenant_id == tenant
 
@@ -480,7 +480,7 @@ def test_mail_over_the_size_cap_is_rejected(
 
 def test_mail_under_the_size_cap_is_accepted(small_client: MailClient, redis_client: redis.Redis) -> None:
     job_id = accepted(small_client, redis_client, text="x" * 1500)
-    stored = redis_client.get(KEYS.payload(job_id))
+    stored = stored_payload(redis_client, job_id)
     assert isinstance(stored, str) and len(stored.encode()) <= 2048
 
 
@@ -506,7 +506,7 @@ def many(count: int) -> list[Mail | Mapping[str, object]]:
 def test_send_many_enqueues_1000_in_order(client: MailClient, redis_client: redis.Redis) -> None:
     ids = client.send_many(TENANT, many(1000))
     assert len(ids) == 1000 and len(set(ids)) == 1000
-    assert redis_client.lrange(KEYS.queue(TENANT, "normal"), 0, -1) == ids
+    assert entry_ids(redis_client.lrange(KEYS.queue(TENANT, "normal"), 0, -1)) == ids
     assert redis_client.lrange(KEYS.ring(), 0, -1) == [TENANT]
     for i in (0, 1, 499, 999):
         assert payload(redis_client, ids[i])["subject"] == f"Mail {i}"

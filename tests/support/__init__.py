@@ -4,7 +4,53 @@ The services themselves (redis-server, moto, LocalStack, the recording SES) and
 the one wait helper live in mailer.testing, where the demo and bench use them too.
 """
 
+from collections.abc import Iterable
+from typing import Any
+
+import redis
+import redis.asyncio
+
 from dispatcher.keys import Keys
+from dispatcher.record import ENTRY_SEP
+from dispatcher.replies import text
+from mailer.sdk.envelope import encode
 
 KEYS = Keys()
 """The keys under the default prefix, the one ``Settings()`` uses."""
+
+
+def entry_ids(entries: Iterable[Any]) -> list[str]:
+    """The job ids of a queue's entries (``LRANGE`` of :meth:`Keys.queue`): each is
+    an id, or an id and the waiting job's payload (dispatcher/record.py)."""
+    return [text(entry).partition(ENTRY_SEP)[0] for entry in entries]
+
+
+def _in_entries(entries: Iterable[Any], job_id: str) -> str | None:
+    for entry in entries:
+        found, sep, payload = text(entry).partition(ENTRY_SEP)
+        if sep and found == job_id:
+            return payload
+    return None
+
+
+def stored_payload(client: redis.Redis, job_id: str, keys: Keys = KEYS) -> str | None:
+    """A job's payload wherever Redis keeps it: its key, or (a waiting job) its queue entry."""
+    payload = client.get(keys.payload(job_id))
+    if payload is not None:
+        return text(payload)
+    tenant, priority = client.hmget(keys.job(job_id), "tenant", "priority")
+    if tenant is None:
+        return None
+    return _in_entries(client.lrange(keys.queue(text(tenant), text(priority)), 0, -1), job_id)
+
+
+async def message_body(client: redis.asyncio.Redis, job_id: str, keys: Keys = KEYS) -> str:
+    """The SQS message the dispatcher would hand off for a job (mailer/daemon/handoff.py),
+    read from Redis wherever its payload is (its key, or its entry in its queue)."""
+    record = {text(k): text(v) for k, v in (await client.hgetall(keys.job(job_id))).items()}
+    payload = await client.get(keys.payload(job_id))
+    if payload is None:
+        entries = await client.lrange(keys.queue(record["tenant"], record["priority"]), 0, -1)
+        payload = _in_entries(entries, job_id)
+    assert payload is not None, f"job {job_id} has no payload"
+    return encode(job_id, record["tenant"], int(record["created_ms"]), text(payload))
