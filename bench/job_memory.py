@@ -1,6 +1,7 @@
 """Redis memory per waiting job, measured: enqueue N jobs with the SDK and read
-``INFO memory`` before and after (and ``MEMORY USAGE`` of one job's record and
-payload keys, dispatcher/record.py).
+``INFO memory`` before and after (and ``MEMORY USAGE`` of one job's record, of
+its payload key if it has one, and of its tenant's queue per job: a queued job's
+payload rides in its queue entry, a scheduled one's has a key; dispatcher/record.py).
 
     python -m bench.job_memory --redis-url redis://127.0.0.1:6379/0 --jobs 10000
 
@@ -20,6 +21,7 @@ import redis
 
 from config import load_settings
 from dispatcher.keys import Keys
+from dispatcher.record import ENTRY_SEP
 from dispatcher.replies import text
 from mailer.sdk.client import MailClient
 from mailer.sdk.mail import Mail
@@ -70,7 +72,9 @@ def measure(redis_url: str, jobs: int = 10_000, variant: str = "plain") -> dict[
         after = _used(r)
         record = int(r.memory_usage(keys.job(ids[0]), samples=0) or 0)
         payload_key = int(r.memory_usage(keys.payload(ids[0]), samples=0) or 0)
-        payload = len(r.get(keys.payload(ids[0])) or b"")
+        queue = int(r.memory_usage(keys.queue("acme", "normal"), samples=0) or 0)
+        entry = text(r.lindex(keys.queue("acme", "normal"), 0) or b"")
+        payload = len(r.get(keys.payload(ids[0])) or entry.partition(ENTRY_SEP)[2].encode())
         return {
             "variant": variant,
             "jobs": jobs,
@@ -78,6 +82,7 @@ def measure(redis_url: str, jobs: int = 10_000, variant: str = "plain") -> dict[
             "record_bytes": record,
             "record_encoding": text(r.object("encoding", keys.job(ids[0]))),
             "payload_key_bytes": payload_key,
+            "queue_bytes_per_job": round(queue / jobs),
             "payload_bytes": payload,
             "redis_version": r.info("server")["redis_version"],
         }

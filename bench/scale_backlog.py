@@ -125,8 +125,8 @@ def memory_figure(per_job: float, jobs: int, payload_bytes: int) -> Figure:
         target=1.5,
         detail=(
             f"{per_job:,.0f} bytes per job over {jobs:,} waiting jobs, Redis's default configuration "
-            f"(hash-max-listpack-value 64); INFO memory used_memory, payload {payload_bytes} bytes as the "
-            f"SDK writes it, {TENANTS} tenants"
+            f"(hash-max-listpack-value 64, list-max-listpack-size -2); INFO memory used_memory, payload "
+            f"{payload_bytes} bytes as the SDK writes it, in its queue entry, {TENANTS} tenants"
         ),
         data={"bytes_per_job": per_job, "jobs": jobs, "payload_bytes": payload_bytes},
     )
