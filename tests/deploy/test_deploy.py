@@ -670,14 +670,19 @@ def test_configured_settings_are_valid(tmp_path: Path, monkeypatch: pytest.Monke
     assert settings.http_port == 9090
     assert "CHANGE-ME" in settings.redis_url, "the example Secret must hold an obvious placeholder"
     assert "secret.example.yaml" not in kustomization()["resources"]
-    # The IAM policies name the queue the settings use.
+    # SES events are on (the reputation guard and suppression feed on them); the
+    # Job creates their queue, and the IAM policies name both queues the settings use.
+    assert settings.events_queue_name, "the manifests read no SES events"
+    (job,) = pod_spec("Job", "fairpost-init-aws")["containers"]
+    assert job["args"] == ["init-aws", "--events"]
     for policy in ("iam-policy.json", "iam-policy-init-aws.json"):
         resources = [
             r
             for s in json.loads((KUBERNETES / policy).read_text())["Statement"]
             for r in ([s["Resource"]] if isinstance(s["Resource"], str) else s["Resource"])
         ]
-        assert any(r.startswith("arn:aws:sqs:") and r.endswith(":" + settings.queue_name) for r in resources)
+        for queue in (settings.queue_name, settings.events_queue_name):
+            assert any(r.startswith("arn:aws:sqs:") and r.endswith(":" + queue) for r in resources), queue
 
 
 # -- IAM: exactly the actions the code calls -----------------------------------------------
