@@ -38,8 +38,20 @@
 -- lo = floor((t-W+1) / w). Counting every bucket >= lo counts every unit of the
 -- window, plus at most the w-1 ms of bucket lo that precede it: never over the
 -- limit, stingy by at most one bucket. Buckets below lo can never count again,
--- so they are deleted; a hash therefore holds at most ceil(W/w)+1 fields (B+1
+-- so they are deleted; a hash therefore holds at most ceil(W/w)+1 buckets (B+1
 -- when B divides W, as it does for whole seconds and the default B = 50).
+--
+-- Running total. Besides its buckets a window's hash keeps three fields: "n",
+-- the sum of every bucket field in it; "lo", an index no bucket field is below;
+-- "hi", the newest bucket its TTL covers. So a grant reads a few fields
+-- (HMGET) instead of every bucket: the count at t is n less the buckets from
+-- "lo" up to lo(t), which are deleted as they leave (usually none, or a few).
+-- The TTL covers AHEAD buckets more than the newest (a tenth of the window):
+-- a busy key's TTL is set once every AHEAD buckets, not at every new one, and
+-- an idle key outlives its last bucket by at most that.
+-- Only a refusal reads every bucket (HGETALL), to say when the mail fits, and
+-- puts "n" right from them if it ever differs. A hash without "n" (none yet,
+-- or written by an earlier version) is counted bucket by bucket and given one.
 --
 -- Rates and budgets. A window shorter than a minute is a rate: a mail bigger
 -- than its limit fits once the window holds nothing else, and goes alone,
@@ -92,26 +104,129 @@ for i = 1, window_count do
 end
 local rest = 5 + 2 * window_count
 
--- For refund and restamp, now is the grant's time: its units sit in that
--- moment's bucket, if the bucket still exists (it may have been pruned or
--- expired: then they no longer count anyway). Never below zero.
-local function take_back(win, cost)
-    local name = field(win.current)
-    local held = tonumber(redis.call("HGET", win.key, name))
-    if held then
-        local left = math.max(0, held - cost)
-        if left == 0 then
-            redis.call("HDEL", win.key, name)
-        else
-            redis.call("HSET", win.key, name, field(left))
+-- HDEL a list of fields, a few at a time: unpack() of a long list would hit
+-- Lua's C stack limit.
+local function hdel(key, names)
+    for j = 1, #names, 100 do
+        redis.call("HDEL", key, unpack(names, j, math.min(#names, j + 99)))
+    end
+end
+
+-- Every bucket of a hash (any index), its sum and its lowest and highest
+-- index: for a hash without a running total, and for a refusal.
+local function all_buckets(key)
+    local flat = redis.call("HGETALL", key)
+    local list, sum, low, high = {}, 0, nil, nil
+    for j = 1, #flat, 2 do
+        local index = tonumber(flat[j])
+        if index then
+            local units = tonumber(flat[j + 1])
+            list[#list + 1] = { index, units, flat[j] }
+            sum = sum + units
+            if low == nil or index < low then low = index end
+            if high == nil or index > high then high = index end
         end
+    end
+    return list, sum, low, high
+end
+
+-- A window's count at `now`: win.total, win.held (units in the current
+-- bucket), win.hi, and win.stale, the fields of the buckets below win.lo
+-- (deleted when an acquire writes). A refusal's HGETALL is saved in win.list.
+-- Buckets above `current` (only if the clock went back) are counted: the safe
+-- side. The read also asks for the GUESS buckets just below the window, those
+-- that left it since the last call unless that was long ago; if it was, every
+-- bucket is read (a key written that seldom holds few).
+local GUESS = 8
+local AHEAD = math.floor(buckets / 10)
+local function count(win)
+    local names = { "n", "lo", "hi", field(win.current) }
+    for index = win.lo - 1, win.lo - GUESS, -1 do names[#names + 1] = field(index) end
+    local got = redis.call("HMGET", win.key, unpack(names))
+    local n, lo, hi = tonumber(got[1]), tonumber(got[2]), tonumber(got[3])
+    win.held, win.stale = tonumber(got[4]) or 0, {}
+    if n == nil or lo == nil or hi == nil or (lo < win.lo - GUESS and hi >= win.lo) then
+        local list, sum, _, high = all_buckets(win.key)
+        win.list, win.hi, win.fresh = list, high, true
+        for _, b in ipairs(list) do
+            if b[1] < win.lo then
+                win.stale[#win.stale + 1] = b[3]
+                sum = sum - b[2]
+            end
+        end
+        win.total = sum
+        return
+    end
+    win.hi = hi
+    if lo >= win.lo then
+        win.total, win.lo_kept = n, lo
+    elseif hi < win.lo then
+        -- Every bucket has left the window (the key outlived it: a test's clock).
+        win.total, win.hi, win.held, win.wipe = 0, nil, 0, true
+    else
+        -- The buckets from lo up to the window's: got[5] is bucket lo(t)-1, got[6] lo(t)-2...
+        local stale = win.stale
+        for j = 5, 4 + win.lo - lo do
+            if got[j] then
+                n = n - tonumber(got[j])
+                stale[#stale + 1] = names[j]
+            end
+        end
+        win.total, win.moved = n, true
+    end
+end
+
+-- Give units back to the bucket of `index`, and any number to the bucket of
+-- `to` (restamp), keeping the running total. Units whose bucket is gone (pruned
+-- or expired) no longer count anyway: nothing is taken back for them, and
+-- never below zero.
+local function move(win, index, cost, to, now_ms)
+    local got = redis.call("HMGET", win.key, "n", "lo", "hi", field(index), field(to or index))
+    local n, lo, hi = tonumber(got[1]), tonumber(got[2]), tonumber(got[3])
+    local fresh = n == nil or lo == nil or hi == nil
+    if fresh then
+        local _
+        _, n, lo, hi = all_buckets(win.key)
+    end
+    local held = tonumber(got[4])
+    local taken = held and math.min(held, cost) or 0
+    if (to == nil and taken == 0) or (to == index and taken == cost) then
+        return
+    end
+    local units = {}
+    if held then units[index] = held - taken end
+    if to then units[to] = (units[to] or tonumber(got[5]) or 0) + cost end
+    n = n - taken + (to and cost or 0)
+    if n <= 0 then
+        -- Nothing left in any bucket.
+        redis.call("DEL", win.key)
+        return
+    end
+    local args = { "n", n }
+    local grows = to ~= nil and (hi == nil or to > hi)
+    if grows then hi = to + AHEAD end
+    if grows or fresh then args[#args + 1], args[#args + 2] = "hi", field(hi) end
+    local low = lo
+    if to ~= nil and (lo == nil or to < lo) then low = to end
+    if fresh or low ~= lo then args[#args + 1], args[#args + 2] = "lo", field(low) end
+    for at, left in pairs(units) do
+        if left == 0 then
+            redis.call("HDEL", win.key, field(at))
+        else
+            args[#args + 1], args[#args + 2] = field(at), left
+        end
+    end
+    redis.call("HSET", win.key, unpack(args))
+    if grows then
+        -- Bucket k stops counting at t = (k+1)*w + W - 1.
+        redis.call("PEXPIRE", win.key, (hi + 1) * win.width + win.window_ms - 1 - now_ms)
     end
 end
 
 if op == "refund" then
     local cost = tonumber(ARGV[rest])
     for _, win in ipairs(windows) do
-        take_back(win, cost)
+        move(win, win.current, cost, nil, now)
     end
     return {}
 end
@@ -125,44 +240,16 @@ if op == "restamp" then
     local cost = tonumber(ARGV[rest])
     local returned = server_now_ms()
     for _, win in ipairs(windows) do
-        take_back(win, cost)
-        local index = math.floor(returned / win.width)
-        redis.call("HINCRBY", win.key, field(index), cost)
-        local ttl = (index + 1) * win.width + win.window_ms - 1 - returned
-        if redis.call("PTTL", win.key) < ttl then
-            redis.call("PEXPIRE", win.key, ttl)
-        end
+        move(win, win.current, cost, math.floor(returned / win.width), returned)
     end
     return { returned }
-end
-
--- Read a window's buckets that still count at `now`, as two parallel arrays
--- (bucket indices, units) in hash order: only a refusal needs them oldest
--- first (fits_at sorts them then); a grant needs no table per bucket. Also
--- the field names of buckets that never will count again. Buckets above
--- `current` (only if the clock went back) are kept and counted: the safe side.
-local function load(win)
-    local flat = redis.call("HGETALL", win.key)
-    local indices, units, stale, total = {}, {}, {}, 0
-    for j = 1, #flat, 2 do
-        local index = tonumber(flat[j])
-        if index < win.lo then
-            stale[#stale + 1] = flat[j]
-        else
-            local n = tonumber(flat[j + 1])
-            indices[#indices + 1] = index
-            units[#units + 1] = n
-            total = total + n
-        end
-    end
-    return indices, units, stale, total
 end
 
 if op == "usage" then
     local result = { now }
     for i, win in ipairs(windows) do
-        local _, _, _, total = load(win)
-        result[i + 1] = total
+        count(win)
+        result[i + 1] = win.total
     end
     return result
 end
@@ -229,9 +316,14 @@ if fair_op and global_count > 0 then
     -- Not found within that bound: no share is enforced this time (the safe
     -- side: a share refusal needs a known floor).
     fair.floor = nil
+    -- Whether each share key exists (then it has its TTL: each is given one by
+    -- the call that creates it), for the TTLs written at the end; nil: unknown.
+    -- Tags and untils hold the same tenants: they exist together.
+    fair.had = {}
     local passed = nil
     for _ = 1, 16 do
         local low = redis.call("ZRANGE", fair.tags, 0, 1, "WITHSCORES")
+        fair.had[fair.tags] = #low > 0
         local name, score = nil, nil
         for j = 1, #low, 2 do
             if low[j] ~= fair.tenant and name == nil then name, score = low[j], tonumber(low[j + 1]) end
@@ -243,21 +335,25 @@ if fair_op and global_count > 0 then
         end
         passed = score
         forget(name)
+        fair.had[fair.tags] = nil
     end
+    fair.had[fair.untils] = fair.had[fair.tags]
     -- A newcomer starts level with the furthest behind: no credit for idling.
     fair.tag = own or fair.floor or passed or 0
     -- The soonest another tenant refused for global room is due back, if any:
     -- shares are enforced only until then.
     fair.bound_until = nil
     local refused = redis.call("ZRANGE", fair.refused, 0, 1, "WITHSCORES")
+    fair.had[fair.refused] = #refused > 0
     for j = 1, #refused, 2 do
         if refused[j] ~= fair.tenant and fair.bound_until == nil then
             fair.bound_until = tonumber(refused[j + 1])
         end
     end
     if fair.floor and fair.bound_until then
-        local own_weight = tonumber(redis.call("HGET", fair.weights, fair.tenant)) or 0
-        local weight_sum = (tonumber(redis.call("HGET", fair.weights, "~sum")) or 0) - own_weight + fair.weight
+        local got = redis.call("HMGET", fair.weights, fair.tenant, "~sum")
+        fair.own_weight, fair.had[fair.weights] = tonumber(got[1]) or 0, got[2] ~= false
+        local weight_sum = (tonumber(got[2]) or 0) - fair.own_weight + fair.weight
         -- One fair share of the reference window, in tag units.
         fair.lead = ref.limit / math.max(fair.weight, weight_sum)
     end
@@ -265,27 +361,8 @@ end
 
 -- acquire / peek
 for _, win in ipairs(windows) do
-    local indices, units, stale, total = load(win)
-    win.indices, win.units, win.total, win.added = indices, units, total, 0
-    -- The current bucket is where grants go; give it an entry now so the
-    -- retry computation below sees this call's own grants in order.
-    local slot
-    local newest = win.current
-    for j, index in ipairs(indices) do
-        if index == win.current then slot = j end
-        if index > newest then newest = index end
-    end
-    if not slot then
-        slot = #indices + 1
-        indices[slot], units[slot] = win.current, 0
-    end
-    win.slot, win.newest = slot, newest
-    if op == "acquire" then
-        -- One field at a time: unpack() of a long list would hit Lua's C stack limit.
-        for _, name in ipairs(stale) do
-            redis.call("HDEL", win.key, name)
-        end
-    end
+    count(win)
+    win.added = 0
 end
 
 -- Whether `cost` more units fit in `win` holding `total`: within the limit,
@@ -295,14 +372,35 @@ local function room(win, total, cost)
 end
 
 -- The earliest ms at which `cost` more units fit in `win`, given what it
--- holds: drop buckets oldest first until the rest leaves room. Dropping every
--- bucket up to index k takes lo >= k+1, i.e. t-W+1 >= (k+1)*w.
+-- holds (this call's grants included, in the current bucket): drop buckets
+-- oldest first until the rest leaves room. Dropping every bucket up to index
+-- k takes lo >= k+1, i.e. t-W+1 >= (k+1)*w. The buckets are read here, the
+-- one time a call needs them all; their sum is the count from now on, should
+-- the running total ever differ.
 local function fits_at(win, cost)
-    local indices, units = win.indices, win.units
+    local list = win.list or all_buckets(win.key)
+    local indices, units, total, own = {}, {}, 0, false
+    for _, b in ipairs(list) do
+        if b[1] >= win.lo then
+            local n = b[2]
+            if b[1] == win.current then
+                n, own = n + win.added, true
+            end
+            indices[#indices + 1], units[#units + 1] = b[1], n
+            total = total + n
+        end
+    end
+    if not own then
+        indices[#indices + 1], units[#units + 1] = win.current, win.added
+        total = total + win.added
+    end
+    if total ~= win.total then
+        win.total, win.fresh = total, true
+    end
     local order = {}
     for j = 1, #indices do order[j] = j end
     table.sort(order, function(a, b) return indices[a] < indices[b] end)
-    local remaining = win.total
+    local remaining = total
     for _, j in ipairs(order) do
         remaining = remaining - units[j]
         if room(win, remaining, cost) then
@@ -328,7 +426,6 @@ for c = rest, #ARGV do
     if fits then
         for _, win in ipairs(windows) do
             win.total = win.total + cost
-            win.units[win.slot] = win.units[win.slot] + cost
             win.added = win.added + cost
         end
         granted = granted + 1
@@ -354,14 +451,44 @@ for c = rest, #ARGV do
     end
 end
 
+-- Write what changed: this call's grants in the current bucket, the buckets
+-- that left the window gone, and the running total with them.
 if op == "acquire" then
     for _, win in ipairs(windows) do
-        if win.added > 0 then
-            redis.call("HINCRBY", win.key, field(win.current), win.added)
-            -- Idle keys vanish once their newest bucket has left the window:
-            -- the newest bucket k stops counting at t = (k+1)*w + W - 1.
-            local ttl = (win.newest + 1) * win.width + win.window_ms - 1 - now
-            redis.call("PEXPIRE", win.key, ttl)
+        local key = win.key
+        if win.total == 0 then
+            -- Nothing counts any more (and nothing was granted): the hash goes.
+            if win.wipe or win.moved or (win.list and #win.list > 0) then redis.call("DEL", key) end
+        elseif win.added > 0 or win.fresh or win.moved or win.wipe then
+            if win.wipe then
+                redis.call("DEL", key)
+            elseif #win.stale > 0 then
+                hdel(key, win.stale)
+            end
+            local args = { "n", win.total }
+            if win.added > 0 then
+                args[#args + 1], args[#args + 2] = field(win.current), win.held + win.added
+            end
+            -- No bucket field is below lo: those below the window are gone, and
+            -- the current bucket is in it (below a kept lo only if the clock went back).
+            local lo = win.lo_kept or win.lo
+            if win.added > 0 and win.current < lo then lo = win.current end
+            if lo ~= win.lo_kept then
+                args[#args + 1], args[#args + 2] = "lo", field(lo)
+            end
+            local newest = win.hi
+            if win.added > 0 and (newest == nil or win.current > newest) then newest = win.current end
+            local grows = newest ~= win.hi or win.fresh or win.wipe
+            if grows then
+                newest = newest + AHEAD
+                args[#args + 1], args[#args + 2] = "hi", field(newest)
+            end
+            redis.call("HSET", key, unpack(args))
+            if grows then
+                -- Idle keys vanish once their newest bucket has left the window
+                -- (AHEAD buckets later): bucket k stops counting at t = (k+1)*w + W - 1.
+                redis.call("PEXPIRE", key, (newest + 1) * win.width + win.window_ms - 1 - now)
+            end
         end
     end
 end
@@ -378,7 +505,12 @@ if fair and op == "acquire" then
         if redis.call("ZSCORE", fair.untils, fair.tenant) then fair.forget(fair.tenant) end
     else
         redis.call("ZADD", fair.tags, fair.tag, fair.tenant)
-        local old = tonumber(redis.call("HGET", fair.weights, fair.tenant)) or 0
+        local old = fair.own_weight
+        if old == nil then
+            -- The weights hash holds "~sum" for as long as it exists.
+            local got = redis.call("HMGET", fair.weights, fair.tenant, "~sum")
+            old, fair.had[fair.weights] = tonumber(got[1]) or 0, got[2] ~= false
+        end
         if old ~= fair.weight then
             redis.call("HSET", fair.weights, fair.tenant, fair.weight)
             redis.call("HINCRBY", fair.weights, "~sum", fair.weight - old)
@@ -403,9 +535,16 @@ if fair and op == "acquire" then
         end
         -- Every key lives as long as its longest entry; the three written on
         -- every call thus expire together, and the running sum with them.
+        -- GT keeps a longer TTL, but never sets one on a key without (no TTL
+        -- counts as forever): a key this call created gets a plain PEXPIRE.
         local ttl = untilms - now
         for _, key in ipairs(written) do
-            if redis.call("PTTL", key) < ttl then redis.call("PEXPIRE", key, ttl) end
+            local had = fair.had[key]
+            if had == false then
+                redis.call("PEXPIRE", key, ttl)
+            elseif redis.call("PEXPIRE", key, ttl, "GT") == 0 and had == nil and redis.call("PTTL", key) == -1 then
+                redis.call("PEXPIRE", key, ttl)
+            end
         end
     end
 end

@@ -1,0 +1,144 @@
+"""The quota windows' running totals and TTLs (quota.lua's "n", "lo" and "hi").
+
+A grant reads a window's total from the hash instead of every bucket, so the
+total must be the sum of the buckets after every operation, no bucket may sit
+below "lo", and the key must live until its newest bucket leaves the window,
+also after a restamp moved units to a newer bucket. Against a real redis-server.
+"""
+
+from __future__ import annotations
+
+import pytest
+from redis.asyncio import Redis
+
+from config.limits import Window
+from dispatcher.replies import time_ms
+from mailer.quota.engine import SHARE_PARTS, QuotaEngine
+from tests.daemon.test_quota import AHEAD, BUCKETS, T0, assert_consistent
+from tests.support import KEYS
+
+TEN = Window(10, 100)  # 500 ms buckets
+WIDTH = 10_000 // BUCKETS
+
+
+@pytest.fixture
+def engine(aredis: Redis) -> QuotaEngine:
+    return QuotaEngine(aredis, KEYS, buckets_per_window=BUCKETS)
+
+
+async def expiry_left(aredis: Redis, key: str) -> tuple[int, int]:
+    """(PTTL, Redis time in ms), read together."""
+    async with aredis.pipeline(transaction=False) as pipe:
+        pipe.pttl(key)
+        pipe.time()
+        ttl, now = await pipe.execute()
+    return ttl, time_ms(now)
+
+
+async def test_the_total_is_the_sum_of_the_buckets_after_grants_prunes_and_refunds(
+    engine: QuotaEngine, aredis: Redis
+) -> None:
+    key = KEYS.quota("t:a", 10)
+    first = await engine.acquire("a", [3, 4], [], [TEN], now_ms=T0 + 10)
+    await engine.acquire("a", [5], [], [TEN], now_ms=T0 + 2_600)
+    await engine.refund("a", 4, first.at_ms, [], [TEN])
+    assert await assert_consistent(aredis, key) == {T0 // WIDTH: 3, T0 // WIDTH + 5: 5}
+
+    # 10 s later the first bucket has left the window: a grant deletes it and its units.
+    await engine.acquire("a", [1], [], [TEN], now_ms=T0 + 10_600)
+    assert await assert_consistent(aredis, key) == {T0 // WIDTH + 5: 5, T0 // WIDTH + 21: 1}
+    assert await engine.usage("a", [TEN], now_ms=T0 + 10_600) == [(TEN, 6)]
+
+    # Long idle (a test's clock: the key outlives its window): everything goes at once.
+    await engine.acquire("a", [2], [], [TEN], now_ms=T0 + 60_000)
+    assert await assert_consistent(aredis, key) == {(T0 + 60_000) // WIDTH: 2}
+
+
+async def test_a_refused_grant_names_the_time_the_buckets_say(engine: QuotaEngine, aredis: Redis) -> None:
+    await engine.acquire("a", [60], [], [TEN], now_ms=T0 + 10)
+    await engine.acquire("a", [40], [], [TEN], now_ms=T0 + 700)
+
+    refused = await engine.acquire("a", [50], [], [TEN], now_ms=T0 + 800)
+
+    # 50 fit once the first bucket [T0, T0+500) has left: at T0 + 500 + 10,000 - 1.
+    assert refused.granted == 0
+    assert refused.retry_after == pytest.approx((10_499 - 800) / 1000)
+    await assert_consistent(aredis, KEYS.quota("t:a", 10))
+
+
+async def test_a_hash_without_a_total_is_counted_bucket_by_bucket_and_given_one(
+    engine: QuotaEngine, aredis: Redis
+) -> None:
+    # As an earlier version left it: buckets only, one already out of the window, no TTL.
+    key = KEYS.quota("t:a", 10)
+    now = T0 + 20_000
+    live, old = now // WIDTH - 3, now // WIDTH - 30
+    await aredis.hset(key, mapping={str(live): 7, str(old): 50})
+
+    assert await engine.usage("a", [TEN], now_ms=now) == [(TEN, 7)]
+    assert (await engine.acquire("a", [90, 4], [], [TEN], now_ms=now)).granted == 1
+
+    assert await assert_consistent(aredis, key) == {live: 7, now // WIDTH: 90}
+    assert await aredis.pttl(key) > 0
+
+
+async def test_a_restamp_moves_the_units_and_the_key_lives_until_their_bucket_leaves(
+    engine: QuotaEngine, aredis: Redis
+) -> None:
+    key = KEYS.quota("t:a", 10)
+    # Granted 3 s ago (the hook), so the restamp moves the units to another bucket.
+    granted_at = time_ms(await aredis.time()) - 3_000
+    grant = await engine.acquire("a", [4, 2], [], [TEN], now_ms=granted_at)
+
+    returned = await engine.restamp("a", 6, grant.at_ms, [], [TEN])
+
+    assert returned is not None
+    assert await assert_consistent(aredis, key) == {returned // WIDTH: 6}
+    # Its bucket stops counting at (k+1)*w + W - 1; the key lives that long, and AHEAD buckets more.
+    ttl, now = await expiry_left(aredis, key)
+    ends = (returned // WIDTH + AHEAD + 1) * WIDTH + 10_000 - 1
+    assert ends - now - 5 <= ttl <= ends - now
+
+
+async def test_a_restamp_after_the_key_expired_counts_the_units_again(
+    engine: QuotaEngine, aredis: Redis
+) -> None:
+    key = KEYS.quota("t:a", 10)
+    grant = await engine.acquire("a", [4], [], [TEN])
+    await aredis.delete(key)
+
+    returned = await engine.restamp("a", 4, grant.at_ms, [], [TEN])
+
+    assert returned is not None
+    assert await assert_consistent(aredis, key) == {returned // WIDTH: 4}
+    assert await aredis.pttl(key) > 9_000
+
+
+async def test_refunding_every_unit_deletes_the_hash(engine: QuotaEngine, aredis: Redis) -> None:
+    grant = await engine.acquire("a", [2, 3], [], [TEN], now_ms=T0 + 10)
+
+    await engine.refund("a", 2, grant.at_ms, [], [TEN])
+    await assert_consistent(aredis, KEYS.quota("t:a", 10))
+    await engine.refund("a", 3, grant.at_ms, [], [TEN])
+
+    assert await aredis.exists(KEYS.quota("t:a", 10)) == 0
+
+
+async def test_the_share_keys_get_a_ttl_and_keep_the_longest(engine: QuotaEngine, aredis: Redis) -> None:
+    share = [KEYS.quota_share(part) for part in SHARE_PARTS]
+    tags, untils, weights, refused = share
+    now = time_ms(await aredis.time())
+    one = Window(1, 10)
+
+    # Created by this call: no TTL yet, so the call sets one (the memory: 2 s for a 1 s window).
+    await engine.acquire("a", [10], [one], [TEN], weight=1, now_ms=now)
+    for key in (tags, untils, weights):
+        assert 1_900 <= await aredis.pttl(key) <= 2_000
+    # Refused for global room: contending until it fits, plus the memory.
+    refusal = await engine.acquire("b", [1], [one], [TEN], weight=1, now_ms=now)
+    assert refusal.blocked_by == "global"
+    longest = round(refusal.retry_after * 1000) + 2_000
+    assert longest - 100 <= await aredis.pttl(refused) <= longest
+    # A later call with a shorter stay leaves the longer TTL alone.
+    await engine.acquire("a", [1], [Window(1, 1000)], [TEN], weight=1, now_ms=now + 5)
+    assert longest - 100 <= await aredis.pttl(untils) <= longest
