@@ -56,6 +56,8 @@ for i, job in ipairs(jobs) do
 end
 
 local now = now_ms()
+-- Per tenant, in the order first seen: its new entries by priority, and how many.
+local tenants, waiting = {}, {}
 for _, job in ipairs(jobs) do
   if job.code == 1 then
     -- A waiting job's payload rides in its queue entry, several to an 8 KB
@@ -84,12 +86,41 @@ for _, job in ipairs(jobs) do
         wake_dispatchers(ctx)
       end
     else
-      -- Known already if it has other jobs waiting: one set write less per job.
-      if push_waiting(ctx, job.tenant, job.priority, job.id .. sep .. job.payload, false) == 1 then
-        redis.call('SADD', tenants_key, job.tenant)
+      local queues = waiting[job.tenant]
+      if not queues then
+        queues = {count = 0, order = {}}
+        waiting[job.tenant] = queues
+        table.insert(tenants, job.tenant)
       end
-      activate(ctx, job.tenant, now)
+      if not queues[job.priority] then
+        queues[job.priority] = {}
+        table.insert(queues.order, job.priority)
+      end
+      table.insert(queues[job.priority], job.id .. sep .. job.payload)
+      queues.count = queues.count + 1
     end
   end
 end
+
+-- The batch's entries go in one RPUSH a queue (a thousand at most: unpack's
+-- stack), its tenants' counts move once a tenant and the total once a call,
+-- and each tenant is activated once.
+local total = 0
+for _, tenant in ipairs(tenants) do
+  local queues = waiting[tenant]
+  for _, priority in ipairs(queues.order) do
+    local entries = queues[priority]
+    for first = 1, #entries, 1000 do
+      redis.call('RPUSH', queue_key(ctx, tenant, priority), unpack(entries, first, math.min(#entries, first + 999)))
+    end
+  end
+  local n, applied = count_tenant_waiting(ctx, tenant, queues.count)
+  total = total + applied
+  if n == queues.count then
+    -- New to the queues (known already if it had other jobs waiting).
+    redis.call('SADD', tenants_key, tenant)
+  end
+  activate(ctx, tenant, now)
+end
+count_total_waiting(ctx, total)
 return out

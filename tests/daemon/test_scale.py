@@ -370,3 +370,32 @@ async def test_a_claim_turn_costs_a_dozen_commands_at_most(aredis: redis.asyncio
         "1",
         "1",
     ]
+
+
+async def test_an_enqueue_batch_counts_and_activates_once_a_tenant(aredis: redis.asyncio.Redis) -> None:
+    # Before: two counter increments, a push and a ring check for every job.
+    keys = Keys("enqueue-batch")
+    store = make_store(aredis, keys, default_cap=100)
+    batch = [
+        *jobs("acme", 40),
+        *jobs("beta", 30, priority="high"),
+        *[
+            NewJob(id=f"acme-low-{i}", tenant="acme", kind="mail", payload="{}", priority="low")
+            for i in range(30)
+        ],
+    ]
+    before = await commands_run(aredis)
+    assert all(await store.enqueue(batch))
+    ran = await commands_run(aredis) - before
+    commands = sum(n for name, n in ran.items() if not name.startswith("cmdstat_evalsha"))
+    assert commands <= 4 * len(batch), ran
+    assert await aredis.hmget(keys.counts(), "acme", "beta", TOTAL_WAITING) == ["70", "30", "100"]
+    assert await aredis.smembers(keys.tenants()) == {"acme", "beta"}
+    assert sorted(await aredis.lrange(keys.ring(), 0, -1)) == ["acme", "beta"]
+    # Each queue in the batch's order, priorities first.
+    claimed = [job.id for job in await store.claim(100)]
+    assert [i for i in claimed if i.startswith("acme")] == [
+        *(f"acme-{i}" for i in range(40)),
+        *(f"acme-low-{i}" for i in range(30)),
+    ]
+    assert [i for i in claimed if i.startswith("beta")] == [f"beta-{i}" for i in range(30)]
