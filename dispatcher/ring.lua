@@ -89,10 +89,14 @@ local function count_tenant_waiting(ctx, tenant, delta)
   return n, delta
 end
 
-local function count_total_waiting(ctx, delta)
+local function count_total(ctx, field, delta)
   if delta ~= 0 then
-    redis.call('HINCRBY', ctx.counts, '~waiting', delta)
+    redis.call('HINCRBY', ctx.counts, field, delta)
   end
+end
+
+local function count_total_waiting(ctx, delta)
+  count_total(ctx, '~waiting', delta)
 end
 
 local function count_waiting(ctx, tenant, delta)
@@ -105,9 +109,7 @@ local function count_waiting(ctx, tenant, delta)
 end
 
 local function count_inflight(ctx, delta)
-  if delta ~= 0 then
-    redis.call('HINCRBY', ctx.counts, '~inflight', delta)
-  end
+  count_total(ctx, '~inflight', delta)
 end
 
 -- The tenant's place in the expiring zset: its earliest slot's expiry, or
