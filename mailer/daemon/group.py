@@ -149,8 +149,12 @@ class GroupDecision:
             refused = refused[:1]
         if blocked_by == "global":
             self.gate.hold_for_quota(retry_after)
-        # Jitter spreads parked groups' return; a timed retry needs only a hair of it.
-        jitter = PRECISE_JITTER if precise else ctx.settings.sender.max_jitter_seconds
+        # Jitter spreads parked groups' return; a timed retry for the global quota needs
+        # only a hair of it, one for the tenant's own quota none: no one else waits for
+        # that quota, and a late retry only leaves it unused.
+        jitter = ctx.settings.sender.max_jitter_seconds
+        if precise:
+            jitter = 0.0 if blocked_by == "tenant" else PRECISE_JITTER
         wait = min(retry_after + random.uniform(0, jitter), MAX_VISIBILITY)
         ctx.stats.throttled_by_quota += len(refused)
         reason = _THROTTLE_REASON.get(blocked_by or "", blocked_by or "tenant_quota")

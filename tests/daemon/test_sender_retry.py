@@ -1,0 +1,106 @@
+"""A tenant over a per-second quota is asked again the moment its quota frees.
+
+The sender times waits under ``PRECISE_WAIT_MAX`` itself (mailer.daemon.sender),
+because SQS counts visibility in whole seconds. Every millisecond a timed retry
+comes late is a millisecond of the tenant's quota unused, in every window it
+waits: a deep backlog then gets less than its quota (BENCHMARKS.md,
+"Utilisation").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import boto3
+import pytest
+
+from mailer import AsyncMailClient
+from mailer.daemon.sender import Received, Sender
+from mailer.ops.queue_setup import init_queue
+from mailer.sdk.envelope import decode, encode
+from mailer.sdk.mail import Mail
+from mailer.testing.ses_server import SesServer
+from mailer.testing.wait import wait_for_async
+from tests.support.pipeline import quick_settings, sender_only
+
+
+class HeldDeletes:
+    """An SQS client whose deletes wait until the test lets them through."""
+
+    def __init__(self, real: Any) -> None:
+        self._real = real
+        self.go = asyncio.Event()
+        self.waiting = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+    async def delete_message_batch(self, **kwargs: Any) -> Any:
+        self.waiting += 1
+        await self.go.wait()
+        return await self._real.delete_message_batch(**kwargs)
+
+
+async def received(sender: Sender, client: AsyncMailClient, url: str, tenant: str, n: int) -> list[Received]:
+    """``n`` mails of ``tenant`` enqueued, put in SQS by hand and received in one batch."""
+    mails = [
+        Mail(sender="app@example.com", to=[f"u{i}@example.org"], subject=f"m{i}", text="t") for i in range(n)
+    ]
+    sqs = boto3.client("sqs")
+    for job_id in await client.send_many(tenant, mails):
+        record = await sender.store.job(job_id)
+        body = encode(job_id, tenant, int(record["created_ms"]), record["payload"])
+        sqs.send_message(QueueUrl=url, MessageBody=body, MessageGroupId=tenant, MessageDeduplicationId=job_id)
+    got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, VisibilityTimeout=60)["Messages"]
+    assert len(got) == n
+    return [
+        Received(message_id=m["MessageId"], receipt=m["ReceiptHandle"], group=tenant, body=m["Body"],
+                 hidden_until=time.monotonic() + 60)
+        for m in got
+    ]  # fmt: skip
+
+
+async def test_a_timed_retry_does_not_wait_for_its_batchs_deletes(redis_url: str, ses_env: SesServer) -> None:
+    """The granted head's delete lingers for company (inbox._Deletes) and then takes an
+    SQS call; the refused rest is due back when its quota frees, which may be sooner.
+    Here the delete never ends until the second mail is sent: a retry timed only
+    after the batch settled would never come."""
+    settings = quick_settings(redis_url, tenant_limits="1/second")
+    url, _ = init_queue(boto3.client("sqs"), settings)
+    async with AsyncMailClient(settings) as client, sender_only(settings, url) as sender:
+        held = HeldDeletes(sender.inbox.sqs)
+        sender.inbox.sqs = held
+        sender.inbox._deletes._sqs = held
+        batch = await received(sender, client, url, "t", 2)
+        processing = asyncio.create_task(sender.process(batch))
+        try:
+            await wait_for_async(
+                lambda: ses_env.sent_count == 2, within=10, what="the refused mail, sent as the delete waits"
+            )
+            assert held.waiting >= 1
+        finally:
+            held.go.set()
+            await processing
+            await asyncio.gather(*sender._timers)
+    assert ses_env.max_in_window(1.0) <= 1
+
+
+@pytest.mark.parametrize("retry_after", [0.05, 0.3, 1.5])
+async def test_a_tenants_timed_retry_is_due_when_its_quota_frees(
+    redis_url: str, ses_env: SesServer, retry_after: float
+) -> None:
+    """Jitter spreads many tenants waking for one global quota; a tenant waiting for its
+    own quota has no one to spread from, and a late retry only leaves its quota unused."""
+    settings = quick_settings(redis_url)
+    url, _ = init_queue(boto3.client("sqs"), settings)
+    async with AsyncMailClient(settings) as client, sender_only(settings, url) as sender:
+        batch = await received(sender, client, url, "t", 10)
+        for msg in batch:
+            msg.envelope = decode(msg.body)
+            # Parked one at a time: each draw of a jitter would show in its own retry_at.
+            before = time.monotonic()
+            await sender.groups.park("t", [msg], retry_after, "tenant", await sender.store.now_ms())
+            assert msg.retry_at is not None
+            assert before + retry_after <= msg.retry_at <= time.monotonic() + retry_after
