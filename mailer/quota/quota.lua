@@ -17,8 +17,9 @@
 -- A fair acquire ("acquire_fair") also takes four more KEYS after the
 -- windows, the share state of the global quota: start tags (zset: tenant ->
 -- tag), contending until (zset: tenant -> ms), weights (hash: tenant ->
--- weight, plus "~sum", the sum over every contending tenant) and refused
--- (zset: tenant -> ms until which it counts as refused for global room).
+-- weight, plus "~sum", the sum over every contending tenant, and "~exp", when
+-- tags, untils and weights expire) and refused (zset: tenant -> ms until
+-- which it counts as refused for global room).
 --
 -- Returns
 --   acquire / peek: {granted, retry_ms, blocked, now_ms, never}
@@ -295,6 +296,12 @@ if fair_op and global_count > 0 then
         end
     end
     fair.forget = forget
+    -- The weights hash holds "~sum" for as long as it exists, and "~exp" (below).
+    function fair.read_weights()
+        local got = redis.call("HMGET", fair.weights, fair.tenant, "~sum", "~exp")
+        fair.own_weight, fair.sum, fair.exp = tonumber(got[1]) or 0, tonumber(got[2]) or 0, tonumber(got[3])
+        fair.had[fair.weights] = got[2] ~= false
+    end
     local function live(name)
         local untilms = tonumber(redis.call("ZSCORE", fair.untils, name))
         return untilms ~= nil and untilms >= now
@@ -303,7 +310,6 @@ if fair_op and global_count > 0 then
     -- Forget a few of the tenants that stopped asking (amortized: each once).
     local gone = redis.call("ZRANGE", fair.untils, "-inf", "(" .. now, "BYSCORE", "LIMIT", 0, 8)
     for _, name in ipairs(gone) do forget(name) end
-    redis.call("ZREMRANGEBYSCORE", fair.refused, "-inf", now)
 
     local own = tonumber(redis.call("ZSCORE", fair.tags, fair.tenant))
     if own and not live(fair.tenant) then
@@ -344,6 +350,11 @@ if fair_op and global_count > 0 then
     -- shares are enforced only until then.
     fair.bound_until = nil
     local refused = redis.call("ZRANGE", fair.refused, 0, 1, "WITHSCORES")
+    if #refused > 0 and tonumber(refused[2]) <= now then
+        -- Refusals whose wait is over no longer count.
+        redis.call("ZREMRANGEBYSCORE", fair.refused, "-inf", now)
+        refused = redis.call("ZRANGE", fair.refused, 0, 1, "WITHSCORES")
+    end
     fair.had[fair.refused] = #refused > 0
     for j = 1, #refused, 2 do
         if refused[j] ~= fair.tenant and fair.bound_until == nil then
@@ -351,9 +362,8 @@ if fair_op and global_count > 0 then
         end
     end
     if fair.floor and fair.bound_until then
-        local got = redis.call("HMGET", fair.weights, fair.tenant, "~sum")
-        fair.own_weight, fair.had[fair.weights] = tonumber(got[1]) or 0, got[2] ~= false
-        local weight_sum = (tonumber(got[2]) or 0) - fair.own_weight + fair.weight
+        fair.read_weights()
+        local weight_sum = fair.sum - fair.own_weight + fair.weight
         -- One fair share of the reference window, in tag units.
         fair.lead = ref.limit / math.max(fair.weight, weight_sum)
     end
@@ -505,15 +515,10 @@ if fair and op == "acquire" then
         if redis.call("ZSCORE", fair.untils, fair.tenant) then fair.forget(fair.tenant) end
     else
         redis.call("ZADD", fair.tags, fair.tag, fair.tenant)
-        local old = fair.own_weight
-        if old == nil then
-            -- The weights hash holds "~sum" for as long as it exists.
-            local got = redis.call("HMGET", fair.weights, fair.tenant, "~sum")
-            old, fair.had[fair.weights] = tonumber(got[1]) or 0, got[2] ~= false
-        end
-        if old ~= fair.weight then
-            redis.call("HSET", fair.weights, fair.tenant, fair.weight)
-            redis.call("HINCRBY", fair.weights, "~sum", fair.weight - old)
+        if fair.own_weight == nil then fair.read_weights() end
+        local weights = {}
+        if fair.own_weight ~= fair.weight then
+            weights = { fair.tenant, fair.weight, "~sum", fair.sum - fair.own_weight + fair.weight }
         end
         -- Granted in full or not, a tenant that asks is contending: its backlog
         -- may sit in SQS, beyond what this batch brought. A refused one is
@@ -521,29 +526,48 @@ if fair and op == "acquire" then
         local wait = (blocked ~= 0 and retry_ms > 0) and retry_ms or 0
         local untilms = now + wait + fair.memory_ms
         redis.call("ZADD", fair.untils, untilms, fair.tenant)
-        local written = { fair.tags, fair.untils, fair.weights }
+        -- Every key lives as long as its longest entry. GT keeps a longer TTL,
+        -- but never sets one on a key without (no TTL counts as forever): a key
+        -- this call created gets a plain PEXPIRE.
+        local function extend(key, ttl, plain)
+            local had = fair.had[key]
+            if plain or had == false then
+                redis.call("PEXPIRE", key, ttl)
+            elseif redis.call("PEXPIRE", key, ttl, "GT") == 0 and had == nil and redis.call("PTTL", key) == -1 then
+                redis.call("PEXPIRE", key, ttl)
+            end
+        end
         if blocked == 1 and retry_ms > 0 then
             -- Refused for global room: due back when it fits, give or take the
             -- sender's jitter and SQS's whole seconds.
             redis.call("ZADD", fair.refused, untilms, fair.tenant)
-            written[4] = fair.refused
-        elseif blocked == 0 then
+            extend(fair.refused, untilms - now)
+        elseif blocked == 0 and fair.had[fair.refused] then
             -- Granted in full: there was room. It was refused a moment ago and
             -- may be back for more at once, so it stays "refused" for the
             -- memory only, not for the rest of its old wait.
             redis.call("ZADD", fair.refused, "XX", "LT", untilms, fair.tenant)
         end
-        -- Every key lives as long as its longest entry; the three written on
-        -- every call thus expire together, and the running sum with them.
-        -- GT keeps a longer TTL, but never sets one on a key without (no TTL
-        -- counts as forever): a key this call created gets a plain PEXPIRE.
-        local ttl = untilms - now
-        for _, key in ipairs(written) do
-            local had = fair.had[key]
-            if had == false then
-                redis.call("PEXPIRE", key, ttl)
-            elseif redis.call("PEXPIRE", key, ttl, "GT") == 0 and had == nil and redis.call("PTTL", key) == -1 then
-                redis.call("PEXPIRE", key, ttl)
+        -- The three keys written on every call expire together, the running sum
+        -- with them, at "~exp" (in weights): a call that needs them longer moves
+        -- it half a memory further, so most calls set no TTL at all.
+        if fair.exp == nil or fair.exp < untilms then
+            -- Each of the three expires at the old "~exp", if there was one.
+            local known = fair.exp ~= nil
+            fair.exp = untilms + math.floor(fair.memory_ms / 2)
+            weights[#weights + 1], weights[#weights + 2] = "~exp", fair.exp
+            redis.call("HSET", fair.weights, unpack(weights))
+            for _, key in ipairs({ fair.tags, fair.untils, fair.weights }) do
+                extend(key, fair.exp - now, known)
+            end
+        else
+            if #weights > 0 then redis.call("HSET", fair.weights, unpack(weights)) end
+            for _, key in ipairs({ fair.tags, fair.untils }) do
+                -- Recreated by this call (its last tenant was forgotten): no TTL yet.
+                local had = fair.had[key]
+                if had == false or (had == nil and redis.call("PTTL", key) == -1) then
+                    redis.call("PEXPIRE", key, fair.exp - now)
+                end
             end
         end
     end

@@ -8,6 +8,8 @@ also after a restamp moved units to a newer bucket. Against a real redis-server.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from redis.asyncio import Redis
 
@@ -124,21 +126,38 @@ async def test_refunding_every_unit_deletes_the_hash(engine: QuotaEngine, aredis
     assert await aredis.exists(KEYS.quota("t:a", 10)) == 0
 
 
-async def test_the_share_keys_get_a_ttl_and_keep_the_longest(engine: QuotaEngine, aredis: Redis) -> None:
+async def test_the_share_keys_live_as_long_as_their_longest_stay(engine: QuotaEngine, aredis: Redis) -> None:
     share = [KEYS.quota_share(part) for part in SHARE_PARTS]
     tags, untils, weights, refused = share
     now = time_ms(await aredis.time())
-    one = Window(1, 10)
+    one, memory = Window(1, 10), 2_000  # a tenant contends 2 s after asking (a 1 s window)
 
-    # Created by this call: no TTL yet, so the call sets one (the memory: 2 s for a 1 s window).
+    async def stays_covered() -> None:
+        """Tags, untils and weights expire together, after every tenant's stay (the
+        highest "until"), and at most half a memory later."""
+        entries: list[Any] = await aredis.zrange(untils, 0, -1, withscores=True)
+        longest = max(score for _, score in entries)
+        ttls = [await aredis.pttl(key) for key in (tags, untils, weights)]
+        assert max(ttls) - min(ttls) <= 50
+        stay = int(longest) - now
+        assert stay - 100 <= min(ttls) and max(ttls) <= stay + memory // 2
+
+    # Created by this call: no TTL yet, so the call sets one.
     await engine.acquire("a", [10], [one], [TEN], weight=1, now_ms=now)
-    for key in (tags, untils, weights):
-        assert 1_900 <= await aredis.pttl(key) <= 2_000
+    await stays_covered()
     # Refused for global room: contending until it fits, plus the memory.
     refusal = await engine.acquire("b", [1], [one], [TEN], weight=1, now_ms=now)
     assert refusal.blocked_by == "global"
-    longest = round(refusal.retry_after * 1000) + 2_000
+    longest = round(refusal.retry_after * 1000) + memory
     assert longest - 100 <= await aredis.pttl(refused) <= longest
-    # A later call with a shorter stay leaves the longer TTL alone.
+    await stays_covered()
+    # A later call with a shorter stay leaves the longer TTLs alone.
     await engine.acquire("a", [1], [Window(1, 1000)], [TEN], weight=1, now_ms=now + 5)
-    assert longest - 100 <= await aredis.pttl(untils) <= longest
+    await stays_covered()
+    assert longest - 100 <= await aredis.pttl(refused) <= longest
+    # Its last tenant forgotten, a key is created again, and expires with the others.
+    await aredis.delete(tags, untils)
+    await engine.acquire("a", [1], [Window(1, 1000)], [TEN], weight=1, now_ms=now + 10)
+    assert await aredis.pttl(tags) > 0
+    # (The test's clock runs a few ms off Redis's: TTLs are counted on Redis's.)
+    assert abs(await aredis.pttl(tags) - await aredis.pttl(weights)) <= 50
