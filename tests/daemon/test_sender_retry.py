@@ -19,10 +19,11 @@ import pytest
 from mailer import AsyncMailClient
 from mailer.daemon.sender import Received, Sender
 from mailer.ops.queue_setup import init_queue
-from mailer.sdk.envelope import decode, encode
+from mailer.sdk.envelope import decode
 from mailer.sdk.mail import Mail
 from mailer.testing.ses_server import SesServer
 from mailer.testing.wait import wait_for_async
+from tests.support import message_body
 from tests.support.pipeline import quick_settings, sender_only
 
 
@@ -50,8 +51,7 @@ async def received(sender: Sender, client: AsyncMailClient, url: str, tenant: st
     ]
     sqs = boto3.client("sqs")
     for job_id in await client.send_many(tenant, mails):
-        record = await sender.store.job(job_id)
-        body = encode(job_id, tenant, int(record["created_ms"]), record["payload"])
+        body = await message_body(sender.store.redis, job_id, sender.keys)
         sqs.send_message(QueueUrl=url, MessageBody=body, MessageGroupId=tenant, MessageDeduplicationId=job_id)
     got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, VisibilityTimeout=60)["Messages"]
     assert len(got) == n
