@@ -135,15 +135,14 @@ end
 -- bucket), win.hi, and win.stale, the fields of the buckets below win.lo
 -- (deleted when an acquire writes). A refusal's HGETALL is saved in win.list.
 -- Buckets above `current` (only if the clock went back) are counted: the safe
--- side. The read also asks for the GUESS buckets just below the window, those
--- that left it since the last call unless that was long ago; if it was, every
--- bucket is read (a key written that seldom holds few).
+-- side. Buckets that left the window since the last call are read by name
+-- (the oldest, first in the hash, found at once: a listpack hash looks a field
+-- up by scanning, so a field that is not there costs a full scan); if more
+-- than GUESS left, every bucket is read (a key written that seldom holds few).
 local GUESS = 8
 local AHEAD = math.floor(buckets / 10)
 local function count(win)
-    local names = { "n", "lo", "hi", field(win.current) }
-    for index = win.lo - 1, win.lo - GUESS, -1 do names[#names + 1] = field(index) end
-    local got = redis.call("HMGET", win.key, unpack(names))
+    local got = redis.call("HMGET", win.key, "n", "lo", "hi", field(win.current))
     local n, lo, hi = tonumber(got[1]), tonumber(got[2]), tonumber(got[3])
     win.held, win.stale = tonumber(got[4]) or 0, {}
     if n == nil or lo == nil or hi == nil or (lo < win.lo - GUESS and hi >= win.lo) then
@@ -165,11 +164,14 @@ local function count(win)
         -- Every bucket has left the window (the key outlived it: a test's clock).
         win.total, win.hi, win.held, win.wipe = 0, nil, 0, true
     else
-        -- The buckets from lo up to the window's: got[5] is bucket lo(t)-1, got[6] lo(t)-2...
+        -- The buckets from lo up to the window's.
+        local names = {}
+        for index = lo, win.lo - 1 do names[#names + 1] = field(index) end
+        local values = redis.call("HMGET", win.key, unpack(names))
         local stale = win.stale
-        for j = 5, 4 + win.lo - lo do
-            if got[j] then
-                n = n - tonumber(got[j])
+        for j, units in ipairs(values) do
+            if units then
+                n = n - tonumber(units)
                 stale[#stale + 1] = names[j]
             end
         end
@@ -182,17 +184,23 @@ end
 -- or expired) no longer count anyway: nothing is taken back for them, and
 -- never below zero.
 local function move(win, index, cost, to, now_ms)
-    local got = redis.call("HMGET", win.key, "n", "lo", "hi", field(index), field(to or index))
-    local n, lo, hi = tonumber(got[1]), tonumber(got[2]), tonumber(got[3])
-    local fresh = n == nil or lo == nil or hi == nil
-    if fresh then
-        local _
-        _, n, lo, hi = all_buckets(win.key)
+    local got
+    if to == nil or to == index then
+        got = redis.call("HMGET", win.key, "n", "lo", "hi", field(index))
+        got[5] = got[4]
+    else
+        got = redis.call("HMGET", win.key, "n", "lo", "hi", field(index), field(to))
     end
+    local n, lo, hi = tonumber(got[1]), tonumber(got[2]), tonumber(got[3])
     local held = tonumber(got[4])
     local taken = held and math.min(held, cost) or 0
     if (to == nil and taken == 0) or (to == index and taken == cost) then
         return
+    end
+    local fresh = n == nil or lo == nil or hi == nil
+    if fresh then
+        local _
+        _, n, lo, hi = all_buckets(win.key)
     end
     local units = {}
     if held then units[index] = held - taken end
