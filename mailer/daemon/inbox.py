@@ -78,12 +78,14 @@ class Inbox:
         for msg in messages:
             parked[msg.receipt] = until
 
-    async def settle(self, messages: Sequence[Received]) -> None:
-        """Delete what is done and set the visibility of what waits, in batches of ten."""
+    async def settle(self, messages: Sequence[Received], *, promptly: bool = False) -> None:
+        """Delete what is done and set the visibility of what waits, in batches of ten.
+        ``promptly``: the deletes do not wait for company (they free a FIFO group whose
+        backlog waits behind them)."""
         deletes = [m for m in messages if m.delete]
         changes = [m for m in messages if not m.delete and m.visibility is not None]
         if deletes:
-            await self._deletes.delete(deletes)
+            await self._deletes.delete(deletes, promptly=promptly)
         for chunk in _chunks(changes, 10):
             visibilities: list[dict[str, Any]] = [
                 {
@@ -171,14 +173,14 @@ class _Deletes:
         self._timer: asyncio.TimerHandle | None = None
         self._calls: set[asyncio.Task[None]] = set()
 
-    async def delete(self, messages: Sequence[Received]) -> None:
+    async def delete(self, messages: Sequence[Received], *, promptly: bool = False) -> None:
         loop = asyncio.get_running_loop()
         done: list[asyncio.Future[None]] = []
         for msg in messages:
             future: asyncio.Future[None] = loop.create_future()
             self._pending.append((msg, future))
             done.append(future)
-        if len(self._pending) >= 10:
+        if promptly or len(self._pending) >= 10:
             self._flush()
         elif self._timer is None:
             self._timer = loop.call_later(self._linger, self._flush)

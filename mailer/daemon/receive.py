@@ -2,7 +2,8 @@
 
 One loop per ``sender.receivers``. Each turn waits while the gate is closed
 (mailer.daemon.gate), receives up to ten messages and passes them to the
-sender's batch handling, then lingers a moment if mail is only trickling in.
+sender's batch handling, then lingers a moment if mail is only trickling in
+(unless a throttled tenant's group was just freed: :meth:`Receiver.group_freed`).
 A Redis or AWS failure is ridden out with the shared outage back-off
 (dispatcher.backoff); what the failed batch held comes back after its
 visibility timeout.
@@ -39,6 +40,15 @@ class Receiver:
         self.gate = gate
         self.inbox = inbox
         self.process = process
+        self._freed = asyncio.Event()
+
+    def group_freed(self) -> None:
+        """A throttled tenant's FIFO group was just freed (its timed retry sent the
+        last mail SQS held back its backlog for): receive now, not after a linger.
+        The tenant's quota is free again by the time its next mail comes, and every
+        moment of linger is that quota unused. Kept until the next receive starts, so
+        a loop busy with a batch meanwhile skips its linger after it."""
+        self._freed.set()
 
     async def run(self, stop: asyncio.Event) -> None:
         """Receive and hand on until ``stop`` is set."""
@@ -54,7 +64,7 @@ class Receiver:
                     if len(messages) < 10 and linger > 0:
                         # Mail is trickling in: let some gather, so that the next
                         # receive and its delete each carry more than one or two.
-                        await wait_or_stop(stop, linger)
+                        await self._linger(stop, linger)
                 backoff.succeeded()
             except (RedisError, BotoCoreError, ClientError, OSError) as exc:
                 # Redis or AWS is failing: what this batch held comes back after its
@@ -66,8 +76,19 @@ class Receiver:
                 self.ctx.metrics.receive_failed()
                 await wait_or_stop(stop, delay)
 
+    async def _linger(self, stop: asyncio.Event, seconds: float) -> None:
+        """Wait ``seconds``, or less if ``stop`` is set or a group is freed meanwhile."""
+        waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(self._freed.wait())]
+        try:
+            await asyncio.wait(waits, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waits:
+                waiter.cancel()
+
     async def receive(self, stop: asyncio.Event) -> list[Received]:
         """One long poll (retried twice on failure); nothing if ``stop`` is set meanwhile."""
+        # This poll brings any group freed so far.
+        self._freed.clear()
         s = self.ctx.settings.sender
         request: dict[str, Any] = {
             "QueueUrl": self.inbox.queue_url,

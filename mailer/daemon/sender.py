@@ -134,7 +134,9 @@ class Sender:
             groups.setdefault(msg.envelope.tenant, []).append(msg)
         await self._handle(messages, groups)
 
-    async def _handle(self, messages: list[Received], groups: dict[str, list[Received]]) -> None:
+    async def _handle(
+        self, messages: list[Received], groups: dict[str, list[Received]], *, retried: bool = False
+    ) -> None:
         timed: list[Received] = []
         try:
             await asyncio.gather(*(self.groups.handle(tenant, group) for tenant, group in groups.items()))
@@ -147,7 +149,13 @@ class Sender:
                 await self.inbox.settle(again)
                 self._time(again)
                 timed = again
-            await self.inbox.settle([m for m in messages if m not in timed])
+            # A timed retry that sent its group's last mail frees the tenant's FIFO
+            # group once the deletes land: the tenant was throttled, its backlog waits
+            # behind them, and its quota frees again before long.
+            freed = retried and any(all(m.delete for m in group) for group in groups.values())
+            await self.inbox.settle([m for m in messages if m not in timed], promptly=freed)
+            if freed:
+                self.receiver.group_freed()
         except asyncio.CancelledError:
             # Shutdown cancelled the batch: it stays held, for release_held to hand back.
             raise
@@ -177,7 +185,7 @@ class Sender:
             msg.delete, msg.visibility, msg.retry_at = False, None, None
             assert msg.envelope is not None
             groups.setdefault(msg.envelope.tenant, []).append(msg)
-        await self._handle(messages, groups)
+        await self._handle(messages, groups, retried=True)
 
     def _timer_done(self, timer: asyncio.Task[None]) -> None:
         self._timers.discard(timer)

@@ -24,7 +24,7 @@ from mailer.sdk.mail import Mail
 from mailer.testing.ses_server import SesServer
 from mailer.testing.wait import wait_for_async
 from tests.support import message_body
-from tests.support.pipeline import quick_settings, sender_only
+from tests.support.pipeline import pipeline, quick_settings, sender_only
 
 
 class HeldDeletes:
@@ -104,3 +104,26 @@ async def test_a_tenants_timed_retry_is_due_when_its_quota_frees(
             await sender.groups.park("t", [msg], retry_after, "tenant", await sender.store.now_ms())
             assert msg.retry_at is not None
             assert before + retry_after <= msg.retry_at <= time.monotonic() + retry_after
+
+
+async def test_a_throttled_group_freed_by_its_timed_retry_is_received_again_at_once(
+    redis_url: str, ses_env: SesServer
+) -> None:
+    """While a timed retry holds a throttled tenant's group, SQS delivers none of its
+    backlog; the retry that sends the group's last mail frees it. The deletes that
+    free it and the next receive must not wait for company (both linger otherwise:
+    inbox._Deletes, sender.linger_seconds), or the tenant's quota, free again by
+    then, goes unused meanwhile. Here both lingers last an hour."""
+    settings = quick_settings(redis_url, tenant_limits="2/second", inflight_cap=4)
+    # model_copy does not validate: a linger far past what settings allow, so that
+    # only a receive that does not linger can ever bring the backlog.
+    sender_settings = settings.sender.model_copy(update={"linger_seconds": 3600.0})
+    settings = settings.model_copy(update={"sender": sender_settings})
+    mails = [
+        Mail(sender="app@example.com", to=[f"u{i}@example.org"], subject=f"m{i}", text="t") for i in range(8)
+    ]
+    async with AsyncMailClient(settings) as client, pipeline(settings) as running:
+        running.sender.inbox._deletes._linger = 3600.0
+        await client.send_many("deep", mails)
+        await wait_for_async(lambda: ses_env.sent_count == 8, within=30, what="the whole backlog")
+    assert ses_env.max_in_window(1.0) <= 2
