@@ -38,17 +38,22 @@ TENANTS = 20
 _QUOTA_SCRIPTS = ("quota", "send_seq", "reputation", "recent_bounces", "hold")
 
 
-def script_names() -> dict[str, str]:
-    """The SHA1 of every script as fairpost loads it -> its file name."""
-    names: dict[str, str] = {}
+def script_sources() -> dict[str, tuple[str, str]]:
+    """The SHA1 of every script as fairpost loads it -> (its file name, its source)."""
+    sources: dict[str, tuple[str, str]] = {}
     for path in sorted((Path(__file__).resolve().parents[1] / "dispatcher").glob("*.lua")):
         if path.stem != "ring":
-            names[hashlib.sha1(script(path.stem).encode()).hexdigest()] = f"dispatcher/{path.name}"
+            source = script(path.stem)
+            sources[hashlib.sha1(source.encode()).hexdigest()] = (f"dispatcher/{path.name}", source)
     for name in _QUOTA_SCRIPTS:
-        names[hashlib.sha1(lua_source("mailer.quota", name).encode()).hexdigest()] = (
-            f"mailer/quota/{name}.lua"
-        )
-    return names
+        source = lua_source("mailer.quota", name)
+        sources[hashlib.sha1(source.encode()).hexdigest()] = (f"mailer/quota/{name}.lua", source)
+    return sources
+
+
+def script_names() -> dict[str, str]:
+    """The SHA1 of every script as fairpost loads it -> its file name."""
+    return {sha: name for sha, (name, _) in script_sources().items()}
 
 
 @dataclass

@@ -11,9 +11,10 @@ Every figure is a ratio (or a count) taken within one run:
 - enqueue and drain rates of a 1,000,000-job backlog against a 10,000-job
   one, and Redis memory per waiting job with a 1 KB mail
   (:mod:`bench.scale_backlog`);
-- Redis CPU per delivered mail, the mails per second one shard carries at
-  that cost, and SQS messages in flight per throttled tenant, with real
-  daemon replicas (:mod:`bench.scale_pipeline`).
+- Redis CPU per delivered mail and SQS messages in flight per throttled
+  tenant, with real daemon replicas (:mod:`bench.scale_pipeline`), and the
+  mails per second one busy shard carries: the same drain's commands
+  replayed on a shard of their own (:mod:`bench.shard_replay`).
 
 ``--quick`` runs the same with smaller numbers (2,000 tenants, a 20,000-job
 backlog against 2,000) and reports the same ratios.
@@ -21,7 +22,7 @@ backlog against 2,000) and reports the same ratios.
 
 from __future__ import annotations
 
-from bench import scale_backlog, scale_idle, scale_ops, scale_pipeline
+from bench import scale_backlog, scale_idle, scale_ops, scale_pipeline, shard_replay
 from bench.cluster import Backend
 from bench.figures import Figure
 
@@ -34,5 +35,6 @@ async def run(backend: Backend, quick: bool) -> list[Figure]:
     big, small = (20_000, 2_000) if quick else (1_000_000, 10_000)
     figures += await scale_backlog.measure(big, small, small)
     figures += await scale_pipeline.redis_cpu_per_mail(backend, 200 if quick else 2_000)
+    figures += await shard_replay.measure(backend, 200 if quick else 2_000)
     figures.append(await scale_pipeline.inflight_per_throttled_tenant(backend, quick))
     return figures

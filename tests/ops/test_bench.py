@@ -47,6 +47,7 @@ FIGURES = {
     "scale_drain_rate_ratio",
     "scale_memory_per_job",
     "scale_redis_cpu_per_mail",
+    "scale_shard_cpu_per_mail",
     "scale_mails_per_shard",
     "scale_sqs_inflight_per_throttled_tenant",
 }

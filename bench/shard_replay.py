@@ -1,0 +1,242 @@
+"""What one busy Redis shard carries: the daemon's own commands, replayed.
+
+The end-to-end figure (:func:`bench.scale_pipeline.redis_cpu_per_mail`)
+divides a quiet redis-server's CPU by the mails of a one-replica drain. On
+a small shared machine that charges each command a cache gone cold since
+the last one and a round trip of its own, which a shard that is the
+bottleneck does not pay: its clients' commands are waiting when it reads.
+So the capacity is measured on the same work, busy:
+
+1. ``MONITOR`` records, in the order Redis ran them, every command clients
+   sent during a one-replica drain of ``mails`` mails of 20 tenants,
+   enqueue through the SDK included (a script's own commands are not
+   recorded: the script runs them again on replay).
+2. A fresh redis-server, default configuration, with the same scripts
+   loaded, runs the same commands in the same order, sent ``depth`` at a
+   time on one connection, as a busy shard finds them waiting.
+   Blocking and administrative commands (``BLPOP``, ``INFO``, ``CONFIG``,
+   ``SCRIPT``, ...) are left out.
+3. Redis CPU (``INFO cpu``) over the replay, per mail, and the mails per
+   second one core carries at that cost; ``INFO commandstats`` shows
+   where it goes.
+
+``python -m bench.shard_replay [--mails N]`` runs it alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import re
+import socket
+import tempfile
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, cast
+
+import redis
+
+from bench.cluster import Backend, world
+from bench.figures import Figure
+from bench.load import Load, wait_sent
+from bench.redis_profile import script_sources
+from mailer.testing.localstack import localstack_server
+from mailer.testing.services import redis_server
+
+TENANTS = 20
+UNBOUND = {"global_limits": "100000/second", "tenant_limits": "100000/second"}
+DEPTHS = (1, 10, 100)
+"""Commands sent at a time on replay: one (every command a round trip of its
+own), ten, a hundred."""
+JUDGED_DEPTH = 10
+SKIPPED = frozenset({"BLPOP", "INFO", "CONFIG", "SCRIPT", "CLIENT", "PING", "SLOWLOG", "MONITOR", "HELLO"})
+
+_ARG = re.compile(rb'"((?:[^"\\]|\\.)*)"')
+_ESCAPES = {b"n": b"\n", b"r": b"\r", b"t": b"\t", b"a": b"\a", b"b": b"\b", b'"': b'"', b"\\": b"\\"}
+_ESCAPE = re.compile(rb"\\(x[0-9a-fA-F]{2}|.)")
+
+
+def _unescape(arg: bytes) -> bytes:
+    """One argument as MONITOR quotes it (sdscatrepr), back to its bytes."""
+
+    def one(m: re.Match[bytes]) -> bytes:
+        code = m.group(1)
+        if code[:1] == b"x" and len(code) == 3:
+            return bytes([int(code[1:], 16)])
+        return _ESCAPES.get(code, code)
+
+    return _ESCAPE.sub(one, arg)
+
+
+def parse_monitor_line(line: bytes) -> tuple[str, list[bytes]] | None:
+    """``+1700000000.123456 [0 127.0.0.1:5000] "SET" "k" "v"`` -> (client, args);
+    None for anything else (the ``+OK`` that starts the stream)."""
+    head, sep, rest = line.partition(b"] ")
+    if not sep or b" [" not in head:
+        return None
+    client = head.split(b" ")[-1].decode(errors="replace")
+    return client, [_unescape(m.group(1)) for m in _ARG.finditer(rest)]
+
+
+class Recorder:
+    """MONITOR on its own connection, in a thread, until stopped."""
+
+    def __init__(self, port: int) -> None:
+        self._sock = socket.create_connection(("127.0.0.1", port))
+        self._sock.sendall(b"MONITOR\r\n")
+        self.commands: list[list[bytes]] = []
+        self._buffer = b""
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._read, name="monitor", daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        self._sock.settimeout(0.2)
+        while not self._stop.is_set():
+            try:
+                chunk = self._sock.recv(1 << 20)
+            except TimeoutError:
+                continue
+            if not chunk:
+                return
+            self._buffer += chunk
+            *lines, self._buffer = self._buffer.split(b"\r\n")
+            for line in lines:
+                parsed = parse_monitor_line(line)
+                # Commands a script runs are shown as from "lua": the replayed script runs them.
+                if parsed and parsed[0] != "lua" and parsed[1]:
+                    self.commands.append(parsed[1])
+
+    def stop(self) -> list[list[bytes]]:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self._sock.close()
+        return self.commands
+
+
+async def capture(backend: Backend, mails: int) -> list[list[bytes]]:
+    """The commands clients sent during a one-replica drain of ``mails`` mails."""
+    with world(backend, "shard-replay", UNBOUND) as w:
+        w.start_replicas(1)
+        async with Load(w.settings) as load:
+            for n in range(TENANTS):
+                await load.burst(f"warm{n}", 5)
+            if not await wait_sent(w.ses, 5 * TENANTS, within=60):
+                raise RuntimeError("the warm-up mails were not sent")
+            recorder = Recorder(backend.redis_port)
+            try:
+                for n in range(TENANTS):
+                    await load.burst(f"d{n}", mails // TENANTS)
+                if not await wait_sent(w.ses, 5 * TENANTS + mails, within=300):
+                    raise RuntimeError("the mails were not all sent")
+            finally:
+                commands = recorder.stop()
+    return [c for c in commands if c[0].upper().decode(errors="replace") not in SKIPPED]
+
+
+def _chunks(commands: list[list[bytes]], size: int) -> Iterator[list[list[bytes]]]:
+    for start in range(0, len(commands), size):
+        yield commands[start : start + size]
+
+
+def _cpu(client: redis.Redis) -> float:
+    info: dict[str, Any] = client.info("cpu")
+    return float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
+
+
+def _sent(client: redis.Redis) -> int:
+    """Job records in state sent: the replay did the drain's work if it finished its mails."""
+    sent = 0
+    for key in client.scan_iter(match="*:job:*", count=1000):
+        sent += client.hget(key, "state") == b"sent"
+    return sent
+
+
+def replay(commands: list[list[bytes]], depth: int, mails: int) -> tuple[float, dict[str, int]]:
+    """Redis CPU seconds the commands take on a fresh server, sent ``depth`` at a
+    time, and the microseconds of each top-level command (INFO commandstats).
+    Raises if the replay did not do the drain's work (an error reply, or mails
+    not finished as sent)."""
+    with redis_server() as server:
+        client = redis.Redis(port=server.port)
+        try:
+            for _, source in script_sources().values():
+                client.script_load(source)
+            client.config_resetstat()
+            before = _cpu(client)
+            errors: list[Exception] = []
+            for chunk in _chunks(commands, depth):
+                with client.pipeline(transaction=False) as pipe:
+                    for args in chunk:
+                        cast(Any, pipe).execute_command(*args)
+                    replies = pipe.execute(raise_on_error=False)
+                errors += [r for r in replies if isinstance(r, Exception)]
+            cpu = _cpu(client) - before
+            stats: dict[str, Any] = client.info("commandstats")
+            if errors:
+                raise RuntimeError(f"{len(errors)} commands failed on replay, the first: {errors[0]}")
+            if (sent := _sent(client)) != mails:
+                raise RuntimeError(f"the replay finished {sent} mails as sent, not {mails}")
+        finally:
+            client.close()
+    usec = {name[8:]: int(v["usec"]) for name, v in stats.items() if not name.startswith("cmdstat_info")}
+    return cpu, usec
+
+
+async def measure(backend: Backend, mails: int) -> list[Figure]:
+    commands = await capture(backend, mails)
+    runs = {depth: replay(commands, depth, mails) for depth in DEPTHS}
+    per_mail = {depth: cpu / mails for depth, (cpu, _) in runs.items()}
+    cpu, usec = runs[JUDGED_DEPTH]
+    top = sorted(usec.items(), key=lambda kv: -kv[1])[:5]
+    where = ", ".join(f"{name} {v / mails:.0f}" for name, v in top)
+    depths = "; ".join(f"{d} at a time: {per_mail[d] * 1e6:.0f} µs, {1 / per_mail[d]:,.0f}/s" for d in DEPTHS)
+    judged = per_mail[JUDGED_DEPTH]
+    return [
+        Figure(
+            key="scale_shard_cpu_per_mail",
+            title="Scale: Redis CPU per mail on a busy shard (the drain's commands replayed)",
+            value=judged * 1e6,
+            unit=" µs",
+            detail=(
+                f"{len(commands)} commands of a {mails}-mail drain of {TENANTS} tenants (1 replica, "
+                f"enqueue included), replayed in order on a fresh redis-server, {JUDGED_DEPTH} at a "
+                f"time: {cpu * 1000:.0f} ms of Redis CPU (INFO cpu); µs per mail by command "
+                f"(commandstats, script commands counted twice): {where}; {depths}"
+            ),
+            data={"commands": len(commands), "mails": mails, "per_mail_by_depth": per_mail, "usec": usec},
+        ),
+        Figure(
+            key="scale_mails_per_shard",
+            title="Scale: mails per second one Redis shard can carry",
+            value=1 / judged if judged > 0 else float("inf"),
+            unit="/s",
+            op=">=",
+            target=20_000,
+            detail=(
+                f"one core's second of Redis CPU over {judged * 1e6:.1f} µs a mail, the drain's commands "
+                f"arriving {JUDGED_DEPTH} at a time; {depths}"
+            ),
+        ),
+    ]
+
+
+def main() -> None:
+    description = __doc__.split("\n\n")[0]
+    parser = argparse.ArgumentParser(prog="python -m bench.shard_replay", description=description)
+    parser.add_argument("--mails", type=int, default=2000)
+    args = parser.parse_args()
+    with (
+        tempfile.TemporaryDirectory(prefix="fairpost-shard-") as tmp,
+        redis_server() as rs,
+        localstack_server() as sqs,
+    ):
+        backend = Backend(redis_port=rs.port, sqs_url=sqs.url, workdir=Path(tmp))
+        figures = asyncio.run(measure(backend, args.mails))
+    for figure in figures:
+        print(f"{figure.title}: {figure.value_text()} ({figure.verdict}) {figure.detail}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,103 @@
+"""bench.shard_replay: MONITOR's record of a real store's commands replays to the same work."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import pytest
+import redis
+import redis.asyncio
+
+from bench.redis_profile import script_sources
+from bench.shard_replay import Recorder, parse_monitor_line, replay
+from dispatcher.keys import Keys
+from dispatcher.store import JobStore, NewJob, StoreLimits
+from mailer.testing.services import RedisServer, redis_server
+from mailer.testing.wait import wait_for
+
+
+@pytest.fixture
+def server() -> Iterator[RedisServer]:
+    """A server of the test's own: MONITOR sees only what the test sends."""
+    with redis_server() as srv:
+        yield srv
+
+
+def recorded(server: RedisServer) -> Recorder:
+    """A recorder whose MONITOR has started, on a server with fairpost's scripts
+    loaded (as the bench's warm-up leaves it): it has seen an ECHO sent after it."""
+    recorder = Recorder(server.port)
+    client = redis.Redis(port=server.port)
+    try:
+        for _, source in script_sources().values():
+            client.script_load(source)
+        mark(client, recorder, "start")
+    except BaseException:
+        recorder.stop()
+        raise
+    finally:
+        client.close()
+    return recorder
+
+
+def mark(client: redis.Redis, recorder: Recorder, text: str) -> None:
+    """Send an ECHO and wait until the recorder has it: everything before it is recorded."""
+
+    def seen() -> bool:
+        client.echo(text)
+        return [b"ECHO", text.encode()] in recorder.commands
+
+    wait_for(seen, within=10, what=f"MONITOR to show the ECHO {text!r}")
+
+
+def test_monitor_lines_give_back_the_exact_arguments(server: RedisServer) -> None:
+    recorder = recorded(server)
+    odd = b'a "quoted" value\r\nwith a \\ backslash, \x00\xff bytes and spaces'
+    client = redis.Redis(port=server.port)
+    try:
+        client.set("key with spaces", odd)
+        client.eval("redis.call('GET', KEYS[1]); return 1", 1, "key with spaces")
+        mark(client, recorder, "end")
+    finally:
+        client.close()
+    commands = [c for c in recorder.stop() if c[0] != b"ECHO"]
+    assert commands[-2] == [b"SET", b"key with spaces", odd]
+    # The script's own GET is not recorded: replaying the EVAL runs it again.
+    assert commands[-1] == [b"EVAL", b"redis.call('GET', KEYS[1]); return 1", b"1", b"key with spaces"]
+    assert parse_monitor_line(b"+OK") is None
+
+
+def test_a_recorded_drain_replays_to_its_mails_sent_and_nothing_less(server: RedisServer) -> None:
+    keys = Keys("replay")
+    recorder = recorded(server)
+
+    async def drain() -> None:
+        client = redis.asyncio.Redis(port=server.port)
+        try:
+            store = JobStore(client, keys, StoreLimits(default_cap=10))
+            jobs = [NewJob(id=f"j{i}", tenant="acme", kind="mail", payload="{}") for i in range(3)]
+            await store.enqueue(jobs)
+            claimed = await store.claim(10)
+            await store.handed_off([job.id for job in claimed])
+            async with store.pipeline() as pipe:
+                await store.record_sent([(job.id, "m") for job in claimed], keep_seconds=60, pipeline=pipe)
+                await pipe.execute()
+            assert {job.id for job in claimed} == {"j0", "j1", "j2"}
+            assert await client.hget(keys.job("j0"), "state") == b"sent"
+        finally:
+            await client.aclose()
+
+    asyncio.run(drain())
+    check = redis.Redis(port=server.port)
+    try:
+        mark(check, recorder, "end")
+    finally:
+        check.close()
+    commands = [c for c in recorder.stop() if c[0] != b"ECHO"]
+    cpu, usec = replay(commands, depth=10, mails=3)
+    assert cpu >= 0 and usec["evalsha"] > 0
+    # Without its last script call (the sent records) the replay has not done the drain's work.
+    last = max(i for i, c in enumerate(commands) if c[0] == b"EVALSHA")
+    with pytest.raises(RuntimeError, match="finished 0 mails as sent, not 3"):
+        replay(commands[:last] + commands[last + 1 :], depth=10, mails=3)
