@@ -23,6 +23,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -88,10 +89,11 @@ def die_with_parent() -> Callable[[], None] | None:
     outlive a killed parent there.
 
     Linux fires it when the *thread* that started the child ends, not the
-    process: start children from the main thread, or from one that outlives
-    them (every caller in this repository does), never from a pool's worker.
+    process, so it is armed only for children the main thread starts: a child
+    started from another thread (the failover tests restart a killed node from
+    one) would die with that thread. Those can outlive a killed parent.
     """
-    if _prctl is None:
+    if _prctl is None or threading.current_thread() is not threading.main_thread():
         return None
     prctl = _prctl
     parent = os.getpid()

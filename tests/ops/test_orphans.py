@@ -7,11 +7,13 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 
 from mailer.testing.localstack import localstack_venv
+from mailer.testing.services import die_with_parent
 from mailer.testing.wait import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -90,3 +92,27 @@ def test_a_server_ends_with_its_sigkilled_parent(kind: str, tmp_path: Path) -> N
             parent.kill()
             for pid in _in_groups(groups):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_a_child_started_from_a_thread_outlives_the_thread() -> None:
+    # Linux sends the parent-death signal when the *thread* that forked the child
+    # ends. The failover tests restart a killed redis-server from a worker
+    # thread; with the signal armed it died with that thread, and the failover
+    # never finished (tests/e2e/test_failover.py).
+    started: list[subprocess.Popen[bytes]] = []
+
+    def start() -> None:
+        started.append(subprocess.Popen(["sleep", "60"], preexec_fn=die_with_parent()))
+
+    thread = threading.Thread(target=start)
+    thread.start()
+    thread.join()
+    [child] = started
+    try:
+        # The signal, had it been armed, comes as the thread ends: give it time to land.
+        with pytest.raises(subprocess.TimeoutExpired):
+            child.wait(timeout=2)
+        assert child.poll() is None
+    finally:
+        child.kill()
+        child.wait()
