@@ -316,7 +316,8 @@ if fair_op and global_count > 0 then
     end
 
     -- Forget a few of the tenants that stopped asking (amortized: each once).
-    local gone = redis.call("ZRANGE", fair.untils, "-inf", "(" .. now, "BYSCORE", "LIMIT", 0, 8)
+    local FORGET = 8
+    local gone = redis.call("ZRANGE", fair.untils, "-inf", "(" .. now, "BYSCORE", "LIMIT", 0, FORGET)
     for _, name in ipairs(gone) do forget(name) end
 
     local own = tonumber(redis.call("ZSCORE", fair.tags, fair.tenant))
@@ -324,51 +325,65 @@ if fair_op and global_count > 0 then
         forget(fair.tenant)
         own = nil
     end
-    -- The furthest-behind contending tenant other than this one, if any; one
-    -- that stopped asking is forgotten on the way, a few per call at most (a
-    -- crowd gone quiet at once is forgotten over the next calls, not by one).
-    -- Not found within that bound: no share is enforced this time (the safe
-    -- side: a share refusal needs a known floor).
-    fair.floor = nil
     -- Whether each share key exists (then it has its TTL: each is given one by
     -- the call that creates it), for the TTLs written at the end; nil: unknown.
     -- Tags and untils hold the same tenants: they exist together.
     fair.had = {}
+    -- The soonest another tenant refused for global room is due back, if any:
+    -- shares are enforced only until then.
+    local function read_refused()
+        local refused = redis.call("ZRANGE", fair.refused, 0, 1, "WITHSCORES")
+        if #refused > 0 and tonumber(refused[2]) <= now then
+            -- Refusals whose wait is over no longer count.
+            redis.call("ZREMRANGEBYSCORE", fair.refused, "-inf", now)
+            refused = redis.call("ZRANGE", fair.refused, 0, 1, "WITHSCORES")
+        end
+        fair.had[fair.refused] = #refused > 0
+        fair.bound_until = nil
+        for j = 1, #refused, 2 do
+            if refused[j] ~= fair.tenant and fair.bound_until == nil then
+                fair.bound_until = tonumber(refused[j + 1])
+            end
+        end
+    end
+    read_refused()
+    -- The furthest-behind contending tenant other than this one, if any; one
+    -- that stopped asking is forgotten on the way, a few per call at most (a
+    -- crowd gone quiet at once is forgotten over the next calls, not by one).
+    -- Not found within that bound: no share is enforced this time (the safe
+    -- side: a share refusal needs a known floor). Needed for a newcomer's tag,
+    -- for a share only while another is refused, and to forget more while a
+    -- crowd gone quiet is forgotten: a contending tenant with none of these
+    -- skips it (its own entries show the keys exist).
+    fair.floor = nil
     local passed = nil
-    for _ = 1, 16 do
-        local low = redis.call("ZRANGE", fair.tags, 0, 1, "WITHSCORES")
-        fair.had[fair.tags] = #low > 0
-        local name, score = nil, nil
-        for j = 1, #low, 2 do
-            if low[j] ~= fair.tenant and name == nil then name, score = low[j], tonumber(low[j + 1]) end
+    if own == nil or fair.bound_until ~= nil or #gone == FORGET then
+        local forgot = false
+        for _ = 1, 16 do
+            local low = redis.call("ZRANGE", fair.tags, 0, 1, "WITHSCORES")
+            fair.had[fair.tags] = #low > 0
+            local name, score = nil, nil
+            for j = 1, #low, 2 do
+                if low[j] ~= fair.tenant and name == nil then name, score = low[j], tonumber(low[j + 1]) end
+            end
+            if name == nil then break end
+            if live(name) then
+                fair.floor = score
+                break
+            end
+            passed = score
+            forget(name)
+            forgot = true
+            fair.had[fair.tags] = nil
         end
-        if name == nil then break end
-        if live(name) then
-            fair.floor = score
-            break
-        end
-        passed = score
-        forget(name)
-        fair.had[fair.tags] = nil
+        -- Forgotten tenants leave the refused set too.
+        if forgot and fair.bound_until ~= nil then read_refused() end
+    else
+        fair.had[fair.tags] = true
     end
     fair.had[fair.untils] = fair.had[fair.tags]
     -- A newcomer starts level with the furthest behind: no credit for idling.
     fair.tag = own or fair.floor or passed or 0
-    -- The soonest another tenant refused for global room is due back, if any:
-    -- shares are enforced only until then.
-    fair.bound_until = nil
-    local refused = redis.call("ZRANGE", fair.refused, 0, 1, "WITHSCORES")
-    if #refused > 0 and tonumber(refused[2]) <= now then
-        -- Refusals whose wait is over no longer count.
-        redis.call("ZREMRANGEBYSCORE", fair.refused, "-inf", now)
-        refused = redis.call("ZRANGE", fair.refused, 0, 1, "WITHSCORES")
-    end
-    fair.had[fair.refused] = #refused > 0
-    for j = 1, #refused, 2 do
-        if refused[j] ~= fair.tenant and fair.bound_until == nil then
-            fair.bound_until = tonumber(refused[j + 1])
-        end
-    end
     if fair.floor and fair.bound_until then
         fair.read_weights()
         local weight_sum = fair.sum - fair.own_weight + fair.weight
