@@ -141,10 +141,16 @@ end
 -- than GUESS left, every bucket is read (a key written that seldom holds few).
 local GUESS = 8
 local AHEAD = math.floor(buckets / 10)
-local function count(win)
+local function count(win, room_for)
     local got = redis.call("HMGET", win.key, "n", "lo", "hi", field(win.current))
     local n, lo, hi = tonumber(got[1]), tonumber(got[2]), tonumber(got[3])
     win.held, win.stale = tonumber(got[4]) or 0, {}
+    if room_for and n and lo and hi and n + room_for <= win.limit then
+        -- A peek: the total with the buckets that left still in it leaves room
+        -- already, so the count without them does too.
+        win.total, win.hi = n, hi
+        return
+    end
     if n == nil or lo == nil or hi == nil or (lo < win.lo - GUESS and hi >= win.lo) then
         local list, sum, _, high = all_buckets(win.key)
         win.list, win.hi, win.fresh = list, high, true
@@ -393,8 +399,10 @@ if fair_op and global_count > 0 then
 end
 
 -- acquire / peek
+local asked = 0
+for c = rest, #ARGV do asked = asked + tonumber(ARGV[c]) end
 for _, win in ipairs(windows) do
-    count(win)
+    count(win, op == "peek" and asked or nil)
     win.added = 0
 end
 

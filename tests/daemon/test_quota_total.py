@@ -161,3 +161,23 @@ async def test_the_share_keys_live_as_long_as_their_longest_stay(engine: QuotaEn
     assert await aredis.pttl(tags) > 0
     # (The test's clock runs a few ms off Redis's: TTLs are counted on Redis's.)
     assert abs(await aredis.pttl(tags) - await aredis.pttl(weights)) <= 50
+
+
+async def test_a_peek_counts_as_a_grant_does_with_buckets_that_left_still_in_the_hash(
+    engine: QuotaEngine, aredis: Redis
+) -> None:
+    # 60 units 10 s ago (out of the window now, but still in the hash: only a grant deletes
+    # them), 30 in it: 70 fit by the window, 10 by the total with the old bucket in it.
+    await engine.acquire("a", [60], [], [TEN], now_ms=T0 + 10)
+    await engine.acquire("a", [30], [], [TEN], now_ms=T0 + 5_000)
+    later = T0 + 10_600
+    assert len(await assert_consistent(aredis, KEYS.quota("t:a", 10))) == 2
+
+    assert await engine.retry_after("a", [TEN], cost=5, now_ms=later) == 0.0
+    assert await engine.retry_after("a", [TEN], cost=70, now_ms=later) == 0.0
+    # 71 fits once the 30 have left: their bucket [T0+5000, T0+5500) ends, and a window.
+    assert await engine.retry_after("a", [TEN], cost=71, now_ms=later) == pytest.approx(
+        (5_500 + 10_000 - 1 - 10_600) / 1000
+    )
+    assert await engine.usage("a", [TEN], now_ms=later) == [(TEN, 30)]
+    assert len(await assert_consistent(aredis, KEYS.quota("t:a", 10))) == 2
