@@ -224,12 +224,10 @@ local function move(win, index, cost, to, now_ms)
     local low = lo
     if to ~= nil and (lo == nil or to < lo) then low = to end
     if fresh or low ~= lo then args[#args + 1], args[#args + 2] = "lo", field(low) end
+    -- A bucket emptied here stays, at 0, until it leaves the window (an HDEL
+    -- saved: it counts for nothing, and is deleted with the others then).
     for at, left in pairs(units) do
-        if left == 0 then
-            redis.call("HDEL", win.key, field(at))
-        else
-            args[#args + 1], args[#args + 2] = field(at), left
-        end
+        args[#args + 1], args[#args + 2] = field(at), left
     end
     redis.call("HSET", win.key, unpack(args))
     if grows then

@@ -48,15 +48,16 @@ def _text(name: str | bytes) -> str:
 
 
 async def assert_consistent(aredis: Redis, key: str) -> dict[int, int]:
-    """The hash's total is the sum of its buckets, all between "lo" and "hi"; returns the buckets."""
-    held = await buckets(aredis, key)
+    """The hash's total is the sum of its buckets, all between "lo" and "hi"; returns the
+    buckets that hold units."""
+    every = await buckets(aredis, key)
     meta = {_text(k): int(v) for k, v in (await aredis.hgetall(key)).items() if _text(k) in META}
-    if not held:
+    if not every:
         assert meta == {}, "a hash with no bucket left is deleted"
-        return held
-    assert meta["n"] == sum(held.values())
-    assert meta["lo"] <= min(held) and max(held) <= meta["hi"]
-    return held
+        return every
+    assert meta["n"] == sum(every.values()) > 0
+    assert meta["lo"] <= min(every) and max(every) <= meta["hi"]
+    return {k: v for k, v in every.items() if v}
 
 
 # -- counting ----------------------------------------------------------------
