@@ -137,6 +137,10 @@ async def _promoted_one(lifecycle: Lifecycle) -> bool:
     return moved == 1
 
 
+async def _later_than(store: JobStore, ms: int) -> bool:
+    return await store.now_ms() > ms
+
+
 def job(tenant: str, **kwargs: Any) -> NewJob:
     return NewJob(id=uuid.uuid4().hex, tenant=tenant, kind="mail", payload="{}", **kwargs)
 
@@ -162,6 +166,12 @@ async def test_every_script_runs_on_a_cluster_within_fairposts_slot(
         )
         claimed = await store.claim(3)
         assert {j.id for j in claimed} == {a.id, b.id, c.id}
+        # A renewal pushes a lease later (ZADD GT): within the claim's own
+        # millisecond it would push it nowhere, and count nothing.
+        claimed_by = await store.now_ms()
+        await wait_for_async(
+            lambda: _later_than(store, claimed_by), within=10, what="Redis's clock past the claim"
+        )
         assert await store.renew([a.id]) == 1
         assert await store.requeue([b.id]) == 1
         await store.handed_off([a.id, c.id])
