@@ -10,7 +10,6 @@ dispatcher's loop and the sender's receive loop.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 
 
@@ -37,7 +36,11 @@ class OutageBackoff:
         return delay
 
 
-async def wait_or_stop(stop: asyncio.Event, seconds: float) -> None:
-    """Sleep ``seconds``, or less if ``stop`` is set meanwhile."""
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(stop.wait(), timeout=seconds)
+async def wait_or_stop(stop: asyncio.Event, seconds: float, *wake: asyncio.Event) -> None:
+    """Sleep ``seconds``, or less if ``stop`` (or any event of ``wake``) is set meanwhile."""
+    waits = [asyncio.ensure_future(event.wait()) for event in (stop, *wake)]
+    try:
+        await asyncio.wait(waits, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waits:
+            waiter.cancel()

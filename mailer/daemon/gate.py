@@ -12,6 +12,7 @@ import asyncio
 import time
 from collections.abc import Callable
 
+from dispatcher.backoff import wait_or_stop
 from mailer.quota.engine import QuotaEngine
 from mailer.quota.overrides import LimitSource
 
@@ -60,10 +61,5 @@ class Gate:
         if wait <= 0:
             return False
         self._regate.clear()
-        waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(self._regate.wait())]
-        try:
-            await asyncio.wait(waits, timeout=wait, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for waiter in waits:
-                waiter.cancel()
+        await wait_or_stop(stop, wait, self._regate)
         return True

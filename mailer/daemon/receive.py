@@ -64,7 +64,7 @@ class Receiver:
                     if len(messages) < 10 and linger > 0:
                         # Mail is trickling in: let some gather, so that the next
                         # receive and its delete each carry more than one or two.
-                        await self._linger(stop, linger)
+                        await wait_or_stop(stop, linger, self._freed)
                 backoff.succeeded()
             except (RedisError, BotoCoreError, ClientError, OSError) as exc:
                 # Redis or AWS is failing: what this batch held comes back after its
@@ -75,15 +75,6 @@ class Receiver:
                 log.error("sender batch failed (%s: %s); retrying in %.1fs", type(exc).__name__, exc, delay)
                 self.ctx.metrics.receive_failed()
                 await wait_or_stop(stop, delay)
-
-    async def _linger(self, stop: asyncio.Event, seconds: float) -> None:
-        """Wait ``seconds``, or less if ``stop`` is set or a group is freed meanwhile."""
-        waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(self._freed.wait())]
-        try:
-            await asyncio.wait(waits, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for waiter in waits:
-                waiter.cancel()
 
     async def receive(self, stop: asyncio.Event) -> list[Received]:
         """One long poll (retried twice on failure); nothing if ``stop`` is set meanwhile."""

@@ -31,6 +31,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from redis.exceptions import RedisError
 
 from config import Settings
+from dispatcher.backoff import wait_or_stop
 from dispatcher.keys import Keys
 from dispatcher.replies import time_ms
 from mailer.daemon.aws import SesClient
@@ -179,12 +180,7 @@ class SesTenantStatus:
             except (RedisError, OSError) as exc:
                 log.warning("SES tenant status round failed: %s", exc)
             self._wake.clear()
-            waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(self._wake.wait())]
-            try:
-                await asyncio.wait(waits, timeout=_TICK, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                for waiter in waits:
-                    waiter.cancel()
+            await wait_or_stop(stop, _TICK, self._wake)
 
     async def _tick(self) -> None:
         # Other replicas' verdicts: a tenant one replica saw disabled is parked by all.
