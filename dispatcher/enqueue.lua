@@ -83,7 +83,7 @@ for _, job in ipairs(jobs) do
       redis.call('ZADD', scheduled, job.send_at, job.id)
       -- The new earliest: wake an idle dispatcher, so that it waits for this one.
       if redis.call('ZRANGE', scheduled, 0, 0)[1] == job.id then
-        wake_dispatchers(ctx)
+        wake_dispatchers(ctx, 's')
       end
     else
       local queues = waiting[job.tenant]

@@ -14,6 +14,10 @@ PRIORITIES = ("high", "normal", "low")
 TOTAL_WAITING = "~waiting"
 """The field of :meth:`Keys.counts` with the jobs waiting over every tenant (``~``
 is not allowed in tenant ids)."""
+WAKE_WORK = "1"
+"""A wake token (:meth:`Keys.wake`): a tenant may have become claimable."""
+WAKE_SCHEDULED = "s"
+"""A wake token: a scheduled job is due before any other was; look for due ones."""
 TOTAL_INFLIGHT = "~inflight"
 """The field of :meth:`Keys.counts` with the in-flight slots over every tenant."""
 
@@ -114,7 +118,8 @@ class Keys:
         return f"{self.root}:leases"
 
     def wake(self) -> str:
-        """List: tokens that wake an idle dispatcher blocked on BLPOP."""
+        """List: tokens that wake an idle dispatcher blocked on BLPOP: :data:`WAKE_WORK`
+        (a tenant may be claimable) or :data:`WAKE_SCHEDULED` (dispatcher/ring.lua)."""
         return f"{self.root}:wake"
 
     def dispatched(self) -> str:

@@ -158,9 +158,12 @@ local function release_slot(ctx, tenant, job_id)
   return release_slots(ctx, tenant, {job_id})
 end
 
-local function wake_dispatchers(ctx)
+-- The token says why (Keys.wake): '1' a tenant may be claimable, 's' a
+-- scheduled job is due before any other was; only the second sends a
+-- dispatcher to look for due scheduled jobs.
+local function wake_dispatchers(ctx, token)
   -- Bounded: with no dispatcher running, tokens must not pile up.
-  if redis.call('LPUSH', ctx.wake, '1') > 64 then
+  if redis.call('LPUSH', ctx.wake, token or '1') > 64 then
     redis.call('LTRIM', ctx.wake, 0, 63)
   end
 end

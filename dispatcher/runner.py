@@ -19,6 +19,7 @@ from redis.exceptions import RedisError
 
 from dispatcher.backoff import OutageBackoff, wait_or_stop
 from dispatcher.jobs import Job, JobState
+from dispatcher.keys import WAKE_SCHEDULED
 from dispatcher.lifecycle import Lifecycle
 from dispatcher.store import JobStore
 from dispatcher.worker import Dead, Done, HandedOff, Outcome, Retry, Worker
@@ -127,8 +128,9 @@ class Dispatcher:
             jobs += await self.store.claim(wanted - len(jobs))
         if not jobs:
             until = min(next_reap, next_promote) - time.monotonic()
-            if await self.store.wait_for_work(max(0.0, min(self.reap_interval, until))):
-                # Perhaps a scheduled job that is due before the one we waited for.
+            woken = await self.store.wait_for_work(max(0.0, min(self.reap_interval, until)))
+            if woken == WAKE_SCHEDULED:
+                # A scheduled job due before the one we waited for.
                 next_promote = 0.0
             return next_reap, next_promote
         self.claimed_total += len(jobs)

@@ -142,11 +142,13 @@ class JobStore:
         visited, stayed, kept = (int(v) for v in await self._keep(keys=keys, args=args))
         return visited, stayed, kept
 
-    async def wait_for_work(self, seconds: float) -> bool:
-        """Block on Redis until something may be claimable, or ``seconds`` pass."""
+    async def wait_for_work(self, seconds: float) -> str | None:
+        """Block on Redis until something may be claimable, or ``seconds`` pass: the
+        wake token (:data:`~dispatcher.keys.WAKE_WORK`, :data:`~dispatcher.keys.WAKE_SCHEDULED`),
+        None if none came."""
         # BLPOP's timeout is in seconds with sub-second precision on Redis ≥ 6.
         result = await self.redis.blpop([self.keys.wake()], timeout=max(seconds, 0.01))
-        return result is not None
+        return None if result is None else text(result[1])
 
     async def job(self, job_id: str) -> dict[str, str]:
         """The job's record, its payload included (dispatcher/record.py); empty if there is none."""

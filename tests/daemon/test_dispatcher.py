@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import collections
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import pytest
 import redis.asyncio
 
 from dispatcher.jobs import Job, JobState
+from dispatcher.lifecycle import PROMOTE_BATCH
 from dispatcher.replies import time_ms
 from dispatcher.runner import Dispatcher
 from dispatcher.store import JobStore, NewJob, StoreLimits
@@ -216,6 +217,57 @@ async def test_idle_dispatcher_blocks_and_wakes_on_enqueue(aredis: redis.asyncio
         stop.set()
         await asyncio.wait_for(task, 5)
         await dispatcher.drain(1)
+
+
+async def test_only_a_wake_for_an_earlier_scheduled_job_looks_for_due_ones(
+    aredis: redis.asyncio.Redis,
+) -> None:
+    # Before: every wake-up (an enqueue, a finish that freed a slot) ran
+    # promote.lua before claiming: about one call in ten a mail in a drain.
+    store = make_store(aredis)
+    dispatcher = Dispatcher(store, [HandOffWorker()], reap_interval=30.0)
+    promotes = 0
+    promote_due = dispatcher.lifecycle.promote_due
+
+    async def counted(max_jobs: int = PROMOTE_BATCH) -> tuple[int, float | None]:
+        nonlocal promotes
+        promotes += 1
+        return await promote_due(max_jobs)
+
+    dispatcher.lifecycle.promote_due = counted  # type: ignore[method-assign]
+    stop = asyncio.Event()
+    task = asyncio.create_task(dispatcher.run(stop))
+
+    async def state(job_id: str) -> str | None:
+        return (await store.job(job_id)).get("state")
+
+    try:
+        await wait_for_async(lambda: _at_least(lambda: promotes, 1), within=10, what="the first promote")
+        for i in range(5):
+            await store.enqueue([NewJob(id=f"now-{i}", tenant="acme", kind="mail", payload="{}")])
+
+            async def dispatched(job_id: str = f"now-{i}") -> bool:
+                return await state(job_id) == JobState.DISPATCHED
+
+            await wait_for_async(dispatched, within=10, what=f"now-{i} dispatched")
+        assert promotes == 1
+        # A scheduled job due before any other wakes it to look, and is sent when due.
+        due = await store.now_ms() + 300
+        await store.enqueue([NewJob(id="later", tenant="acme", kind="mail", payload="{}", send_at_ms=due)])
+
+        async def sent_when_due() -> bool:
+            return await state("later") == JobState.DISPATCHED
+
+        await wait_for_async(sent_when_due, within=10, what="the scheduled job promoted and dispatched")
+        assert promotes >= 2
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 5)
+        await dispatcher.drain(1)
+
+
+async def _at_least(count: Callable[[], int], n: int) -> bool:
+    return count() >= n
 
 
 async def test_a_parked_tenant_keeps_every_in_flight_slot(aredis: redis.asyncio.Redis) -> None:
