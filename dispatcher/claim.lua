@@ -34,7 +34,7 @@ local function keep_payload(job_key, payload_key, payload)
   else
     redis.call('SET', payload_key, payload)
   end
-  redis.call('HSET', job_key, 'inline', 0)
+  redis.call('HSET', job_key, 'inline', '0')
 end
 -- When the reaper must look at the tenant: when the slot would expire after
 -- a hand-off now (a hand-off later only makes it later). A lease that runs out
@@ -44,6 +44,9 @@ local slot_ms = tonumber(ARGV[8])
 -- Jobs a turn pops at most (one LMPOP, one ZADD of their slots).
 local MOST_PER_TURN = 500
 local now = now_ms()
+local now_s = as_text(now)
+-- When the reaper is due for a tenant of this call (the same for every one).
+local due_s = as_text(now + slot_ms)
 local out = {}
 local claimed = 0
 local slots_taken = 0
@@ -94,14 +97,14 @@ local function take(tenant, room)
     if rec[1] == 'queued' and (not payload or rec[7] == '1') then
       -- The fraction keeps claim order among equal deadlines, so expired
       -- claims go back to their queue in the order they left it.
-      local deadline = now + lease_ms + claimed / 1000
+      local deadline = tostring(now + lease_ms + claimed / 1000)
       if payload then
-        redis.call('HSET', job_key, 'state', 'claimed', 'claimed_ms', now, 'inline', 0)
+        redis.call('HSET', job_key, 'state', 'claimed', 'claimed_ms', now_s, 'inline', '0')
         redis.call('SET', payload_prefix .. job_id, payload)
       else
         -- In the record if it was written so before the payload had a key of its own.
         payload = rec[3] or redis.call('GET', payload_prefix .. job_id) or ''
-        redis.call('HSET', job_key, 'state', 'claimed', 'claimed_ms', now)
+        redis.call('HSET', job_key, 'state', 'claimed', 'claimed_ms', now_s)
       end
       table.insert(scored, deadline)
       table.insert(scored, job_id)
@@ -127,7 +130,7 @@ local function take(tenant, room)
   for _, v in ipairs(scored) do
     table.insert(all_leases, v)
   end
-  table.insert(due_tenants, now + slot_ms)
+  table.insert(due_tenants, due_s)
   table.insert(due_tenants, tenant)
   if #all_leases >= 2 * MOST_PER_TURN then
     write_leases()
@@ -164,7 +167,7 @@ while claimed < wanted and steps < wanted * 4 + 64 do
     leave = true
   else
     cap = any_cap and cap_of(ctx, tenant) or ctx.default_cap
-    held = live_inflight(ctx, tenant, now)
+    held = live_inflight(ctx, tenant, now_s)
     if held >= cap then
       redis.call('SADD', ctx.blocked, tenant)
       leave = true

@@ -56,6 +56,7 @@ for i, job in ipairs(jobs) do
 end
 
 local now = now_ms()
+local now_s = as_text(now)
 -- Per tenant, in the order first seen: its new entries by priority, and how many.
 local tenants, waiting = {}, {}
 for _, job in ipairs(jobs) do
@@ -65,13 +66,13 @@ for _, job in ipairs(jobs) do
     -- the claim takes the entry (a cancelled job's entry may still hold its
     -- only copy: replay.lua). A scheduled job is in no queue: its payload has
     -- its key now, and its queue entry will be its id alone (promote.lua).
-    local state, mark, value = 'queued', 'inline', 1
+    local state, mark, value = 'queued', 'inline', '1'
     if job.send_at > now then
       state, mark, value = 'scheduled', 'send_at_ms', job.send_at
       redis.call('SET', job.payload_key, job.payload)
     end
     redis.call('HSET', job.key, 'tenant', job.tenant, 'priority', job.priority, 'state', state,
-      'created_ms', now, 'attempts', 0, mark, value, unpack(ARGV, job.first_field, job.last_field))
+      'created_ms', now_s, 'attempts', '0', mark, value, unpack(ARGV, job.first_field, job.last_field))
     if job.content ~= '' then
       redis.call('SET', job.content_key, job.content)
     end

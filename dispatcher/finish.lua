@@ -14,6 +14,7 @@ local ctx = ring_context(KEYS, ARGV)
 local leases, dead, dispatched = KEYS[10], KEYS[11], KEYS[12]
 local final, keep = ARGV[4], tonumber(ARGV[5])
 local now = now_ms()
+local now_s = as_text(now)
 local out = {}
 -- Per tenant, in the order first seen: the jobs whose slots to free.
 local tenants, slots = {}, {}
@@ -51,10 +52,10 @@ while a <= #ARGV do
       redis.call('DEL', marker_key)
       table.insert(out, 0)
     else
-      local fields = {'state', final, 'finished_ms', now}
+      local fields = {'state', final, 'finished_ms', now_s}
       if final == 'sent' then
         table.insert(fields, 'sent_ms')
-        table.insert(fields, now)
+        table.insert(fields, now_s)
       end
       for i = first, last do
         table.insert(fields, ARGV[i])
@@ -66,7 +67,7 @@ while a <= #ARGV do
         redis.call('ZREM', dead, job_id)
       end
       if final == 'dead' then
-        redis.call('ZADD', dead, now, job_id)
+        redis.call('ZADD', dead, now_s, job_id)
         redis.call('DEL', marker_key)
         if keep > 0 then
           -- Dead letters older than their records' TTL are gone: drop their ids too.

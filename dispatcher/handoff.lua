@@ -10,8 +10,10 @@ local ctx = ring_context(KEYS, ARGV)
 local leases, dispatched = KEYS[10], KEYS[11]
 local job_prefix = ARGV[4]
 local now = now_ms()
-local expiry = now + tonumber(ARGV[5])
-local stranded_at = now + tonumber(ARGV[6])
+local now_s = as_text(now)
+-- Formatted once: every job of the call shares them.
+local expiry = as_text(now + tonumber(ARGV[5]))
+local stranded_at = as_text(now + tonumber(ARGV[6]))
 -- Every lease ends, whatever the record says: one ZREM for the batch.
 redis.call('ZREM', leases, unpack(ARGV, 7))
 local stranded = {}
@@ -32,7 +34,7 @@ for i = 7, #ARGV do
       end
     end
     if state == 'queued' or state == 'claimed' then
-      redis.call('HSET', job_key, 'state', 'dispatched', 'dispatched_ms', now)
+      redis.call('HSET', job_key, 'state', 'dispatched', 'dispatched_ms', now_s)
       if not slots[tenant] then
         slots[tenant] = {}
         table.insert(tenants, tenant)
