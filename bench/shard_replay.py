@@ -20,14 +20,18 @@ So the capacity is measured on the same work, busy:
    second one core carries at that cost; ``INFO commandstats`` shows
    where it goes.
 
-``python -m bench.shard_replay [--mails N]`` runs it alone.
+``python -m bench.shard_replay [--mails N] [--callgrind]`` runs it alone;
+``--callgrind`` also counts the instructions Redis runs per mail on replay
+(valgrind): exact and the same on a busy machine, for comparing versions.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import re
+import shutil
 import socket
 import tempfile
 import threading
@@ -37,12 +41,12 @@ from typing import Any, cast
 
 import redis
 
-from bench.cluster import Backend, world
+from bench.cluster import Backend, BenchError, world
 from bench.figures import Figure
 from bench.load import Load, wait_sent
 from bench.redis_profile import script_sources
 from mailer.testing.localstack import localstack_server
-from mailer.testing.services import redis_server
+from mailer.testing.services import ManagedProcess, free_port, redis_server
 
 TENANTS = 20
 UNBOUND = {"global_limits": "100000/second", "tenant_limits": "100000/second"}
@@ -153,39 +157,95 @@ def _sent(client: redis.Redis) -> int:
     return sent
 
 
+def _load_scripts(client: redis.Redis) -> None:
+    for _, source in script_sources().values():
+        client.script_load(source)
+
+
+def _run(client: redis.Redis, commands: list[list[bytes]], depth: int) -> list[Exception]:
+    """Send the commands ``depth`` at a time; the error replies."""
+    errors: list[Exception] = []
+    for chunk in _chunks(commands, depth):
+        with client.pipeline(transaction=False) as pipe:
+            for args in chunk:
+                cast(Any, pipe).execute_command(*args)
+            replies = pipe.execute(raise_on_error=False)
+        errors += [r for r in replies if isinstance(r, Exception)]
+    return errors
+
+
+def _check(client: redis.Redis, errors: list[Exception], mails: int) -> None:
+    """Raise unless the replay did the drain's work: no error reply, and exactly
+    the drain's mails finished as sent."""
+    if errors:
+        raise RuntimeError(f"{len(errors)} commands failed on replay, the first: {errors[0]}")
+    if (sent := _sent(client)) != mails:
+        raise RuntimeError(f"the replay finished {sent} mails as sent, not {mails}")
+
+
 def replay(commands: list[list[bytes]], depth: int, mails: int) -> tuple[float, dict[str, int]]:
     """Redis CPU seconds the commands take on a fresh server, sent ``depth`` at a
-    time, and the microseconds of each top-level command (INFO commandstats).
-    Raises if the replay did not do the drain's work (an error reply, or mails
-    not finished as sent)."""
+    time (script loading not counted), and the microseconds of each top-level
+    command (INFO commandstats). Raises as :func:`_check`."""
     with redis_server() as server:
         client = redis.Redis(port=server.port)
         try:
-            for _, source in script_sources().values():
-                client.script_load(source)
+            _load_scripts(client)
             client.config_resetstat()
             before = _cpu(client)
-            errors: list[Exception] = []
-            for chunk in _chunks(commands, depth):
-                with client.pipeline(transaction=False) as pipe:
-                    for args in chunk:
-                        cast(Any, pipe).execute_command(*args)
-                    replies = pipe.execute(raise_on_error=False)
-                errors += [r for r in replies if isinstance(r, Exception)]
+            errors = _run(client, commands, depth)
             cpu = _cpu(client) - before
             stats: dict[str, Any] = client.info("commandstats")
-            if errors:
-                raise RuntimeError(f"{len(errors)} commands failed on replay, the first: {errors[0]}")
-            if (sent := _sent(client)) != mails:
-                raise RuntimeError(f"the replay finished {sent} mails as sent, not {mails}")
+            _check(client, errors, mails)
         finally:
             client.close()
     usec = {name[8:]: int(v["usec"]) for name, v in stats.items() if not name.startswith("cmdstat_info")}
     return cpu, usec
 
 
+def instructions(commands: list[list[bytes]], mails: int, depth: int = JUDGED_DEPTH) -> float:
+    """Instructions a fresh redis-server runs per mail on replay, counted by
+    valgrind's callgrind: the same count whatever else the machine does, for
+    comparing two versions of the scripts (start-up, script loading and the
+    check that the mails were sent included, a few percent of a 2,000-mail
+    replay)."""
+    valgrind, server = shutil.which("valgrind"), shutil.which("redis-server")
+    if valgrind is None or server is None:
+        raise BenchError("--callgrind needs valgrind and redis-server (Debian: apt-get install valgrind)")
+    with tempfile.TemporaryDirectory(prefix="fairpost-callgrind-") as tmp:
+        out, port = Path(tmp) / "callgrind.out", free_port()
+        argv = [valgrind, "--tool=callgrind", f"--callgrind-out-file={out}", server, "--port", str(port)]
+        argv += ["--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", tmp]
+        proc = ManagedProcess("redis-server under callgrind", argv, Path(tmp) / "redis.log")
+        client = redis.Redis(port=port)
+        try:
+            proc.wait_started(lambda: _pings(client))
+            _load_scripts(client)
+            _check(client, _run(client, commands, depth), mails)
+            with contextlib.suppress(redis.ConnectionError):
+                client.shutdown(nosave=True)
+            proc.process.wait(timeout=60)
+        finally:
+            client.close()
+            proc.stop()
+        found = re.search(r"^summary: (\d+)", out.read_text(), re.MULTILINE)
+        if found is None:
+            raise BenchError(f"callgrind wrote no summary to {out}")
+    return int(found.group(1)) / mails
+
+
+def _pings(client: redis.Redis) -> bool:
+    try:
+        return bool(client.ping())
+    except redis.ConnectionError:
+        return False
+
+
 async def measure(backend: Backend, mails: int) -> list[Figure]:
-    commands = await capture(backend, mails)
+    return figures(await capture(backend, mails), mails)
+
+
+def figures(commands: list[list[bytes]], mails: int) -> list[Figure]:
     runs = {depth: replay(commands, depth, mails) for depth in DEPTHS}
     per_mail = {depth: cpu / mails for depth, (cpu, _) in runs.items()}
     cpu, usec = runs[JUDGED_DEPTH]
@@ -226,6 +286,11 @@ def main() -> None:
     description = __doc__.split("\n\n")[0]
     parser = argparse.ArgumentParser(prog="python -m bench.shard_replay", description=description)
     parser.add_argument("--mails", type=int, default=2000)
+    parser.add_argument(
+        "--callgrind",
+        action="store_true",
+        help="also count the instructions Redis runs per mail on replay (valgrind; slow, exact)",
+    )
     args = parser.parse_args()
     with (
         tempfile.TemporaryDirectory(prefix="fairpost-shard-") as tmp,
@@ -233,9 +298,12 @@ def main() -> None:
         localstack_server() as sqs,
     ):
         backend = Backend(redis_port=rs.port, sqs_url=sqs.url, workdir=Path(tmp))
-        figures = asyncio.run(measure(backend, args.mails))
-    for figure in figures:
+        commands = asyncio.run(capture(backend, args.mails))
+    for figure in figures(commands, args.mails):
         print(f"{figure.title}: {figure.value_text()} ({figure.verdict}) {figure.detail}")
+    if args.callgrind:
+        per_mail = instructions(commands, args.mails)
+        print(f"Instructions Redis ran per mail on replay (callgrind): {per_mail:,.0f}")
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import shutil
 from collections.abc import Iterator
 
 import pytest
@@ -10,7 +11,7 @@ import redis
 import redis.asyncio
 
 from bench.redis_profile import script_sources
-from bench.shard_replay import Recorder, parse_monitor_line, replay
+from bench.shard_replay import Recorder, instructions, parse_monitor_line, replay
 from dispatcher.keys import Keys
 from dispatcher.store import JobStore, NewJob, StoreLimits
 from mailer.testing.services import RedisServer, redis_server
@@ -68,7 +69,8 @@ def test_monitor_lines_give_back_the_exact_arguments(server: RedisServer) -> Non
     assert parse_monitor_line(b"+OK") is None
 
 
-def test_a_recorded_drain_replays_to_its_mails_sent_and_nothing_less(server: RedisServer) -> None:
+def recorded_drain(server: RedisServer) -> list[list[bytes]]:
+    """What a real store sends for three mails of one tenant, enqueue to sent, as MONITOR saw it."""
     keys = Keys("replay")
     recorder = recorded(server)
 
@@ -94,10 +96,21 @@ def test_a_recorded_drain_replays_to_its_mails_sent_and_nothing_less(server: Red
         mark(check, recorder, "end")
     finally:
         check.close()
-    commands = [c for c in recorder.stop() if c[0] != b"ECHO"]
+    return [c for c in recorder.stop() if c[0] != b"ECHO"]
+
+
+def test_a_recorded_drain_replays_to_its_mails_sent_and_nothing_less(server: RedisServer) -> None:
+    commands = recorded_drain(server)
     cpu, usec = replay(commands, depth=10, mails=3)
     assert cpu >= 0 and usec["evalsha"] > 0
     # Without its last script call (the sent records) the replay has not done the drain's work.
     last = max(i for i, c in enumerate(commands) if c[0] == b"EVALSHA")
     with pytest.raises(RuntimeError, match="finished 0 mails as sent, not 3"):
         replay(commands[:last] + commands[last + 1 :], depth=10, mails=3)
+
+
+@pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind is not installed")
+def test_a_replay_under_callgrind_counts_the_same_instructions_twice(server: RedisServer) -> None:
+    commands = recorded_drain(server)
+    first, second = instructions(commands, mails=3), instructions(commands, mails=3)
+    assert first > 0 and abs(first - second) / first < 0.01
