@@ -80,9 +80,9 @@ end
 -- taken).
 local function take(tenant, room)
   local args = queue_keys(ctx, tenant)
-  table.insert(args, 'LEFT')
-  table.insert(args, 'COUNT')
-  table.insert(args, room)
+  args[#args + 1] = 'LEFT'
+  args[#args + 1] = 'COUNT'
+  args[#args + 1] = room
   local popped = redis.call('LMPOP', #PRIORITIES, unpack(args))
   if not popped then
     return 0, 0, 0
@@ -106,15 +106,15 @@ local function take(tenant, room)
         payload = rec[3] or redis.call('GET', payload_prefix .. job_id) or ''
         redis.call('HSET', job_key, 'state', 'claimed', 'claimed_ms', now_s)
       end
-      table.insert(scored, deadline)
-      table.insert(scored, job_id)
-      table.insert(out, job_id)
-      table.insert(out, tenant)
-      table.insert(out, rec[2] or '')
-      table.insert(out, payload)
-      table.insert(out, rec[4] or '0')
-      table.insert(out, rec[5] or '0')
-      table.insert(out, rec[6] or '0')
+      scored[#scored + 1] = deadline
+      scored[#scored + 1] = job_id
+      out[#out + 1] = job_id
+      out[#out + 1] = tenant
+      out[#out + 1] = rec[2] or ''
+      out[#out + 1] = payload
+      out[#out + 1] = rec[4] or '0'
+      out[#out + 1] = rec[5] or '0'
+      out[#out + 1] = rec[6] or '0'
       claimed = claimed + 1
     elseif payload and (rec[7] == '1' or rec[7] == '2') then
       keep_payload(job_key, payload_prefix .. job_id, payload)
@@ -128,10 +128,10 @@ local function take(tenant, room)
   -- The leases and the reaper's schedule are written once, after the last turn.
   local added = redis.call('ZADD', ctx.inflight_prefix .. tenant, unpack(scored))
   for _, v in ipairs(scored) do
-    table.insert(all_leases, v)
+    all_leases[#all_leases + 1] = v
   end
-  table.insert(due_tenants, due_s)
-  table.insert(due_tenants, tenant)
+  due_tenants[#due_tenants + 1] = due_s
+  due_tenants[#due_tenants + 1] = tenant
   if #all_leases >= 2 * MOST_PER_TURN then
     write_leases()
   end

@@ -30,7 +30,7 @@ for i = 1, tonumber(ARGV[4]) do
     payload = ARGV[a + 6], first_field = a + 8, last_field = a + 7 + 2 * tonumber(ARGV[a + 7]),
   }
   a = job.last_field + 1
-  table.insert(jobs, job)
+  jobs[#jobs + 1] = job
 end
 
 -- First every check, so that nothing is written unless the whole batch is decided.
@@ -91,13 +91,13 @@ for _, job in ipairs(jobs) do
       if not queues then
         queues = {count = 0, order = {}}
         waiting[job.tenant] = queues
-        table.insert(tenants, job.tenant)
+        tenants[#tenants + 1] = job.tenant
       end
       if not queues[job.priority] then
         queues[job.priority] = {}
-        table.insert(queues.order, job.priority)
+        queues.order[#queues.order + 1] = job.priority
       end
-      table.insert(queues[job.priority], job.id .. sep .. job.payload)
+      queues[job.priority][#queues[job.priority] + 1] = job.id .. sep .. job.payload
       queues.count = queues.count + 1
     end
   end

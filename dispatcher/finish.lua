@@ -33,32 +33,32 @@ while a <= #ARGV do
   local tenant, state = rec[1], rec[2]
   if not tenant then
     redis.call('DEL', marker_key)
-    table.insert(out, -1)
+    out[#out + 1] = -1
   else
     if not slots[tenant] then
       slots[tenant] = {}
-      table.insert(tenants, tenant)
+      tenants[#tenants + 1] = tenant
     end
-    table.insert(slots[tenant], job_id)
+    slots[tenant][#slots[tenant] + 1] = job_id
     -- Only a claimed job holds a lease (a hand-off ends it, in the same script
     -- that marks the job dispatched) and only a dispatched job sits in the
     -- dispatched index (the reconciler forgets any other it finds there).
     if state == 'dispatched' then
-      table.insert(undispatched, job_id)
+      undispatched[#undispatched + 1] = job_id
     else
       redis.call('ZREM', leases, job_id)
     end
     if state == 'sent' then
       redis.call('DEL', marker_key)
-      table.insert(out, 0)
+      out[#out + 1] = 0
     else
       local fields = {'state', final, 'finished_ms', now_s}
       if final == 'sent' then
-        table.insert(fields, 'sent_ms')
-        table.insert(fields, now_s)
+        fields[#fields + 1] = 'sent_ms'
+        fields[#fields + 1] = now_s
       end
       for i = first, last do
-        table.insert(fields, ARGV[i])
+        fields[#fields + 1] = ARGV[i]
       end
       redis.call('HSET', job_key, unpack(fields))
       if final == 'sent' and state == 'dead' then
@@ -85,7 +85,7 @@ while a <= #ARGV do
       if keep > 0 then
         redis.call('EXPIRE', job_key, keep)
       end
-      table.insert(out, 1)
+      out[#out + 1] = 1
     end
   end
 end

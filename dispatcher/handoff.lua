@@ -37,12 +37,12 @@ for i = 7, #ARGV do
       redis.call('HSET', job_key, 'state', 'dispatched', 'dispatched_ms', now_s)
       if not slots[tenant] then
         slots[tenant] = {}
-        table.insert(tenants, tenant)
+        tenants[#tenants + 1] = tenant
       end
-      table.insert(slots[tenant], expiry)
-      table.insert(slots[tenant], job_id)
-      table.insert(stranded, stranded_at)
-      table.insert(stranded, job_id)
+      slots[tenant][#slots[tenant] + 1] = expiry
+      slots[tenant][#slots[tenant] + 1] = job_id
+      stranded[#stranded + 1] = stranded_at
+      stranded[#stranded + 1] = job_id
     end
   end
 end
