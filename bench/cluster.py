@@ -16,6 +16,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator, Mapping
@@ -30,7 +31,8 @@ from config import Settings
 from dispatcher.keys import Keys
 from mailer.errors import TimedOut
 from mailer.ops.queue_setup import init_queue
-from mailer.testing.services import die_with_parent
+from mailer.testing.localstack import localstack_server
+from mailer.testing.services import die_with_parent, redis_server
 from mailer.testing.ses_server import SesServer
 from mailer.testing.wait import wait_for
 
@@ -67,6 +69,18 @@ class Backend:
             aws_access_key_id="bench",
             aws_secret_access_key="bench",
         )
+
+
+@contextlib.contextmanager
+def services(prefix: str) -> Iterator[Backend]:
+    """A part of the bench run alone: its own redis-server, LocalStack's SQS and a
+    work directory, stopped and removed on exit."""
+    with (
+        tempfile.TemporaryDirectory(prefix=prefix) as workdir,
+        redis_server() as server,
+        localstack_server() as sqs,
+    ):
+        yield Backend(redis_port=server.port, sqs_url=sqs.url, workdir=Path(workdir))
 
 
 @dataclass

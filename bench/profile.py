@@ -15,15 +15,12 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 from collections import Counter
 from pathlib import Path
 
-from bench.cluster import Backend, world
+from bench.cluster import Backend, services, world
 from bench.load import Load, wait_sent
 from bench.throughput import UNBOUND
-from mailer.testing.localstack import localstack_server
-from mailer.testing.services import redis_server
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -75,12 +72,8 @@ def main() -> int:
     parser.add_argument("--output", type=Path, default=RESULTS / "profile.txt")
     args = parser.parse_args()
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    with (
-        tempfile.TemporaryDirectory(prefix="fairpost-profile-") as workdir,
-        redis_server() as redis,
-        localstack_server() as sqs,
-    ):
-        asyncio.run(drain(Backend(redis.port, sqs.url, Path(workdir)), args.mails, args.output))
+    with services("fairpost-profile-") as backend:
+        asyncio.run(drain(backend, args.mails, args.output))
     summary = summarise(args.output)
     args.output.with_suffix(".summary.txt").write_text(summary + "\n")
     print(summary)

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import hashlib
-import tempfile
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,12 +25,10 @@ from typing import Any
 
 import redis
 
-from bench.cluster import Backend, world
+from bench.cluster import Backend, services, world
 from bench.load import Load, wait_sent
 from dispatcher.calls import script
 from dispatcher.scripts import lua_source
-from mailer.testing.localstack import localstack_server
-from mailer.testing.services import redis_server
 
 UNBOUND = {"global_limits": "100000/second", "tenant_limits": "100000/second"}
 TENANTS = 20
@@ -149,12 +146,7 @@ def main() -> None:
     )
     parser.add_argument("--mails", type=int, default=2000)
     args = parser.parse_args()
-    with (
-        tempfile.TemporaryDirectory(prefix="fairpost-rprof-") as tmp,
-        redis_server() as rs,
-        localstack_server() as sqs,
-    ):
-        backend = Backend(redis_port=rs.port, sqs_url=sqs.url, workdir=Path(tmp))
+    with services("fairpost-rprof-") as backend:
         usage, cpu = asyncio.run(drain(backend, args.mails))
     print(report(usage, args.mails, cpu))
 

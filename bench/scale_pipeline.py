@@ -23,18 +23,15 @@ import asyncio
 import dataclasses
 import logging
 import sys
-import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
 import redis
 
-from bench.cluster import Backend, world
+from bench.cluster import Backend, services, world
 from bench.figures import Figure
 from bench.load import Load, wait_sent
-from mailer.testing.localstack import localstack_server
-from mailer.testing.services import moto_server, redis_server
+from mailer.testing.services import moto_server
 
 UNBOUND = {"global_limits": "100000/second", "tenant_limits": "100000/second"}
 
@@ -173,12 +170,7 @@ async def inflight_per_throttled_tenant(backend: Backend, quick: bool) -> Figure
 def _main() -> None:
     """``python -m bench.scale_pipeline [--quick]``: the in-flight figure alone (the
     whole scenario, 100,000 tenants, is ``python -m bench --only scale``)."""
-    with (
-        tempfile.TemporaryDirectory(prefix="fairpost-bench-") as workdir,
-        redis_server() as server,
-        localstack_server() as sqs,
-    ):
-        backend = Backend(redis_port=server.port, sqs_url=sqs.url, workdir=Path(workdir))
+    with services("fairpost-bench-") as backend:
         figure = asyncio.run(inflight_per_throttled_tenant(backend, "--quick" in sys.argv))
     print(f"{figure.title}: {figure.value_text()} ({figure.verdict}) {figure.detail}")
 

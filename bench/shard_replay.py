@@ -41,11 +41,10 @@ from typing import Any, cast
 
 import redis
 
-from bench.cluster import Backend, BenchError, world
+from bench.cluster import Backend, BenchError, services, world
 from bench.figures import Figure
 from bench.load import Load, wait_sent
 from bench.redis_profile import script_sources
-from mailer.testing.localstack import localstack_server
 from mailer.testing.services import ManagedProcess, free_port, redis_server
 
 TENANTS = 20
@@ -292,12 +291,7 @@ def main() -> None:
         help="also count the instructions Redis runs per mail on replay (valgrind; slow, exact)",
     )
     args = parser.parse_args()
-    with (
-        tempfile.TemporaryDirectory(prefix="fairpost-shard-") as tmp,
-        redis_server() as rs,
-        localstack_server() as sqs,
-    ):
-        backend = Backend(redis_port=rs.port, sqs_url=sqs.url, workdir=Path(tmp))
+    with services("fairpost-shard-") as backend:
         commands = asyncio.run(capture(backend, args.mails))
     for figure in figures(commands, args.mails):
         print(f"{figure.title}: {figure.value_text()} ({figure.verdict}) {figure.detail}")
