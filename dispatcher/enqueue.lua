@@ -89,15 +89,17 @@ for _, job in ipairs(jobs) do
     else
       local queues = waiting[job.tenant]
       if not queues then
-        queues = {count = 0, order = {}}
+        queues = {count = 0, order = {}, entries = {}}
         waiting[job.tenant] = queues
         tenants[#tenants + 1] = job.tenant
       end
-      if not queues[job.priority] then
-        queues[job.priority] = {}
+      local entries = queues.entries[job.priority]
+      if not entries then
+        entries = {}
+        queues.entries[job.priority] = entries
         queues.order[#queues.order + 1] = job.priority
       end
-      queues[job.priority][#queues[job.priority] + 1] = job.id .. sep .. job.payload
+      entries[#entries + 1] = job.id .. sep .. job.payload
       queues.count = queues.count + 1
     end
   end
@@ -110,7 +112,7 @@ local total = 0
 for _, tenant in ipairs(tenants) do
   local queues = waiting[tenant]
   for _, priority in ipairs(queues.order) do
-    local entries = queues[priority]
+    local entries = queues.entries[priority]
     for first = 1, #entries, 1000 do
       redis.call('RPUSH', queue_key(ctx, tenant, priority), unpack(entries, first, math.min(#entries, first + 999)))
     end

@@ -79,3 +79,8 @@ class NewJob:
         # A queue entry is the id, this separator and the payload (dispatcher/record.py).
         if ENTRY_SEP in self.id:
             raise ValueError(f"a job id holds no {ENTRY_SEP!r}")
+        # A queue of any other priority would never be claimed from (claim.lua).
+        try:
+            check_priority(self.priority)
+        except ValueError as exc:
+            raise ValueError(f"priority {exc}") from None

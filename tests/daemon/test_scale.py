@@ -9,6 +9,7 @@ from __future__ import annotations
 import collections
 from typing import Any
 
+import pytest
 import redis.asyncio
 
 from config import load_settings
@@ -404,3 +405,17 @@ async def test_an_enqueue_batch_counts_and_activates_once_a_tenant(aredis: redis
         *(f"acme-low-{i}" for i in range(30)),
     ]
     assert [i for i in claimed if i.startswith("beta")] == [f"beta-{i}" for i in range(30)]
+
+
+async def test_a_job_of_a_priority_no_claim_serves_is_refused_before_redis(
+    aredis: redis.asyncio.Redis,
+) -> None:
+    # Before: NewJob took any priority; its entry went to a queue the claim
+    # never pops (and, in an enqueue batch, a priority named like the batch's
+    # own bookkeeping would have mixed into it). The SDK checked; the store did not.
+    keys = Keys("priority")
+    store = make_store(aredis, keys)
+    for priority in ("urgent", "count", "order"):
+        with pytest.raises(ValueError, match="priority must be one of high, normal, low"):
+            await store.enqueue([NewJob(id="x", tenant="acme", kind="mail", payload="{}", priority=priority)])
+    assert await aredis.exists(keys.job("x")) == 0
