@@ -45,7 +45,9 @@ from bench.cluster import Backend, BenchError, services, world
 from bench.figures import Figure
 from bench.load import Load, wait_sent
 from bench.redis_profile import script_sources
+from dispatcher.keys import TOTAL_INFLIGHT, Keys
 from mailer.testing.services import ManagedProcess, free_port, redis_server
+from mailer.testing.wait import wait_for
 
 TENANTS = 20
 UNBOUND = {"global_limits": "100000/second", "tenant_limits": "100000/second"}
@@ -53,7 +55,9 @@ DEPTHS = (1, 10, 100)
 """Commands sent at a time on replay: one (every command a round trip of its
 own), ten, a hundred."""
 JUDGED_DEPTH = 10
-SKIPPED = frozenset({"BLPOP", "INFO", "CONFIG", "SCRIPT", "CLIENT", "PING", "SLOWLOG", "MONITOR", "HELLO"})
+SKIPPED = frozenset(
+    {"BLPOP", "INFO", "CONFIG", "SCRIPT", "CLIENT", "PING", "SLOWLOG", "MONITOR", "HELLO", "ECHO", "SCAN"}
+)
 
 _ARG = re.compile(rb'"((?:[^"\\]|\\.)*)"')
 _ESCAPES = {b"n": b"\n", b"r": b"\r", b"t": b"\t", b"a": b"\a", b"b": b"\b", b'"': b'"', b"\\": b"\\"}
@@ -111,6 +115,17 @@ class Recorder:
                 if parsed and parsed[0] != "lua" and parsed[1]:
                     self.commands.append(parsed[1])
 
+    def mark(self, client: redis.Redis, text: str) -> None:
+        """Send an ECHO until MONITOR shows it: every command Redis ran before it is
+        recorded (MONITOR starts some time after it is asked for, and shows
+        commands some time after they ran)."""
+
+        def seen() -> bool:
+            client.echo(text)
+            return [b"ECHO", text.encode()] in self.commands
+
+        wait_for(seen, within=30, what=f"MONITOR to show the ECHO {text!r}")
+
     def stop(self) -> list[list[bytes]]:
         self._stop.set()
         self._thread.join(timeout=5)
@@ -128,12 +143,20 @@ async def capture(backend: Backend, mails: int) -> list[list[bytes]]:
             if not await wait_sent(w.ses, 5 * TENANTS, within=60):
                 raise RuntimeError("the warm-up mails were not sent")
             recorder = Recorder(backend.redis_port)
+            client = redis.Redis(port=backend.redis_port)
             try:
+                recorder.mark(client, "start")
                 for n in range(TENANTS):
                     await load.burst(f"d{n}", mails // TENANTS)
                 if not await wait_sent(w.ses, 5 * TENANTS + mails, within=300):
                     raise RuntimeError("the mails were not all sent")
+                # SES has them; the replica records each as sent just after, and
+                # frees its slot: none left in flight (one read a poll, replayed too).
+                prefix = w.settings.key_prefix
+                wait_for(lambda: _none_in_flight(client, prefix), within=60, what="every mail recorded")
+                recorder.mark(client, "end")
             finally:
+                client.close()
                 commands = recorder.stop()
     return [c for c in commands if c[0].upper().decode(errors="replace") not in SKIPPED]
 
@@ -146,6 +169,10 @@ def _chunks(commands: list[list[bytes]], size: int) -> Iterator[list[list[bytes]
 def _cpu(client: redis.Redis) -> float:
     info: dict[str, Any] = client.info("cpu")
     return float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
+
+
+def _none_in_flight(client: redis.Redis, prefix: str) -> bool:
+    return int(client.hget(Keys(prefix).counts(), TOTAL_INFLIGHT) or 0) == 0
 
 
 def _sent(client: redis.Redis) -> int:
@@ -214,7 +241,9 @@ def instructions(commands: list[list[bytes]], mails: int, depth: int = JUDGED_DE
     with tempfile.TemporaryDirectory(prefix="fairpost-callgrind-") as tmp:
         out, port = Path(tmp) / "callgrind.out", free_port()
         argv = [valgrind, "--tool=callgrind", f"--callgrind-out-file={out}", server, "--port", str(port)]
-        argv += ["--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", tmp]
+        # hz 1: the server's timer work grows with how long the replay takes (slower
+        # under load); at one round a second it is a fraction of a percent of the count.
+        argv += ["--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", tmp, "--hz", "1"]
         proc = ManagedProcess("redis-server under callgrind", argv, Path(tmp) / "redis.log")
         client = redis.Redis(port=port)
         try:
