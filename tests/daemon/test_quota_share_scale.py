@@ -74,11 +74,25 @@ async def test_a_share_refusal_ends_when_nobody_is_refused_for_global_room(engin
     assert (await engine.acquire("a", [1], windows, ROOMY, weight=1, now_ms=free)).granted == 1
 
 
-async def _contend(engine: QuotaEngine, count: int, windows: list[Window]) -> None:
+async def _contend(
+    engine: QuotaEngine, client: redis.asyncio.Redis, count: int, windows: list[Window]
+) -> None:
     """``count`` tenants t0..t(count-1) ask for one unit each (granted), weights 1, 2, 3, 1, ..."""
     for i in range(count):
         grant = await engine.acquire(f"t{i}", [1], windows, ROOMY, weight=1 + i % 3, now_ms=T0 + 1)
         assert grant.granted == 1
+        if i % 100 == 99:
+            await _hold(client)
+    await _hold(client)
+
+
+async def _hold(client: redis.asyncio.Redis) -> None:
+    """Keep the quota keys from expiring. The tests' clock stands still (now_ms) while
+    Redis expires keys in real time: a 1-second window key lives about a second of
+    real time after its newest bucket, which thousands of acquires on a loaded
+    machine outlast (make test-stress did)."""
+    async for key in client.scan_iter(match=KEYS.quota_prefix() + "*", count=1000):
+        await client.persist(key)
 
 
 async def _commands(aredis: redis.asyncio.Redis) -> int:
@@ -92,9 +106,10 @@ async def test_thousands_of_contending_tenants_share_by_weight(
     count = 3000
     weight_sum = sum(1 + i % 3 for i in range(count))  # 6000
     windows = [Window(1, 60_000), Window(86400, 10_000_000)]
-    await _contend(engine, count, windows)
+    await _contend(engine, aredis, count, windows)
     # "late" is refused for global room: the 1-second window is full.
     await engine.acquire("filler", [60_000 - count], windows, ROOMY, weight=1, now_ms=T0 + 2)
+    await _hold(aredis)
     assert (await engine.acquire("late", [5], windows, ROOMY, weight=1, now_ms=T0 + 3)).blocked_by == "global"
     # One fair share of the shortest window: 60,000 / (6000 + 1 filler + 1 late + 1 new) units.
     lead = 60_000 / (weight_sum + 3)
@@ -115,7 +130,7 @@ async def test_an_acquire_reads_a_bounded_number_of_keys_whatever_the_number_of_
 ) -> None:
     # Today: ZRANGE waiting 0 -1 and one HGET per contending tenant, on every acquire.
     windows = [Window(1, 60_000)]
-    await _contend(engine, 2000, windows)
+    await _contend(engine, aredis, 2000, windows)
     await engine.acquire("filler", [60_000 - 2000], windows, ROOMY, weight=1, now_ms=T0 + 2)
     assert (await engine.acquire("late", [5], windows, ROOMY, weight=1, now_ms=T0 + 3)).blocked_by == "global"
 
@@ -130,7 +145,7 @@ async def test_a_crowd_gone_quiet_is_forgotten_a_few_per_acquire(
 ) -> None:
     # 2000 tenants asked once, then stopped: one later acquire must not forget them all at once.
     windows = [Window(1, 60_000)]
-    await _contend(engine, 2000, windows)
+    await _contend(engine, aredis, 2000, windows)
     later = T0 + 60_000
 
     await aredis.config_resetstat()
