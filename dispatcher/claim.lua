@@ -8,9 +8,10 @@
 --
 -- A tenant's turn is settled once, not once per job: its cap, slots and
 -- deficit are read once, its jobs popped in one LMPOP (the first non-empty
--- priority first), and their leases and slots written in one ZADD each. A
--- turn of one job (the default weight) still costs a dozen commands; the
--- per-job part is the record (read, mark claimed) and the payload.
+-- priority first), their leases and slots written in one ZADD each, and its
+-- count of waiting jobs moved once. A turn of one job (the default weight)
+-- costs eight commands: five for the turn (LMOVE, ZCARD, LMPOP, ZADD,
+-- HINCRBY), three for the job (its record read and marked claimed, its payload).
 local ctx = ring_context(KEYS, ARGV)
 local deficits, weights, leases = KEYS[10], KEYS[11], KEYS[12]
 local wanted, default_weight = tonumber(ARGV[4]), tonumber(ARGV[5])
@@ -50,8 +51,6 @@ local due_s = as_text(now + slot_ms)
 local out = {}
 local claimed = 0
 local slots_taken = 0
--- Jobs claimed per tenant in this call: their counters move once per tenant.
-local took = {}
 -- What the total of waiting jobs takes, once a call.
 local total_delta = 0
 -- Score, member pairs for the leases zset and the expiring zset, written a
@@ -62,13 +61,6 @@ local function write_leases()
     redis.call('ZADD', leases, unpack(all_leases))
     redis.call('ZADD', ctx.expiring, 'LT', unpack(due_tenants))
     all_leases, due_tenants = {}, {}
-  end
-end
-local function settle(tenant)
-  if took[tenant] then
-    local _, applied = count_tenant_waiting(ctx, tenant, -took[tenant])
-    total_delta = total_delta + applied
-    took[tenant] = nil
   end
 end
 
@@ -167,7 +159,7 @@ while claimed < wanted and steps < wanted * 4 + 64 do
     leave = true
   else
     cap = any_cap and cap_of(ctx, tenant) or ctx.default_cap
-    held = live_inflight(ctx, tenant, now_s)
+    held = held_slots(ctx, tenant, cap, now_s)
     if held >= cap then
       redis.call('SADD', ctx.blocked, tenant)
       leave = true
@@ -187,7 +179,6 @@ while claimed < wanted and steps < wanted * 4 + 64 do
         redis.call('HDEL', deficits, tenant)
       end
       -- Its queues are empty: whatever its count says is drift, put right.
-      settle(tenant)
       local left = tonumber(redis.call('HGET', ctx.counts, tenant))
       if left then
         count_waiting(ctx, tenant, -left)
@@ -199,15 +190,18 @@ while claimed < wanted and steps < wanted * 4 + 64 do
       again = true
     else
       slots_taken = slots_taken + added
-      took[tenant] = (took[tenant] or 0) + n
+      local left, applied = count_tenant_waiting(ctx, tenant, -n)
+      total_delta = total_delta + applied
       deficit = deficit - n
       -- What is left of its turn, for when it goes on (or comes back unblocked).
       local remaining = deficit > 0 and deficit or nil
-      if not has_waiting(ctx, tenant) then
+      -- Jobs counted waiting have their entries queued: only at a count of
+      -- zero may the queues be empty (or hold cancelled jobs' entries only).
+      if left <= 0 and not has_waiting(ctx, tenant) then
         -- A turn does not outlive the backlog it was for.
         remaining = nil
         leave = true
-      elseif held + added >= cap then
+      elseif held + added >= cap and held + added - drop_expired(ctx, tenant, now_s) >= cap then
         redis.call('SADD', ctx.blocked, tenant)
         leave = true
       else
@@ -229,9 +223,6 @@ while claimed < wanted and steps < wanted * 4 + 64 do
   elseif again then
     redis.call('LMOVE', ctx.ring, ctx.ring, 'RIGHT', 'LEFT')
   end
-end
-for tenant in pairs(took) do
-  settle(tenant)
 end
 write_leases()
 count_total_waiting(ctx, total_delta)

@@ -136,15 +136,27 @@ local function schedule_expiry(ctx, tenant)
 end
 
 -- Slots are scored by expiry, so a slot whose holder died comes back on its
--- own: a counter only a live process decrements would leak.
-local function live_inflight(ctx, tenant, now)
-  local key = ctx.inflight_prefix .. tenant
-  local expired = redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
+-- own: a counter only a live process decrements would leak. Returns how many
+-- expired slots were dropped.
+local function drop_expired(ctx, tenant, now)
+  local expired = redis.call('ZREMRANGEBYSCORE', ctx.inflight_prefix .. tenant, '-inf', now)
   if expired > 0 then
     count_inflight(ctx, -expired)
     schedule_expiry(ctx, tenant)
   end
-  return redis.call('ZCARD', key)
+  return expired
+end
+
+-- The tenant's slots, expired ones dropped only if they are what holds it at
+-- its cap: below the cap they change nothing, and the reaper drops them when
+-- it visits (the expiring zset has the tenant due at or before the earliest).
+-- So a turn below the cap costs one ZCARD.
+local function held_slots(ctx, tenant, cap, now)
+  local held = redis.call('ZCARD', ctx.inflight_prefix .. tenant)
+  if held >= cap then
+    held = held - drop_expired(ctx, tenant, now)
+  end
+  return held
 end
 
 -- Slots are given back (finish, cancel, requeue): one ZREM for the tenant's
@@ -185,7 +197,8 @@ local function activate(ctx, tenant, now)
     redis.call('SREM', ctx.blocked, tenant)
     return
   end
-  if live_inflight(ctx, tenant, now) >= cap_of(ctx, tenant) then
+  local cap = cap_of(ctx, tenant)
+  if held_slots(ctx, tenant, cap, now) >= cap then
     -- No need to note when: the tenant holds slots, so it is in the expiring
     -- zset, and a finish re-activates it sooner.
     redis.call('SADD', ctx.blocked, tenant)
