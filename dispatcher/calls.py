@@ -24,6 +24,7 @@ from dispatcher.scripts import lua_source
 
 __all__ = [
     "CANCELLED",
+    "RING_GOES_HERE",
     "Call",
     "ScriptCalls",
     "StoreLimits",
@@ -49,12 +50,21 @@ _RING_SCRIPTS = frozenset(
 """The scripts that change the ring of tenants or its counters, and so open with ring.lua."""
 
 
+RING_GOES_HERE = "-- ring.lua goes here\n"
+"""A line in a script that opens with a check of its own: ring.lua goes there
+instead of first (defining its helpers is most of what a call that stops at
+the check would cost)."""
+
+
 def script(name: str) -> str:
-    """The text of ``dispatcher/<name>.lua``, after ring.lua (the context and helpers
-    every script that changes the ring shares) when it needs it."""
+    """The text of ``dispatcher/<name>.lua``, with ring.lua (the context and helpers
+    every script that changes the ring shares) first, or at :data:`RING_GOES_HERE`,
+    when it needs it."""
     source = lua_source("dispatcher", name)
     if name in _RING_SCRIPTS:
-        source = lua_source("dispatcher", "ring") + "\n" + source
+        head, marker, body = source.partition(RING_GOES_HERE)
+        ring = lua_source("dispatcher", "ring") + "\n"
+        source = head + ring + body if marker else ring + source
     if name == "enqueue":
         # The shebang makes Redis (7.0+) check for out-of-memory before the script
         # starts, not at each write inside it: a batch is refused whole, never cut.

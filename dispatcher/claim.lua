@@ -12,6 +12,15 @@
 -- count of waiting jobs moved once. A turn of one job (the default weight)
 -- costs eight commands: five for the turn (LMOVE, ZCARD, LMPOP, ZADD,
 -- HINCRBY), three for the job (its record read and marked claimed, its payload).
+--
+-- Tenants in the ring: only this call moves them while it runs. An empty ring
+-- has nothing to claim; a dispatcher asks again after a short batch and after
+-- each wake-up, and such calls stop here, before ring.lua's helpers are built.
+local ring_len = redis.call('LLEN', KEYS[1])
+if ring_len == 0 then
+  return {}
+end
+-- ring.lua goes here
 local ctx = ring_context(KEYS, ARGV)
 local deficits, weights, leases = KEYS[10], KEYS[11], KEYS[12]
 local wanted, default_weight = tonumber(ARGV[4]), tonumber(ARGV[5])
@@ -141,6 +150,17 @@ if redis.call('EXISTS', ctx.paused, weights, ctx.caps, deficits) > 0 then
   any_deficit = redis.call('EXISTS', deficits) == 1
 end
 
+-- Whole rounds at once. While every tenant has a quantum of one job (weight
+-- one, none set, no turn left over), a round gives each tenant in the ring one
+-- job; the rounds the call still wants whole are given in one pass over the
+-- ring, a turn a tenant: the jobs the one-by-one round robin claims, with a
+-- turn's commands paid once a tenant rather than once a job. (A short ring,
+-- the one or two tenants whose slots a finish just freed, is the common case
+-- under load.) A pass counts its tenants when it starts; a turn that goes on
+-- (below) is not a new one.
+local whole_rounds = default_weight == 1 and not any_weight and not any_deficit
+local pass_left, pass_rounds, goes_on = 0, 1, false
+
 -- Each step claims jobs, drops ids of jobs no longer waiting (cancelled) or
 -- takes a tenant out of the ring, so this is bounded by N, the dropped ids
 -- and the ring's length; the guard only caps one call's work.
@@ -153,6 +173,14 @@ while claimed < wanted and steps < wanted * 4 + 64 do
   if not tenant then
     break
   end
+  if whole_rounds and not goes_on then
+    if pass_left <= 0 then
+      pass_left = ring_len
+      pass_rounds = math.max(1, math.floor((wanted - claimed) / ring_len))
+    end
+    pass_left = pass_left - 1
+  end
+  goes_on = false
   local leave, again = false, false
   local cap, held = 0, 0
   if any_paused and redis.call('SISMEMBER', ctx.paused, tenant) == 1 then
@@ -169,8 +197,11 @@ while claimed < wanted and steps < wanted * 4 + 64 do
     local stored = any_deficit and tonumber(redis.call('HGET', deficits, tenant)) or nil
     local deficit = stored
     if not deficit or deficit <= 0 then
-      -- The tenant's turn starts: its quantum is its weight.
+      -- The tenant's turn starts: its quantum is its weight (or the pass's rounds).
       deficit = any_weight and tonumber(redis.call('HGET', weights, tenant)) or default_weight
+      if whole_rounds then
+        deficit = pass_rounds
+      end
     end
     local room = math.min(deficit, cap - held, wanted - claimed, MOST_PER_TURN)
     local n, popped, added = take(tenant, room)
@@ -220,8 +251,10 @@ while claimed < wanted and steps < wanted * 4 + 64 do
   if leave then
     redis.call('RPOP', ctx.ring)
     redis.call('SREM', ctx.members, tenant)
+    ring_len = ring_len - 1
   elseif again then
     redis.call('LMOVE', ctx.ring, ctx.ring, 'RIGHT', 'LEFT')
+    goes_on = true
   end
 end
 write_leases()

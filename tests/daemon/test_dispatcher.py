@@ -10,7 +10,8 @@ import pytest
 import redis.asyncio
 
 from dispatcher.jobs import Job, JobState
-from dispatcher.lifecycle import PROMOTE_BATCH
+from dispatcher.keys import Keys
+from dispatcher.lifecycle import PROMOTE_BATCH, Lifecycle
 from dispatcher.replies import time_ms
 from dispatcher.runner import Dispatcher
 from dispatcher.store import JobStore, NewJob, StoreLimits
@@ -45,6 +46,35 @@ async def test_weighted_shares_hold_over_many_picks(aredis: redis.asyncio.Redis)
     assert total == 1_200
     for tenant, weight in (("heavy", 3), ("mid", 2), ("light", 1)):
         assert picked[tenant] / total == pytest.approx(weight / 6, abs=0.02), picked
+
+
+@pytest.mark.parametrize("default_weight", [1, 2])
+async def test_a_batch_claims_what_one_by_one_claims_would(
+    aredis: redis.asyncio.Redis, default_weight: int
+) -> None:
+    # A claim of N gives whole rounds in one turn a tenant when every tenant has
+    # the default weight: the same jobs as N claims of one, tenant by tenant,
+    # whatever empties a queue or meets a cap on the way, turn after turn.
+    def store_at(prefix: str) -> JobStore:
+        limits = StoreLimits(default_weight=default_weight, default_cap=100, lease_ms=30_000)
+        return JobStore(aredis, Keys(prefix), limits)
+
+    batched, single = store_at("batched"), store_at("single")
+    for store in (batched, single):
+        await store.sync_tenant_settings({}, {"capped": 5})
+        await store.enqueue([*jobs_for("short", 2), *jobs_for("capped", 30), *jobs_for("deep", 60)])
+        await store.enqueue(jobs_for("late", 9))
+        # Entries a turn pops and drops: it goes on with the next ones.
+        lifecycle = Lifecycle(aredis, store.keys, store.limits)
+        for job_id in ("deep-1", "deep-2", "late-0"):
+            await lifecycle.cancel(job_id, keep_seconds=600)
+    for wanted in (25, 7, 30):
+        by_batch = collections.Counter(job.tenant for job in await batched.claim(wanted))
+        one_by_one: collections.Counter[str] = collections.Counter()
+        for _ in range(wanted):
+            one_by_one.update(job.tenant for job in await single.claim(1))
+        assert by_batch == one_by_one, wanted
+        assert sum(by_batch.values()) == wanted
 
 
 async def test_a_deep_backlog_does_not_delay_a_tenant_with_one_job(aredis: redis.asyncio.Redis) -> None:

@@ -388,6 +388,35 @@ async def test_a_claim_turn_of_one_job_costs_eight_commands(aredis: redis.asynci
     ]
 
 
+async def test_a_claim_from_an_empty_ring_is_one_command(aredis: redis.asyncio.Redis) -> None:
+    # Before: the time, the overrides' EXISTS and the ring's LMOVE, on each of
+    # the many calls that find nothing (after a short batch, after a wake-up).
+    keys = Keys("empty-ring")
+    store = make_store(aredis, keys)
+    assert await store.claim(10) == []  # the script is loaded
+    before = await commands_run(aredis)
+    assert await store.claim(10) == []
+    ran = await commands_run(aredis) - before
+    assert set(ran) == {"cmdstat_evalsha", "cmdstat_llen", "cmdstat_info"}, ran
+    assert ran["cmdstat_llen"] == 1, ran
+
+
+async def test_a_batch_of_one_tenants_jobs_is_one_turn(aredis: redis.asyncio.Redis) -> None:
+    # The common case under load: one tenant in the ring, the others at their
+    # caps. Before: a turn (a ring move, a pop, a slot write) for every job.
+    keys = Keys("one-tenant")
+    store = make_store(aredis, keys, default_cap=20)
+    await store.enqueue(jobs("acme", 30))
+    before = await commands_run(aredis)
+    claimed = await store.claim(10)
+    ran = await commands_run(aredis) - before
+    assert [job.id for job in claimed] == [f"acme-{i}" for i in range(10)]
+    assert ran["cmdstat_lmpop"] == 1 and ran["cmdstat_lmove"] == 1, ran
+    assert await aredis.lrange(keys.ring(), 0, -1) == ["acme"]
+    await store.handed_off([job.id for job in claimed])
+    await counters_agree(aredis, keys, "acme")
+
+
 async def test_an_enqueue_batch_counts_and_activates_once_a_tenant(aredis: redis.asyncio.Redis) -> None:
     # Before: two counter increments, a push and a ring check for every job.
     keys = Keys("enqueue-batch")

@@ -26,7 +26,7 @@ from redis.crc import key_slot
 
 from config import Settings
 from config.limits import parse_limits
-from dispatcher.calls import store_limits
+from dispatcher.calls import RING_GOES_HERE, store_limits
 from dispatcher.connect import async_redis_client, redis_client, slot_of
 from dispatcher.jobs import JobState, NewJob
 from dispatcher.keys import Keys
@@ -70,8 +70,13 @@ class Recorder:
         self.ran: set[str] = set()
 
     def name(self, source: str) -> str:
-        # The longest file the source ends with: "ring + enqueue" is enqueue.
-        found = [n for n, text in self.scripts.items() if source.rstrip().endswith(text.rstrip())]
+        # The longest file the source ends with: "ring + enqueue" is enqueue (a
+        # script with a check before ring.lua ends with what follows the check).
+        found = [
+            n
+            for n, text in self.scripts.items()
+            if source.rstrip().endswith(text.partition(RING_GOES_HERE)[2].rstrip() or text.rstrip())
+        ]
         assert found, f"a script fairpost does not ship:\n{source[:200]}"
         return max(found, key=lambda n: len(self.scripts[n]))
 
