@@ -452,7 +452,27 @@ end
 
 local granted, retry_ms, blocked, never_index = 0, 0, 0, 0
 local stop_for_share = false
-for c = rest, #ARGV do
+-- Most calls grant every mail they ask for. When the whole batch fits every
+-- window and no share is enforced, each mail would fit in turn: the batch is
+-- granted in one step (mail by mail, the checks were a fifth of a fair
+-- acquire's cost). The share tags still add up mail by mail, as below.
+local first = rest
+local whole = not (fair and fair.lead)
+for _, win in ipairs(windows) do
+    if win.total + asked > win.limit then whole = false end
+end
+if whole then
+    for _, win in ipairs(windows) do
+        win.total = win.total + asked
+        win.added = win.added + asked
+    end
+    granted = #ARGV - rest + 1
+    if fair then
+        for c = rest, #ARGV do fair.tag = fair.tag + tonumber(ARGV[c]) / fair.weight end
+    end
+    first = #ARGV + 1
+end
+for c = first, #ARGV do
     local cost = tonumber(ARGV[c])
     if fair and fair.lead and fair.tag - fair.floor > fair.lead then
         stop_for_share = true
