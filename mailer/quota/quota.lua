@@ -452,6 +452,13 @@ end
 
 local granted, retry_ms, blocked, never_index = 0, 0, 0, 0
 local stop_for_share = false
+-- Units granted now: counted in every window, in the current bucket.
+local function grant(units)
+    for _, win in ipairs(windows) do
+        win.total = win.total + units
+        win.added = win.added + units
+    end
+end
 -- Most calls grant every mail they ask for. When the whole batch fits every
 -- window and no share is enforced, each mail would fit in turn: the batch is
 -- granted in one step (mail by mail, the checks were a fifth of a fair
@@ -462,10 +469,7 @@ for _, win in ipairs(windows) do
     if win.total + asked > win.limit then whole = false end
 end
 if whole then
-    for _, win in ipairs(windows) do
-        win.total = win.total + asked
-        win.added = win.added + asked
-    end
+    grant(asked)
     granted = #ARGV - rest + 1
     if fair then
         for c = rest, #ARGV do fair.tag = fair.tag + tonumber(ARGV[c]) / fair.weight end
@@ -483,10 +487,7 @@ for c = first, #ARGV do
         if not room(win, win.total, cost) then fits = false end
     end
     if fits then
-        for _, win in ipairs(windows) do
-            win.total = win.total + cost
-            win.added = win.added + cost
-        end
+        grant(cost)
         granted = granted + 1
         if fair then fair.tag = fair.tag + cost / fair.weight end
     else
