@@ -32,17 +32,13 @@ def recorded(server: RedisServer) -> Recorder:
     try:
         for _, source in script_sources().values():
             client.script_load(source)
-        mark(client, recorder, "start")
+        recorder.mark(client, "start")
     except BaseException:
         recorder.stop()
         raise
     finally:
         client.close()
     return recorder
-
-
-def mark(client: redis.Redis, recorder: Recorder, text: str) -> None:
-    recorder.mark(client, text)
 
 
 def test_monitor_lines_give_back_the_exact_arguments(server: RedisServer) -> None:
@@ -52,7 +48,7 @@ def test_monitor_lines_give_back_the_exact_arguments(server: RedisServer) -> Non
     try:
         client.set("key with spaces", odd)
         client.eval("redis.call('GET', KEYS[1]); return 1", 1, "key with spaces")
-        mark(client, recorder, "end")
+        recorder.mark(client, "end")
     finally:
         client.close()
     commands = [c for c in recorder.stop() if c[0] != b"ECHO"]
@@ -86,7 +82,7 @@ def recorded_drain(server: RedisServer) -> list[list[bytes]]:
     asyncio.run(drain())
     check = redis.Redis(port=server.port)
     try:
-        mark(check, recorder, "end")
+        recorder.mark(check, "end")
     finally:
         check.close()
     return [c for c in recorder.stop() if c[0] != b"ECHO"]
