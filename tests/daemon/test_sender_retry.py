@@ -113,7 +113,11 @@ async def test_a_throttled_group_freed_by_its_timed_retry_is_received_again_at_o
     backlog; the retry that sends the group's last mail frees it. The deletes that
     free it and the next receive must not wait for company (both linger otherwise:
     inbox._Deletes, sender.linger_seconds), or the tenant's quota, free again by
-    then, goes unused meanwhile. Here both lingers last an hour."""
+    then, goes unused meanwhile. Here both lingers last an hour.
+
+    The tenant's window is full before its first mail comes: a first receive that
+    found the quota open would send all it got, and lingering then is right (the
+    tenant is not throttled), but here it would hold the group for the hour."""
     settings = quick_settings(redis_url, tenant_limits="2/second", inflight_cap=4)
     # model_copy does not validate: a linger far past what settings allow, so that
     # only a receive that does not linger can ever bring the backlog.
@@ -125,6 +129,9 @@ async def test_a_throttled_group_freed_by_its_timed_retry_is_received_again_at_o
     async with AsyncMailClient(settings) as client, pipeline(settings) as running:
         deletes = running.sender.inbox._deletes
         deletes._linger = 3600.0
+        sender = running.sender
+        earlier = await sender.quota.acquire("deep", [2], *sender.ctx.windows("deep"))
+        assert earlier.granted == 1
         await client.send_many("deep", mails)
         try:
             await wait_for_async(lambda: ses_env.sent_count == 8, within=30, what="the whole backlog")
