@@ -37,9 +37,25 @@ def test_the_bounce_scenario_pauses_the_bouncing_tenant_and_no_other(tmp_path: P
     assert tenants["bouncy"]["waiting"] == 600 - tenants["bouncy"]["sent"]
     for tenant in ("acme", "globex", "initech", "umbrella"):
         assert tenants[tenant]["sent"] == scenario.planned(tenant), tenant
-        # moto on a shared machine answers in fits; a held-up tenant would wait tens of seconds.
-        assert tenants[tenant]["latency_p99_seconds"] < 5.0, tenants[tenant]
     assert all(c["ok"] for c in summary["checks"]), summary["checks"]
     assert (output / "rates.png").read_bytes().startswith(PNG_SIGNATURE)
-    logs = "".join(p.read_text() for p in (output / "logs").iterdir())
-    assert "reputation guard paused the tenant" in logs
+    # The guard acted on the bouncing tenant alone: the others were neither throttled
+    # nor paused (their latency is no witness: on a loaded machine moto alone can
+    # hold a mail for seconds).
+    guarded = _guard_actions(output / "logs")
+    assert {tenant for tenant, _ in guarded} == {"bouncy"}, guarded
+    assert any(message.startswith("reputation guard paused the tenant") for _, message in guarded)
+
+
+def _guard_actions(logs: Path) -> list[tuple[str, str]]:
+    """(tenant, message) of every reputation guard log line the replicas wrote."""
+    actions = []
+    for path in logs.iterdir():
+        for line in path.read_text().splitlines():
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue  # not one of the daemon's JSON lines (a crash's traceback, say)
+            if isinstance(entry, dict) and str(entry.get("msg", "")).startswith("reputation guard"):
+                actions.append((str(entry.get("tenant")), str(entry["msg"])))
+    return actions
