@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from typing import Any
 
 import boto3
@@ -43,7 +42,6 @@ async def test_a_tenant_over_quota_pauses_alone(redis_url: str, ses: SesServer) 
         redis_url, tenants={"noisy": {"limits": "4/second"}}, tenant_limits="100/second", inflight_cap=10
     )
     async with pipeline(settings) as run, AsyncMailClient(settings) as client:
-        started = time.monotonic()
         noisy = await client.send_many("noisy", [mail(i) for i in range(16)])
         quiet = [
             await client.send(
@@ -51,12 +49,17 @@ async def test_a_tenant_over_quota_pauses_alone(redis_url: str, ses: SesServer) 
             )
             for t in range(3)
         ]
-        await wait_for_async(lambda: all_sent(client, quiet), within=10, what="the quiet tenants' mail")
-        quiet_latency = time.monotonic() - started
-        await wait_for_async(lambda: all_sent(client, noisy), within=20, what="the noisy tenant's mail")
+        await wait_for_async(lambda: all_sent(client, quiet), within=30, what="the quiet tenants' mail")
+        await wait_for_async(lambda: all_sent(client, noisy), within=30, what="the noisy tenant's mail")
     by_tenant = ses.max_in_window_by(1.0, key=lambda m: m.tag("fairpost-tenant"))
     assert by_tenant["noisy"] <= 4
-    assert quiet_latency < 3.0, f"quiet tenants waited {quiet_latency:.1f}s behind the noisy one"
+    # Enqueued behind the noisy tenant's 16, the quiet mails still reach SES before its
+    # ninth, which its quota holds until two seconds after its first: the quiet ones
+    # did not wait behind it. Measured against the noisy tenant's own pace, not a
+    # clock a loaded machine can use up.
+    noisy_at = sorted(m.monotonic for m in ses.sent if m.tag("fairpost-tenant") == "noisy")
+    quiet_at = [m.monotonic for m in ses.sent if m.tag("fairpost-tenant") != "noisy"]
+    assert len(quiet_at) == 3 and max(quiet_at) < noisy_at[8], (quiet_at, noisy_at)
     # Each noisy mail is received about once per quota window it waits, not in a loop.
     noisy_receives = sum(1 for _, body in run.receives.bodies if '"tenant":"noisy"' in body)
     assert noisy_receives <= 16 * 3, noisy_receives
