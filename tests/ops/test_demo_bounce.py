@@ -11,6 +11,7 @@ import pytest
 
 from mailer.demo.scenario import load_scenario
 from tests.ops.test_demo import PNG_SIGNATURE, _clean_env
+from tests.support.daemon_process import log_records
 
 
 @pytest.mark.slow
@@ -49,13 +50,9 @@ def test_the_bounce_scenario_pauses_the_bouncing_tenant_and_no_other(tmp_path: P
 
 def _guard_actions(logs: Path) -> list[tuple[str, str]]:
     """(tenant, message) of every reputation guard log line the replicas wrote."""
-    actions = []
-    for path in logs.iterdir():
-        for line in path.read_text().splitlines():
-            try:
-                entry = json.loads(line)
-            except ValueError:
-                continue  # not one of the daemon's JSON lines (a crash's traceback, say)
-            if isinstance(entry, dict) and str(entry.get("msg", "")).startswith("reputation guard"):
-                actions.append((str(entry.get("tenant")), str(entry["msg"])))
-    return actions
+    return [
+        (str(record.get("tenant")), str(record["msg"]))
+        for path in logs.iterdir()
+        for record in log_records(path.read_text())
+        if str(record.get("msg", "")).startswith("reputation guard")
+    ]

@@ -24,6 +24,18 @@ from mailer.testing.wait import wait_for
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def log_records(logs: str) -> list[dict[str, Any]]:
+    """A daemon's log, one record a line: its JSON, or ``{"msg": line}`` for a line
+    that is not JSON (a crash's traceback, say)."""
+    records = []
+    for line in logs.splitlines():
+        try:
+            records.append(json.loads(line))
+        except ValueError:
+            records.append({"msg": line})
+    return records
+
+
 @dataclass
 class DaemonProcess:
     process: subprocess.Popen[bytes]
@@ -39,13 +51,7 @@ class DaemonProcess:
         return self.log_path.read_text(encoding="utf-8", errors="replace")
 
     def log_records(self) -> list[dict[str, Any]]:
-        records = []
-        for line in self.logs().splitlines():
-            try:
-                records.append(json.loads(line))
-            except ValueError:
-                records.append({"msg": line})
-        return records
+        return log_records(self.logs())
 
     def logged(self, fragment: str) -> bool:
         return any(fragment in str(r.get("msg", "")) for r in self.log_records())
