@@ -127,9 +127,9 @@ async def test_a_throttled_group_freed_by_its_timed_retry_is_received_again_at_o
         Mail(sender="app@example.com", to=[f"u{i}@example.org"], subject=f"m{i}", text="t") for i in range(8)
     ]
     async with AsyncMailClient(settings) as client, pipeline(settings) as running:
-        deletes = running.sender.inbox._deletes
-        deletes._linger = 3600.0
         sender = running.sender
+        deletes = sender.inbox._deletes
+        deletes._linger = 3600.0
         earlier = await sender.quota.acquire("deep", [2], *sender.ctx.windows("deep"))
         assert earlier.granted == 1
         await client.send_many("deep", mails)
