@@ -31,7 +31,7 @@ async def run(backend: Backend, quick: bool) -> list[Figure]:
     tenants = 2_000 if quick else 100_000
     figures: list[Figure] = []
     figures += await scale_ops.on_own_server(quick)
-    figures += await scale_idle.measure(backend, tenants, 10, 3.0 if quick else 20.0)
+    figures += await scale_idle.measure(backend, tenants, 10, 4.0 if quick else 32.0)
     big, small = (20_000, 2_000) if quick else (1_000_000, 10_000)
     figures += await scale_backlog.measure(big, small, small)
     figures += await scale_pipeline.redis_cpu_per_mail(backend, 200 if quick else 2_000)
