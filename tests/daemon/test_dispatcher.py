@@ -222,6 +222,53 @@ class HandOffWorker:
         return [HandedOff() for _ in jobs]
 
 
+class BatchRecorder:
+    """Hands off every job and records each batch it was given."""
+
+    kind = "mail"
+    max_batch = 10
+
+    def __init__(self) -> None:
+        self.batches: list[list[str]] = []
+
+    async def handle(self, jobs: Sequence[Job]) -> Sequence[Outcome]:
+        self.batches.append([job.id for job in jobs])
+        return [HandedOff() for _ in jobs]
+
+
+async def test_a_lingering_batch_goes_as_soon_as_it_is_full(aredis: redis.asyncio.Redis) -> None:
+    """A short claim waits for company, but no longer than it takes to fill the
+    batch: the linger is a bound, not a sleep. (An hour's linger here: only a
+    batch handed off when full can reach the worker within the test's wait.)"""
+    store = make_store(aredis)
+    worker = BatchRecorder()
+    dispatcher = Dispatcher(store, [worker], batch_size=10, linger_seconds=3600)
+    stop = asyncio.Event()
+    task = asyncio.create_task(dispatcher.run(stop))
+    try:
+        await store.enqueue(jobs_for("first", 1, kind="mail"))
+
+        async def claimed() -> bool:
+            return (await store.job("first-0")).get("state") == JobState.CLAIMED
+
+        await wait_for_async(claimed, within=10, what="the first job claimed", interval=0.01)
+        assert worker.batches == [], "a short claim was handed off without lingering"
+        # Nine more, each tenant's first: each joins the ring and wakes the dispatcher.
+        for n in range(9):
+            await store.enqueue(jobs_for(f"t{n}", 1, kind="mail"))
+
+        async def handed_off() -> bool:
+            assert not task.done(), task
+            return len(worker.batches) > 0
+
+        await wait_for_async(handed_off, within=30, what="the full batch handed off", interval=0.01)
+        assert sorted(worker.batches[0]) == sorted(["first-0"] + [f"t{n}-0" for n in range(9)])
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 5)
+        await dispatcher.drain(1)
+
+
 async def test_idle_dispatcher_blocks_and_wakes_on_enqueue(aredis: redis.asyncio.Redis) -> None:
     store = make_store(aredis)
     dispatcher = Dispatcher(store, [HandOffWorker()], reap_interval=1.0)
