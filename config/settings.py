@@ -91,9 +91,8 @@ class DispatcherSettings(_Section):
     batch_size: int = Field(default=10, ge=1, le=100)
     """Jobs claimed per Redis round trip."""
     linger_seconds: float = Field(default=0.1, ge=0, le=5)
-    """After a claim that did not fill a batch, how long at most to wait for more
-    jobs before handing off (the batch goes as soon as it is full): fuller SQS
-    batches, fewer calls, a little latency when mail only trickles in."""
+    """After a claim that did not fill a batch, how long to wait for more jobs
+    before handing off: fuller SQS batches, fewer calls, a little latency."""
     lease_seconds: float = Field(default=30.0, gt=0, le=3600)
     """How long a claim holds before another replica may take the job back."""
     inflight_ttl_seconds: float = Field(default=1800.0, gt=0, le=14 * 86400)

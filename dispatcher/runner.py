@@ -122,9 +122,12 @@ class Dispatcher:
         wanted = min(self.batch_size, free)
         jobs = await self.store.claim(wanted)
         if jobs and len(jobs) < wanted and self.linger_seconds > 0:
-            jobs, woken = await self._linger(jobs, wanted)
-            if woken == WAKE_SCHEDULED:
-                next_promote = 0.0
+            # Work is trickling in: a moment's wait fills the batch, and a full
+            # batch is one SQS call instead of several. A sleep, not a wait on the
+            # wake list: Redis times a BLPOP out on its clock tick (1/hz, 100 ms by
+            # default), so the linger would last up to twice as long.
+            await asyncio.sleep(self.linger_seconds)
+            jobs += await self.store.claim(wanted - len(jobs))
         if not jobs:
             until = min(next_reap, next_promote) - time.monotonic()
             woken = await self.store.wait_for_work(max(0.0, min(self.reap_interval, until)))
@@ -150,25 +153,6 @@ class Dispatcher:
             self._held.clear()
 
     # -- internals ---------------------------------------------------------
-
-    async def _linger(self, jobs: list[Job], wanted: int) -> tuple[list[Job], str | None]:
-        """Work is trickling in: wait for company, at most ``linger_seconds``, and
-        claim again at each wake-up, so that a batch goes as one SQS call as soon
-        as it is full, and at the latest when the linger ends. The last claim comes
-        after the wait runs out: a tenant already in the ring wakes no one when its
-        jobs arrive, and a wake-up may go to another replica. Returns the jobs and
-        :data:`~dispatcher.keys.WAKE_SCHEDULED` if such a wake-up came meanwhile."""
-        deadline = time.monotonic() + self.linger_seconds
-        scheduled: str | None = None
-        while len(jobs) < wanted:
-            left = deadline - time.monotonic()
-            woken = await self.store.wait_for_work(left) if left > 0 else None
-            if woken == WAKE_SCHEDULED:
-                scheduled = woken
-            jobs += await self.store.claim(wanted - len(jobs))
-            if woken is None:
-                break
-        return jobs, scheduled
 
     async def _promote_due(self) -> float:
         """Move due scheduled jobs into their queues; returns the seconds until
