@@ -90,7 +90,7 @@ class DispatcherSettings(_Section):
     """Jobs one dispatcher process works on at once, all tenants together."""
     batch_size: int = Field(default=10, ge=1, le=100)
     """Jobs claimed per Redis round trip."""
-    linger_seconds: float = Field(default=0.1, ge=0, le=5)
+    linger_seconds: float = Field(default=0.05, ge=0, le=5)
     """After a claim that did not fill a batch, how long to wait for more jobs
     before handing off: fuller SQS batches, fewer calls, a little latency."""
     lease_seconds: float = Field(default=30.0, gt=0, le=3600)
