@@ -30,9 +30,12 @@ def log_records(logs: str) -> list[dict[str, Any]]:
     records = []
     for line in logs.splitlines():
         try:
-            records.append(json.loads(line))
+            record = json.loads(line)
         except ValueError:
-            records.append({"msg": line})
+            record = None
+        # A line that parses as JSON but not as an object (a bare number in a
+        # traceback) is no record either.
+        records.append(record if isinstance(record, dict) else {"msg": line})
     return records
 
 
