@@ -9,6 +9,7 @@ per tenant, and the trickle's latency untouched by the burst.
 
 from __future__ import annotations
 
+import bisect
 import collections
 import time
 import uuid
@@ -97,7 +98,15 @@ def test_two_replicas_deliver_exactly_once_and_never_over_quota(
     by_tenant = ses.max_in_window_by(1.0, key=lambda m: m.tag("fairpost-tenant"))
     assert max(by_tenant.values()) <= 6, by_tenant
     arrival = {m.job_id: m.monotonic for m in ses.sent}
-    quiet_latency = sorted(arrival[j] - enqueued_at[j] for j in quiet_ids)
-    assert quiet_latency[-1] < 2.0, f"a quiet tenant waited {quiet_latency[-1]:.2f}s behind the burst"
-    noisy_done = max(arrival[j] for j in enqueued_at if j not in set(quiet_ids)) - start
+    # A quiet mail did not wait behind the burst: fewer than two seconds' worth of
+    # the noisy tenant's quota (12 of its mails) reached SES between its enqueue and
+    # its arrival. Measured against the noisy tenant's own pace, not a clock a
+    # loaded machine can use up: a stall holds both back alike.
+    noisy_at = sorted(arrival[j] for j in enqueued_at if j not in set(quiet_ids))
+    passed = max(
+        bisect.bisect_left(noisy_at, arrival[j]) - bisect.bisect_right(noisy_at, enqueued_at[j])
+        for j in quiet_ids
+    )
+    assert passed < 12, f"{passed} of the noisy tenant's mails went out while a quiet one waited"
+    noisy_done = noisy_at[-1] - start
     assert noisy_done >= 60 / 6 - 1.5, "the noisy tenant went faster than its quota allows"
