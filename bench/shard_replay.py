@@ -20,6 +20,12 @@ So the capacity is measured on the same work, busy:
    second one core carries at that cost; ``INFO commandstats`` shows
    where it goes. Each depth is replayed five times, each on a fresh server,
    and the replay of median CPU counts.
+4. Straight after each replay, the same server runs ``redis-benchmark -t set
+   -P 10`` and its CPU per ``SET`` is taken the same way: a mail's cost in
+   SETs is a ratio the machine's speed cancels out of (the absolute rate
+   moved fourfold between two VMs of the same kind). An operator divides the
+   SETs a second ``redis-benchmark -t set -P 10`` reports on their own shard
+   by it to know the mails a second that shard carries.
 
 ``python -m bench.shard_replay [--mails N] [--callgrind]`` runs it alone;
 ``--callgrind`` also counts the instructions Redis runs per mail on replay
@@ -34,9 +40,11 @@ import contextlib
 import re
 import shutil
 import socket
+import subprocess
 import tempfile
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
@@ -212,10 +220,21 @@ def _check(client: redis.Redis, errors: list[Exception], mails: int) -> None:
         raise RuntimeError(f"the replay finished {sent} mails as sent, not {mails}")
 
 
-def replay(commands: list[list[bytes]], depth: int, mails: int) -> tuple[float, dict[str, int]]:
-    """Redis CPU seconds the commands take on a fresh server, sent ``depth`` at a
-    time (script loading not counted), and the microseconds of each top-level
-    command (INFO commandstats). Raises as :func:`_check`."""
+@dataclass
+class Replay:
+    cpu: float
+    """Redis CPU seconds of the whole replay."""
+    usec: dict[str, int]
+    """Microseconds of each top-level command (INFO commandstats)."""
+    set_cpu: float | None = None
+    """Redis CPU seconds of one ``SET`` of :data:`REFERENCE`, on the same server
+    straight after; ``None`` where redis-benchmark is not installed."""
+
+
+def replay(commands: list[list[bytes]], depth: int, mails: int, *, reference: bool = False) -> Replay:
+    """The Redis CPU the commands take on a fresh server, sent ``depth`` at a time
+    (script loading not counted); with ``reference``, also the CPU of a SET
+    there (:func:`set_cpu`). Raises as :func:`_check`."""
     with redis_server() as server:
         client = redis.Redis(port=server.port)
         try:
@@ -226,10 +245,29 @@ def replay(commands: list[list[bytes]], depth: int, mails: int) -> tuple[float, 
             cpu = _cpu(client) - before
             stats: dict[str, Any] = client.info("commandstats")
             _check(client, errors, mails)
+            one_set = set_cpu(client, server.port) if reference else None
         finally:
             client.close()
     usec = {name[8:]: int(v["usec"]) for name, v in stats.items() if not name.startswith("cmdstat_info")}
-    return cpu, usec
+    return Replay(cpu, usec, one_set)
+
+
+REFERENCE = ("-t", "set", "-P", "10", "-n", "200000", "-q")
+"""The reference load: redis-benchmark's SETs, ten at a time on each of its 50
+connections, as an operator would run it on a shard of their own."""
+
+
+def set_cpu(client: redis.Redis, port: int) -> float | None:
+    """Redis CPU seconds per SET of :data:`REFERENCE` on the server at ``port``."""
+    benchmark = shutil.which("redis-benchmark")
+    if benchmark is None:
+        return None
+    before = _cpu(client)
+    subprocess.run(
+        [benchmark, "-h", "127.0.0.1", "-p", str(port), *REFERENCE],
+        check=True, stdout=subprocess.DEVNULL, timeout=600,
+    )  # fmt: skip
+    return (_cpu(client) - before) / int(REFERENCE[REFERENCE.index("-n") + 1])
 
 
 def instructions(commands: list[list[bytes]], mails: int, depth: int = JUDGED_DEPTH) -> float:
@@ -278,22 +316,47 @@ async def measure(backend: Backend, mails: int) -> list[Figure]:
 
 def _median_replay(
     commands: list[list[bytes]], depth: int, mails: int, times: int
-) -> tuple[float, dict[str, int]]:
+) -> tuple[Replay, float | None]:
     """The replay of median CPU of ``times`` (each on a fresh server): one replay
     of a 2,000-mail drain is a tenth of a second of Redis CPU, which a moment of
-    the machine's own work moves by a fifth."""
-    runs = sorted((replay(commands, depth, mails) for _ in range(times)), key=lambda run: run[0])
-    return runs[len(runs) // 2]
+    the machine's own work moves by a fifth. At the judged depth, also the median
+    of each replay's mail in SETs (each taken on its own server, at its moment)."""
+    reference = depth == JUDGED_DEPTH
+    runs = [replay(commands, depth, mails, reference=reference) for _ in range(times)]
+    in_sets = sorted(r.cpu / mails / r.set_cpu for r in runs if r.set_cpu)
+    runs.sort(key=lambda run: run.cpu)
+    return runs[len(runs) // 2], in_sets[len(in_sets) // 2] if in_sets else None
 
 
 def figures(commands: list[list[bytes]], mails: int) -> list[Figure]:
-    runs = {depth: _median_replay(commands, depth, mails, REPLAYS) for depth in DEPTHS}
-    per_mail = {depth: cpu / mails for depth, (cpu, _) in runs.items()}
-    cpu, usec = runs[JUDGED_DEPTH]
+    medians = {depth: _median_replay(commands, depth, mails, REPLAYS) for depth in DEPTHS}
+    runs = {depth: run for depth, (run, _) in medians.items()}
+    per_mail = {depth: run.cpu / mails for depth, run in runs.items()}
+    cpu, usec = runs[JUDGED_DEPTH].cpu, runs[JUDGED_DEPTH].usec
+    in_sets = medians[JUDGED_DEPTH][1]
     top = sorted(usec.items(), key=lambda kv: -kv[1])[:5]
     where = ", ".join(f"{name} {v / mails:.0f}" for name, v in top)
     depths = "; ".join(f"{d} at a time: {per_mail[d] * 1e6:.0f} µs, {1 / per_mail[d]:,.0f}/s" for d in DEPTHS)
     judged = per_mail[JUDGED_DEPTH]
+    sets = ""
+    if in_sets is not None:
+        sets = (
+            f"; a mail costs the Redis CPU of {in_sets:.0f} SETs of `redis-benchmark {' '.join(REFERENCE)}` "
+            f"on the same server: a shard carries 20,000 mails/s where that reports "
+            f"{20_000 * in_sets:,.0f} SETs/s or more"
+        )
+    reference = Figure(
+        key="scale_mail_in_sets",
+        title="Scale: Redis CPU per mail, in redis-benchmark SETs",
+        value=in_sets,
+        detail=(
+            f"each of the {REPLAYS} replays {JUDGED_DEPTH} at a time against `redis-benchmark "
+            f"{' '.join(REFERENCE)}` on the same server straight after, the median; this "
+            f"machine: about {in_sets / judged:,.0f} SETs/s of one core"
+            if in_sets is not None
+            else "redis-benchmark (Debian: redis-tools) is not installed"
+        ),
+    )
     return [
         Figure(
             key="scale_shard_cpu_per_mail",
@@ -318,9 +381,10 @@ def figures(commands: list[list[bytes]], mails: int) -> list[Figure]:
             target=20_000,
             detail=(
                 f"one core's second of Redis CPU over {judged * 1e6:.1f} µs a mail, the drain's commands "
-                f"arriving {JUDGED_DEPTH} at a time; {depths}"
+                f"arriving {JUDGED_DEPTH} at a time; {depths}{sets}"
             ),
         ),
+        reference,
     ]
 
 

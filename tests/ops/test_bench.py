@@ -49,6 +49,7 @@ FIGURES = {
     "scale_redis_cpu_per_mail",
     "scale_shard_cpu_per_mail",
     "scale_mails_per_shard",
+    "scale_mail_in_sets",
     "scale_sqs_inflight_per_throttled_tenant",
 }
 

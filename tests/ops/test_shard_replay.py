@@ -90,8 +90,8 @@ def recorded_drain(server: RedisServer) -> list[list[bytes]]:
 
 def test_a_recorded_drain_replays_to_its_mails_sent_and_nothing_less(server: RedisServer) -> None:
     commands = recorded_drain(server)
-    cpu, usec = replay(commands, depth=10, mails=3)
-    assert cpu >= 0 and usec["evalsha"] > 0
+    run = replay(commands, depth=10, mails=3)
+    assert run.cpu >= 0 and run.usec["evalsha"] > 0 and run.set_cpu is None
     # Without its last script call (the sent records) the replay has not done the drain's work.
     last = max(i for i, c in enumerate(commands) if c[0] == b"EVALSHA")
     with pytest.raises(RuntimeError, match="finished 0 mails as sent, not 3"):
@@ -103,3 +103,11 @@ def test_a_replay_under_callgrind_counts_the_same_instructions_twice(server: Red
     commands = recorded_drain(server)
     first, second = instructions(commands, mails=3), instructions(commands, mails=3)
     assert first > 0 and abs(first - second) / first < 0.01, (first, second)
+
+
+@pytest.mark.skipif(shutil.which("redis-benchmark") is None, reason="redis-benchmark is not installed")
+def test_a_mail_is_weighed_against_redis_benchmarks_sets_on_the_same_server(server: RedisServer) -> None:
+    run = replay(recorded_drain(server), depth=10, mails=3, reference=True)
+    assert run.set_cpu is not None and run.set_cpu > 0
+    # A mail is a score of commands and a few scripts: many SETs' worth, never one.
+    assert run.cpu / 3 > 5 * run.set_cpu, (run.cpu, run.set_cpu)
