@@ -245,29 +245,32 @@ def replay(commands: list[list[bytes]], depth: int, mails: int, *, reference: bo
             cpu = _cpu(client) - before
             stats: dict[str, Any] = client.info("commandstats")
             _check(client, errors, mails)
-            one_set = set_cpu(client, server.port) if reference else None
+            one_set = set_cpu(client, server.port, SETS_PER_MAIL * mails) if reference else None
         finally:
             client.close()
     usec = {name[8:]: int(v["usec"]) for name, v in stats.items() if not name.startswith("cmdstat_info")}
     return Replay(cpu, usec, one_set)
 
 
-REFERENCE = ("-t", "set", "-P", "10", "-n", "200000", "-q")
+REFERENCE = ("-t", "set", "-P", "10", "-q")
 """The reference load: redis-benchmark's SETs, ten at a time on each of its 50
 connections, as an operator would run it on a shard of their own."""
+SETS_PER_MAIL = 100
+"""SETs of the reference load a mail of the replay: about as much Redis CPU as
+the replay itself, so that a moment of the machine's own work weighs alike."""
 
 
-def set_cpu(client: redis.Redis, port: int) -> float | None:
-    """Redis CPU seconds per SET of :data:`REFERENCE` on the server at ``port``."""
+def set_cpu(client: redis.Redis, port: int, sets: int) -> float | None:
+    """Redis CPU seconds per SET of ``sets`` of :data:`REFERENCE` on the server at ``port``."""
     benchmark = shutil.which("redis-benchmark")
     if benchmark is None:
         return None
     before = _cpu(client)
     subprocess.run(
-        [benchmark, "-h", "127.0.0.1", "-p", str(port), *REFERENCE],
+        [benchmark, "-h", "127.0.0.1", "-p", str(port), "-n", str(sets), *REFERENCE],
         check=True, stdout=subprocess.DEVNULL, timeout=600,
     )  # fmt: skip
-    return (_cpu(client) - before) / int(REFERENCE[REFERENCE.index("-n") + 1])
+    return (_cpu(client) - before) / sets
 
 
 def instructions(commands: list[list[bytes]], mails: int, depth: int = JUDGED_DEPTH) -> float:
