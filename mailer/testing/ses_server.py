@@ -203,6 +203,8 @@ class SentMail:
     configuration_set_name: str | None = None
     tags: Mapping[str, str] = field(default_factory=dict)
     reply_to: tuple[str, ...] = ()
+    user_agent: str = ""
+    """The request's ``User-Agent`` header: which client sent it."""
 
     @property
     def recipients(self) -> tuple[str, ...]:
@@ -619,7 +621,7 @@ class SesServer:
         listed = mail.recipients if recipients is None else tuple(recipients)
         self.events.emit(ses_event(event_type, mail, listed, **options))
 
-    def _handle(self, method: str, path: str, body: bytes) -> _Answer:
+    def _handle(self, method: str, path: str, body: bytes, user_agent: str = "") -> _Answer:
         if self.tenancy.handles(path):
             try:
                 status, payload = self.tenancy.handle(method, path, body)
@@ -629,7 +631,7 @@ class SesServer:
                 return _error_answer(SesError("SerializationException", 400, f"Malformed JSON: {exc}"))
             return _json_answer(status, payload)
         if path == SEND_EMAIL_PATH and method == "POST":
-            return self._send_email(body)
+            return self._send_email(body, user_agent)
         if path == ACCOUNT_PATH and method == "GET":
             return self._get_account()
         if path in (SEND_EMAIL_PATH, ACCOUNT_PATH):
@@ -662,7 +664,7 @@ class SesServer:
             self._cond.notify_all()
         return _json_answer(200, payload)
 
-    def _send_email(self, body: bytes) -> _Answer:
+    def _send_email(self, body: bytes, user_agent: str = "") -> _Answer:
         if self.arrival_delay > 0:
             with self._cond:
                 self._arrivals += 1
@@ -678,7 +680,7 @@ class SesServer:
             self._requests += 1
             now = time.monotonic()
             if mail is not None:
-                mail = dataclasses.replace(mail, monotonic=now, wall_time=time.time())
+                mail = dataclasses.replace(mail, monotonic=now, wall_time=time.time(), user_agent=user_agent)
             verdict = self._decide(mail, parse_error, now)
             if verdict is None:
                 assert mail is not None
@@ -1006,7 +1008,8 @@ class _Handler(BaseHTTPRequestHandler):
         owner = self.server.owner
         body = self._read_body()
         try:
-            answer = owner._handle(self.command, urlsplit(self.path).path, body)
+            user_agent = self.headers.get("User-Agent", "")
+            answer = owner._handle(self.command, urlsplit(self.path).path, body, user_agent)
         except Exception as exc:  # e.g. a fail_when predicate that raised: the test must see it
             owner._record_error(exc)
             answer = _error_answer(Faults.INTERNAL_FAILURE.with_message(f"SesServer error: {exc!r}"))

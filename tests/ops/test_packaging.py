@@ -32,7 +32,7 @@ DOCKERFILE = REPO / "Dockerfile"
 # about 10 s here; a minute leaves room for a cold pip cache.
 INSTALL_BUDGET_S = 60.0
 # Installed only with the daemon extra; an SDK-only install must not pull them.
-DAEMON_ONLY_MODULES = ("aioboto3", "boto3", "prometheus_client", "rich")
+DAEMON_ONLY_MODULES = ("aioboto3", "boto3", "hiredis", "prometheus_client", "rich")
 
 
 def pyproject() -> dict[str, Any]:
