@@ -102,7 +102,8 @@ def test_two_replicas_deliver_exactly_once_and_never_over_quota(
     # the noisy tenant's quota (12 of its mails) reached SES between its enqueue and
     # its arrival. Measured against the noisy tenant's own pace, not a clock a
     # loaded machine can use up: a stall holds both back alike.
-    noisy_at = sorted(arrival[j] for j in enqueued_at if j not in set(quiet_ids))
+    quiet = set(quiet_ids)
+    noisy_at = sorted(arrival[j] for j in enqueued_at if j not in quiet)
     passed = max(
         bisect.bisect_left(noisy_at, arrival[j]) - bisect.bisect_right(noisy_at, enqueued_at[j])
         for j in quiet_ids
