@@ -92,7 +92,9 @@ class DispatcherSettings(_Section):
     """Jobs claimed per Redis round trip."""
     linger_seconds: float = Field(default=0.05, ge=0, le=5)
     """After a claim that did not fill a batch, how long to wait for more jobs
-    before handing off: fuller SQS batches, fewer calls, a little latency."""
+    before handing off: fuller SQS batches, fewer calls, a little latency. Up to
+    twice as long when the recent rate says the batch fills by then
+    (dispatcher/linger.py)."""
     lease_seconds: float = Field(default=30.0, gt=0, le=3600)
     """How long a claim holds before another replica may take the job back."""
     inflight_ttl_seconds: float = Field(default=1800.0, gt=0, le=14 * 86400)

@@ -21,6 +21,7 @@ from dispatcher.backoff import OutageBackoff, wait_or_stop
 from dispatcher.jobs import Job, JobState
 from dispatcher.keys import WAKE_SCHEDULED
 from dispatcher.lifecycle import Lifecycle
+from dispatcher.linger import Linger
 from dispatcher.store import JobStore
 from dispatcher.worker import Dead, Done, HandedOff, Outcome, Retry, Worker
 
@@ -46,7 +47,7 @@ class Dispatcher:
         linger_seconds: float = 0.0,
     ) -> None:
         self.store = store
-        self.linger_seconds = linger_seconds
+        self.linger = Linger(linger_seconds)
         self.max_outage_seconds = max_outage_seconds
         self.workers: Mapping[str, Worker] = {w.kind: w for w in workers}
         self.concurrency = concurrency
@@ -121,13 +122,16 @@ class Dispatcher:
             return next_reap, next_promote
         wanted = min(self.batch_size, free)
         jobs = await self.store.claim(wanted)
-        if jobs and len(jobs) < wanted and self.linger_seconds > 0:
+        self.linger.claimed(len(jobs))
+        if jobs and len(jobs) < wanted and self.linger.base > 0:
             # Work is trickling in: a moment's wait fills the batch, and a full
             # batch is one SQS call instead of several. A sleep, not a wait on the
             # wake list: Redis times a BLPOP out on its clock tick (1/hz, 100 ms by
             # default), so the linger would last up to twice as long.
-            await asyncio.sleep(self.linger_seconds)
-            jobs += await self.store.claim(wanted - len(jobs))
+            await asyncio.sleep(self.linger.seconds(wanted - len(jobs)))
+            more = await self.store.claim(wanted - len(jobs))
+            self.linger.claimed(len(more))
+            jobs += more
         if not jobs:
             until = min(next_reap, next_promote) - time.monotonic()
             woken = await self.store.wait_for_work(max(0.0, min(self.reap_interval, until)))
