@@ -39,7 +39,8 @@ class Linger:
 
     def seconds(self, missing: int) -> float:
         """How long to wait for ``missing`` more jobs."""
-        if self.base <= 0 or missing <= 0 or not self._recent:
+        if not self._recent:
             return self.base
+        # No linger configured, or nothing missing: fill is never above base.
         fill = _SLACK * missing * _HORIZON / self._recent
         return fill if self.base < fill <= 2 * self.base else self.base
