@@ -29,14 +29,14 @@ from typing import Any
 import redis.asyncio
 
 from bench.load import mail
-from config.limits import Window
-from config.settings import TenantSettings
-from dispatcher.keys import Keys
-from dispatcher.scripts import lua_source
-from mailer.daemon import ses
-from mailer.daemon.aws import SES_CONFIG, SQS_CONFIG, session
-from mailer.sdk import envelope
-from mailer.sdk.mail import validate
+from fairpost.config.limits import Window
+from fairpost.config.settings import TenantSettings
+from fairpost.dispatcher.keys import Keys
+from fairpost.dispatcher.scripts import lua_source
+from fairpost.mailer.daemon import ses
+from fairpost.mailer.daemon.aws import SES_CONFIG, SQS_CONFIG, session
+from fairpost.mailer.sdk import envelope
+from fairpost.mailer.sdk.mail import validate
 
 WINDOWS = (Window(1, 1_000_000), Window(86_400, 100_000_000))
 RECEIVERS = 2
@@ -58,7 +58,7 @@ async def run(redis_url: str, queue_url: str, mails: int, tenants: int) -> dict[
             job_id = uuid.uuid4().hex
             pipe.rpush(queue_key, json.dumps([job_id, f"t{n % tenants}", payload]))
         await pipe.execute()
-    quota = client.register_script(lua_source("mailer.quota", "quota"))
+    quota = client.register_script(lua_source("fairpost.mailer.quota", "quota"))
     keys = Keys(prefix)
     tenant_settings = TenantSettings()
     sent = 0

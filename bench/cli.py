@@ -26,8 +26,8 @@ from typing import Any
 from bench import fairshare, isolation, machine, quota_engine, safety, scale, strategies, throughput
 from bench.cluster import Backend
 from bench.figures import Figure, markdown_table, table
-from mailer.testing.localstack import localstack_server
-from mailer.testing.services import redis_server
+from fairpost.mailer.testing.localstack import localstack_server
+from fairpost.mailer.testing.services import redis_server
 
 RESULTS = Path(__file__).resolve().parent / "results"
 Scenario = Callable[[Backend, bool], Coroutine[Any, Any, list[Figure]]]

@@ -27,14 +27,14 @@ from typing import Any
 import boto3
 import redis
 
-from config import Settings
-from dispatcher.keys import Keys
-from mailer.errors import TimedOut
-from mailer.ops.queue_setup import init_queue
-from mailer.testing.localstack import localstack_server
-from mailer.testing.services import die_with_parent, redis_server
-from mailer.testing.ses_server import SesServer
-from mailer.testing.wait import wait_for
+from fairpost.config import Settings
+from fairpost.dispatcher.keys import Keys
+from fairpost.mailer.errors import TimedOut
+from fairpost.mailer.ops.queue_setup import init_queue
+from fairpost.mailer.testing.localstack import localstack_server
+from fairpost.mailer.testing.services import die_with_parent, redis_server
+from fairpost.mailer.testing.ses_server import SesServer
+from fairpost.mailer.testing.wait import wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 REGION = "us-east-1"

@@ -19,12 +19,12 @@ from typing import Any
 
 import redis
 
-from config import load_settings
-from dispatcher.keys import Keys
-from dispatcher.record import ENTRY_SEP
-from dispatcher.replies import text
-from mailer.sdk.client import MailClient
-from mailer.sdk.mail import Mail
+from fairpost.config import load_settings
+from fairpost.dispatcher.keys import Keys
+from fairpost.dispatcher.record import ENTRY_SEP
+from fairpost.dispatcher.replies import text
+from fairpost.mailer.sdk.client import MailClient
+from fairpost.mailer.sdk.mail import Mail
 
 VARIANTS = ("plain", "idempotency_key", "scheduled")
 

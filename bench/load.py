@@ -10,11 +10,11 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from config import Settings
-from mailer import AsyncMailClient, Mail
-from mailer.errors import TimedOut
-from mailer.testing.ses_server import SentMail, SesServer
-from mailer.testing.wait import wait_for_async
+from fairpost import AsyncMailClient, Mail
+from fairpost.config import Settings
+from fairpost.mailer.errors import TimedOut
+from fairpost.mailer.testing.ses_server import SentMail, SesServer
+from fairpost.mailer.testing.wait import wait_for_async
 
 TENANT_TAG = "fairpost-tenant"
 

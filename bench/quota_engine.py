@@ -21,9 +21,9 @@ from limits.aio.strategies import MovingWindowRateLimiter
 
 from bench.cluster import Backend
 from bench.figures import Figure
-from config.limits import Window
-from dispatcher.keys import Keys
-from mailer.quota.engine import QuotaEngine
+from fairpost.config.limits import Window
+from fairpost.dispatcher.keys import Keys
+from fairpost.mailer.quota.engine import QuotaEngine
 
 WINDOWS = (Window(1, 1_000_000), Window(60, 10_000_000), Window(3600, 100_000_000))
 

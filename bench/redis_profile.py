@@ -27,8 +27,8 @@ import redis
 
 from bench.cluster import Backend, services, world
 from bench.load import Load, wait_sent
-from dispatcher.calls import script
-from dispatcher.scripts import lua_source
+from fairpost.dispatcher.calls import script
+from fairpost.dispatcher.scripts import lua_source
 
 UNBOUND = {"global_limits": "100000/second", "tenant_limits": "100000/second"}
 TENANTS = 20
@@ -43,7 +43,7 @@ def script_sources() -> dict[str, tuple[str, str]]:
             source = script(path.stem)
             sources[hashlib.sha1(source.encode()).hexdigest()] = (f"dispatcher/{path.name}", source)
     for name in _QUOTA_SCRIPTS:
-        source = lua_source("mailer.quota", name)
+        source = lua_source("fairpost.mailer.quota", name)
         sources[hashlib.sha1(source.encode()).hexdigest()] = (f"mailer/quota/{name}.lua", source)
     return sources
 

@@ -1,6 +1,6 @@
 """``fairpost run`` with its AWS calls counted: what the benchmarks start as a replica.
 
-``python -m bench.replica`` runs exactly the daemon (``mailer.cli run``) and
+``python -m bench.replica`` runs exactly the daemon (``fairpost.mailer.cli run``) and
 changes nothing in it; it only wraps aiobotocore's ``_make_api_call`` to
 count every API call by service and operation, and every message that
 ``ReceiveMessage`` returned by its ``MessageGroupId`` (the tenant). The counts
@@ -71,7 +71,7 @@ def main() -> int:
 
     signal.signal(signal.SIGUSR1, on_usr1)
     dump(path)
-    from mailer.cli import main as fairpost
+    from fairpost.mailer.cli import main as fairpost
 
     try:
         return fairpost(["run"])

@@ -25,8 +25,8 @@ import redis.asyncio
 from bench.cluster import Backend, World, world
 from bench.figures import Figure
 from bench.load import TENANT_TAG, Load, loss_and_duplicates, wait_sent
-from config.limits import parse_limits
-from mailer.testing.ses_server import SentMail, SesServer, max_in_window
+from fairpost.config.limits import parse_limits
+from fairpost.mailer.testing.ses_server import SentMail, SesServer, max_in_window
 
 REPLICAS = 3
 SLOW_ARRIVAL = 1.2

@@ -27,9 +27,9 @@ import redis.asyncio
 
 from bench.figures import Figure
 from bench.scale_redis import Side, mail_payload, new_job, server_cpu, used_memory
-from dispatcher.jobs import JobState
-from dispatcher.keys import TOTAL_WAITING
-from mailer.testing.services import redis_server
+from fairpost.dispatcher.jobs import JobState
+from fairpost.dispatcher.keys import TOTAL_WAITING
+from fairpost.mailer.testing.services import redis_server
 
 TENANTS = 10
 SLICE = 500

@@ -28,8 +28,8 @@ from bench.cluster import Backend, World, world
 from bench.figures import Figure
 from bench.load import Load, latencies, wait_sent
 from bench.scale_redis import Side, server_cpu
-from dispatcher.calls import store_limits
-from mailer.testing.services import redis_server
+from fairpost.dispatcher.calls import store_limits
+from fairpost.mailer.testing.services import redis_server
 
 CAP = 1
 

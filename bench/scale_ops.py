@@ -35,11 +35,11 @@ import redis.asyncio
 
 from bench.figures import Figure, markdown_table
 from bench.scale_redis import Side, chunks, commands_run, new_job, server_cpu
-from config.limits import parse_limits
-from dispatcher.jobs import JobState
-from mailer.ops.stats import collect_stats
-from mailer.testing.services import redis_server
-from mailer.testing.wait import wait_for_async
+from fairpost.config.limits import parse_limits
+from fairpost.dispatcher.jobs import JobState
+from fairpost.mailer.ops.stats import collect_stats
+from fairpost.mailer.testing.services import redis_server
+from fairpost.mailer.testing.wait import wait_for_async
 
 OPS = {
     "enqueue": "enqueue (per job)",

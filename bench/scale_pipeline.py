@@ -31,7 +31,7 @@ import redis
 from bench.cluster import Backend, services, world
 from bench.figures import Figure
 from bench.load import Load, wait_sent
-from mailer.testing.services import moto_server
+from fairpost.mailer.testing.services import moto_server
 
 UNBOUND = {"global_limits": "100000/second", "tenant_limits": "100000/second"}
 

@@ -15,13 +15,13 @@ from typing import Any
 
 import redis.asyncio
 
-from config import Settings, load_settings
-from dispatcher.keys import Keys
-from dispatcher.lifecycle import Lifecycle
-from dispatcher.store import JobStore, NewJob, StoreLimits
-from mailer.quota.engine import QuotaEngine
-from mailer.sdk.compose import mail_job
-from mailer.sdk.mail import Mail
+from fairpost.config import Settings, load_settings
+from fairpost.dispatcher.keys import Keys
+from fairpost.dispatcher.lifecycle import Lifecycle
+from fairpost.dispatcher.store import JobStore, NewJob, StoreLimits
+from fairpost.mailer.quota.engine import QuotaEngine
+from fairpost.mailer.sdk.compose import mail_job
+from fairpost.mailer.sdk.mail import Mail
 
 PAYLOAD = '{"from":"app@bench.example","to":["u@example.org"],"subject":"scale","text":"' + "x" * 120 + '"}'
 

@@ -54,9 +54,9 @@ from bench.cluster import Backend, BenchError, services, world
 from bench.figures import Figure
 from bench.load import Load, wait_sent
 from bench.redis_profile import script_sources
-from dispatcher.keys import TOTAL_INFLIGHT, Keys
-from mailer.testing.services import ManagedProcess, free_port, redis_server
-from mailer.testing.wait import wait_for
+from fairpost.dispatcher.keys import TOTAL_INFLIGHT, Keys
+from fairpost.mailer.testing.services import ManagedProcess, free_port, redis_server
+from fairpost.mailer.testing.wait import wait_for
 
 TENANTS = 20
 UNBOUND = {"global_limits": "100000/second", "tenant_limits": "100000/second"}

@@ -39,22 +39,22 @@ import redis.asyncio
 from bench.cluster import REGION, Backend
 from bench.figures import Figure, percentile
 from bench.load import mail
-from config import Settings
-from config.settings import TenantSettings
-from dispatcher.jobs import Job
-from dispatcher.keys import Keys
-from dispatcher.runner import Dispatcher
-from dispatcher.store import JobStore, NewJob, store_limits
-from dispatcher.worker import Done, Outcome, Retry, Worker
-from mailer.daemon import ses
-from mailer.daemon.aws import SES_CONFIG, SQS_CONFIG, session
-from mailer.daemon.handoff import MailWorker
-from mailer.daemon.sender import Sender
-from mailer.ops.queue_setup import init_queue
-from mailer.quota.engine import QuotaEngine
-from mailer.sdk.client import AsyncMailClient
-from mailer.sdk.envelope import Envelope, decode, encode
-from mailer.testing.ses_server import SesServer
+from fairpost.config import Settings
+from fairpost.config.settings import TenantSettings
+from fairpost.dispatcher.jobs import Job
+from fairpost.dispatcher.keys import Keys
+from fairpost.dispatcher.runner import Dispatcher
+from fairpost.dispatcher.store import JobStore, NewJob, store_limits
+from fairpost.dispatcher.worker import Done, Outcome, Retry, Worker
+from fairpost.mailer.daemon import ses
+from fairpost.mailer.daemon.aws import SES_CONFIG, SQS_CONFIG, session
+from fairpost.mailer.daemon.handoff import MailWorker
+from fairpost.mailer.daemon.sender import Sender
+from fairpost.mailer.ops.queue_setup import init_queue
+from fairpost.mailer.quota.engine import QuotaEngine
+from fairpost.mailer.sdk.client import AsyncMailClient
+from fairpost.mailer.sdk.envelope import Envelope, decode, encode
+from fairpost.mailer.testing.ses_server import SesServer
 
 THROTTLED = "throttled"
 TASK_KIND = "task"

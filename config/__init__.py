@@ -1,8 +1,8 @@
 """fairpost's settings: one model, read from ``FAIRPOST_*`` and a TOML file."""
 
-from config.errors import ConfigError, FairpostError
-from config.limits import Limits, Window, format_limits, parse_limits
-from config.settings import (
+from fairpost.config.errors import ConfigError, FairpostError
+from fairpost.config.limits import Limits, Window, format_limits, parse_limits
+from fairpost.config.settings import (
     DispatcherSettings,
     SenderSettings,
     Settings,
@@ -10,7 +10,7 @@ from config.settings import (
     load_settings,
     mask_url,
 )
-from config.tenant_id import TENANT_ID_RULE, is_valid_tenant_id
+from fairpost.config.tenant_id import TENANT_ID_RULE, is_valid_tenant_id
 
 __all__ = [
     "TENANT_ID_RULE",

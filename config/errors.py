@@ -2,7 +2,7 @@
 
 Every error fairpost raises on purpose derives from :class:`FairpostError`;
 each package keeps its own in one ``errors`` module (this one,
-:mod:`dispatcher.errors`, :mod:`mailer.errors`). A class's docstring is its
+:mod:`fairpost.dispatcher.errors`, :mod:`fairpost.mailer.errors`). A class's docstring is its
 default message. Wrong arguments to a function (a bug in the calling code,
 not bad data) raise ``ValueError`` or ``TypeError``, as Python does.
 

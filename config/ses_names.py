@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 
-from config.tenant_id import is_valid_tenant_id
+from fairpost.config.tenant_id import is_valid_tenant_id
 
 MAX_SES_TENANT_NAME = 64
 _ESCAPES = {"_": "_5F", ".": "_2E"}

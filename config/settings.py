@@ -33,10 +33,10 @@ from pydantic_settings import (
     SettingsError,
 )
 
-from config.errors import ConfigError
-from config.limits import GlobalLimits, Limits, parse_limits
-from config.ses_names import ses_tenant_name
-from config.tenant_id import TENANT_ID_RULE, is_valid_tenant_id
+from fairpost.config.errors import ConfigError
+from fairpost.config.limits import GlobalLimits, Limits, parse_limits
+from fairpost.config.ses_names import ses_tenant_name
+from fairpost.config.tenant_id import TENANT_ID_RULE, is_valid_tenant_id
 
 ENV_PREFIX = "FAIRPOST_"
 # Read by the set-up scripts (scripts/bootstrap.sh, scripts/install-localstack.sh),

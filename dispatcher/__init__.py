@@ -1,15 +1,15 @@
 """A generic fair dispatcher: per-tenant queues in Redis, deficit round robin, leases.
 
 The package exports the store and its records; the dispatch loop
-(:mod:`dispatcher.runner`) and the worker protocol (:mod:`dispatcher.worker`)
+(:mod:`fairpost.dispatcher.runner`) and the worker protocol (:mod:`fairpost.dispatcher.worker`)
 are imported from their modules by the daemon, so that an application
 enqueueing mail loads none of them.
 """
 
-from dispatcher.errors import DispatchError, TooLateToCancel, UnknownJob
-from dispatcher.jobs import Job, JobState, NewJob
-from dispatcher.keys import Keys
-from dispatcher.store import JobStore
+from fairpost.dispatcher.errors import DispatchError, TooLateToCancel, UnknownJob
+from fairpost.dispatcher.jobs import Job, JobState, NewJob
+from fairpost.dispatcher.keys import Keys
+from fairpost.dispatcher.store import JobStore
 
 __all__ = [
     "DispatchError",

@@ -1,8 +1,8 @@
 """What each dispatcher script is called with, and what its answer means.
 
-The one call builder under both faces of the queues (:class:`~dispatcher.store.JobStore`
-and :class:`~dispatcher.store.SyncJobStore`), both faces of a job's lifecycle
-(:class:`~dispatcher.lifecycle.Lifecycle`, :class:`~dispatcher.lifecycle.SyncLifecycle`)
+The one call builder under both faces of the queues (:class:`~fairpost.dispatcher.store.JobStore`
+and :class:`~fairpost.dispatcher.store.SyncJobStore`), both faces of a job's lifecycle
+(:class:`~fairpost.dispatcher.lifecycle.Lifecycle`, :class:`~fairpost.dispatcher.lifecycle.SyncLifecycle`)
 and the quota admin's resume: the faces only send a call and hand its answer here,
 as httpx's ``Client`` and ``AsyncClient`` share ``BaseClient``.
 """
@@ -13,14 +13,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from config import Settings
-from dispatcher.durable import Durability
-from dispatcher.errors import NotReplayable, TooLateToCancel, UnknownJob
-from dispatcher.jobs import Job, JobState, NewJob
-from dispatcher.keys import Keys
-from dispatcher.record import ENTRY_SEP
-from dispatcher.replies import text
-from dispatcher.scripts import lua_source
+from fairpost.config import Settings
+from fairpost.dispatcher.durable import Durability
+from fairpost.dispatcher.errors import NotReplayable, TooLateToCancel, UnknownJob
+from fairpost.dispatcher.jobs import Job, JobState, NewJob
+from fairpost.dispatcher.keys import Keys
+from fairpost.dispatcher.record import ENTRY_SEP
+from fairpost.dispatcher.replies import text
+from fairpost.dispatcher.scripts import lua_source
 
 __all__ = [
     "CANCELLED",
@@ -60,10 +60,10 @@ def script(name: str) -> str:
     """The text of ``dispatcher/<name>.lua``, with ring.lua (the context and helpers
     every script that changes the ring shares) first, or at :data:`RING_GOES_HERE`,
     when it needs it."""
-    source = lua_source("dispatcher", name)
+    source = lua_source("fairpost.dispatcher", name)
     if name in _RING_SCRIPTS:
         head, marker, body = source.partition(RING_GOES_HERE)
-        ring = lua_source("dispatcher", "ring") + "\n"
+        ring = lua_source("fairpost.dispatcher", "ring") + "\n"
         source = head + ring + body if marker else ring + source
     if name == "enqueue":
         # The shebang makes Redis (7.0+) check for out-of-memory before the script

@@ -35,8 +35,8 @@ import redis.sentinel
 from redis.crc import key_slot
 from redis.exceptions import AskError, ClusterDownError, ConnectionError, TryAgainError
 
-from config import Settings
-from dispatcher.keys import Keys
+from fairpost.config import Settings
+from fairpost.dispatcher.keys import Keys
 
 __all__ = ["async_redis_client", "redis_client", "slot_of"]
 

@@ -22,8 +22,8 @@ from typing import Any
 import redis.asyncio.client
 import redis.client
 
-from config import Settings
-from dispatcher.errors import NotReplicated
+from fairpost.config import Settings
+from fairpost.dispatcher.errors import NotReplicated
 
 __all__ = ["Durability", "NotReplicated", "durability", "replica_shortfall"]
 
@@ -59,7 +59,7 @@ def durability(settings: Settings) -> Durability:
 async def replica_shortfall(client: redis.asyncio.Redis, replicas: int) -> str | None:
     """What to warn of at start-up when the master has fewer replicas connected than
     writes wait for (None if enough): every such write would fail, NotReplicated, until
-    they connect. ``client`` reaches the master in every topology (dispatcher.connect)."""
+    they connect. ``client`` reaches the master in every topology (fairpost.dispatcher.connect)."""
     if not replicas:
         return None
     info: dict[str, Any] = await client.info("replication")

@@ -1,4 +1,4 @@
-"""The dispatcher's errors (the root is :class:`config.errors.FairpostError`)::
+"""The dispatcher's errors (the root is :class:`fairpost.config.errors.FairpostError`)::
 
 FairpostError
 └── DispatchError
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from redis.exceptions import RedisError
 
-from config.errors import FairpostError
+from fairpost.config.errors import FairpostError
 
 __all__ = ["DispatchError", "NotReplayable", "NotReplicated", "TooLateToCancel", "UnknownJob"]
 

@@ -7,8 +7,8 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from dispatcher.keys import PRIORITIES
-from dispatcher.record import ENTRY_SEP
+from fairpost.dispatcher.keys import PRIORITIES
+from fairpost.dispatcher.record import ENTRY_SEP
 
 
 class JobState(enum.StrEnum):

@@ -14,10 +14,10 @@ from collections.abc import Sequence
 import redis
 import redis.asyncio
 
-from dispatcher.calls import ScriptCalls, StoreLimits, cancelled, promoted, replayed, script
-from dispatcher.keys import Keys
-from dispatcher.record import job_record
-from dispatcher.replies import text, time_ms
+from fairpost.dispatcher.calls import ScriptCalls, StoreLimits, cancelled, promoted, replayed, script
+from fairpost.dispatcher.keys import Keys
+from fairpost.dispatcher.record import job_record
+from fairpost.dispatcher.replies import text, time_ms
 
 __all__ = ["PROMOTE_BATCH", "Lifecycle", "SyncLifecycle"]
 

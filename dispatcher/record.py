@@ -40,7 +40,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from dispatcher.replies import record, text
+from fairpost.dispatcher.replies import record, text
 
 __all__ = ["ENTRY_SEP", "INLINE", "PAYLOAD", "has_payload", "job_record"]
 
@@ -55,7 +55,7 @@ was replayed meanwhile and the entry is no longer its place in the queue."""
 
 ENTRY_SEP = "\n"
 """What separates a queue entry's id from its payload: no job id holds it
-(:class:`dispatcher.jobs.NewJob` refuses one that does); an entry without it
+(:class:`fairpost.dispatcher.jobs.NewJob` refuses one that does); an entry without it
 is a job id alone."""
 
 

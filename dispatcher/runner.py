@@ -17,13 +17,13 @@ from collections.abc import Mapping, Sequence
 
 from redis.exceptions import RedisError
 
-from dispatcher.backoff import OutageBackoff, wait_or_stop
-from dispatcher.jobs import Job, JobState
-from dispatcher.keys import WAKE_SCHEDULED
-from dispatcher.lifecycle import Lifecycle
-from dispatcher.linger import Linger
-from dispatcher.store import JobStore
-from dispatcher.worker import Dead, Done, HandedOff, Outcome, Retry, Worker
+from fairpost.dispatcher.backoff import OutageBackoff, wait_or_stop
+from fairpost.dispatcher.jobs import Job, JobState
+from fairpost.dispatcher.keys import WAKE_SCHEDULED
+from fairpost.dispatcher.lifecycle import Lifecycle
+from fairpost.dispatcher.linger import Linger
+from fairpost.dispatcher.store import JobStore
+from fairpost.dispatcher.worker import Dead, Done, HandedOff, Outcome, Retry, Worker
 
 log = logging.getLogger("fairpost.dispatcher")
 
@@ -87,7 +87,7 @@ class Dispatcher:
                 backoff.succeeded()
             except RedisError as exc:
                 # Redis is failing: claims already made come back when their leases
-                # end. Back off and go on, for a while (dispatcher.backoff).
+                # end. Back off and go on, for a while (fairpost.dispatcher.backoff).
                 delay = backoff.failed()
                 if delay is None:
                     raise

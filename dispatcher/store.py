@@ -14,7 +14,7 @@ import redis
 import redis.asyncio
 from redis.commands.core import AsyncScript
 
-from dispatcher.calls import (
+from fairpost.dispatcher.calls import (
     Call,
     ScriptCalls,
     StoreLimits,
@@ -23,10 +23,10 @@ from dispatcher.calls import (
     store_limits,
     submitted,
 )
-from dispatcher.jobs import Job, JobState, NewJob
-from dispatcher.keys import Keys
-from dispatcher.record import job_record
-from dispatcher.replies import text, time_ms
+from fairpost.dispatcher.jobs import Job, JobState, NewJob
+from fairpost.dispatcher.keys import Keys
+from fairpost.dispatcher.record import job_record
+from fairpost.dispatcher.replies import text, time_ms
 
 # The store is where its callers find what they hand it (NewJob, StoreLimits).
 __all__ = ["JobStore", "NewJob", "StoreLimits", "SyncJobStore", "store_limits"]
@@ -144,8 +144,8 @@ class JobStore:
 
     async def wait_for_work(self, seconds: float) -> str | None:
         """Block on Redis until something may be claimable, or ``seconds`` pass: the
-        wake token (:data:`~dispatcher.keys.WAKE_WORK`, :data:`~dispatcher.keys.WAKE_SCHEDULED`),
-        None if none came."""
+        wake token (:data:`~fairpost.dispatcher.keys.WAKE_WORK`,
+        :data:`~fairpost.dispatcher.keys.WAKE_SCHEDULED`), None if none came."""
         # BLPOP's timeout is in seconds with sub-second precision on Redis ≥ 6.
         result = await self.redis.blpop([self.keys.wake()], timeout=max(seconds, 0.01))
         return None if result is None else text(result[1])
@@ -166,7 +166,7 @@ class JobStore:
 
     async def execute_durably(self, pipe: redis.asyncio.client.Pipeline) -> list[Any]:
         """Execute writes the product relies on (an enqueue, a "sent" record): their
-        results, once FAIRPOST_REDIS_MIN_REPLICAS replicas hold them (dispatcher.durable);
+        results, once FAIRPOST_REDIS_MIN_REPLICAS replicas hold them (fairpost.dispatcher.durable);
         :class:`NotReplicated` if they do not in time."""
         durable = self.limits.durability
         durable.queue_wait(pipe)

@@ -16,11 +16,11 @@ from typing import Any, Literal
 
 import redis.asyncio
 
-from dispatcher.jobs import Job
-from dispatcher.keys import Keys
-from dispatcher.replies import record, text, time_ms
-from dispatcher.scripts import lua_source
-from dispatcher.store import StoreLimits
+from fairpost.dispatcher.jobs import Job
+from fairpost.dispatcher.keys import Keys
+from fairpost.dispatcher.replies import record, text, time_ms
+from fairpost.dispatcher.scripts import lua_source
+from fairpost.dispatcher.store import StoreLimits
 
 SCAN_BATCH = 200
 """Most stranded jobs one scan returns; more are picked by the next scan at once."""
@@ -42,7 +42,7 @@ class StrandedJobs:
         self.redis = client
         self.keys = keys
         self.limits = limits
-        self._scan = client.register_script(lua_source("dispatcher", "reconcile"))
+        self._scan = client.register_script(lua_source("fairpost.dispatcher", "reconcile"))
 
     async def scan(self, handoffs_allowed: int, batch: int = SCAN_BATCH) -> list[Stranded]:
         """Pick the stranded jobs that are due, at most ``batch``."""

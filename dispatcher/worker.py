@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from dispatcher.jobs import Job
+from fairpost.dispatcher.jobs import Job
 
 
 @dataclass(frozen=True)

@@ -5,15 +5,15 @@ Only the SDK is imported here, so an application that enqueues mail needs
 none of the daemon's dependencies.
 """
 
-from config.errors import ConfigError, FairpostError
-from dispatcher.errors import NotReplayable, TooLateToCancel, UnknownJob
-from mailer.errors import InvalidMail, RedisFailed
-from mailer.sdk.attachments import Attachment
-from mailer.sdk.client import AsyncMailClient, MailClient
-from mailer.sdk.dead import DeadLetters
-from mailer.sdk.mail import Mail
-from mailer.sdk.status import JobStatus
-from mailer.sdk.suppression import Suppressions
+from fairpost.config.errors import ConfigError, FairpostError
+from fairpost.dispatcher.errors import NotReplayable, TooLateToCancel, UnknownJob
+from fairpost.mailer.errors import InvalidMail, RedisFailed
+from fairpost.mailer.sdk.attachments import Attachment
+from fairpost.mailer.sdk.client import AsyncMailClient, MailClient
+from fairpost.mailer.sdk.dead import DeadLetters
+from fairpost.mailer.sdk.mail import Mail
+from fairpost.mailer.sdk.status import JobStatus
+from fairpost.mailer.sdk.suppression import Suppressions
 
 __all__ = [
     "AsyncMailClient",

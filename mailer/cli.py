@@ -12,18 +12,18 @@ import json
 import sys
 from collections.abc import Callable, Sequence
 
-from config import ConfigError, FairpostError, Settings, load_settings
-from mailer.ops.console import aws_error, print_json, unreachable_redis
-from mailer.ops.lifecycle_commands import add_commands as add_lifecycle_commands
-from mailer.ops.lifecycle_commands import parse_header, parse_send_at
-from mailer.ops.reputation_commands import add_commands as add_reputation_commands
+from fairpost.config import ConfigError, FairpostError, Settings, load_settings
+from fairpost.mailer.ops.console import aws_error, print_json, unreachable_redis
+from fairpost.mailer.ops.lifecycle_commands import add_commands as add_lifecycle_commands
+from fairpost.mailer.ops.lifecycle_commands import parse_header, parse_send_at
+from fairpost.mailer.ops.reputation_commands import add_commands as add_reputation_commands
 
 Command = Callable[[argparse.Namespace, Settings], int]
 
 
 def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
-    from mailer.daemon.app import run_daemon
-    from mailer.daemon.logs import configure_logging
+    from fairpost.mailer.daemon.app import run_daemon
+    from fairpost.mailer.daemon.logs import configure_logging
 
     configure_logging(settings.log_level)
     return asyncio.run(run_daemon(settings, args.role))
@@ -34,7 +34,7 @@ def cmd_init_aws(args: argparse.Namespace, settings: Settings) -> int:
 
     import boto3
 
-    from mailer.ops.queue_setup import init_events_queue, init_queue, queue_warnings
+    from fairpost.mailer.ops.queue_setup import init_events_queue, init_queue, queue_warnings
 
     with contextlib.closing(boto3.client("sqs")) as sqs:
         url, differ = init_queue(sqs, settings)
@@ -64,8 +64,8 @@ def cmd_init_aws(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_send(args: argparse.Namespace, settings: Settings) -> int:
-    from mailer.sdk.attachments import Attachment
-    from mailer.sdk.client import MailClient
+    from fairpost.mailer.sdk.attachments import Attachment
+    from fairpost.mailer.sdk.client import MailClient
 
     try:
         attachments = [Attachment.from_path(path) for path in args.attach or ()]
@@ -93,7 +93,7 @@ def cmd_send(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
-    from mailer.sdk.client import MailClient
+    from fairpost.mailer.sdk.client import MailClient
 
     with MailClient(settings) as client:
         status = client.status(args.job_id)
@@ -127,7 +127,7 @@ def _queue_warnings(settings: Settings) -> list[str]:
         from botocore.config import Config
     except ImportError:
         return []  # the SDK alone: no AWS to ask
-    from mailer.ops.queue_setup import queue_warnings
+    from fairpost.mailer.ops.queue_setup import queue_warnings
 
     quick = Config(connect_timeout=2, read_timeout=5, retries={"max_attempts": 1})
     try:
@@ -147,9 +147,9 @@ def cmd_stats(args: argparse.Namespace, settings: Settings) -> int:
     import redis
     import redis.asyncio
 
-    from dispatcher.connect import async_redis_client
-    from dispatcher.keys import Keys
-    from mailer.ops.stats import collect_stats, render_table, render_text
+    from fairpost.dispatcher.connect import async_redis_client
+    from fairpost.dispatcher.keys import Keys
+    from fairpost.mailer.ops.stats import collect_stats, render_table, render_text
 
     async def run() -> None:
         client = async_redis_client(settings)
@@ -189,7 +189,7 @@ def cmd_stats(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_quota_show(args: argparse.Namespace, settings: Settings) -> int:
     import redis
 
-    from mailer.quota.overrides import QuotaAdmin
+    from fairpost.mailer.quota.overrides import QuotaAdmin
 
     try:
         with QuotaAdmin(settings) as admin:
@@ -209,8 +209,8 @@ def cmd_quota_show(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_quota_set(args: argparse.Namespace, settings: Settings) -> int:
     import redis
 
-    from config.limits import format_limits
-    from mailer.quota.overrides import QuotaAdmin
+    from fairpost.config.limits import format_limits
+    from fairpost.mailer.quota.overrides import QuotaAdmin
 
     if len(args.values) != (1 if args.global_ else 2):
         print("fairpost: usage: quota set TENANT LIMITS | quota set --global LIMITS", file=sys.stderr)
@@ -232,7 +232,7 @@ def cmd_quota_set(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_quota_reset(args: argparse.Namespace, settings: Settings) -> int:
     import redis
 
-    from mailer.quota.overrides import QuotaAdmin
+    from fairpost.mailer.quota.overrides import QuotaAdmin
 
     if (args.tenant is None) == (not args.global_):
         print("fairpost: usage: quota reset TENANT | quota reset --global", file=sys.stderr)
@@ -252,7 +252,7 @@ def cmd_quota_reset(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_tenant_pause(args: argparse.Namespace, settings: Settings) -> int:
     import redis
 
-    from mailer.quota.overrides import QuotaAdmin
+    from fairpost.mailer.quota.overrides import QuotaAdmin
 
     try:
         with QuotaAdmin(settings) as admin:
@@ -262,14 +262,14 @@ def cmd_tenant_pause(args: argparse.Namespace, settings: Settings) -> int:
     state = "paused" if args.action == "pause" else "resumed"
     print(f"tenant {args.tenant}: {state}" + ("" if changed else f" (it was {state} already)"))
     if args.ses:
-        from mailer.ops.ses_tenants import set_customer_status
+        from fairpost.mailer.ops.ses_tenants import set_customer_status
 
         print(set_customer_status(settings, args.tenant, enabled=args.action == "resume"))
     return 0
 
 
 def cmd_health(args: argparse.Namespace, settings: Settings) -> int:
-    from mailer.daemon.health import check_heartbeat, check_http
+    from fairpost.mailer.daemon.health import check_heartbeat, check_http
 
     if settings.http_port is not None and args.replica is None:
         health = check_http(settings.http_port, timeout=args.timeout)
@@ -406,7 +406,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
-    from mailer.demo import run_demo
+    from fairpost.mailer.demo import run_demo
 
     code: int = run_demo(args, settings)
     return code

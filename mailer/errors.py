@@ -1,9 +1,9 @@
 """The mail side's errors, and the whole tree (config's and the dispatcher's
-re-exported here, so ``mailer.errors`` names every error fairpost raises)::
+re-exported here, so ``fairpost.mailer.errors`` names every error fairpost raises)::
 
-    FairpostError                 (config.errors)
-    ├── ConfigError               (config.errors) the settings are invalid
-    ├── DispatchError             (dispatcher.errors)
+    FairpostError                 (fairpost.config.errors)
+    ├── ConfigError               (fairpost.config.errors) the settings are invalid
+    ├── DispatchError             (fairpost.dispatcher.errors)
     │   ├── UnknownJob            no job has this id
     │   ├── TooLateToCancel       handed to SQS or finished already
     │   ├── NotReplayable         not a dead letter, or nothing left to send
@@ -27,8 +27,14 @@ Nothing here imports AWS or the daemon: the SDK raises these too.
 
 from __future__ import annotations
 
-from config.errors import ConfigError, FairpostError
-from dispatcher.errors import DispatchError, NotReplayable, NotReplicated, TooLateToCancel, UnknownJob
+from fairpost.config.errors import ConfigError, FairpostError
+from fairpost.dispatcher.errors import (
+    DispatchError,
+    NotReplayable,
+    NotReplicated,
+    TooLateToCancel,
+    UnknownJob,
+)
 
 __all__ = [
     "ConfigError",
@@ -108,11 +114,11 @@ class DemoError(FairpostError):
 
 
 class ServiceError(FairpostError):
-    """A local service (mailer.testing) could not be started."""
+    """A local service (fairpost.mailer.testing) could not be started."""
 
 
 class RefusedRequest(FairpostError):
-    """A request the recording SES server (mailer.testing) answers with SES's error."""
+    """A request the recording SES server (fairpost.mailer.testing) answers with SES's error."""
 
     def __init__(self, code: str, status: int, message: str) -> None:
         self.code = code

@@ -1,7 +1,7 @@
 """Fixtures every folder shares: real services, and the clients most tests talk through.
 
 Servers (redis-server, moto, LocalStack) start once per session, through
-mailer.testing like the demo's and the benchmarks'; every test gets a flushed
+fairpost.mailer.testing like the demo's and the benchmarks'; every test gets a flushed
 Redis and a reset moto, and the AWS variables boto3 reads point at moto. Each
 folder's conftest.py adds what only its tests use; a test module that needs
 other settings overrides ``settings`` and keeps the clients built on it.
@@ -21,11 +21,11 @@ import redis
 import redis.asyncio
 import redis.asyncio.connection
 
-from config import Settings, load_settings
-from mailer import AsyncMailClient, MailClient
-from mailer.testing.localstack import LocalStackServer, localstack_server
-from mailer.testing.services import MotoServer, RedisServer, moto_server, redis_server
-from mailer.testing.ses_server import SesServer
+from fairpost import AsyncMailClient, MailClient
+from fairpost.config import Settings, load_settings
+from fairpost.mailer.testing.localstack import LocalStackServer, localstack_server
+from fairpost.mailer.testing.services import MotoServer, RedisServer, moto_server, redis_server
+from fairpost.mailer.testing.ses_server import SesServer
 from tests.support.topologies import Cluster, SentinelGroup, redis_cluster, redis_sentinel
 
 

@@ -1,11 +1,11 @@
 """What SES's answer means for a mail, its tenant and the whole sender.
 
-The classes are in mailer.daemon.ses; here each becomes an action: a sent
-mail is deleted (and recorded with its group, mailer.daemon.send); throttling
+The classes are in fairpost.mailer.daemon.ses; here each becomes an action: a sent
+mail is deleted (and recorded with its group, fairpost.mailer.daemon.send); throttling
 holds the whole sender for a growing back-off, or, when SES says the day's
 quota is spent, until the day can free (the account read again); a refusal
 of the tenant's own set-up holds that tenant alone (``ses_<code>``, in Redis:
-mailer.quota.holds), rechecked one mail at a time; an account pause holds
+fairpost.mailer.quota.holds), rechecked one mail at a time; an account pause holds
 every tenant; a permanent refusal is a dead letter; a transient failure is
 an attempt, retried with back-off.
 """
@@ -18,18 +18,18 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 
-from mailer.daemon import ses
-from mailer.daemon.aws import SesClient
-from mailer.daemon.context import SenderContext
-from mailer.daemon.counting import Stamp
-from mailer.daemon.endings import Endings
-from mailer.daemon.gate import Gate
-from mailer.daemon.inbox import MAX_VISIBILITY, Received
-from mailer.daemon.ses_account import daily_quota_wait, is_daily_quota_exceeded
-from mailer.daemon.ses_tenant_status import REASON
-from mailer.errors import SesAccountError
-from mailer.quota.holds import TenantHolds
-from mailer.quota.overrides import PAUSED_RECHECK_SECONDS
+from fairpost.mailer.daemon import ses
+from fairpost.mailer.daemon.aws import SesClient
+from fairpost.mailer.daemon.context import SenderContext
+from fairpost.mailer.daemon.counting import Stamp
+from fairpost.mailer.daemon.endings import Endings
+from fairpost.mailer.daemon.gate import Gate
+from fairpost.mailer.daemon.inbox import MAX_VISIBILITY, Received
+from fairpost.mailer.daemon.ses_account import daily_quota_wait, is_daily_quota_exceeded
+from fairpost.mailer.daemon.ses_tenant_status import REASON
+from fairpost.mailer.errors import SesAccountError
+from fairpost.mailer.quota.holds import TenantHolds
+from fairpost.mailer.quota.overrides import PAUSED_RECHECK_SECONDS
 
 log = logging.getLogger("fairpost.sender")
 
@@ -49,7 +49,7 @@ class Answers:
         self._daily_lock = asyncio.Lock()
         self._daily_until = 0.0
         self.park: Callable[[str, list[Received], float, str | None, int], Awaitable[None]] | None = None
-        """Parks a tenant's mail (mailer.daemon.group.GroupDecision.park), set by the Sender."""
+        """Parks a tenant's mail (fairpost.mailer.daemon.group.GroupDecision.park), set by the Sender."""
         self.holds = TenantHolds(ctx.store.redis, ctx.store.keys)
         # Tenants SES refused for their own set-up: tenant → (ses_<code>, monotonic time
         # of the recheck). Kept while the tenant has not sent since (the hold in Redis
@@ -75,7 +75,7 @@ class Answers:
         await self.park(tenant, paused, PAUSED_RECHECK_SECONDS, REASON, at_ms)
 
     async def obey(self, tenant: str, msg: Received, stamp: Stamp, result: ses.SendResult) -> None:
-        """Do what SES's answer means for this mail (the table in mailer.daemon.ses)."""
+        """Do what SES's answer means for this mail (the table in fairpost.mailer.daemon.ses)."""
         ctx = self.ctx
         env = msg.envelope
         assert env is not None
@@ -146,7 +146,7 @@ class Answers:
 
     async def _daily_hold(self) -> float | None:
         """SES says the account's day is spent: the seconds to hold sending, from the
-        account read again (mailer.daemon.ses_account.daily_quota_wait); None when SES
+        account read again (fairpost.mailer.daemon.ses_account.daily_quota_wait); None when SES
         has room again or the account cannot be read (then a throttle's back-off).
         The mails of one batch refused together read the account once."""
         async with self._daily_lock:

@@ -8,14 +8,14 @@ background task dies, the daemon says why and exits non-zero rather than
 run half-alive.
 
 The background tasks, each named and watched: ``dispatcher``, ``sender``,
-``reconciler`` (dispatched jobs SQS lost, :mod:`mailer.daemon.reconcile`),
-``overrides`` (live quota overrides, :mod:`mailer.quota.overrides`),
-``ses-account`` (``FAIRPOST_GLOBAL_LIMITS=auto``, :mod:`mailer.daemon.ses_account`),
-``slots`` (in-flight slots kept while the sender's gate is closed, :mod:`mailer.daemon.slots`),
-``ses-tenants`` (SES's verdict on SES tenants, :mod:`mailer.daemon.ses_tenant_status`),
-``events`` (SES events, with ``FAIRPOST_EVENTS_QUEUE_NAME``, :mod:`mailer.daemon.events`),
-``heartbeat`` (:mod:`mailer.daemon.health`) and ``http`` (``/metrics``,
-``/healthz``, ``/readyz`` on ``FAIRPOST_HTTP_PORT``, :mod:`mailer.daemon.http`).
+``reconciler`` (dispatched jobs SQS lost, :mod:`fairpost.mailer.daemon.reconcile`),
+``overrides`` (live quota overrides, :mod:`fairpost.mailer.quota.overrides`),
+``ses-account`` (``FAIRPOST_GLOBAL_LIMITS=auto``, :mod:`fairpost.mailer.daemon.ses_account`),
+``slots`` (in-flight slots kept while the sender's gate is closed, :mod:`fairpost.mailer.daemon.slots`),
+``ses-tenants`` (SES's verdict on SES tenants, :mod:`fairpost.mailer.daemon.ses_tenant_status`),
+``events`` (SES events, with ``FAIRPOST_EVENTS_QUEUE_NAME``, :mod:`fairpost.mailer.daemon.events`),
+``heartbeat`` (:mod:`fairpost.mailer.daemon.health`) and ``http`` (``/metrics``,
+``/healthz``, ``/readyz`` on ``FAIRPOST_HTTP_PORT``, :mod:`fairpost.mailer.daemon.http`).
 """
 
 from __future__ import annotations
@@ -28,27 +28,27 @@ from typing import Literal
 
 import redis.asyncio
 
-from config import Settings
-from config.limits import Limits
-from dispatcher.connect import async_redis_client
-from dispatcher.durable import durability, replica_shortfall
-from dispatcher.keys import Keys
-from dispatcher.runner import Dispatcher
-from dispatcher.store import JobStore, store_limits
-from mailer.daemon.aws import SES_CONFIG, SQS_CONFIG, session
-from mailer.daemon.feedback import build as build_reputation
-from mailer.daemon.handoff import MailWorker
-from mailer.daemon.health import Heartbeat, Liveness, replica_name, sender_alive
-from mailer.daemon.http import Check, HttpServer
-from mailer.daemon.metrics import Metrics, TenantLabels
-from mailer.daemon.ready import readiness
-from mailer.daemon.reconcile import Reconciler
-from mailer.daemon.sender import Sender
-from mailer.daemon.ses_account import SesAccountLimits, limits_rose
-from mailer.daemon.slots import SlotKeeper
-from mailer.ops.stats import collect_stats
-from mailer.quota.engine import QuotaEngine
-from mailer.quota.overrides import OverrideCache, Overrides, changed_scopes
+from fairpost.config import Settings
+from fairpost.config.limits import Limits
+from fairpost.dispatcher.connect import async_redis_client
+from fairpost.dispatcher.durable import durability, replica_shortfall
+from fairpost.dispatcher.keys import Keys
+from fairpost.dispatcher.runner import Dispatcher
+from fairpost.dispatcher.store import JobStore, store_limits
+from fairpost.mailer.daemon.aws import SES_CONFIG, SQS_CONFIG, session
+from fairpost.mailer.daemon.feedback import build as build_reputation
+from fairpost.mailer.daemon.handoff import MailWorker
+from fairpost.mailer.daemon.health import Heartbeat, Liveness, replica_name, sender_alive
+from fairpost.mailer.daemon.http import Check, HttpServer
+from fairpost.mailer.daemon.metrics import Metrics, TenantLabels
+from fairpost.mailer.daemon.ready import readiness
+from fairpost.mailer.daemon.reconcile import Reconciler
+from fairpost.mailer.daemon.sender import Sender
+from fairpost.mailer.daemon.ses_account import SesAccountLimits, limits_rose
+from fairpost.mailer.daemon.slots import SlotKeeper
+from fairpost.mailer.ops.stats import collect_stats
+from fairpost.mailer.quota.engine import QuotaEngine
+from fairpost.mailer.quota.overrides import OverrideCache, Overrides, changed_scopes
 
 log = logging.getLogger("fairpost.daemon")
 

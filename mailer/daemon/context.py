@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from config import Settings
-from config.limits import Limits
-from dispatcher.store import JobStore
-from mailer.daemon.feedback import Feedback
-from mailer.daemon.metrics import Metrics
-from mailer.quota.engine import QuotaEngine
-from mailer.quota.overrides import LimitSource
+from fairpost.config import Settings
+from fairpost.config.limits import Limits
+from fairpost.dispatcher.store import JobStore
+from fairpost.mailer.daemon.feedback import Feedback
+from fairpost.mailer.daemon.metrics import Metrics
+from fairpost.mailer.quota.engine import QuotaEngine
+from fairpost.mailer.quota.overrides import LimitSource
 
 
 @dataclass
@@ -33,11 +33,11 @@ class SenderContext:
     store: JobStore
     quota: QuotaEngine
     limits: LimitSource
-    """Quota limits and pauses: the settings, or live overrides (mailer.quota.overrides)."""
+    """Quota limits and pauses: the settings, or live overrides (fairpost.mailer.quota.overrides)."""
     metrics: Metrics
     stats: SenderStats = field(default_factory=SenderStats)
     feedback: Feedback | None = None
-    """Reputation (mailer.daemon.feedback): suppression lists, SES's verdict on SES
+    """Reputation (fairpost.mailer.daemon.feedback): suppression lists, SES's verdict on SES
     tenants, sends counted for the guard; None: none of it."""
 
     def windows(self, tenant: str) -> tuple[Limits, Limits]:

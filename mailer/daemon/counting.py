@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from redis.asyncio.client import Pipeline
 from redis.exceptions import RedisError
 
-from mailer.daemon import ses
-from mailer.daemon.context import SenderContext
-from mailer.daemon.inbox import Received
+from fairpost.mailer.daemon import ses
+from fairpost.mailer.daemon.context import SenderContext
+from fairpost.mailer.daemon.inbox import Received
 
 log = logging.getLogger("fairpost.sender")
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 import logging
 
-from dispatcher.jobs import JobState
-from mailer.daemon.context import SenderContext
-from mailer.daemon.inbox import Received
+from fairpost.dispatcher.jobs import JobState
+from fairpost.mailer.daemon.context import SenderContext
+from fairpost.mailer.daemon.inbox import Received
 
 log = logging.getLogger("fairpost.sender")
 
@@ -22,7 +22,7 @@ class Endings:
         self.ctx = ctx
 
     async def dead(self, msg: Received, reason: str, kind: str) -> None:
-        """``kind`` is the metrics label (mailer.daemon.metrics.DEAD_REASONS)."""
+        """``kind`` is the metrics label (fairpost.mailer.daemon.metrics.DEAD_REASONS)."""
         assert msg.envelope is not None
         env = msg.envelope
         ctx = self.ctx

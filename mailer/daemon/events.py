@@ -2,7 +2,7 @@
 
 Reads ``FAIRPOST_EVENTS_QUEUE_NAME`` (an SQS standard queue fed by a
 configuration set's event destination, through SNS or EventBridge:
-:mod:`mailer.daemon.ses_events` reads the bodies), finds each event's job
+:mod:`fairpost.mailer.daemon.ses_events` reads the bodies), finds each event's job
 by the SES message id the sender recorded (:meth:`Keys.ses_message`; the
 ``fairpost-job-id`` tag when that has expired), and:
 
@@ -10,8 +10,8 @@ by the SES message id the sender recorded (:meth:`Keys.ses_message`; the
   ``bounced`` (with ``bounce_type`` and the redacted ``diagnostic``),
   ``complained``, ``rejected`` or ``delayed``;
 - on a permanent bounce or a complaint, suppresses the address for that
-  tenant (:mod:`mailer.sdk.suppression`) and counts it in the tenant's
-  reputation, which the guard judges (:mod:`mailer.quota.reputation`).
+  tenant (:mod:`fairpost.mailer.sdk.suppression`) and counts it in the tenant's
+  reputation, which the guard judges (:mod:`fairpost.mailer.quota.reputation`).
 
 A body that cannot be read, an event for no known mail, a duplicate
 delivery: logged (never an address) and counted, then deleted, so nothing
@@ -30,14 +30,14 @@ import redis.asyncio
 from botocore.exceptions import BotoCoreError, ClientError
 from redis.exceptions import RedisError
 
-from config import Settings
-from dispatcher.keys import Keys
-from dispatcher.replies import text, time_ms
-from mailer.daemon.aws import SqsClient
-from mailer.daemon.metrics import EVENT_OUTCOMES, Metrics
-from mailer.daemon.ses_events import SesEvent, parse_event
-from mailer.quota.reputation import ReputationBook
-from mailer.sdk.suppression import suppress
+from fairpost.config import Settings
+from fairpost.dispatcher.keys import Keys
+from fairpost.dispatcher.replies import text, time_ms
+from fairpost.mailer.daemon.aws import SqsClient
+from fairpost.mailer.daemon.metrics import EVENT_OUTCOMES, Metrics
+from fairpost.mailer.daemon.ses_events import SesEvent, parse_event
+from fairpost.mailer.quota.reputation import ReputationBook
+from fairpost.mailer.sdk.suppression import suppress
 
 __all__ = ["EVENT_OUTCOMES", "EventConsumer"]
 

@@ -24,18 +24,18 @@ from typing import Any, Protocol, TypeVar
 import redis.asyncio
 from redis.exceptions import RedisError
 
-from config import Settings
-from dispatcher.jobs import JobState
-from dispatcher.keys import Keys
-from dispatcher.scripts import lua_source
-from dispatcher.store import JobStore
-from mailer.daemon.aws import SesClient, SqsClient
-from mailer.daemon.events import EventConsumer
-from mailer.daemon.metrics import Metrics
-from mailer.daemon.ses_tenant_status import REASON, SesTenantStatus
-from mailer.quota.reputation import ReputationBook
-from mailer.sdk.envelope import Envelope
-from mailer.sdk.suppression import suppressed_among
+from fairpost.config import Settings
+from fairpost.dispatcher.jobs import JobState
+from fairpost.dispatcher.keys import Keys
+from fairpost.dispatcher.scripts import lua_source
+from fairpost.dispatcher.store import JobStore
+from fairpost.mailer.daemon.aws import SesClient, SqsClient
+from fairpost.mailer.daemon.events import EventConsumer
+from fairpost.mailer.daemon.metrics import Metrics
+from fairpost.mailer.daemon.ses_tenant_status import REASON, SesTenantStatus
+from fairpost.mailer.quota.reputation import ReputationBook
+from fairpost.mailer.sdk.envelope import Envelope
+from fairpost.mailer.sdk.suppression import suppressed_among
 
 __all__ = ["Feedback", "ReputationParts", "build", "uses_ses_tenants"]
 
@@ -67,7 +67,7 @@ class Feedback:
         self.book = book
         self.status = status
         self.metrics = metrics or Metrics()
-        self._send_seq = store.redis.register_script(lua_source("mailer.quota", "send_seq"))
+        self._send_seq = store.redis.register_script(lua_source("fairpost.mailer.quota", "send_seq"))
 
     def hold(self, tenant: str) -> str | None:
         """The reason the tenant's mail must wait now, beyond its quota; None: it may go."""

@@ -12,9 +12,9 @@ import asyncio
 import time
 from collections.abc import Callable
 
-from dispatcher.backoff import wait_or_stop
-from mailer.quota.engine import QuotaEngine
-from mailer.quota.overrides import LimitSource
+from fairpost.dispatcher.backoff import wait_or_stop
+from fairpost.mailer.quota.engine import QuotaEngine
+from fairpost.mailer.quota.overrides import LimitSource
 
 
 class Gate:
@@ -41,7 +41,7 @@ class Gate:
     def holding(self) -> bool:
         """Whether the sender holds itself now (SES's hold, or the global quota's as last
         seen): the in-flight slots of mail waiting in SQS are kept meanwhile
-        (mailer.daemon.slots)."""
+        (fairpost.mailer.daemon.slots)."""
         return max(self._hold_until, self._quota_hold_until) > time.monotonic()
 
     def regate(self) -> None:

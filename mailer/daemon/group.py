@@ -3,7 +3,7 @@
 A batch's messages of one tenant (one FIFO group, in order) are weighed
 together: mail already sent or dead is deleted, a paused tenant's mail is
 parked, and the rest asks the quota engine in one atomic call for all its
-recipients. The granted head goes to :class:`mailer.daemon.send.Sending`;
+recipients. The granted head goes to :class:`fairpost.mailer.daemon.send.Sending`;
 the refused tail is parked, its visibility extended to the moment the quota
 frees, which in a FIFO queue pauses that tenant alone.
 """
@@ -14,14 +14,14 @@ import logging
 import random
 import time
 
-from dispatcher.jobs import FINAL_STATES
-from mailer.daemon.context import SenderContext
-from mailer.daemon.endings import Endings
-from mailer.daemon.gate import Gate
-from mailer.daemon.inbox import MAX_VISIBILITY, Inbox, Received
-from mailer.daemon.send import Sending
-from mailer.quota.engine import never_fits_reason
-from mailer.quota.overrides import PAUSED_RECHECK_SECONDS
+from fairpost.dispatcher.jobs import FINAL_STATES
+from fairpost.mailer.daemon.context import SenderContext
+from fairpost.mailer.daemon.endings import Endings
+from fairpost.mailer.daemon.gate import Gate
+from fairpost.mailer.daemon.inbox import MAX_VISIBILITY, Inbox, Received
+from fairpost.mailer.daemon.send import Sending
+from fairpost.mailer.quota.engine import never_fits_reason
+from fairpost.mailer.quota.overrides import PAUSED_RECHECK_SECONDS
 
 log = logging.getLogger("fairpost.sender")
 

@@ -12,12 +12,12 @@ import asyncio
 import logging
 from collections.abc import Mapping, Sequence
 
-from dispatcher.jobs import Job
-from dispatcher.worker import Dead, HandedOff, Outcome, Retry
-from mailer.daemon.aws import SqsClient
-from mailer.daemon.metrics import Metrics
-from mailer.sdk import envelope
-from mailer.sdk.client import MAIL_KIND
+from fairpost.dispatcher.jobs import Job
+from fairpost.dispatcher.worker import Dead, HandedOff, Outcome, Retry
+from fairpost.mailer.daemon.aws import SqsClient
+from fairpost.mailer.daemon.metrics import Metrics
+from fairpost.mailer.sdk import envelope
+from fairpost.mailer.sdk.client import MAIL_KIND
 
 log = logging.getLogger("fairpost.handoff")
 

@@ -32,9 +32,9 @@ from typing import Any
 import redis
 import redis.asyncio
 
-from config import Settings
-from dispatcher.connect import redis_client
-from dispatcher.keys import Keys
+from fairpost.config import Settings
+from fairpost.dispatcher.connect import redis_client
+from fairpost.dispatcher.keys import Keys
 
 __all__ = [
     "HEARTBEAT_INTERVAL",

@@ -1,6 +1,6 @@
 """The daemon's HTTP endpoints on ``FAIRPOST_HTTP_PORT``, served by ``aiohttp.web``.
 
-- ``/metrics``: the Prometheus exposition of :class:`~mailer.daemon.metrics.Metrics`,
+- ``/metrics``: the Prometheus exposition of :class:`~fairpost.mailer.daemon.metrics.Metrics`,
   its gauges refreshed from Redis first (a failed refresh still serves the
   counters, and counts ``fairpost_stats_errors_total``);
 - ``/healthz``: 200 while the daemon's tasks run, else 503 naming what failed;
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from mailer.daemon.metrics import CONTENT_TYPE, Metrics
+from fairpost.mailer.daemon.metrics import CONTENT_TYPE, Metrics
 
 __all__ = ["Check", "HttpServer"]
 

@@ -17,9 +17,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from mailer.daemon.aws import SqsClient
-from mailer.daemon.metrics import Metrics
-from mailer.sdk.envelope import Envelope
+from fairpost.mailer.daemon.aws import SqsClient
+from fairpost.mailer.daemon.metrics import Metrics
+from fairpost.mailer.sdk.envelope import Envelope
 
 log = logging.getLogger("fairpost.sender")
 

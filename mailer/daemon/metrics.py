@@ -1,4 +1,4 @@
-"""Prometheus metrics of one daemon (served on ``/metrics`` by :mod:`mailer.daemon.http`).
+"""Prometheus metrics of one daemon (served on ``/metrics`` by :mod:`fairpost.mailer.daemon.http`).
 
 Counters and histograms count what *this* replica did (sum them across
 replicas). Gauges (``fairpost_backlog``, ``fairpost_inflight``, quota use)
@@ -35,7 +35,7 @@ from prometheus_client.gc_collector import GCCollector
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
-from mailer.ops.stats import Stats
+from fairpost.mailer.ops.stats import Stats
 
 __all__ = [
     "CONTENT_TYPE",
@@ -334,7 +334,7 @@ class Metrics:
 
     # -- gauges -----------------------------------------------------------------
     def update(self, stats: Stats) -> None:
-        """Set the gauges from a :func:`mailer.stats.collect_stats` result.
+        """Set the gauges from a :func:`fairpost.mailer.ops.stats.collect_stats` result.
 
         ``stats`` may list only some tenants (a sample): ``~other`` is what the
         global counts hold beyond the labelled tenants, so the labels still sum

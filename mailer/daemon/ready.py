@@ -1,5 +1,5 @@
 """``/readyz``: Redis answers ``PING``, SQS answers for the queue; a queue
-setting that loses mail (mailer.ops.redrive) is reported as a warning."""
+setting that loses mail (fairpost.mailer.ops.redrive) is reported as a warning."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import asyncio
 
 import redis.asyncio
 
-from mailer.daemon.aws import SqsClient
-from mailer.daemon.http import Check
-from mailer.ops.redrive import redrive_warning
+from fairpost.mailer.daemon.aws import SqsClient
+from fairpost.mailer.daemon.http import Check
+from fairpost.mailer.ops.redrive import redrive_warning
 
 
 async def readiness(client: redis.asyncio.Redis, sqs: SqsClient, queue_url: str) -> Check:

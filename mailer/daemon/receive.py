@@ -1,11 +1,11 @@
 """The receive loop: wait for the gate, long-poll SQS, hand the batch on.
 
 One loop per ``sender.receivers``. Each turn waits while the gate is closed
-(mailer.daemon.gate), receives up to ten messages and passes them to the
+(fairpost.mailer.daemon.gate), receives up to ten messages and passes them to the
 sender's batch handling, then lingers a moment if mail is only trickling in
 (unless a throttled tenant's group was just freed: :meth:`Receiver.group_freed`).
 A Redis or AWS failure is ridden out with the shared outage back-off
-(dispatcher.backoff); what the failed batch held comes back after its
+(fairpost.dispatcher.backoff); what the failed batch held comes back after its
 visibility timeout.
 """
 
@@ -21,10 +21,10 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 from redis.exceptions import RedisError
 
-from dispatcher.backoff import OutageBackoff, wait_or_stop
-from mailer.daemon.context import SenderContext
-from mailer.daemon.gate import Gate
-from mailer.daemon.inbox import Inbox, Received
+from fairpost.dispatcher.backoff import OutageBackoff, wait_or_stop
+from fairpost.mailer.daemon.context import SenderContext
+from fairpost.mailer.daemon.gate import Gate
+from fairpost.mailer.daemon.inbox import Inbox, Received
 
 log = logging.getLogger("fairpost.sender")
 

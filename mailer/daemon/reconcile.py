@@ -30,13 +30,13 @@ from dataclasses import dataclass
 
 from redis.exceptions import RedisError
 
-from config import Settings
-from dispatcher.jobs import JobState
-from dispatcher.store import JobStore
-from dispatcher.stranded import SCAN_BATCH, Stranded, StrandedJobs
-from dispatcher.worker import Dead, HandedOff
-from mailer.daemon.handoff import MailWorker
-from mailer.daemon.metrics import Metrics
+from fairpost.config import Settings
+from fairpost.dispatcher.jobs import JobState
+from fairpost.dispatcher.store import JobStore
+from fairpost.dispatcher.stranded import SCAN_BATCH, Stranded, StrandedJobs
+from fairpost.dispatcher.worker import Dead, HandedOff
+from fairpost.mailer.daemon.handoff import MailWorker
+from fairpost.mailer.daemon.metrics import Metrics
 
 log = logging.getLogger("fairpost.reconcile")
 

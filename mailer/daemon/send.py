@@ -4,9 +4,9 @@ For the mails of one group the quota engine granted: take each job's sending
 marker (two receivers of one message must not both send it), load the
 content of claim-checked mail, call SES for each (bounded by
 ``sender.concurrency``), keep each counted until SES has answered
-(mailer.daemon.counting), and record every answer before anything else can
-fail. What each SES answer means is mailer.daemon.answers' to decide (the
-classes are in mailer.daemon.ses).
+(fairpost.mailer.daemon.counting), and record every answer before anything else can
+fail. What each SES answer means is fairpost.mailer.daemon.answers' to decide (the
+classes are in fairpost.mailer.daemon.ses).
 """
 
 from __future__ import annotations
@@ -19,15 +19,15 @@ import time
 from botocore.exceptions import BotoCoreError, ClientError
 from redis.exceptions import RedisError
 
-from dispatcher.backoff import OutageBackoff
-from mailer.daemon import ses
-from mailer.daemon.answers import Answers
-from mailer.daemon.aws import SesClient
-from mailer.daemon.context import SenderContext
-from mailer.daemon.counting import Counting, Stamp
-from mailer.daemon.endings import Endings
-from mailer.daemon.gate import Gate
-from mailer.daemon.inbox import Inbox, Received
+from fairpost.dispatcher.backoff import OutageBackoff
+from fairpost.mailer.daemon import ses
+from fairpost.mailer.daemon.answers import Answers
+from fairpost.mailer.daemon.aws import SesClient
+from fairpost.mailer.daemon.context import SenderContext
+from fairpost.mailer.daemon.counting import Counting, Stamp
+from fairpost.mailer.daemon.endings import Endings
+from fairpost.mailer.daemon.gate import Gate
+from fairpost.mailer.daemon.inbox import Inbox, Received
 
 log = logging.getLogger("fairpost.sender")
 
@@ -208,7 +208,7 @@ class Sending:
 
     async def _record(self, tenant: str, answered: list[tuple[Received, ses.SendResult, Stamp]]) -> None:
         """Record a group's answers in one round trip (one pipeline): the quota units
-        of every mail SES may have move to the answer (mailer.daemon.counting); then
+        of every mail SES may have move to the answer (fairpost.mailer.daemon.counting); then
         each sent job is finished and its sending marker released. Per mail this was
         three round trips, the largest cost the daemon had over the calls it cannot
         avoid (bench/profile.py)."""

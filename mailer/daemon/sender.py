@@ -2,15 +2,15 @@
 
 Reading order, one idea a module:
 
-- :mod:`mailer.daemon.receive`: the receive loop (gate wait, long poll, hand back);
-- :mod:`mailer.daemon.gate`: when nothing is received at all;
+- :mod:`fairpost.mailer.daemon.receive`: the receive loop (gate wait, long poll, hand back);
+- :mod:`fairpost.mailer.daemon.gate`: when nothing is received at all;
 - this module: one received batch, grouped by tenant, and the timed retries;
-- :mod:`mailer.daemon.group`: one tenant group's quota decision and parking;
-- :mod:`mailer.daemon.send`: the granted mails' sends, kept hidden until recorded;
-- :mod:`mailer.daemon.answers`: what each SES answer means (and tenant holds);
-- :mod:`mailer.daemon.counting`: keeping a mail counted until SES counts it;
-- :mod:`mailer.daemon.endings`: dead letters and poison messages;
-- :mod:`mailer.daemon.inbox`: the SQS messages held, settled, parked, handed back.
+- :mod:`fairpost.mailer.daemon.group`: one tenant group's quota decision and parking;
+- :mod:`fairpost.mailer.daemon.send`: the granted mails' sends, kept hidden until recorded;
+- :mod:`fairpost.mailer.daemon.answers`: what each SES answer means (and tenant holds);
+- :mod:`fairpost.mailer.daemon.counting`: keeping a mail counted until SES counts it;
+- :mod:`fairpost.mailer.daemon.endings`: dead letters and poison messages;
+- :mod:`fairpost.mailer.daemon.inbox`: the SQS messages held, settled, parked, handed back.
 
 Nothing is put back on a queue and no worker slot waits: SQS counts
 visibility in whole seconds, so a wait of under two seconds is timed here as
@@ -24,22 +24,22 @@ import asyncio
 import logging
 import time
 
-from config import Settings
-from dispatcher.store import JobStore
-from mailer.daemon.aws import SesClient, SqsClient
-from mailer.daemon.context import SenderContext, SenderStats
-from mailer.daemon.endings import Endings
-from mailer.daemon.feedback import Feedback
-from mailer.daemon.gate import Gate
-from mailer.daemon.group import GroupDecision
-from mailer.daemon.inbox import Inbox, Received
-from mailer.daemon.metrics import Metrics
-from mailer.daemon.receive import Receiver
-from mailer.daemon.send import Sending
-from mailer.errors import PoisonMessage
-from mailer.quota.engine import QuotaEngine
-from mailer.quota.overrides import LimitSource, StaticLimits
-from mailer.sdk.envelope import decode
+from fairpost.config import Settings
+from fairpost.dispatcher.store import JobStore
+from fairpost.mailer.daemon.aws import SesClient, SqsClient
+from fairpost.mailer.daemon.context import SenderContext, SenderStats
+from fairpost.mailer.daemon.endings import Endings
+from fairpost.mailer.daemon.feedback import Feedback
+from fairpost.mailer.daemon.gate import Gate
+from fairpost.mailer.daemon.group import GroupDecision
+from fairpost.mailer.daemon.inbox import Inbox, Received
+from fairpost.mailer.daemon.metrics import Metrics
+from fairpost.mailer.daemon.receive import Receiver
+from fairpost.mailer.daemon.send import Sending
+from fairpost.mailer.errors import PoisonMessage
+from fairpost.mailer.quota.engine import QuotaEngine
+from fairpost.mailer.quota.overrides import LimitSource, StaticLimits
+from fairpost.mailer.sdk.envelope import decode
 
 __all__ = ["Received", "Sender", "SenderStats"]
 
@@ -104,7 +104,7 @@ class Sender:
         self.gate.regate()
 
     async def unpark(self, tenant: str | None = None) -> int:
-        """Limits changed or a tenant was resumed (mailer.quota.overrides): bring the tenant's
+        """Limits changed or a tenant was resumed (fairpost.mailer.quota.overrides): bring the tenant's
         parked messages (every tenant's for ``None``) back now, to be weighed against
         the new limits, instead of at the time the old ones gave. Returns how many."""
         return await self.inbox.unpark(tenant)
@@ -121,7 +121,7 @@ class Sender:
     async def process(self, messages: list[Received]) -> None:
         """Handle one received batch: every message is deleted or given a new
         visibility before this returns; those whose quota frees within a
-        moment are asked for again then (mailer.daemon.group.PRECISE_WAIT_MAX)."""
+        moment are asked for again then (fairpost.mailer.daemon.group.PRECISE_WAIT_MAX)."""
         self.ctx.stats.received += len(messages)
         self.inbox.hold(messages)
         groups: dict[str, list[Received]] = {}
@@ -143,7 +143,7 @@ class Sender:
             again = [m for m in messages if m.retry_at is not None and not m.delete]
             if again:
                 # Timed first, after only their own visibility change (rarely needed): the
-                # batch's deletes linger for company (mailer.daemon.inbox._Deletes) and
+                # batch's deletes linger for company (fairpost.mailer.daemon.inbox._Deletes) and
                 # then take an SQS call, and every moment the retry waits behind them
                 # is the tenant's quota left unused (BENCHMARKS.md, "Utilisation").
                 await self.inbox.settle(again)

@@ -41,9 +41,9 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from config.settings import TenantSettings
-from mailer.daemon.aws import SesClient
-from mailer.sdk.envelope import Envelope
+from fairpost.config.settings import TenantSettings
+from fairpost.mailer.daemon.aws import SesClient
+from fairpost.mailer.sdk.envelope import Envelope
 
 log = logging.getLogger("fairpost.sender")
 

@@ -37,12 +37,12 @@ from typing import Any
 
 import redis.asyncio
 
-from config import Settings
-from config.limits import Limits, Window, format_limits
-from dispatcher.keys import Keys
-from mailer.daemon.aws import SesClient
-from mailer.errors import SesAccountError
-from mailer.quota.engine import QuotaEngine
+from fairpost.config import Settings
+from fairpost.config.limits import Limits, Window, format_limits
+from fairpost.dispatcher.keys import Keys
+from fairpost.mailer.daemon.aws import SesClient
+from fairpost.mailer.errors import SesAccountError
+from fairpost.mailer.quota.engine import QuotaEngine
 
 __all__ = [
     "SesAccountLimits",
@@ -98,7 +98,7 @@ async def _own_last_24h(quota: QuotaEngine) -> int:
 
 class SesAccountLimits:
     """The current auto limits; :meth:`run` keeps them fresh. Use :meth:`current` as
-    the :class:`mailer.overrides.OverrideCache`'s ``auto`` source."""
+    the :class:`fairpost.mailer.quota.overrides.OverrideCache`'s ``auto`` source."""
 
     def __init__(
         self,

@@ -27,7 +27,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from mailer.daemon.ses import redact
+from fairpost.mailer.daemon.ses import redact
 
 __all__ = ["KINDS", "Kind", "SesEvent", "parse_event"]
 

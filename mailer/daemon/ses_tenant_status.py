@@ -13,7 +13,7 @@ The status is read (``GetTenant`` once for the tenant's ARN, then
 most once a second) after a send error naming the tenant; never more than
 five reads a second in all (SES's control-plane calls have low rate limits). A disabled tenant
 is re-read on the same schedule and resumes by itself once SES enables it.
-Verdicts are shared through Redis (:meth:`dispatcher.keys.Keys.ses_tenant_status`),
+Verdicts are shared through Redis (:meth:`fairpost.dispatcher.keys.Keys.ses_tenant_status`),
 so every replica parks the tenant and ``stats`` shows it.
 """
 
@@ -30,13 +30,13 @@ import redis.asyncio
 from botocore.exceptions import BotoCoreError, ClientError
 from redis.exceptions import RedisError
 
-from config import Settings
-from dispatcher.backoff import wait_or_stop
-from dispatcher.keys import Keys
-from dispatcher.replies import time_ms
-from mailer.daemon.aws import SesClient
-from mailer.daemon.ses import redact
-from mailer.quota.reputation import TenantVerdict, read_verdicts
+from fairpost.config import Settings
+from fairpost.dispatcher.backoff import wait_or_stop
+from fairpost.dispatcher.keys import Keys
+from fairpost.dispatcher.replies import time_ms
+from fairpost.mailer.daemon.aws import SesClient
+from fairpost.mailer.daemon.ses import redact
+from fairpost.mailer.quota.reputation import TenantVerdict, read_verdicts
 
 __all__ = ["REASON", "SesTenantStatus"]
 

@@ -28,9 +28,9 @@ from collections.abc import Callable
 
 from redis.exceptions import RedisError
 
-from dispatcher.store import JobStore
-from mailer.quota.engine import QuotaEngine
-from mailer.quota.overrides import LimitSource
+from fairpost.dispatcher.store import JobStore
+from fairpost.mailer.quota.engine import QuotaEngine
+from fairpost.mailer.quota.overrides import LimitSource
 
 __all__ = ["SlotKeeper"]
 

@@ -78,13 +78,13 @@ from __future__ import annotations
 
 import argparse
 
-from config import Settings
+from fairpost.config import Settings
 
 __all__ = ["run_demo"]
 
 
 def run_demo(args: argparse.Namespace, settings: Settings) -> int:
     """Run ``fairpost demo``; return the process exit code."""
-    from mailer.demo.run import run_demo as run
+    from fairpost.mailer.demo.run import run_demo as run
 
     return run(args, settings)

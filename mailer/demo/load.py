@@ -8,10 +8,10 @@ import heapq
 import math
 from dataclasses import dataclass
 
-from mailer.demo.monitor import JobBook
-from mailer.demo.scenario import Scenario
-from mailer.sdk.client import AsyncMailClient
-from mailer.sdk.mail import Mail
+from fairpost.mailer.demo.monitor import JobBook
+from fairpost.mailer.demo.scenario import Scenario
+from fairpost.mailer.sdk.client import AsyncMailClient
+from fairpost.mailer.sdk.mail import Mail
 
 __all__ = ["SENDER_DOMAIN", "generate_load"]
 

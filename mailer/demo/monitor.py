@@ -1,7 +1,7 @@
 """What the demo reads back: every job it enqueued, refreshed from the job records.
 
 Each tenant's live numbers (backlog, in flight, quota use, how long until it
-may send again) are not read here: the demo asks :func:`mailer.ops.stats.collect_stats`,
+may send again) are not read here: the demo asks :func:`fairpost.mailer.ops.stats.collect_stats`,
 as ``fairpost stats`` does, which asks the quota engine itself.
 """
 
@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 
 import redis.asyncio
 
-from dispatcher.keys import Keys
-from dispatcher.replies import text
+from fairpost.dispatcher.keys import Keys
+from fairpost.dispatcher.replies import text
 
 __all__ = ["JobBook", "JobInfo"]
 

@@ -15,9 +15,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from config import Window
-from mailer.demo.monitor import JobBook, JobInfo
-from mailer.demo.scenario import Scenario
+from fairpost.config import Window
+from fairpost.mailer.demo.monitor import JobBook, JobInfo
+from fairpost.mailer.demo.scenario import Scenario
 
 __all__ = [
     "Check",

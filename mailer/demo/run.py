@@ -24,15 +24,15 @@ import redis
 import redis.asyncio
 from rich.console import Console
 
-from config import Settings
-from dispatcher.connect import async_redis_client, redis_client
-from dispatcher.keys import Keys
-from dispatcher.replies import time_ms
-from mailer.demo.load import SENDER_DOMAIN, generate_load
-from mailer.demo.monitor import JobBook
-from mailer.demo.report import EndState, ReputationTrace, build_report, write_chart, write_jobs_csv
-from mailer.demo.scenario import Scenario, load_scenario
-from mailer.demo.services import (
+from fairpost.config import Settings
+from fairpost.dispatcher.connect import async_redis_client, redis_client
+from fairpost.dispatcher.keys import Keys
+from fairpost.dispatcher.replies import time_ms
+from fairpost.mailer.demo.load import SENDER_DOMAIN, generate_load
+from fairpost.mailer.demo.monitor import JobBook
+from fairpost.mailer.demo.report import EndState, ReputationTrace, build_report, write_chart, write_jobs_csv
+from fairpost.mailer.demo.scenario import Scenario, load_scenario
+from fairpost.mailer.demo.services import (
     ManagedProcess,
     demo_env,
     replica_ready,
@@ -40,13 +40,13 @@ from mailer.demo.services import (
     start_redis,
     start_replica,
 )
-from mailer.demo.view import LiveView, Phase, print_summary
-from mailer.errors import DemoError
-from mailer.ops.stats import Stats, collect_stats
-from mailer.quota.engine import QuotaEngine
-from mailer.sdk.client import AsyncMailClient
-from mailer.testing.ses_server import SesServer
-from mailer.testing.ses_tenancy import EventSink
+from fairpost.mailer.demo.view import LiveView, Phase, print_summary
+from fairpost.mailer.errors import DemoError
+from fairpost.mailer.ops.stats import Stats, collect_stats
+from fairpost.mailer.quota.engine import QuotaEngine
+from fairpost.mailer.sdk.client import AsyncMailClient
+from fairpost.mailer.testing.ses_server import SesServer
+from fairpost.mailer.testing.ses_tenancy import EventSink
 
 __all__ = ["run_demo"]
 
@@ -244,7 +244,7 @@ def _toml_value(value: Any) -> str:
 def _init_aws(backends: Backends, settings: Settings) -> None:
     from botocore.exceptions import ClientError
 
-    from mailer.ops.queue_setup import init_events_queue, init_queue
+    from fairpost.mailer.ops.queue_setup import init_events_queue, init_queue
 
     with contextlib.closing(backends.boto3_client("sqs")) as sqs:
         init_queue(sqs, settings)

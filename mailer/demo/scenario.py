@@ -1,4 +1,4 @@
-"""Demo scenarios: who sends how much, under which quotas (format: see :mod:`mailer.demo`)."""
+"""Demo scenarios: who sends how much, under which quotas (format: see :mod:`fairpost.mailer.demo`)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from config import Limits, Window, is_valid_tenant_id
-from config.tenant_id import TENANT_ID_RULE
-from mailer.errors import DemoError
+from fairpost.config import Limits, Window, is_valid_tenant_id
+from fairpost.config.tenant_id import TENANT_ID_RULE
+from fairpost.mailer.errors import DemoError
 
 __all__ = ["Scenario", "TenantLoad", "builtin_names", "load_scenario"]
 
@@ -119,7 +119,7 @@ def builtin_names() -> list[str]:
 
 def _scenarios() -> Traversable:
     """The built-in scenario files, shipped beside this module."""
-    return resources.files("mailer.demo").joinpath("scenarios")
+    return resources.files("fairpost.mailer.demo").joinpath("scenarios")
 
 
 def load_scenario(name_or_path: str) -> Scenario:

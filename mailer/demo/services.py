@@ -1,6 +1,6 @@
 """The demo's private services: a ``redis-server`` and moto's AWS server, and the daemon replicas.
 
-Servers start through :mod:`mailer.testing.services`, as in the tests and the benchmarks.
+Servers start through :mod:`fairpost.mailer.testing.services`, as in the tests and the benchmarks.
 
 Every process here starts in its own session, so a Ctrl-C in the terminal
 reaches only the demo, which then stops them in order: replicas first (they
@@ -14,9 +14,9 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from mailer.errors import DemoError, ServiceError
-from mailer.testing import services
-from mailer.testing.services import ManagedProcess, stop_all
+from fairpost.mailer.errors import DemoError, ServiceError
+from fairpost.mailer.testing import services
+from fairpost.mailer.testing.services import ManagedProcess, stop_all
 
 __all__ = [
     "ManagedProcess",
@@ -47,7 +47,7 @@ def start_moto(workdir: Path) -> tuple[ManagedProcess, str]:
 
 def start_replica(index: int, workdir: Path, env: Mapping[str, str]) -> ManagedProcess:
     """``fairpost run`` as a real process, as an operator would start it."""
-    argv = [sys.executable, "-m", "mailer.cli", "run"]
+    argv = [sys.executable, "-m", "fairpost.mailer.cli", "run"]
     return ManagedProcess(f"replica {index}", argv, workdir / f"replica-{index}.log", env)
 
 

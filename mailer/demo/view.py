@@ -13,10 +13,10 @@ from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from mailer.demo.monitor import JobBook
-from mailer.demo.report import Report, WindowPeak
-from mailer.demo.scenario import Scenario
-from mailer.ops.stats import ScopeStats, Stats, WindowUsage
+from fairpost.mailer.demo.monitor import JobBook
+from fairpost.mailer.demo.report import Report, WindowPeak
+from fairpost.mailer.demo.scenario import Scenario
+from fairpost.mailer.ops.stats import ScopeStats, Stats, WindowUsage
 
 __all__ = ["LiveView", "Phase", "print_summary"]
 
@@ -82,7 +82,7 @@ class LiveView:
         self.console.print(text, highlight=False)
 
     def update(self, phase: Phase, stats: Stats, book: JobBook) -> None:
-        """Show ``stats`` (:func:`mailer.ops.stats.collect_stats` of the scenario's tenants)."""
+        """Show ``stats`` (:func:`fairpost.mailer.ops.stats.collect_stats` of the scenario's tenants)."""
         if self._live is not None:
             self._live.update(self._render(phase, stats, book))
         elif phase.elapsed - self._last_plain >= _PLAIN_EVERY:

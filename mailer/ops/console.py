@@ -6,7 +6,7 @@ import json
 import sys
 from typing import Any
 
-from config import Settings, mask_url
+from fairpost.config import Settings, mask_url
 
 
 def print_json(data: Any) -> None:

@@ -11,9 +11,9 @@ import sys
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from config import Settings
-from dispatcher.errors import TooLateToCancel
-from mailer.ops.console import print_json, unreachable_redis
+from fairpost.config import Settings
+from fairpost.dispatcher.errors import TooLateToCancel
+from fairpost.mailer.ops.console import print_json, unreachable_redis
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw]?)")
 _UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -52,7 +52,7 @@ def parse_header(text: str) -> tuple[str, str]:
 def cmd_cancel(args: argparse.Namespace, settings: Settings) -> int:
     import redis
 
-    from mailer.sdk.client import MailClient
+    from fairpost.mailer.sdk.client import MailClient
 
     try:
         with MailClient(settings) as client:
@@ -76,7 +76,7 @@ def cmd_cancel(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_dead(args: argparse.Namespace, settings: Settings) -> int:
     import redis
 
-    from mailer.sdk.dead import DeadLetters
+    from fairpost.mailer.sdk.dead import DeadLetters
 
     try:
         with DeadLetters(settings) as dead:

@@ -6,8 +6,8 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from config import Settings
-from mailer.ops.redrive import redrive_warning
+from fairpost.config import Settings
+from fairpost.mailer.ops.redrive import redrive_warning
 
 RETENTION_SECONDS = 14 * 86400
 """SQS's maximum: a throttled backlog must not outlive it (the in-flight cap
@@ -48,7 +48,7 @@ def init_events_queue(sqs: Any, settings: Settings) -> tuple[str, dict[str, tupl
     rule of a configuration set's event destination is the operator's
     (docs/operations.md, "Reputation")."""
     if not settings.events_queue_name:
-        from config import ConfigError
+        from fairpost.config import ConfigError
 
         raise ConfigError([("FAIRPOST_EVENTS_QUEUE_NAME", "must be set for init-aws --events")])
     return _ensure_queue(sqs, settings.events_queue_name, wanted_events_attributes())

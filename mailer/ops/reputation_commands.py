@@ -5,15 +5,15 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from config import Settings
-from dispatcher.replies import text
-from mailer.ops.console import print_json, unreachable_redis
+from fairpost.config import Settings
+from fairpost.dispatcher.replies import text
+from fairpost.mailer.ops.console import print_json, unreachable_redis
 
 
 def cmd_suppression(args: argparse.Namespace, settings: Settings) -> int:
     import redis
 
-    from mailer.sdk.suppression import Suppressions
+    from fairpost.mailer.sdk.suppression import Suppressions
 
     action = args.suppression_command
     try:
@@ -49,9 +49,9 @@ def cmd_ses_tenants_sync(args: argparse.Namespace, settings: Settings) -> int:
     import boto3
     import redis
 
-    from dispatcher import connect
-    from dispatcher.keys import Keys
-    from mailer.ops.ses_tenants import sync_tenants
+    from fairpost.dispatcher import connect
+    from fairpost.dispatcher.keys import Keys
+    from fairpost.mailer.ops.ses_tenants import sync_tenants
 
     seen: set[str] = set()
     if settings.ses_tenant_names == "tenant_id":

@@ -2,7 +2,7 @@
 
 For every fairpost tenant that maps to an SES tenant (its ``ses_tenant_name``;
 with ``FAIRPOST_SES_TENANT_NAMES=tenant_id`` every tenant, configured or
-ever seen in Redis, by the rule of :mod:`config.ses_names`):
+ever seen in Redis, by the rule of :mod:`fairpost.config.ses_names`):
 
 - ``GetTenant``; ``CreateTenant`` if SES has none of that name;
 - ``ListTenantResources``; ``CreateTenantResourceAssociation`` for each of its
@@ -23,8 +23,8 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from config import Settings
-from mailer.errors import SesTenantError
+from fairpost.config import Settings
+from fairpost.mailer.errors import SesTenantError
 
 __all__ = ["TenantSync", "ses_tenant_map", "set_customer_status", "sync_tenants"]
 

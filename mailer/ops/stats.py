@@ -12,7 +12,7 @@ recipients counted in each quota window (granted sends); ``retry after``
 how long until one more recipient fits (0: it fits now); ``paused`` an
 operator's pause (``fairpost tenant pause``).
 
-The metrics' gauges (:mod:`mailer.daemon.metrics`) are filled from the same
+The metrics' gauges (:mod:`fairpost.mailer.daemon.metrics`) are filled from the same
 :func:`collect_stats`. Needs only ``redis`` (``--watch`` needs ``rich``).
 """
 
@@ -26,13 +26,13 @@ from typing import TYPE_CHECKING, Any
 
 import redis.asyncio
 
-from config import Settings
-from config.limits import Window, format_limits
-from dispatcher.keys import TOTAL_INFLIGHT, TOTAL_WAITING, Keys
-from dispatcher.replies import record, text, time_ms
-from mailer.quota.engine import QuotaEngine
-from mailer.quota.overrides import read_auto_limits, read_overrides, resolve_global, resolve_tenant
-from mailer.quota.reputation import (
+from fairpost.config import Settings
+from fairpost.config.limits import Window, format_limits
+from fairpost.dispatcher.keys import TOTAL_INFLIGHT, TOTAL_WAITING, Keys
+from fairpost.dispatcher.replies import record, text, time_ms
+from fairpost.mailer.quota.engine import QuotaEngine
+from fairpost.mailer.quota.overrides import read_auto_limits, read_overrides, resolve_global, resolve_tenant
+from fairpost.mailer.quota.reputation import (
     GuardState,
     Reputation,
     ReputationBook,

@@ -1,7 +1,7 @@
 """Sliding-window quotas in Redis, global and per tenant, counted in recipients.
 
 Each window (``Window(seconds, limit)``) of each scope is one Redis hash of
-time buckets (:meth:`dispatcher.keys.Keys.quota`), so a day window of 50,000
+time buckets (:meth:`fairpost.dispatcher.keys.Keys.quota`), so a day window of 50,000
 costs about ``buckets_per_window`` fields, never one entry per mail. All the
 work that must be atomic is one Lua script, ``quota.lua``, beside this module:
 an acquire checks and takes every global and tenant window in one round trip,
@@ -28,10 +28,10 @@ from typing import Literal
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
-from config.limits import BUDGET_SECONDS, Window
-from dispatcher.durable import Durability
-from dispatcher.keys import Keys
-from dispatcher.scripts import lua_source
+from fairpost.config.limits import BUDGET_SECONDS, Window
+from fairpost.dispatcher.durable import Durability
+from fairpost.dispatcher.keys import Keys
+from fairpost.dispatcher.scripts import lua_source
 
 __all__ = ["BUCKETS_PER_WINDOW", "NEVER", "RATE_WINDOW_SECONDS", "Grant", "QuotaEngine", "never_fits_reason"]
 
@@ -45,7 +45,7 @@ NEVER = -1.0
 RATE_WINDOW_SECONDS = BUDGET_SECONDS
 """Windows shorter than this are rates: a mail over the limit goes alone once the
 window is empty. Longer windows are budgets: a mail over the limit never fits
-(``config.limits.Window.is_budget``, which the SDK checks too; quota.lua's RATE_MS)."""
+(``fairpost.config.limits.Window.is_budget``, which the SDK checks too; quota.lua's RATE_MS)."""
 
 SHARE_PARTS = ("tag", "until", "weight", "refused")
 """The fair share's keys (``Keys.quota_share``), in the order quota.lua takes them.
@@ -123,7 +123,7 @@ class QuotaEngine:
         # A grant a mail is sent under must outlive a failover (FAIRPOST_REDIS_MIN_REPLICAS):
         # a lost grant leaves its units out of the windows, room for more than the limit.
         self._durability = durability or Durability()
-        self._script = redis.register_script(lua_source("mailer.quota", "quota"))
+        self._script = redis.register_script(lua_source("fairpost.mailer.quota", "quota"))
 
     @property
     def buckets_per_window(self) -> int:

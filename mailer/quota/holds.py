@@ -2,7 +2,7 @@
 
 When SES refuses a tenant's mail for the tenant's own set-up (its sender
 identity unverified or denied, its configuration set or SES tenant missing,
-paused or disabled: mailer.daemon.ses), the sender holds that tenant alone,
+paused or disabled: fairpost.mailer.daemon.ses), the sender holds that tenant alone,
 rechecking after a backoff that doubles on each fault (``hold.lua``). The
 hold lives in Redis, so ``stats`` and every replica see why the tenant waits
 (``ses_<code>``) and until when; a send that succeeds clears it.
@@ -15,9 +15,9 @@ from dataclasses import dataclass
 
 import redis.asyncio
 
-from dispatcher.keys import Keys
-from dispatcher.replies import text
-from dispatcher.scripts import lua_source
+from fairpost.dispatcher.keys import Keys
+from fairpost.dispatcher.replies import text
+from fairpost.dispatcher.scripts import lua_source
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ class TenantHolds:
     def __init__(self, client: redis.asyncio.Redis, keys: Keys) -> None:
         self._redis = client
         self._keys = keys
-        self._hold = client.register_script(lua_source("mailer.quota", "hold"))
+        self._hold = client.register_script(lua_source("fairpost.mailer.quota", "hold"))
 
     async def hold(
         self, tenant: str, reason: str, *, first_seconds: float, most_seconds: float

@@ -6,7 +6,7 @@ through an :class:`OverrideCache`, refreshed every ``REFRESH_SECONDS``, so a
 change applies everywhere within a few seconds. An override wins over the
 settings until it is reset.
 
-Keys (all from :class:`dispatcher.keys.Keys`):
+Keys (all from :class:`fairpost.dispatcher.keys.Keys`):
 
 - ``limit_overrides()``: hash, ``"global"`` or ``"t:<tenant>"`` → limits text;
 - ``paused()``: set of paused tenants, the one the dispatcher's scripts
@@ -32,16 +32,16 @@ from typing import Any, Literal, Protocol
 import redis
 import redis.asyncio
 
-from config import ConfigError, Settings
-from config.limits import Limits, Window, format_limits, parse_limits
-from config.tenant_id import TENANT_ID_RULE, is_valid_tenant_id
-from dispatcher.calls import ScriptCalls, script, store_limits
-from dispatcher.keys import Keys
-from dispatcher.replies import record, text
-from mailer.errors import InvalidOverride
-from mailer.quota.reputation import lift_guard
-from mailer.sdk.connection import RedisOwner
-from mailer.sdk.failures import redis_operation
+from fairpost.config import ConfigError, Settings
+from fairpost.config.limits import Limits, Window, format_limits, parse_limits
+from fairpost.config.tenant_id import TENANT_ID_RULE, is_valid_tenant_id
+from fairpost.dispatcher.calls import ScriptCalls, script, store_limits
+from fairpost.dispatcher.keys import Keys
+from fairpost.dispatcher.replies import record, text
+from fairpost.mailer.errors import InvalidOverride
+from fairpost.mailer.quota.reputation import lift_guard
+from fairpost.mailer.sdk.connection import RedisOwner
+from fairpost.mailer.sdk.failures import redis_operation
 
 __all__ = [
     "PAUSED_RECHECK_SECONDS",
@@ -192,7 +192,7 @@ class OverrideCache:
     :meth:`run` re-reads the overrides every ``refresh_seconds``; the getters
     answer from memory. If Redis cannot be read, the last values stay in
     force. ``auto`` gives the global limits derived from SES when the settings
-    say ``auto`` (see :mod:`mailer.daemon.ses_account`).
+    say ``auto`` (see :mod:`fairpost.mailer.daemon.ses_account`).
     """
 
     def __init__(

@@ -36,11 +36,11 @@ from typing import Any, Literal
 import redis
 import redis.asyncio
 
-from config import Settings
-from config.limits import Limits, Window, format_limits
-from dispatcher.keys import Keys
-from dispatcher.replies import text
-from dispatcher.scripts import lua_source
+from fairpost.config import Settings
+from fairpost.config.limits import Limits, Window, format_limits
+from fairpost.dispatcher.keys import Keys
+from fairpost.dispatcher.replies import text
+from fairpost.dispatcher.scripts import lua_source
 
 __all__ = [
     "WINDOWS",
@@ -204,8 +204,8 @@ class ReputationBook:
         self._keys = keys
         self._settings = settings
         self._on_action = on_action
-        self._script = client.register_script(lua_source("mailer.quota", "reputation"))
-        self._recent = client.register_script(lua_source("mailer.quota", "recent_bounces"))
+        self._script = client.register_script(lua_source("fairpost.mailer.quota", "reputation"))
+        self._recent = client.register_script(lua_source("fairpost.mailer.quota", "recent_bounces"))
 
     async def record(
         self,

@@ -13,21 +13,21 @@ from datetime import datetime
 import redis
 import redis.asyncio
 
-from config import Settings, load_settings
-from config.limits import budget_exceeded
-from dispatcher.jobs import NewJob, check_priority
-from dispatcher.keys import Keys
-from dispatcher.lifecycle import Lifecycle, SyncLifecycle
-from dispatcher.store import JobStore, SyncJobStore, store_limits
-from mailer.errors import InvalidMail
-from mailer.sdk.attachments import Attachment
-from mailer.sdk.compose import mail_job
-from mailer.sdk.connection import AsyncRedisOwner, RedisOwner
-from mailer.sdk.dead import DeadLetters
-from mailer.sdk.failures import RedisFailures
-from mailer.sdk.mail import Mail, check_tenant_id
-from mailer.sdk.status import JobStatus
-from mailer.sdk.suppression import Suppressions
+from fairpost.config import Settings, load_settings
+from fairpost.config.limits import budget_exceeded
+from fairpost.dispatcher.jobs import NewJob, check_priority
+from fairpost.dispatcher.keys import Keys
+from fairpost.dispatcher.lifecycle import Lifecycle, SyncLifecycle
+from fairpost.dispatcher.store import JobStore, SyncJobStore, store_limits
+from fairpost.mailer.errors import InvalidMail
+from fairpost.mailer.sdk.attachments import Attachment
+from fairpost.mailer.sdk.compose import mail_job
+from fairpost.mailer.sdk.connection import AsyncRedisOwner, RedisOwner
+from fairpost.mailer.sdk.dead import DeadLetters
+from fairpost.mailer.sdk.failures import RedisFailures
+from fairpost.mailer.sdk.mail import Mail, check_tenant_id
+from fairpost.mailer.sdk.status import JobStatus
+from fairpost.mailer.sdk.suppression import Suppressions
 
 __all__ = ["MAIL_KIND", "AsyncMailClient", "MailClient"]
 
@@ -70,7 +70,7 @@ class BaseMailClient:
             if not mail.sender and default_sender:
                 # The tenant's default_sender (FAIRPOST_TENANTS) fills a mail sent without one.
                 mail = dataclasses.replace(mail, sender=default_sender)
-            # Validation, send options and where the content goes: mailer.sdk.compose.
+            # Validation, send options and where the content goes: fairpost.mailer.sdk.compose.
             prefix = f"mails[{index}]." if many else ""
             job = mail_job(
                 settings,

@@ -13,14 +13,14 @@ from __future__ import annotations
 import json
 from datetime import datetime
 
-from config import Settings
-from dispatcher.jobs import NewJob, new_job_id
-from dispatcher.keys import Keys
-from mailer.errors import InvalidMail
-from mailer.sdk.attachments import check_attachments
-from mailer.sdk.envelope import STORED_MARK
-from mailer.sdk.mail import Mail, ValidMail, validate
-from mailer.sdk.mime import SES_MAX_MESSAGE_BYTES, build_mime
+from fairpost.config import Settings
+from fairpost.dispatcher.jobs import NewJob, new_job_id
+from fairpost.dispatcher.keys import Keys
+from fairpost.mailer.errors import InvalidMail
+from fairpost.mailer.sdk.attachments import check_attachments
+from fairpost.mailer.sdk.envelope import STORED_MARK
+from fairpost.mailer.sdk.mail import Mail, ValidMail, validate
+from fairpost.mailer.sdk.mime import SES_MAX_MESSAGE_BYTES, build_mime
 
 INLINE_MAX_BYTES = 256 * 1024
 """A mail's JSON up to this size travels inside its SQS message; a bigger one

@@ -1,9 +1,9 @@
 """Settings and a Redis connection, for every blocking or asyncio client fairpost
-hands out (:class:`~mailer.sdk.client.MailClient`, :class:`~mailer.sdk.dead.DeadLetters`,
-:class:`~mailer.quota.overrides.QuotaAdmin`, :class:`~mailer.sdk.client.AsyncMailClient`).
+hands out (:class:`~fairpost.mailer.sdk.client.MailClient`, :class:`~fairpost.mailer.sdk.dead.DeadLetters`,
+:class:`~fairpost.mailer.quota.overrides.QuotaAdmin`, :class:`~fairpost.mailer.sdk.client.AsyncMailClient`).
 
 A client given a ``redis_client`` uses it and leaves it open: its owner
-closes it. A client that opened its own connection (:mod:`dispatcher.connect`:
+closes it. A client that opened its own connection (:mod:`fairpost.dispatcher.connect`:
 ``FAIRPOST_REDIS_URL``, or a cluster or Sentinel by the settings) closes it on
 :meth:`close` or at the end of its ``with`` block.
 """
@@ -16,8 +16,8 @@ from typing import Self
 import redis
 import redis.asyncio
 
-from config import Settings, load_settings
-from dispatcher import connect
+from fairpost.config import Settings, load_settings
+from fairpost.dispatcher import connect
 
 __all__ = ["AsyncRedisOwner", "RedisOwner", "timeouts"]
 

@@ -22,16 +22,16 @@ from typing import Any
 
 import redis
 
-from config import Settings
-from dispatcher.errors import NotReplayable, UnknownJob
-from dispatcher.keys import Keys
-from dispatcher.lifecycle import SyncLifecycle
-from dispatcher.record import has_payload
-from dispatcher.store import store_limits
-from mailer.sdk.connection import RedisOwner
-from mailer.sdk.failures import redis_operation
-from mailer.sdk.mail import check_tenant_id
-from mailer.sdk.status import json_fields, record_time
+from fairpost.config import Settings
+from fairpost.dispatcher.errors import NotReplayable, UnknownJob
+from fairpost.dispatcher.keys import Keys
+from fairpost.dispatcher.lifecycle import SyncLifecycle
+from fairpost.dispatcher.record import has_payload
+from fairpost.dispatcher.store import store_limits
+from fairpost.mailer.sdk.connection import RedisOwner
+from fairpost.mailer.sdk.failures import redis_operation
+from fairpost.mailer.sdk.mail import check_tenant_id
+from fairpost.mailer.sdk.status import json_fields, record_time
 
 __all__ = ["DeadLetter", "DeadLetters", "ReplayReport"]
 

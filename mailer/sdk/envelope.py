@@ -18,8 +18,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from mailer.errors import PoisonMessage
-from mailer.sdk.mail import ValidMail
+from fairpost.mailer.errors import PoisonMessage
+from fairpost.mailer.sdk.mail import ValidMail
 
 ENVELOPE_VERSION = 1
 CLAIM_CHECK_VERSION = 2
@@ -27,7 +27,7 @@ READABLE_VERSIONS = (ENVELOPE_VERSION, CLAIM_CHECK_VERSION)
 
 STORED_MARK = '{"content":"stored",'
 """How a job payload whose content is stored beside the record begins (see
-:func:`mailer.compose.stored_payload`); no version 1 payload begins so."""
+:func:`fairpost.mailer.sdk.compose.stored_payload`); no version 1 payload begins so."""
 
 
 @dataclass(frozen=True)

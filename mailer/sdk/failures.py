@@ -2,7 +2,7 @@
 
 Any redis-py error (one server, Cluster or Sentinel: they all derive from
 ``redis.RedisError``) raised inside :meth:`RedisFailures.wrap` becomes a
-:class:`mailer.errors.RedisFailed` that names the operation, the Redis URL
+:class:`fairpost.mailer.errors.RedisFailed` that names the operation, the Redis URL
 with its password masked, the timeout, and whether the write may have been
 done all the same, so that the caller knows whether retrying is safe.
 """
@@ -17,9 +17,9 @@ from urllib.parse import urlsplit
 
 import redis.exceptions
 
-from config import Settings, mask_url
-from dispatcher.errors import NotReplicated
-from mailer.errors import RedisFailed
+from fairpost.config import Settings, mask_url
+from fairpost.dispatcher.errors import NotReplicated
+from fairpost.mailer.errors import RedisFailed
 
 WRITES = frozenset({"enqueue", "cancel"})
 """Operations that change something in Redis."""

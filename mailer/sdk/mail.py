@@ -11,9 +11,9 @@ from typing import Any
 
 from email_validator import EmailNotValidError, validate_email
 
-from config.tenant_id import TENANT_ID_RULE, is_valid_tenant_id
-from mailer.errors import InvalidMail
-from mailer.sdk.attachments import Attachment
+from fairpost.config.tenant_id import TENANT_ID_RULE, is_valid_tenant_id
+from fairpost.mailer.errors import InvalidMail
+from fairpost.mailer.sdk.attachments import Attachment
 
 MAX_RECIPIENTS = 50
 """SES's limit on To + Cc + Bcc of one message."""
@@ -38,7 +38,7 @@ class Mail:
     reply_to: Sequence[str] | str = ()
     headers: Mapping[str, str] | None = field(default=None)
     attachments: Sequence[Attachment] = ()
-    """Sent as a MIME message (``Content.Raw``); see :mod:`mailer.sdk.mime`."""
+    """Sent as a MIME message (``Content.Raw``); see :mod:`fairpost.mailer.sdk.mime`."""
     idempotency_key: str | None = None
     """A second mail of the tenant with this key, within FAIRPOST_IDEMPOTENCY_TTL, is not enqueued."""
     send_at: datetime | None = None

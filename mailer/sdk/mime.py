@@ -10,9 +10,9 @@ from email import policy
 from email.errors import MessageError
 from email.message import EmailMessage
 
-from mailer.errors import InvalidMail
-from mailer.sdk.attachments import Attachment
-from mailer.sdk.mail import ValidMail
+from fairpost.mailer.errors import InvalidMail
+from fairpost.mailer.sdk.attachments import Attachment
+from fairpost.mailer.sdk.mail import ValidMail
 
 SES_MAX_MESSAGE_BYTES = 40_000_000
 """SES v2's limit on one message, attachments (base64-encoded) included."""

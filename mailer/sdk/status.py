@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from dispatcher.errors import UnknownJob
+from fairpost.dispatcher.errors import UnknownJob
 
 
 @dataclass(frozen=True)

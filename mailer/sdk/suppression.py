@@ -6,7 +6,7 @@ operator adds or removes addresses by hand (``fairpost suppression``, or
 :class:`Suppressions` from an admin tool). The sender drops a suppressed
 recipient before sending; a mail left with none ends ``suppressed``.
 
-One hash per tenant (:meth:`dispatcher.keys.Keys.suppressed`): the address in
+One hash per tenant (:meth:`fairpost.dispatcher.keys.Keys.suppressed`): the address in
 lower case → ``"<reason> <ms>"``. A look-up is one ``HMGET`` per group of
 mail, whatever the list's length. This module owns the format: everything
 else reads and writes the lists through it.
@@ -28,13 +28,13 @@ from typing import Any, Literal
 import redis
 import redis.asyncio
 
-from config import Settings
-from config.tenant_id import TENANT_ID_RULE, is_valid_tenant_id
-from dispatcher.keys import Keys
-from dispatcher.replies import text, time_ms
-from mailer.errors import InvalidSuppression
-from mailer.sdk.connection import RedisOwner
-from mailer.sdk.failures import redis_operation
+from fairpost.config import Settings
+from fairpost.config.tenant_id import TENANT_ID_RULE, is_valid_tenant_id
+from fairpost.dispatcher.keys import Keys
+from fairpost.dispatcher.replies import text, time_ms
+from fairpost.mailer.errors import InvalidSuppression
+from fairpost.mailer.sdk.connection import RedisOwner
+from fairpost.mailer.sdk.failures import redis_operation
 
 __all__ = ["Reason", "Suppression", "Suppressions", "normalize", "suppress", "suppressed_among"]
 
@@ -104,7 +104,7 @@ class Suppressions(RedisOwner):
     """The suppression lists, for admin tools (what ``fairpost suppression`` uses).
 
     Blocking; needs only the SDK's dependencies. Bad input raises
-    :class:`mailer.errors.InvalidSuppression` naming the field and writes nothing.
+    :class:`fairpost.mailer.errors.InvalidSuppression` naming the field and writes nothing.
     """
 
     def __init__(self, settings: Settings | None = None, *, redis_client: redis.Redis | None = None) -> None:

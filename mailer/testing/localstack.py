@@ -23,9 +23,9 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
-from mailer.errors import ServiceError
-from mailer.testing.services import die_with_parent, free_port
-from mailer.testing.wait import wait_for
+from fairpost.mailer.errors import ServiceError
+from fairpost.mailer.testing.services import die_with_parent, free_port
+from fairpost.mailer.testing.wait import wait_for
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 INSTALL_SCRIPT = REPO_ROOT / "scripts" / "install-localstack.sh"

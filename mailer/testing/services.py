@@ -35,8 +35,8 @@ from urllib.parse import urlsplit
 
 import redis
 
-from mailer.errors import ServiceError, TimedOut
-from mailer.testing.wait import wait_for
+from fairpost.mailer.errors import ServiceError, TimedOut
+from fairpost.mailer.testing.wait import wait_for
 
 __all__ = [
     "ManagedProcess",

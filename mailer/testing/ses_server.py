@@ -7,7 +7,7 @@ protocol well enough for botocore's ``sesv2`` client. Point a client at it with
 ``endpoint_url=ses.url`` or ``AWS_ENDPOINT_URL_SESV2=ses.url``.
 
 It answers these operations (and SES v2 tenants and reputation entities, and
-publishes SES events to SQS: :mod:`mailer.testing.ses_tenancy`):
+publishes SES events to SQS: :mod:`fairpost.mailer.testing.ses_tenancy`):
 
 - ``SendEmail`` (``POST /v2/email/outbound-emails``): 200 ``{"MessageId": ...}``
   and a :class:`SentMail` recorded, or an error answer exactly as SES v2 sends
@@ -56,9 +56,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, ClassVar, Literal
 from urllib.parse import urlsplit
 
-from mailer.errors import RefusedRequest
-from mailer.testing.services import free_port
-from mailer.testing.ses_tenancy import EventSink, TenantBook, ses_event, simulator_events
+from fairpost.mailer.errors import RefusedRequest
+from fairpost.mailer.testing.services import free_port
+from fairpost.mailer.testing.ses_tenancy import EventSink, TenantBook, ses_event, simulator_events
 
 __all__ = [
     "JOB_ID_TAG",

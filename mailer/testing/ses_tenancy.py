@@ -43,10 +43,10 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import unquote
 
-from mailer.errors import RefusedRequest
+from fairpost.mailer.errors import RefusedRequest
 
 if TYPE_CHECKING:
-    from mailer.testing.ses_server import SentMail
+    from fairpost.mailer.testing.ses_server import SentMail
 
 ACCOUNT = "123456789012"
 REGION = "us-east-1"

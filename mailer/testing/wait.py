@@ -13,7 +13,7 @@ import inspect
 import time
 from collections.abc import Awaitable, Callable
 
-from mailer.errors import TimedOut
+from fairpost.mailer.errors import TimedOut
 
 __all__ = ["TimedOut", "wait_for", "wait_for_async"]
 

@@ -22,7 +22,7 @@ concurrent receivers never share a group                  **no**  yes
 So: moto is fine for single-receiver pipeline tests; anything that depends on
 order after a timeout, the dedup window or several receivers (replicas) runs
 against LocalStack; anything that parks a group's head and hands the rest
-back (a throttled tenant, mailer.daemon.group) and counts what stays in
+back (a throttled tenant, fairpost.mailer.daemon.group) and counts what stays in
 flight runs against moto with one receiver.
 """
 
@@ -37,8 +37,8 @@ from typing import Any
 
 import pytest
 
-from mailer.errors import TimedOut
-from mailer.testing.wait import wait_for
+from fairpost.mailer.errors import TimedOut
+from fairpost.mailer.testing.wait import wait_for
 from tests.contract import emulators
 from tests.contract.conftest import FifoQueue, MakeQueue, SQSClient
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import redis.asyncio
 
-from mailer.quota.engine import QuotaEngine
+from fairpost.mailer.quota.engine import QuotaEngine
 from tests.support import KEYS
 
 

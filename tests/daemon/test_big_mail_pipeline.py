@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import pytest
 
-from dispatcher.jobs import JobState
-from mailer import AsyncMailClient
-from mailer.sdk.mail import Mail
-from mailer.testing.ses_server import SesServer
-from mailer.testing.wait import wait_for_async
+from fairpost import AsyncMailClient
+from fairpost.dispatcher.jobs import JobState
+from fairpost.mailer.sdk.mail import Mail
+from fairpost.mailer.testing.ses_server import SesServer
+from fairpost.mailer.testing.wait import wait_for_async
 from tests.support.pipeline import pipeline, quick_settings
 
 # Every test here runs against moto (SQS) and the recording SES.

@@ -8,9 +8,9 @@ import pytest
 import redis.asyncio.connection
 from redis._parsers import _AsyncHiredisParser
 
-from mailer import AsyncMailClient
-from mailer.testing.ses_server import SesServer
-from mailer.testing.wait import wait_for_async
+from fairpost import AsyncMailClient
+from fairpost.mailer.testing.ses_server import SesServer
+from fairpost.mailer.testing.wait import wait_for_async
 from tests.support.pipeline import pipeline, quick_settings
 
 

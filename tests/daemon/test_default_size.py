@@ -6,10 +6,10 @@ import os
 
 import pytest
 
-from config import load_settings
-from mailer import AsyncMailClient, Attachment
-from mailer.testing.ses_server import SesServer
-from mailer.testing.wait import wait_for_async
+from fairpost import AsyncMailClient, Attachment
+from fairpost.config import load_settings
+from fairpost.mailer.testing.ses_server import SesServer
+from fairpost.mailer.testing.wait import wait_for_async
 from tests.support.pipeline import pipeline
 
 # Every test here runs the pipeline against moto (SQS) and the recording SES.

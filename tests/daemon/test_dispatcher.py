@@ -9,14 +9,14 @@ from collections.abc import Callable, Sequence
 import pytest
 import redis.asyncio
 
-from dispatcher.jobs import Job, JobState
-from dispatcher.keys import Keys
-from dispatcher.lifecycle import PROMOTE_BATCH, Lifecycle
-from dispatcher.replies import time_ms
-from dispatcher.runner import Dispatcher
-from dispatcher.store import JobStore, NewJob, StoreLimits
-from dispatcher.worker import Dead, Done, HandedOff, Outcome
-from mailer.testing.wait import wait_for_async
+from fairpost.dispatcher.jobs import Job, JobState
+from fairpost.dispatcher.keys import Keys
+from fairpost.dispatcher.lifecycle import PROMOTE_BATCH, Lifecycle
+from fairpost.dispatcher.replies import time_ms
+from fairpost.dispatcher.runner import Dispatcher
+from fairpost.dispatcher.store import JobStore, NewJob, StoreLimits
+from fairpost.dispatcher.worker import Dead, Done, HandedOff, Outcome
+from fairpost.mailer.testing.wait import wait_for_async
 from tests.support import KEYS, entry_ids
 
 

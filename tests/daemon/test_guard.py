@@ -9,17 +9,17 @@ import pytest
 import redis
 import redis.asyncio
 
-from config import Settings, load_settings
-from config.limits import format_limits, parse_limits
-from dispatcher.keys import Keys
-from mailer.cli import main
-from mailer.daemon.ses import send_email_request
-from mailer.errors import InvalidSuppression
-from mailer.quota.overrides import QuotaAdmin
-from mailer.quota.reputation import GuardState, ReputationBook, lift_guard, throttled
-from mailer.sdk.envelope import Envelope
-from mailer.sdk.mail import Mail, validate
-from mailer.sdk.suppression import Suppressions
+from fairpost.config import Settings, load_settings
+from fairpost.config.limits import format_limits, parse_limits
+from fairpost.dispatcher.keys import Keys
+from fairpost.mailer.cli import main
+from fairpost.mailer.daemon.ses import send_email_request
+from fairpost.mailer.errors import InvalidSuppression
+from fairpost.mailer.quota.overrides import QuotaAdmin
+from fairpost.mailer.quota.reputation import GuardState, ReputationBook, lift_guard, throttled
+from fairpost.mailer.sdk.envelope import Envelope
+from fairpost.mailer.sdk.mail import Mail, validate
+from fairpost.mailer.sdk.suppression import Suppressions
 
 KEYS = Keys()
 
@@ -204,7 +204,7 @@ def test_every_send_names_the_tenants_ses_tenant(redis_url: str) -> None:
 
 
 def test_the_mail_client_administers_suppressions_on_its_connection(settings: Settings) -> None:
-    from mailer import MailClient
+    from fairpost import MailClient
 
     with MailClient(settings) as client:
         lists = client.suppressions()

@@ -11,18 +11,18 @@ import boto3
 import pytest
 import redis.asyncio
 
-from config import load_settings
-from dispatcher.jobs import Job, NewJob
-from dispatcher.keys import Keys
-from dispatcher.replies import time_ms
-from dispatcher.runner import Dispatcher
-from dispatcher.store import JobStore, StoreLimits
-from dispatcher.worker import Dead, HandedOff, Retry
-from mailer.daemon.aws import SQS_CONFIG, session
-from mailer.daemon.handoff import MailWorker
-from mailer.ops.queue_setup import init_queue
-from mailer.sdk.mail import Mail, validate
-from mailer.testing.wait import wait_for_async
+from fairpost.config import load_settings
+from fairpost.dispatcher.jobs import Job, NewJob
+from fairpost.dispatcher.keys import Keys
+from fairpost.dispatcher.replies import time_ms
+from fairpost.dispatcher.runner import Dispatcher
+from fairpost.dispatcher.store import JobStore, StoreLimits
+from fairpost.dispatcher.worker import Dead, HandedOff, Retry
+from fairpost.mailer.daemon.aws import SQS_CONFIG, session
+from fairpost.mailer.daemon.handoff import MailWorker
+from fairpost.mailer.ops.queue_setup import init_queue
+from fairpost.mailer.sdk.mail import Mail, validate
+from fairpost.mailer.testing.wait import wait_for_async
 
 
 def mail_job(job_id: str, tenant: str) -> Job:

@@ -15,8 +15,8 @@ from contextlib import asynccontextmanager
 import aiohttp
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from mailer.daemon.http import Check, HttpServer
-from mailer.daemon.metrics import Metrics
+from fairpost.mailer.daemon.http import Check, HttpServer
+from fairpost.mailer.daemon.metrics import Metrics
 
 ALIVE = Check(True, "running: sender")
 READY = Check(True, "Redis and SQS answer")

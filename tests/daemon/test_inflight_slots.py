@@ -11,13 +11,13 @@ import asyncio
 
 import redis.asyncio
 
-from config.limits import Limits, Window
-from dispatcher.replies import time_ms
-from dispatcher.store import JobStore, NewJob, StoreLimits
-from mailer.daemon.gate import Gate
-from mailer.daemon.slots import SlotKeeper
-from mailer.quota.engine import QuotaEngine
-from mailer.testing.wait import wait_for_async
+from fairpost.config.limits import Limits, Window
+from fairpost.dispatcher.replies import time_ms
+from fairpost.dispatcher.store import JobStore, NewJob, StoreLimits
+from fairpost.mailer.daemon.gate import Gate
+from fairpost.mailer.daemon.slots import SlotKeeper
+from fairpost.mailer.quota.engine import QuotaEngine
+from fairpost.mailer.testing.wait import wait_for_async
 from tests.support import KEYS
 
 TTL_MS = 2_000

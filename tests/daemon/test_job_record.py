@@ -13,13 +13,13 @@ import redis
 import redis.asyncio
 
 from bench.scale_redis import mail_payload
-from dispatcher.jobs import JobState
-from dispatcher.lifecycle import Lifecycle, SyncLifecycle
-from dispatcher.record import ENTRY_SEP, has_payload
-from dispatcher.replies import text
-from dispatcher.store import JobStore, NewJob, StoreLimits
-from dispatcher.stranded import StrandedJobs
-from mailer.testing.services import redis_server
+from fairpost.dispatcher.jobs import JobState
+from fairpost.dispatcher.lifecycle import Lifecycle, SyncLifecycle
+from fairpost.dispatcher.record import ENTRY_SEP, has_payload
+from fairpost.dispatcher.replies import text
+from fairpost.dispatcher.store import JobStore, NewJob, StoreLimits
+from fairpost.dispatcher.stranded import StrandedJobs
+from fairpost.mailer.testing.services import redis_server
 from tests.support import KEYS, entry_ids
 
 PAYLOAD = '{"subject":"Grüße","text":"' + ("Ünïcödé → 東京 🚀 " * 60)[:900] + '"}'

@@ -1,10 +1,10 @@
-"""How long a short claim waits for company (dispatcher.linger), on a clock the test moves."""
+"""How long a short claim waits for company (fairpost.dispatcher.linger), on a clock the test moves."""
 
 from __future__ import annotations
 
 import pytest
 
-from dispatcher.linger import Linger
+from fairpost.dispatcher.linger import Linger
 
 
 class Clock:

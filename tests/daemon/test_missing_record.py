@@ -5,10 +5,10 @@ from __future__ import annotations
 import boto3
 import pytest
 
-from mailer import AsyncMailClient
-from mailer.daemon.sender import Received
-from mailer.ops.queue_setup import init_queue
-from mailer.testing.ses_server import SesServer
+from fairpost import AsyncMailClient
+from fairpost.mailer.daemon.sender import Received
+from fairpost.mailer.ops.queue_setup import init_queue
+from fairpost.mailer.testing.ses_server import SesServer
 from tests.support import message_body
 from tests.support.pipeline import quick_settings, sender_only
 

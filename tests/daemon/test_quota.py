@@ -15,10 +15,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from redis.asyncio import Redis
 
-from config.limits import Window
-from dispatcher.replies import time_ms
-from mailer.quota.engine import NEVER, Grant, QuotaEngine
-from mailer.testing.wait import wait_for_async
+from fairpost.config.limits import Window
+from fairpost.dispatcher.replies import time_ms
+from fairpost.mailer.quota.engine import NEVER, Grant, QuotaEngine
+from fairpost.mailer.testing.wait import wait_for_async
 from tests.support import KEYS
 
 BUCKETS = 20

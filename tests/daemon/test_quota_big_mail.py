@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 from redis.asyncio import Redis
 
-from config.limits import Window
-from mailer.quota.engine import NEVER, QuotaEngine, never_fits_reason
+from fairpost.config.limits import Window
+from fairpost.mailer.quota.engine import NEVER, QuotaEngine, never_fits_reason
 from tests.support import KEYS
 
 BUCKETS = 20

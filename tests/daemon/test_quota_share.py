@@ -13,8 +13,8 @@ from collections import Counter
 
 import pytest
 
-from config import parse_limits
-from mailer.quota.engine import QuotaEngine
+from fairpost.config import parse_limits
+from fairpost.mailer.quota.engine import QuotaEngine
 
 GLOBAL = parse_limits("12/second")
 TENANT = parse_limits("1000/second")

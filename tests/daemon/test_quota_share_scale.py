@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import redis.asyncio
 
-from config.limits import Window
-from mailer.quota.engine import QuotaEngine
+from fairpost.config.limits import Window
+from fairpost.mailer.quota.engine import QuotaEngine
 from tests.support import KEYS
 
 T0 = 1_700_000_000_000 - 1_700_000_000_000 % 86_400_000

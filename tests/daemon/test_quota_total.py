@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from config.limits import Window
-from dispatcher.replies import time_ms
-from mailer.quota.engine import SHARE_PARTS, QuotaEngine
+from fairpost.config.limits import Window
+from fairpost.dispatcher.replies import time_ms
+from fairpost.mailer.quota.engine import SHARE_PARTS, QuotaEngine
 from tests.daemon.test_quota import AHEAD, BUCKETS, T0, assert_consistent
 from tests.support import KEYS
 

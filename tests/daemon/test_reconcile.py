@@ -14,21 +14,21 @@ import boto3
 import pytest
 import redis.asyncio
 
-from config import Settings, load_settings
-from dispatcher.jobs import JobState
-from dispatcher.keys import Keys
-from dispatcher.replies import time_ms
-from dispatcher.store import JobStore, NewJob, StoreLimits
-from dispatcher.stranded import StrandedJobs
-from mailer import AsyncMailClient
-from mailer.daemon.handoff import MailWorker
-from mailer.daemon.health import Heartbeat, Liveness, sender_alive
-from mailer.daemon.metrics import Metrics
-from mailer.daemon.reconcile import Reconciler, ReconcileReport
-from mailer.ops.stats import collect_stats
-from mailer.sdk.mail import Mail
-from mailer.testing.ses_server import SesServer
-from mailer.testing.wait import wait_for_async
+from fairpost import AsyncMailClient
+from fairpost.config import Settings, load_settings
+from fairpost.dispatcher.jobs import JobState
+from fairpost.dispatcher.keys import Keys
+from fairpost.dispatcher.replies import time_ms
+from fairpost.dispatcher.store import JobStore, NewJob, StoreLimits
+from fairpost.dispatcher.stranded import StrandedJobs
+from fairpost.mailer.daemon.handoff import MailWorker
+from fairpost.mailer.daemon.health import Heartbeat, Liveness, sender_alive
+from fairpost.mailer.daemon.metrics import Metrics
+from fairpost.mailer.daemon.reconcile import Reconciler, ReconcileReport
+from fairpost.mailer.ops.stats import collect_stats
+from fairpost.mailer.sdk.mail import Mail
+from fairpost.mailer.testing.ses_server import SesServer
+from fairpost.mailer.testing.wait import wait_for_async
 from tests.support.pipeline import Running, pipeline, quick_settings
 
 

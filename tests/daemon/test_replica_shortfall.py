@@ -10,9 +10,9 @@ from collections.abc import AsyncIterator
 import pytest
 import redis.asyncio
 
-from dispatcher.durable import replica_shortfall
-from mailer.testing.services import redis_server
-from mailer.testing.wait import wait_for_async
+from fairpost.dispatcher.durable import replica_shortfall
+from fairpost.mailer.testing.services import redis_server
+from fairpost.mailer.testing.wait import wait_for_async
 
 
 @pytest.fixture

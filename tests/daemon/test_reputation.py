@@ -19,19 +19,19 @@ import pytest
 import redis
 import redis.asyncio
 
-from config import Settings
-from dispatcher.keys import Keys
-from mailer import AsyncMailClient
-from mailer.daemon.metrics import Metrics
-from mailer.daemon.ses_events import parse_event
-from mailer.ops.queue_setup import init_events_queue
-from mailer.ops.stats import collect_stats
-from mailer.quota.overrides import QuotaAdmin
-from mailer.quota.reputation import GuardState
-from mailer.sdk.suppression import Suppressions
-from mailer.testing.ses_server import SentMail, SesServer
-from mailer.testing.ses_tenancy import EventSink, ses_event, wrap
-from mailer.testing.wait import wait_for_async as wait_for
+from fairpost import AsyncMailClient
+from fairpost.config import Settings
+from fairpost.dispatcher.keys import Keys
+from fairpost.mailer.daemon.metrics import Metrics
+from fairpost.mailer.daemon.ses_events import parse_event
+from fairpost.mailer.ops.queue_setup import init_events_queue
+from fairpost.mailer.ops.stats import collect_stats
+from fairpost.mailer.quota.overrides import QuotaAdmin
+from fairpost.mailer.quota.reputation import GuardState
+from fairpost.mailer.sdk.suppression import Suppressions
+from fairpost.mailer.testing.ses_server import SentMail, SesServer
+from fairpost.mailer.testing.ses_tenancy import EventSink, ses_event, wrap
+from fairpost.mailer.testing.wait import wait_for_async as wait_for
 from tests.support.pipeline import pipeline, quick_settings
 
 EVENTS_QUEUE = "fairpost-events"

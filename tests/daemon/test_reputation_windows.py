@@ -12,10 +12,10 @@ from collections.abc import AsyncIterator
 import pytest
 import redis.asyncio
 
-from config import Settings, load_settings
-from dispatcher.keys import Keys
-from dispatcher.replies import time_ms
-from mailer.quota.reputation import GuardState, ReputationBook, WindowCounts, lift_guard
+from fairpost.config import Settings, load_settings
+from fairpost.dispatcher.keys import Keys
+from fairpost.dispatcher.replies import time_ms
+from fairpost.mailer.quota.reputation import GuardState, ReputationBook, WindowCounts, lift_guard
 
 KEYS = Keys("rep-windows")
 DAY = 86_400

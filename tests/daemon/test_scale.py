@@ -12,13 +12,13 @@ from typing import Any
 import pytest
 import redis.asyncio
 
-from config import load_settings
-from dispatcher.jobs import Job, JobState
-from dispatcher.keys import TOTAL_INFLIGHT, TOTAL_WAITING, Keys
-from dispatcher.lifecycle import Lifecycle
-from dispatcher.store import JobStore, NewJob, StoreLimits
-from mailer.ops.stats import collect_stats
-from mailer.testing.wait import wait_for_async
+from fairpost.config import load_settings
+from fairpost.dispatcher.jobs import Job, JobState
+from fairpost.dispatcher.keys import TOTAL_INFLIGHT, TOTAL_WAITING, Keys
+from fairpost.dispatcher.lifecycle import Lifecycle
+from fairpost.dispatcher.store import JobStore, NewJob, StoreLimits
+from fairpost.mailer.ops.stats import collect_stats
+from fairpost.mailer.testing.wait import wait_for_async
 from tests.support import entry_ids
 
 

@@ -13,14 +13,14 @@ from typing import Any
 import boto3
 import pytest
 
-from dispatcher.jobs import JobState
-from mailer import AsyncMailClient
-from mailer.daemon.sender import Received
-from mailer.ops.queue_setup import init_queue
-from mailer.sdk.envelope import encode
-from mailer.sdk.mail import Mail, validate
-from mailer.testing.ses_server import Faults, SesServer
-from mailer.testing.wait import wait_for_async
+from fairpost import AsyncMailClient
+from fairpost.dispatcher.jobs import JobState
+from fairpost.mailer.daemon.sender import Received
+from fairpost.mailer.ops.queue_setup import init_queue
+from fairpost.mailer.sdk.envelope import encode
+from fairpost.mailer.sdk.mail import Mail, validate
+from fairpost.mailer.testing.ses_server import Faults, SesServer
+from fairpost.mailer.testing.wait import wait_for_async
 from tests.support import message_body
 from tests.support.pipeline import pipeline, quick_settings, sender_only
 
@@ -301,7 +301,7 @@ async def test_an_unreadable_message_that_names_its_job_ends_that_job_dead(
 def test_ses_error_text_never_carries_an_address() -> None:
     from botocore.exceptions import ClientError
 
-    from mailer.daemon.ses import classify
+    from fairpost.mailer.daemon.ses import classify
 
     error = ClientError(
         {

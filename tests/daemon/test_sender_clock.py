@@ -13,13 +13,13 @@ import boto3
 import pytest
 import redis.asyncio
 
-from dispatcher.jobs import JobState
-from dispatcher.replies import time_ms
-from mailer import AsyncMailClient
-from mailer.daemon.sender import Received
-from mailer.ops.queue_setup import init_queue
-from mailer.quota.overrides import StaticLimits
-from mailer.testing.ses_server import SesServer
+from fairpost import AsyncMailClient
+from fairpost.dispatcher.jobs import JobState
+from fairpost.dispatcher.replies import time_ms
+from fairpost.mailer.daemon.sender import Received
+from fairpost.mailer.ops.queue_setup import init_queue
+from fairpost.mailer.quota.overrides import StaticLimits
+from fairpost.mailer.testing.ses_server import SesServer
 from tests.support import message_body
 from tests.support.pipeline import quick_settings, sender_only
 

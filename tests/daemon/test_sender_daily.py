@@ -8,10 +8,10 @@ again), instead of retrying every 0.5 to 30 seconds for hours.
 
 from __future__ import annotations
 
-from mailer import AsyncMailClient
-from mailer.sdk.mail import Mail
-from mailer.testing.ses_server import SesServer
-from mailer.testing.wait import wait_for_async
+from fairpost import AsyncMailClient
+from fairpost.mailer.sdk.mail import Mail
+from fairpost.mailer.testing.ses_server import SesServer
+from fairpost.mailer.testing.wait import wait_for_async
 from tests.support.pipeline import pipeline, quick_settings
 
 

@@ -6,11 +6,11 @@ import asyncio
 
 import redis.asyncio
 
-from config import load_settings
-from dispatcher.keys import Keys
-from mailer.daemon.gate import Gate
-from mailer.quota.engine import QuotaEngine
-from mailer.quota.overrides import StaticLimits
+from fairpost.config import load_settings
+from fairpost.dispatcher.keys import Keys
+from fairpost.mailer.daemon.gate import Gate
+from fairpost.mailer.quota.engine import QuotaEngine
+from fairpost.mailer.quota.overrides import StaticLimits
 
 
 async def first_decision(gate: Gate) -> float:

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import boto3
 
-from mailer import AsyncMailClient
-from mailer.daemon.sender import Received
-from mailer.ops.queue_setup import init_queue
-from mailer.sdk.mail import Mail
-from mailer.testing.ses_server import SesServer
-from mailer.testing.wait import wait_for_async
+from fairpost import AsyncMailClient
+from fairpost.mailer.daemon.sender import Received
+from fairpost.mailer.ops.queue_setup import init_queue
+from fairpost.mailer.sdk.mail import Mail
+from fairpost.mailer.testing.ses_server import SesServer
+from fairpost.mailer.testing.wait import wait_for_async
 from tests.support import message_body
 from tests.support.pipeline import pipeline, quick_settings, sender_only
 

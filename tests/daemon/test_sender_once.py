@@ -15,10 +15,10 @@ import pytest
 import redis.asyncio.client
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from dispatcher.jobs import JobState
-from mailer import AsyncMailClient
-from mailer.testing.ses_server import Faults, SesServer
-from mailer.testing.wait import wait_for_async
+from fairpost import AsyncMailClient
+from fairpost.dispatcher.jobs import JobState
+from fairpost.mailer.testing.ses_server import Faults, SesServer
+from fairpost.mailer.testing.wait import wait_for_async
 from tests.daemon.test_sender import queue_is_empty
 from tests.support.pipeline import Running, pipeline, quick_settings
 

@@ -9,11 +9,11 @@ mail: a visibility change per timed wait, a hand-back, a receive again.)"""
 
 from __future__ import annotations
 
-from dispatcher.jobs import JobState
-from mailer import AsyncMailClient
-from mailer.sdk.mail import Mail
-from mailer.testing.ses_server import SesServer
-from mailer.testing.wait import wait_for_async
+from fairpost import AsyncMailClient
+from fairpost.dispatcher.jobs import JobState
+from fairpost.mailer.sdk.mail import Mail
+from fairpost.mailer.testing.ses_server import SesServer
+from fairpost.mailer.testing.wait import wait_for_async
 from tests.support.pipeline import pipeline, quick_settings
 
 TENANTS = ("a", "b", "c", "d", "e", "f")

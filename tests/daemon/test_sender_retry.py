@@ -1,6 +1,6 @@
 """A tenant over a per-second quota is asked again the moment its quota frees.
 
-The sender times waits under ``PRECISE_WAIT_MAX`` itself (mailer.daemon.sender),
+The sender times waits under ``PRECISE_WAIT_MAX`` itself (fairpost.mailer.daemon.sender),
 because SQS counts visibility in whole seconds. Every millisecond a timed retry
 comes late is a millisecond of the tenant's quota unused, in every window it
 waits: a deep backlog then gets less than its quota (BENCHMARKS.md,
@@ -16,13 +16,13 @@ from typing import Any
 import boto3
 import pytest
 
-from mailer import AsyncMailClient
-from mailer.daemon.sender import Received, Sender
-from mailer.ops.queue_setup import init_queue
-from mailer.sdk.envelope import decode
-from mailer.sdk.mail import Mail
-from mailer.testing.ses_server import SesServer
-from mailer.testing.wait import wait_for_async
+from fairpost import AsyncMailClient
+from fairpost.mailer.daemon.sender import Received, Sender
+from fairpost.mailer.ops.queue_setup import init_queue
+from fairpost.mailer.sdk.envelope import decode
+from fairpost.mailer.sdk.mail import Mail
+from fairpost.mailer.testing.ses_server import SesServer
+from fairpost.mailer.testing.wait import wait_for_async
 from tests.support import message_body
 from tests.support.pipeline import pipeline, quick_settings, sender_only
 

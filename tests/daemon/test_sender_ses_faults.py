@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import pytest
 
-from dispatcher.jobs import JobState
-from mailer import AsyncMailClient
-from mailer.ops.stats import collect_stats
-from mailer.sdk.mail import Mail
-from mailer.testing.ses_server import Faults, SesError, SesServer
-from mailer.testing.wait import wait_for_async
+from fairpost import AsyncMailClient
+from fairpost.dispatcher.jobs import JobState
+from fairpost.mailer.ops.stats import collect_stats
+from fairpost.mailer.sdk.mail import Mail
+from fairpost.mailer.testing.ses_server import Faults, SesError, SesServer
+from fairpost.mailer.testing.wait import wait_for_async
 from tests.support.pipeline import pipeline, quick_settings
 
 GOOD = ("g1", "g2", "g3", "g4")

@@ -13,20 +13,20 @@ from typing import Any
 import pytest
 import redis.asyncio
 
-from config import load_settings
-from config.limits import Limits, Window, parse_limits
-from dispatcher.keys import Keys
-from mailer.daemon.aws import SES_CONFIG, session
-from mailer.daemon.gate import Gate
-from mailer.daemon.ses_account import (
+from fairpost.config import load_settings
+from fairpost.config.limits import Limits, Window, parse_limits
+from fairpost.dispatcher.keys import Keys
+from fairpost.mailer.daemon.aws import SES_CONFIG, session
+from fairpost.mailer.daemon.gate import Gate
+from fairpost.mailer.daemon.ses_account import (
     SesAccountLimits,
     daily_quota_wait,
     is_daily_quota_exceeded,
     limits_rose,
 )
-from mailer.quota.engine import QuotaEngine
-from mailer.quota.overrides import OverrideCache
-from mailer.testing.ses_server import SesServer
+from fairpost.mailer.quota.engine import QuotaEngine
+from fairpost.mailer.quota.overrides import OverrideCache
+from fairpost.mailer.testing.ses_server import SesServer
 
 # Every test here runs against moto (SQS) and the recording SES.
 pytestmark = pytest.mark.usefixtures("ses_env")

@@ -13,7 +13,7 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError, ConnectionClosedError, EndpointConnectionError, ReadTimeoutError
 
-from mailer.testing.ses_server import (
+from fairpost.mailer.testing.ses_server import (
     JOB_ID_TAG,
     Faults,
     SentMail,

@@ -17,16 +17,16 @@ import redis.asyncio
 from hypothesis import given
 from hypothesis import strategies as st
 
-from config import Settings
-from config.ses_names import ses_tenant_name, tenant_id_of
-from dispatcher.keys import Keys
-from mailer import AsyncMailClient
-from mailer.cli import main
-from mailer.errors import SesTenantError
-from mailer.ops.ses_tenants import set_customer_status, sync_tenants
-from mailer.ops.stats import collect_stats
-from mailer.testing.ses_server import SesServer
-from mailer.testing.wait import wait_for_async as wait_for
+from fairpost import AsyncMailClient
+from fairpost.config import Settings
+from fairpost.config.ses_names import ses_tenant_name, tenant_id_of
+from fairpost.dispatcher.keys import Keys
+from fairpost.mailer.cli import main
+from fairpost.mailer.errors import SesTenantError
+from fairpost.mailer.ops.ses_tenants import set_customer_status, sync_tenants
+from fairpost.mailer.ops.stats import collect_stats
+from fairpost.mailer.testing.ses_server import SesServer
+from fairpost.mailer.testing.wait import wait_for_async as wait_for
 from tests.support.pipeline import pipeline, quick_settings
 
 # -- names ---------------------------------------------------------------------------------

@@ -5,11 +5,11 @@ from __future__ import annotations
 import redis
 import redis.asyncio
 
-from config import load_settings
-from dispatcher.keys import Keys
-from dispatcher.store import JobStore, store_limits
-from mailer.daemon.app import publish_tenant_settings
-from mailer.quota.overrides import QuotaAdmin
+from fairpost.config import load_settings
+from fairpost.dispatcher.keys import Keys
+from fairpost.dispatcher.store import JobStore, store_limits
+from fairpost.mailer.daemon.app import publish_tenant_settings
+from fairpost.mailer.quota.overrides import QuotaAdmin
 
 
 async def test_a_weight_and_cap_removed_from_the_config_stayed_in_redis(

@@ -33,12 +33,12 @@ from botocore.session import get_session
 from prometheus_client import enable_created_metrics
 from prometheus_client.parser import text_string_to_metric_families
 
-from config import ConfigError, Settings, load_settings
-from mailer.daemon.http import Check, HttpServer
-from mailer.daemon.metrics import DEAD_REASONS, SES_RESULTS, THROTTLE_REASONS, Metrics
-from mailer.ops.stats import ScopeStats, Stats, WindowUsage
-from mailer.quota.reputation import WINDOWS as REPUTATION_WINDOWS
-from mailer.quota.reputation import Reputation, WindowCounts
+from fairpost.config import ConfigError, Settings, load_settings
+from fairpost.mailer.daemon.http import Check, HttpServer
+from fairpost.mailer.daemon.metrics import DEAD_REASONS, SES_RESULTS, THROTTLE_REASONS, Metrics
+from fairpost.mailer.ops.stats import ScopeStats, Stats, WindowUsage
+from fairpost.mailer.quota.reputation import WINDOWS as REPUTATION_WINDOWS
+from fairpost.mailer.quota.reputation import Reputation, WindowCounts
 
 ROOT = Path(__file__).resolve().parents[2]
 KUBERNETES = ROOT / "deploy" / "kubernetes"

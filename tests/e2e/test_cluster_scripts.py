@@ -24,28 +24,28 @@ import redis.asyncio
 from redis.commands.core import AsyncScript, Script
 from redis.crc import key_slot
 
-from config import Settings
-from config.limits import parse_limits
-from dispatcher.calls import RING_GOES_HERE, store_limits
-from dispatcher.connect import async_redis_client, redis_client, slot_of
-from dispatcher.jobs import JobState, NewJob
-from dispatcher.keys import Keys
-from dispatcher.lifecycle import Lifecycle, SyncLifecycle
-from dispatcher.scripts import lua_source
-from dispatcher.store import JobStore
-from dispatcher.stranded import StrandedJobs
-from mailer.daemon.feedback import Feedback
-from mailer.quota.engine import QuotaEngine
-from mailer.quota.holds import TenantHolds
-from mailer.quota.overrides import QuotaAdmin
-from mailer.quota.reputation import ReputationBook
-from mailer.testing.wait import wait_for_async
+from fairpost.config import Settings
+from fairpost.config.limits import parse_limits
+from fairpost.dispatcher.calls import RING_GOES_HERE, store_limits
+from fairpost.dispatcher.connect import async_redis_client, redis_client, slot_of
+from fairpost.dispatcher.jobs import JobState, NewJob
+from fairpost.dispatcher.keys import Keys
+from fairpost.dispatcher.lifecycle import Lifecycle, SyncLifecycle
+from fairpost.dispatcher.scripts import lua_source
+from fairpost.dispatcher.store import JobStore
+from fairpost.dispatcher.stranded import StrandedJobs
+from fairpost.mailer.daemon.feedback import Feedback
+from fairpost.mailer.quota.engine import QuotaEngine
+from fairpost.mailer.quota.holds import TenantHolds
+from fairpost.mailer.quota.overrides import QuotaAdmin
+from fairpost.mailer.quota.reputation import ReputationBook
+from fairpost.mailer.testing.wait import wait_for_async
 from tests.support.pipeline import quick_settings
 from tests.support.topologies import Cluster
 
 pytestmark = pytest.mark.cluster
 
-PACKAGES = ("dispatcher", "mailer.quota")
+PACKAGES = ("fairpost.dispatcher", "fairpost.mailer.quota")
 HELPERS = {"ring"}
 """Not a script of its own: the shared helpers other scripts start with."""
 

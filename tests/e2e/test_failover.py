@@ -26,13 +26,13 @@ import boto3
 import pytest
 from redis.exceptions import RedisError
 
-from config import load_settings
-from dispatcher.keys import Keys
-from mailer import MailClient, RedisFailed
-from mailer.ops.queue_setup import init_queue
-from mailer.testing.localstack import LocalStackServer
-from mailer.testing.ses_server import SesServer
-from mailer.testing.wait import wait_for
+from fairpost import MailClient, RedisFailed
+from fairpost.config import load_settings
+from fairpost.dispatcher.keys import Keys
+from fairpost.mailer.ops.queue_setup import init_queue
+from fairpost.mailer.testing.localstack import LocalStackServer
+from fairpost.mailer.testing.ses_server import SesServer
+from fairpost.mailer.testing.wait import wait_for
 from tests.support.daemon_process import daemon_process
 from tests.support.topologies import Cluster, Node, SentinelGroup, redis_cluster, redis_sentinel, restart
 

@@ -13,12 +13,12 @@ from pathlib import Path
 import redis
 import redis.asyncio
 
-from dispatcher.jobs import Job, JobState
-from dispatcher.runner import Dispatcher
-from dispatcher.store import JobStore, NewJob, StoreLimits
-from dispatcher.worker import Done, Outcome
-from mailer.testing.services import die_with_parent
-from mailer.testing.wait import wait_for_async
+from fairpost.dispatcher.jobs import Job, JobState
+from fairpost.dispatcher.runner import Dispatcher
+from fairpost.dispatcher.store import JobStore, NewJob, StoreLimits
+from fairpost.dispatcher.worker import Done, Outcome
+from fairpost.mailer.testing.services import die_with_parent
+from fairpost.mailer.testing.wait import wait_for_async
 from tests.support import KEYS
 
 ROOT = Path(__file__).resolve().parents[2]

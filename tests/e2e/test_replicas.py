@@ -18,12 +18,12 @@ from pathlib import Path
 import boto3
 import pytest
 
-from config import load_settings
-from mailer import MailClient
-from mailer.ops.queue_setup import init_queue
-from mailer.testing.localstack import LocalStackServer
-from mailer.testing.ses_server import SesServer
-from mailer.testing.wait import wait_for
+from fairpost import MailClient
+from fairpost.config import load_settings
+from fairpost.mailer.ops.queue_setup import init_queue
+from fairpost.mailer.testing.localstack import LocalStackServer
+from fairpost.mailer.testing.ses_server import SesServer
+from fairpost.mailer.testing.wait import wait_for
 from tests.support.daemon_process import daemon_process
 
 pytestmark = [pytest.mark.slow, pytest.mark.localstack]

@@ -18,15 +18,15 @@ import boto3
 import pytest
 import redis
 
-from config import load_settings
-from dispatcher.keys import Keys
-from mailer import MailClient
-from mailer.cli import main
-from mailer.ops.queue_setup import init_events_queue, init_queue
-from mailer.quota.reputation import GuardState
-from mailer.testing.ses_server import SesServer
-from mailer.testing.ses_tenancy import EventSink
-from mailer.testing.wait import wait_for
+from fairpost import MailClient
+from fairpost.config import load_settings
+from fairpost.dispatcher.keys import Keys
+from fairpost.mailer.cli import main
+from fairpost.mailer.ops.queue_setup import init_events_queue, init_queue
+from fairpost.mailer.quota.reputation import GuardState
+from fairpost.mailer.testing.ses_server import SesServer
+from fairpost.mailer.testing.ses_tenancy import EventSink
+from fairpost.mailer.testing.wait import wait_for
 from tests.support.daemon_process import daemon_process
 
 pytestmark = [pytest.mark.slow]

@@ -26,13 +26,13 @@ import boto3
 import pytest
 import redis
 
-from dispatcher.jobs import JobState
-from dispatcher.keys import Keys
-from mailer.cli import main
-from mailer.sdk.client import MailClient
-from mailer.testing.services import redis_server
-from mailer.testing.ses_server import SesServer
-from mailer.testing.wait import wait_for
+from fairpost.dispatcher.jobs import JobState
+from fairpost.dispatcher.keys import Keys
+from fairpost.mailer.cli import main
+from fairpost.mailer.sdk.client import MailClient
+from fairpost.mailer.testing.services import redis_server
+from fairpost.mailer.testing.ses_server import SesServer
+from fairpost.mailer.testing.wait import wait_for
 from tests.support.daemon_process import daemon_process
 
 pytestmark = pytest.mark.slow

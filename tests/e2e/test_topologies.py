@@ -18,17 +18,17 @@ from typing import Any
 import pytest
 from redis.exceptions import RedisError
 
-from config.limits import parse_limits
-from dispatcher.durable import NotReplicated, durability
-from dispatcher.jobs import JobState
-from dispatcher.keys import Keys
-from mailer import AsyncMailClient, MailClient, RedisFailed
-from mailer.cli import main
-from mailer.ops.stats import collect_stats
-from mailer.quota.engine import QuotaEngine
-from mailer.sdk.mail import Mail
-from mailer.testing.ses_server import SesServer
-from mailer.testing.wait import wait_for_async
+from fairpost import AsyncMailClient, MailClient, RedisFailed
+from fairpost.config.limits import parse_limits
+from fairpost.dispatcher.durable import NotReplicated, durability
+from fairpost.dispatcher.jobs import JobState
+from fairpost.dispatcher.keys import Keys
+from fairpost.mailer.cli import main
+from fairpost.mailer.ops.stats import collect_stats
+from fairpost.mailer.quota.engine import QuotaEngine
+from fairpost.mailer.sdk.mail import Mail
+from fairpost.mailer.testing.ses_server import SesServer
+from fairpost.mailer.testing.wait import wait_for_async
 from tests.support.pipeline import pipeline, quick_settings
 
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from mailer.cli import main
-from mailer.testing.ses_server import SesServer
+from fairpost.mailer.cli import main
+from fairpost.mailer.testing.ses_server import SesServer
 from tests.support.operator import PREFIX, Ops
 
 

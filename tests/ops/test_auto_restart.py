@@ -9,9 +9,9 @@ import asyncio
 import pytest
 import redis.asyncio
 
-from config.limits import Window
-from mailer.quota.engine import QuotaEngine
-from mailer.sdk.client import MailClient
+from fairpost.config.limits import Window
+from fairpost.mailer.quota.engine import QuotaEngine
+from fairpost.mailer.sdk.client import MailClient
 from tests.support.operator import Ops
 
 

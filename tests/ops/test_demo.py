@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 import redis.asyncio
 
-from config import Window
-from mailer.demo.load import schedule
-from mailer.demo.report import max_in_window, percentile, rate_series
-from mailer.demo.run import to_toml
-from mailer.demo.scenario import builtin_names, load_scenario, parse_scenario
-from mailer.errors import DemoError
-from mailer.quota.engine import BUCKETS_PER_WINDOW, QuotaEngine
+from fairpost.config import Window
+from fairpost.mailer.demo.load import schedule
+from fairpost.mailer.demo.report import max_in_window, percentile, rate_series
+from fairpost.mailer.demo.run import to_toml
+from fairpost.mailer.demo.scenario import builtin_names, load_scenario, parse_scenario
+from fairpost.mailer.errors import DemoError
+from fairpost.mailer.quota.engine import BUCKETS_PER_WINDOW, QuotaEngine
 from tests.support import KEYS
 
 REPO = Path(__file__).resolve().parents[2]

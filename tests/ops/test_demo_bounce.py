@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from mailer.demo.scenario import load_scenario
+from fairpost.mailer.demo.scenario import load_scenario
 from tests.ops.test_demo import PNG_SIGNATURE, _clean_env
 from tests.support.daemon_process import log_records
 

@@ -20,13 +20,7 @@ import pytest
 import redis
 import redis.asyncio
 
-from config import Settings, load_settings
-from dispatcher.jobs import Job, JobState
-from dispatcher.lifecycle import Lifecycle
-from dispatcher.runner import Dispatcher
-from dispatcher.store import JobStore, store_limits
-from dispatcher.worker import HandedOff, Outcome
-from mailer import (
+from fairpost import (
     AsyncMailClient,
     Attachment,
     DeadLetters,
@@ -37,9 +31,15 @@ from mailer import (
     TooLateToCancel,
     UnknownJob,
 )
-from mailer.cli import main
-from mailer.testing.ses_server import Faults, SesServer
-from mailer.testing.wait import wait_for_async
+from fairpost.config import Settings, load_settings
+from fairpost.dispatcher.jobs import Job, JobState
+from fairpost.dispatcher.lifecycle import Lifecycle
+from fairpost.dispatcher.runner import Dispatcher
+from fairpost.dispatcher.store import JobStore, store_limits
+from fairpost.dispatcher.worker import HandedOff, Outcome
+from fairpost.mailer.cli import main
+from fairpost.mailer.testing.ses_server import Faults, SesServer
+from fairpost.mailer.testing.wait import wait_for_async
 from tests.support import KEYS, entry_ids
 from tests.support.pipeline import pipeline, quick_settings
 
@@ -433,7 +433,8 @@ def make_dead(client: MailClient, redis_client: redis.Redis, tenant: str, n: int
 
 
 def add_poison(redis_client: redis.Redis, tenant: str = "acme") -> str:
-    """What the sender writes for an unreadable SQS message (dispatcher.store.JobStore.record_dead)."""
+    """What the sender writes for an unreadable SQS message
+    (fairpost.dispatcher.store.JobStore.record_dead)."""
     job_id = "poison-1234"
     now = int(time.time() * 1000)
     redis_client.hset(

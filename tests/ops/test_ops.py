@@ -17,18 +17,18 @@ import pytest
 import redis
 from rich.console import Console
 
-from config import load_settings
-from config.limits import Window, parse_limits
-from mailer.cli import main
-from mailer.daemon.metrics import OTHER_TENANT, Metrics, TenantLabels
-from mailer.daemon.ses_account import derive_limits
-from mailer.errors import InvalidOverride
-from mailer.ops.stats import ScopeStats, Stats, WindowUsage, render_table, render_text
-from mailer.quota.overrides import QuotaAdmin
-from mailer.sdk.client import MailClient
-from mailer.testing.services import free_port
-from mailer.testing.ses_server import SesServer
-from mailer.testing.wait import wait_for
+from fairpost.config import load_settings
+from fairpost.config.limits import Window, parse_limits
+from fairpost.mailer.cli import main
+from fairpost.mailer.daemon.metrics import OTHER_TENANT, Metrics, TenantLabels
+from fairpost.mailer.daemon.ses_account import derive_limits
+from fairpost.mailer.errors import InvalidOverride
+from fairpost.mailer.ops.stats import ScopeStats, Stats, WindowUsage, render_table, render_text
+from fairpost.mailer.quota.overrides import QuotaAdmin
+from fairpost.mailer.sdk.client import MailClient
+from fairpost.mailer.testing.services import free_port
+from fairpost.mailer.testing.ses_server import SesServer
+from fairpost.mailer.testing.wait import wait_for
 from tests.support.operator import PREFIX, Ops, run_cli
 
 
@@ -548,7 +548,7 @@ def test_stats_watch_json_prints_a_line_per_update(redis_env: dict[str, str]) ->
     with MailClient() as client:
         send(client, "acme", 2)
     with subprocess.Popen(
-        [sys.executable, "-m", "mailer.cli", "stats", "--watch", "--json", "--interval", "0.1"],
+        [sys.executable, "-m", "fairpost.mailer.cli", "stats", "--watch", "--json", "--interval", "0.1"],
         env=redis_env,
         stdout=subprocess.PIPE,
     ) as process:
@@ -567,7 +567,7 @@ def test_stats_watch_is_a_live_table(redis_env: dict[str, str]) -> None:
         send(client, "acme", 2)
     # FORCE_COLOR: rich draws the live table although stdout is a pipe.
     with subprocess.Popen(
-        [sys.executable, "-m", "mailer.cli", "stats", "--watch", "--interval", "0.1"],
+        [sys.executable, "-m", "fairpost.mailer.cli", "stats", "--watch", "--interval", "0.1"],
         env={**redis_env, "FORCE_COLOR": "1", "COLUMNS": "150"},
         stdout=subprocess.PIPE,
     ) as process:

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from mailer.testing.localstack import localstack_venv
-from mailer.testing.services import die_with_parent
-from mailer.testing.wait import wait_for
+from fairpost.mailer.testing.localstack import localstack_venv
+from fairpost.mailer.testing.services import die_with_parent
+from fairpost.mailer.testing.wait import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 # Read at import: the autouse fixture that drops FAIRPOST_* would make the parent install its own.
@@ -33,10 +33,10 @@ from pathlib import Path
 kind, workdir = sys.argv[1], Path(sys.argv[2])
 with ExitStack() as stack:
     if kind == "redis":
-        from mailer.testing.services import start_redis
+        from fairpost.mailer.testing.services import start_redis
         start_redis(workdir)
     else:
-        from mailer.testing.localstack import localstack_server
+        from fairpost.mailer.testing.localstack import localstack_server
         stack.enter_context(localstack_server())
     print("ready", flush=True)
     time.sleep(600)

@@ -45,6 +45,10 @@ def wheel_packages() -> list[str]:
     return packages
 
 
+# The folders src/fairpost links to: installed as fairpost.config, ... (docs/design.md, "Layout").
+PARTS = ("config", "dispatcher", "mailer")
+
+
 # --- Reading the Dockerfile ---------------------------------------------------
 
 
@@ -198,7 +202,7 @@ def test_docker_context_lets_in_what_the_build_needs() -> None:
         for line in (REPO / ".dockerignore").read_text().splitlines()
         if line.strip().startswith("!")
     }
-    needed = {"pyproject.toml", "README.md", *wheel_packages()}
+    needed = {"pyproject.toml", "README.md", "src", *PARTS}
     assert needed <= allowed, f".dockerignore keeps out {sorted(needed - allowed)}"
 
 
@@ -273,12 +277,15 @@ def test_wheel_builds_and_installs_quickly(installed: Installed) -> None:
 @install_timeout
 def test_wheel_holds_the_packages_and_their_scripts(installed: Installed) -> None:
     names = set(zipfile.ZipFile(installed.wheel).namelist())
-    for package in wheel_packages():
-        assert f"{package}/__init__.py" in names
+    assert wheel_packages() == ["src/fairpost"]
+    assert "fairpost/__init__.py" in names
+    for part in PARTS:
+        assert f"fairpost/{part}/__init__.py" in names
         # Lua scripts live beside the modules that load them.
-        for script in (REPO / package).rglob("*.lua"):
-            assert script.relative_to(REPO).as_posix() in names, f"{script.name} is missing from the wheel"
-    assert not any(name.startswith(("tests/", "bench/")) for name in names)
+        for script in (REPO / part).rglob("*.lua"):
+            installed_as = f"fairpost/{script.relative_to(REPO).as_posix()}"
+            assert installed_as in names, f"{script.name} is missing from the wheel"
+    assert not any(name.startswith(("tests/", "bench/", "src/", *(f"{p}/" for p in PARTS))) for name in names)
 
 
 @slow
@@ -289,14 +296,14 @@ def test_sdk_only_install_runs_fairpost(installed: Installed) -> None:
     assert "usage: fairpost" in result.stdout
 
     probe = (
-        "import importlib.util, json, mailer; "
+        "import importlib.util, json, fairpost; "
         f"daemon = [m for m in {DAEMON_ONLY_MODULES!r} if importlib.util.find_spec(m)]; "
-        "print(json.dumps([mailer.__file__, daemon]))"
+        "print(json.dumps([fairpost.__file__, daemon]))"
     )
     result = installed.run(str(installed.venv / "bin" / "python"), "-c", probe)
     assert result.returncode == 0, result.stderr
-    mailer_file, daemon_modules = json.loads(result.stdout)
-    assert Path(mailer_file).is_relative_to(installed.venv), "mailer was imported from the sources"
+    fairpost_file, daemon_modules = json.loads(result.stdout)
+    assert Path(fairpost_file).is_relative_to(installed.venv), "fairpost was imported from the sources"
     assert daemon_modules == [], "the SDK-only install pulled in daemon dependencies"
 
 

@@ -10,7 +10,7 @@ import pytest
 import redis
 
 from bench.redis_profile import attribute, script_names
-from dispatcher.calls import script
+from fairpost.dispatcher.calls import script
 
 
 @pytest.fixture

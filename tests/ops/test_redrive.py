@@ -13,12 +13,12 @@ import boto3
 import pytest
 import redis.asyncio
 
-from config import load_settings
-from mailer.cli import main
-from mailer.daemon.aws import SQS_CONFIG, session
-from mailer.daemon.group import PRECISE_WAIT_MAX
-from mailer.daemon.ready import readiness
-from mailer.ops.redrive import SHORTEST_PARK_SECONDS, redrive_warning
+from fairpost.config import load_settings
+from fairpost.mailer.cli import main
+from fairpost.mailer.daemon.aws import SQS_CONFIG, session
+from fairpost.mailer.daemon.group import PRECISE_WAIT_MAX
+from fairpost.mailer.daemon.ready import readiness
+from fairpost.mailer.ops.redrive import SHORTEST_PARK_SECONDS, redrive_warning
 
 
 def queue_with_redrive(max_receives: int) -> str:

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from mailer.cli import main
+from fairpost.mailer.cli import main
 
 DAEMON_MODULES = ("boto3", "botocore", "aioboto3", "aiobotocore", "aiohttp", "prometheus_client", "rich")
 
@@ -22,7 +22,9 @@ def sdk_only(monkeypatch: pytest.MonkeyPatch) -> None:
         for loaded in [m for m in sys.modules if m == name or m.startswith(name + ".")]:
             monkeypatch.delitem(sys.modules, loaded)
         monkeypatch.setitem(sys.modules, name, None)  # import raises ModuleNotFoundError
-    for loaded in [m for m in sys.modules if m.startswith(("mailer.daemon", "mailer.demo"))]:
+    for loaded in [
+        m for m in sys.modules if m.startswith(("fairpost.mailer.daemon", "fairpost.mailer.demo"))
+    ]:
         monkeypatch.delitem(sys.modules, loaded)
 
 

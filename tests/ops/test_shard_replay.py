@@ -12,9 +12,9 @@ import redis.asyncio
 
 from bench.redis_profile import script_sources
 from bench.shard_replay import Recorder, instructions, parse_monitor_line, replay
-from dispatcher.keys import Keys
-from dispatcher.store import JobStore, NewJob, StoreLimits
-from mailer.testing.services import RedisServer, redis_server
+from fairpost.dispatcher.keys import Keys
+from fairpost.dispatcher.store import JobStore, NewJob, StoreLimits
+from fairpost.mailer.testing.services import RedisServer, redis_server
 
 
 @pytest.fixture

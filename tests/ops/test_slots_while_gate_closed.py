@@ -11,10 +11,10 @@ import boto3
 import pytest
 import redis.asyncio
 
-from config.limits import Window
-from mailer.quota.engine import QuotaEngine
-from mailer.sdk.client import MailClient
-from mailer.testing.wait import wait_for
+from fairpost.config.limits import Window
+from fairpost.mailer.quota.engine import QuotaEngine
+from fairpost.mailer.sdk.client import MailClient
+from fairpost.mailer.testing.wait import wait_for
 from tests.support.operator import Ops
 
 TTL = 2.0

@@ -6,8 +6,8 @@ from __future__ import annotations
 import boto3
 import pytest
 
-from mailer import MailClient
-from mailer.testing.wait import wait_for
+from fairpost import MailClient
+from fairpost.mailer.testing.wait import wait_for
 from tests.support.operator import Ops
 
 pytestmark = pytest.mark.slow

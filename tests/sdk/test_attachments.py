@@ -14,16 +14,16 @@ from typing import Any
 import pytest
 import redis
 
-from config import ConfigError, Settings, TenantSettings, load_settings
-from dispatcher.jobs import JobState
-from mailer import AsyncMailClient, Attachment, InvalidMail, Mail, MailClient
-from mailer.cli import main
-from mailer.daemon.ses import send_email_request
-from mailer.errors import PoisonMessage
-from mailer.sdk.envelope import Envelope, decode, encode
-from mailer.sdk.mail import validate
-from mailer.testing.ses_server import SesServer
-from mailer.testing.wait import wait_for_async
+from fairpost import AsyncMailClient, Attachment, InvalidMail, Mail, MailClient
+from fairpost.config import ConfigError, Settings, TenantSettings, load_settings
+from fairpost.dispatcher.jobs import JobState
+from fairpost.mailer.cli import main
+from fairpost.mailer.daemon.ses import send_email_request
+from fairpost.mailer.errors import PoisonMessage
+from fairpost.mailer.sdk.envelope import Envelope, decode, encode
+from fairpost.mailer.sdk.mail import validate
+from fairpost.mailer.testing.ses_server import SesServer
+from fairpost.mailer.testing.wait import wait_for_async
 from tests.support import KEYS, stored_payload
 from tests.support.pipeline import pipeline
 

@@ -14,8 +14,16 @@ from pathlib import Path
 
 import pytest
 
-from config import ConfigError, Settings, Window, format_limits, load_settings, mask_url, parse_limits
-from mailer.cli import main
+from fairpost.config import (
+    ConfigError,
+    Settings,
+    Window,
+    format_limits,
+    load_settings,
+    mask_url,
+    parse_limits,
+)
+from fairpost.mailer.cli import main
 
 SECRET = "s3cr3t-Pa55word"
 FORMAT_HINT = "COUNT/UNIT"

@@ -10,11 +10,11 @@ import pytest
 import redis
 import redis.asyncio
 
-from config import Settings
-from mailer import AsyncMailClient, DeadLetters, MailClient, UnknownJob
-from mailer.quota.overrides import QuotaAdmin
-from mailer.sdk.suppression import Suppressions
-from mailer.testing.wait import wait_for, wait_for_async
+from fairpost import AsyncMailClient, DeadLetters, MailClient, UnknownJob
+from fairpost.config import Settings
+from fairpost.mailer.quota.overrides import QuotaAdmin
+from fairpost.mailer.sdk.suppression import Suppressions
+from fairpost.mailer.testing.wait import wait_for, wait_for_async
 
 Client = MailClient | DeadLetters | QuotaAdmin | Suppressions
 

@@ -10,10 +10,10 @@ from types import ModuleType
 
 import pytest
 
-from config.errors import FairpostError
+from fairpost.config.errors import FairpostError
 
-PACKAGES = ("config", "dispatcher", "mailer")
-ERROR_MODULES = ("config.errors", "dispatcher.errors", "mailer.errors")
+PACKAGES = ("fairpost", "fairpost.config", "fairpost.dispatcher", "fairpost.mailer")
+ERROR_MODULES = ("fairpost.config.errors", "fairpost.dispatcher.errors", "fairpost.mailer.errors")
 
 
 def product_modules() -> list[ModuleType]:
@@ -45,7 +45,7 @@ def test_every_error_is_a_fairpost_error_defined_in_its_packages_errors_module()
 
 
 def test_poison_message_is_a_fairpost_error_not_a_value_error() -> None:
-    from mailer.errors import PoisonMessage
+    from fairpost.mailer.errors import PoisonMessage
 
     assert issubclass(PoisonMessage, FairpostError)
     assert not issubclass(PoisonMessage, ValueError)
@@ -60,6 +60,6 @@ def test_each_errors_docstring_draws_every_class_it_defines(name: str) -> None:
 
 
 def test_the_default_message_is_the_docstring() -> None:
-    from dispatcher.errors import DispatchError
+    from fairpost.dispatcher.errors import DispatchError
 
     assert str(DispatchError()) == "The dispatcher failed."

@@ -14,8 +14,8 @@ from types import ModuleType
 
 import pytest
 
-import config
-import mailer
+import fairpost
+from fairpost import config, mailer
 
 MAILER_API = [
     "AsyncMailClient",
@@ -49,11 +49,13 @@ CONFIG_API = [
     "mask_url",
     "parse_limits",
 ]
-DOCUMENTED = {"mailer": MAILER_API, "config": CONFIG_API}
+DOCUMENTED = {"fairpost": MAILER_API, "fairpost.mailer": MAILER_API, "fairpost.config": CONFIG_API}
 DAEMON_ONLY = ("aioboto3", "boto3", "botocore", "prometheus_client")
 
 
-@pytest.mark.parametrize(("package", "names"), [(mailer, MAILER_API), (config, CONFIG_API)])
+@pytest.mark.parametrize(
+    ("package", "names"), [(fairpost, MAILER_API), (mailer, MAILER_API), (config, CONFIG_API)]
+)
 def test_all_is_the_documented_list(package: ModuleType, names: list[str]) -> None:
     assert package.__all__ == names
     assert len(set(names)) == len(names)
@@ -69,7 +71,9 @@ def test_every_exported_name_is_importable(name: str, names: list[str]) -> None:
     assert sorted(set(namespace) - {"__builtins__"}) == sorted(names)
 
 
-@pytest.mark.parametrize(("package", "names"), [(mailer, MAILER_API), (config, CONFIG_API)])
+@pytest.mark.parametrize(
+    ("package", "names"), [(fairpost, MAILER_API), (mailer, MAILER_API), (config, CONFIG_API)]
+)
 def test_no_other_public_name_leaks(package: ModuleType, names: list[str]) -> None:
     public = {
         attr
@@ -77,6 +81,11 @@ def test_no_other_public_name_leaks(package: ModuleType, names: list[str]) -> No
         if not attr.startswith("_") and not isinstance(value, ModuleType)
     }
     assert public == set(names)
+
+
+def test_the_top_level_names_are_the_sdks_own() -> None:
+    for name in MAILER_API:
+        assert getattr(fairpost, name) is getattr(mailer, name)
 
 
 def test_shared_errors_are_the_same_classes() -> None:
@@ -95,7 +104,7 @@ def test_shared_errors_are_the_same_classes() -> None:
 
 def test_the_sdk_imports_none_of_the_daemon() -> None:
     code = (
-        "import json, sys, mailer, config\n"
+        "import json, sys, fairpost\n"
         f"print(json.dumps(sorted(m for m in {list(DAEMON_ONLY)!r} if m in sys.modules)))\n"
         "print(json.dumps(sorted(sys.modules)))\n"
     )
@@ -105,10 +114,13 @@ def test_the_sdk_imports_none_of_the_daemon() -> None:
     daemon_modules, everything = (json.loads(line) for line in result.stdout.splitlines())
     assert daemon_modules == []
     # a real import happened (the check above cannot pass on an empty interpreter)
-    assert {"mailer", "mailer.sdk.client", "redis", "email_validator", "pydantic_settings"} <= set(everything)
+    assert {"fairpost", "fairpost.mailer.sdk.client", "redis", "email_validator", "pydantic_settings"} <= set(
+        everything
+    )
     loaded_daemon_parts = [
         m
         for m in everything
-        if m.split(".")[0] in DAEMON_ONLY or m in ("mailer.daemon.sender", "mailer.daemon.app")
+        if m.split(".")[0] in DAEMON_ONLY
+        or m in ("fairpost.mailer.daemon.sender", "fairpost.mailer.daemon.app")
     ]
     assert loaded_daemon_parts == []

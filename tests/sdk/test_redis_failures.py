@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 import redis
 
-from config import load_settings
-from mailer import AsyncMailClient, DeadLetters, FairpostError, MailClient, RedisFailed, Suppressions
-from mailer.quota.overrides import QuotaAdmin
-from mailer.testing.services import RedisServer, free_port, redis_server
+from fairpost import AsyncMailClient, DeadLetters, FairpostError, MailClient, RedisFailed, Suppressions
+from fairpost.config import load_settings
+from fairpost.mailer.quota.overrides import QuotaAdmin
+from fairpost.mailer.testing.services import RedisServer, free_port, redis_server
 
 MAIL: dict[str, Any] = {"sender": "app@example.com", "to": ["ada@example.org"], "subject": "s", "text": "t"}
 

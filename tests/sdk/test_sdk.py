@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 import redis
 
-from config import ConfigError, load_settings
-from mailer import AsyncMailClient, InvalidMail, JobStatus, Mail, MailClient, UnknownJob
+from fairpost import AsyncMailClient, InvalidMail, JobStatus, Mail, MailClient, UnknownJob
+from fairpost.config import ConfigError, load_settings
 from tests.support import KEYS, entry_ids, stored_payload
 
 TENANT = "acme"

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 import redis
 
-from config import Settings, load_settings
-from mailer import InvalidMail, MailClient
+from fairpost import InvalidMail, MailClient
+from fairpost.config import Settings, load_settings
 
 MAIL: dict[str, Any] = {"sender": "no-reply@acme.example", "subject": "Hi", "text": "Hello"}
 

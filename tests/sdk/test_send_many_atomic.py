@@ -6,10 +6,10 @@ import contextlib
 
 import redis
 
-from config import load_settings
-from dispatcher.keys import Keys
-from mailer import MailClient
-from mailer.testing.services import redis_server
+from fairpost import MailClient
+from fairpost.config import load_settings
+from fairpost.dispatcher.keys import Keys
+from fairpost.mailer.testing.services import redis_server
 
 
 def written(client: redis.Redis, keys: Keys) -> int:

@@ -8,8 +8,8 @@ from __future__ import annotations
 import redis.asyncio.sentinel
 import redis.sentinel
 
-from config import load_settings
-from dispatcher.connect import async_redis_client, redis_client
+from fairpost.config import load_settings
+from fairpost.dispatcher.connect import async_redis_client, redis_client
 
 SECRET = "n0de-Pa55"
 SENTINEL_SECRET = "sent1nel-Pa55"

@@ -1,7 +1,7 @@
 """Test support: daemons as real processes, the pipeline in the test's event loop, shared constants.
 
 The services themselves (redis-server, moto, LocalStack, the recording SES) and
-the one wait helper live in mailer.testing, where the demo and bench use them too.
+the one wait helper live in fairpost.mailer.testing, where the demo and bench use them too.
 """
 
 from collections.abc import Iterable
@@ -10,10 +10,10 @@ from typing import Any
 import redis
 import redis.asyncio
 
-from dispatcher.keys import Keys
-from dispatcher.record import ENTRY_SEP
-from dispatcher.replies import text
-from mailer.sdk.envelope import encode
+from fairpost.dispatcher.keys import Keys
+from fairpost.dispatcher.record import ENTRY_SEP
+from fairpost.dispatcher.replies import text
+from fairpost.mailer.sdk.envelope import encode
 
 KEYS = Keys()
 """The keys under the default prefix, the one ``Settings()`` uses."""

@@ -15,11 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from config import Settings, load_settings
-from dispatcher.connect import redis_client
-from dispatcher.keys import Keys
-from mailer.testing.services import die_with_parent
-from mailer.testing.wait import wait_for
+from fairpost.config import Settings, load_settings
+from fairpost.dispatcher.connect import redis_client
+from fairpost.dispatcher.keys import Keys
+from fairpost.mailer.testing.services import die_with_parent
+from fairpost.mailer.testing.wait import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -91,7 +91,7 @@ def daemon_process(
     role: str = "all",
     wait_ready: bool = True,
 ) -> Iterator[DaemonProcess]:
-    """Start ``python -m mailer.cli run`` with ``env`` (plus the replica id and port);
+    """Start ``python -m fairpost.mailer.cli run`` with ``env`` (plus the replica id and port);
     wait for its first heartbeat; SIGKILL it at the end if it still runs."""
     full_env = dict(env)
     full_env["FAIRPOST_REPLICA_ID"] = replica
@@ -102,7 +102,7 @@ def daemon_process(
     log_path = log_dir / f"daemon-{replica}.log"
     with log_path.open("wb") as log_file:
         process = subprocess.Popen(
-            [sys.executable, "-m", "mailer.cli", "run", "--role", role],
+            [sys.executable, "-m", "fairpost.mailer.cli", "run", "--role", role],
             env=full_env,
             cwd=ROOT,
             stdin=subprocess.DEVNULL,

@@ -11,11 +11,11 @@ from collections.abc import Sequence
 
 import redis.asyncio
 
-from dispatcher.jobs import Job
-from dispatcher.keys import Keys
-from dispatcher.runner import Dispatcher
-from dispatcher.store import JobStore, StoreLimits
-from dispatcher.worker import Outcome
+from fairpost.dispatcher.jobs import Job
+from fairpost.dispatcher.keys import Keys
+from fairpost.dispatcher.runner import Dispatcher
+from fairpost.dispatcher.store import JobStore, StoreLimits
+from fairpost.dispatcher.worker import Outcome
 
 
 class HangingWorker:

@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from dispatcher.keys import Keys
-from mailer.cli import main
-from mailer.testing.ses_server import SesServer
+from fairpost.dispatcher.keys import Keys
+from fairpost.mailer.cli import main
+from fairpost.mailer.testing.ses_server import SesServer
 from tests.support.daemon_process import DaemonProcess, daemon_process
 
 PREFIX = "ops"

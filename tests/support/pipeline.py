@@ -12,21 +12,21 @@ from typing import Any
 import boto3
 import redis.asyncio
 
-from config import Settings, load_settings
-from dispatcher.connect import async_redis_client
-from dispatcher.keys import Keys
-from dispatcher.runner import Dispatcher
-from dispatcher.store import JobStore, store_limits
-from mailer.daemon.app import publish_tenant_settings
-from mailer.daemon.aws import SES_CONFIG, SQS_CONFIG, session
-from mailer.daemon.feedback import ReputationParts
-from mailer.daemon.feedback import build as build_reputation
-from mailer.daemon.handoff import MailWorker
-from mailer.daemon.metrics import Metrics
-from mailer.daemon.sender import Sender
-from mailer.ops.queue_setup import init_queue
-from mailer.quota.engine import QuotaEngine
-from mailer.quota.overrides import LimitSource, OverrideCache, Overrides, changed_scopes
+from fairpost.config import Settings, load_settings
+from fairpost.dispatcher.connect import async_redis_client
+from fairpost.dispatcher.keys import Keys
+from fairpost.dispatcher.runner import Dispatcher
+from fairpost.dispatcher.store import JobStore, store_limits
+from fairpost.mailer.daemon.app import publish_tenant_settings
+from fairpost.mailer.daemon.aws import SES_CONFIG, SQS_CONFIG, session
+from fairpost.mailer.daemon.feedback import ReputationParts
+from fairpost.mailer.daemon.feedback import build as build_reputation
+from fairpost.mailer.daemon.handoff import MailWorker
+from fairpost.mailer.daemon.metrics import Metrics
+from fairpost.mailer.daemon.sender import Sender
+from fairpost.mailer.ops.queue_setup import init_queue
+from fairpost.mailer.quota.engine import QuotaEngine
+from fairpost.mailer.quota.overrides import LimitSource, OverrideCache, Overrides, changed_scopes
 
 
 @dataclass

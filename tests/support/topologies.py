@@ -25,8 +25,8 @@ from pathlib import Path
 
 import redis
 
-from mailer.testing.services import die_with_parent, free_port
-from mailer.testing.wait import wait_for
+from fairpost.mailer.testing.services import die_with_parent, free_port
+from fairpost.mailer.testing.wait import wait_for
 
 NODE_TIMEOUT_MS = 2000
 """cluster-node-timeout and down-after-milliseconds: small enough for a test,
