@@ -34,6 +34,7 @@ from prometheus_client import enable_created_metrics
 from prometheus_client.parser import text_string_to_metric_families
 
 from fairpost.config import ConfigError, Settings, load_settings
+from fairpost.config.settings import SenderSettings
 from fairpost.mailer.daemon.http import Check, HttpServer
 from fairpost.mailer.daemon.metrics import DEAD_REASONS, SES_RESULTS, THROTTLE_REASONS, Metrics
 from fairpost.mailer.ops.stats import ScopeStats, Stats, WindowUsage
@@ -608,6 +609,15 @@ def test_shutdown_grace_agrees_with_compose_and_settings() -> None:
     assert grace == float(compose["environment"].get("FAIRPOST_SHUTDOWN_GRACE", default))
     # The daemon's stop takes at most the grace period plus 5 s (docs/operations.md, "Shutdown").
     assert spec["terminationGracePeriodSeconds"] >= grace + 5
+    # ... or the long polls in flight plus 5 s, if they wait longer: they land, never cut off.
+    configured = tomllib.loads(manifest("ConfigMap", "fairpost-config")["data"]["fairpost.toml"])
+    wait = float(
+        env.get(
+            "FAIRPOST_SENDER__WAIT_SECONDS",
+            configured["fairpost"].get("sender", {}).get("wait_seconds", SenderSettings().wait_seconds),
+        )
+    )
+    assert spec["terminationGracePeriodSeconds"] >= max(grace, wait) + 5
     assert spec["terminationGracePeriodSeconds"] == seconds(compose["stop_grace_period"])
     liveness = spec["containers"][0]["livenessProbe"]
     assert liveness["periodSeconds"] * liveness["failureThreshold"] > spec["terminationGracePeriodSeconds"], (
@@ -699,9 +709,12 @@ def _aws_calls() -> dict[Path, set[str]]:
             operations[xform_name(op)] = f"{prefix}:{op.removesuffix('Batch')}"
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
     packages = pyproject["tool"]["hatch"]["build"]["targets"]["wheel"]["packages"]
+    # src/fairpost links to the folders it installs; rglob does not follow links.
+    folders = [link.resolve() for package in packages for link in (ROOT / package).iterdir() if link.is_dir()]
+    assert folders, f"no package folders under {packages}"
     calls: dict[Path, set[str]] = {}
-    for package in packages:
-        for path in sorted((ROOT / package).rglob("*.py")):
+    for folder in folders:
+        for path in sorted(folder.rglob("*.py")):
             if "demo" in path.relative_to(ROOT).parts:
                 continue
             found = {operations[m] for m in re.findall(r"\.([a-z_]+)\(", path.read_text()) if m in operations}
