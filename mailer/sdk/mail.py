@@ -23,6 +23,14 @@ MAX_SUBJECT_CHARS = 998
 
 _HEADER_NAME_CHARS = frozenset(chr(c) for c in range(33, 127)) - {":"}
 
+LOCAL_PART_RULE = (
+    "the part before the @ must be 7-bit ASCII: SES does not accept internationalised local parts"
+)
+
+SES_HEADER_PREFIX = "x-ses-"
+"""SES reads headers named so as instructions (configuration set, message tags,
+ARNs): a tenant's own could redirect its events or forge the tenant tag."""
+
 
 @dataclass(frozen=True)
 class Mail:
@@ -47,7 +55,8 @@ class Mail:
 
 @dataclass(frozen=True)
 class ValidMail:
-    """A mail that passed every rule, addresses normalised."""
+    """A mail that passed every rule, addresses normalised to the ASCII form SES
+    takes (an internationalised domain in Punycode)."""
 
     sender: str
     to: tuple[str, ...]
@@ -156,13 +165,23 @@ def _address(value: object, field_name: str) -> str:
     # "a@x <b@y>") and silently drops the rest.
     parsed = getaddresses([value])
     if len(parsed) != 1 or not parsed[0][1]:
-        raise InvalidMail(field_name, f"{value!r} is not one valid e-mail address")
+        raise InvalidMail(field_name, "must be exactly one valid e-mail address")
     name, addr = parsed[0]
+    if not addr.rpartition("@")[0].isascii():
+        # SES takes no SMTPUTF8 mailbox names: such a mail would be queued only to
+        # die at SES. The address stays out of the message (no recipients in errors).
+        raise InvalidMail(field_name, LOCAL_PART_RULE)
     try:
         checked = validate_email(addr, check_deliverability=False)
     except EmailNotValidError as exc:
-        raise InvalidMail(field_name, f"{addr!r} is not a valid e-mail address: {exc}") from None
-    return formataddr((name, checked.normalized)) if name else checked.normalized
+        # email-validator's reason names the rule, not the address: errors carry no recipients.
+        raise InvalidMail(field_name, f"not a valid e-mail address: {exc}") from None
+    # ascii_email, not normalized: normalized turns an IDNA domain back into Unicode
+    # (xn--bcher-kva.example into bücher.example), and SES wants the Punycode form.
+    bare = checked.ascii_email
+    if bare is None:  # email-validator found SMTPUTF8 needed after all
+        raise InvalidMail(field_name, LOCAL_PART_RULE)
+    return formataddr((name, bare)) if name else bare
 
 
 def _addresses(value: object, field_name: str) -> tuple[str, ...]:
@@ -191,6 +210,12 @@ def _headers(value: Mapping[str, str] | None, field_name: str) -> dict[str, str]
         if not isinstance(name, str) or not name or not set(name) <= _HEADER_NAME_CHARS:
             raise InvalidMail(
                 f"{field_name}[{name!r}]", "a header name is printable ASCII without spaces or ':'"
+            )
+        if name.lower().startswith(SES_HEADER_PREFIX):
+            raise InvalidMail(
+                f"{field_name}[{name!r}]",
+                "X-SES-* headers are instructions to SES, not the tenant's to give; fairpost sets "
+                "the configuration set and tags itself",
             )
         out[name] = _header_value(header, f"{field_name}[{name!r}]")
     return out
