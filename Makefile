@@ -3,6 +3,7 @@
 #   make demo     the demo, with its own Redis and AWS emulator
 #   make test     lint, types, Dockerfile lint, then the whole test suite
 #   make test-stress  the whole test suite while stress-ng keeps every core busy
+#   make faults   the whole fault matrix (make test runs a sample of it)
 #   make lint     ruff (check and format), hadolint and the layer contracts (lint-imports)
 #   make types    mypy only
 #   make bench    the benchmarks
@@ -23,10 +24,10 @@ test-stress:
 	FAIRPOST_BOOTSTRAP_STRESS=1 $(BOOTSTRAP) test
 	bash scripts/test-stress.sh $(PYTEST_ARGS)
 
-.PHONY: help demo test test-stress lint types pytest bench clean distclean bootstrap-test bootstrap-demo
+.PHONY: help demo test test-stress faults lint types pytest bench clean distclean bootstrap-test bootstrap-demo
 
 help:
-	@sed -n '3,9p' $(firstword $(MAKEFILE_LIST)) | sed 's/^# *//'
+	@sed -n '3,10p' $(firstword $(MAKEFILE_LIST)) | sed 's/^# *//'
 
 bootstrap-test:
 	$(BOOTSTRAP) test
@@ -54,6 +55,11 @@ pytest: bootstrap-test
 	$(BIN)/pytest $(PYTEST_ARGS) || { rc=$$?; \
 	  if [[ $$rc == 5 ]]; then echo 'make: pytest collected no tests (exit 5); check testpaths and -m/-k in PYTEST_ARGS' >&2; fi; \
 	  exit $$rc; }
+
+# A fault at every step the pipeline takes (tests/faults): each recorded Redis,
+# SQS and SES call failed in turn, its request lost and then its answer.
+faults: bootstrap-test
+	FAIRPOST_FAULT_MATRIX=all $(BIN)/pytest -m faults $(PYTEST_ARGS)
 
 bench: bootstrap-test
 	$(BIN)/python -m bench

@@ -27,6 +27,9 @@ _ITEM = re.compile(
 # SQS visibility is capped at 12 h and a day window is what SES enforces:
 # longer windows would only be served in many steps for no benefit.
 MAX_WINDOW_SECONDS = 7 * 86400
+# Far above any SES quota: a bigger count is a typo, and quota.lua's numbers
+# (doubles) stay exact well beyond it.
+MAX_COUNT = 1_000_000_000
 
 
 BUDGET_SECONDS = 60
@@ -71,16 +74,28 @@ def parse_limits(text: str) -> tuple[Window, ...]:
                 f"{part.strip()!r} is not a limit: expected COUNT/UNIT or COUNT per N UNITs, "
                 'UNIT one of second, minute, hour, day (e.g. "14/second; 50000/day")'
             )
-        count = int(match["count"])
-        seconds = int(match["multiple"] or 1) * _UNIT_SECONDS[match["unit"].lower()]
+        count = _whole(match["count"])
+        seconds = _whole(match["multiple"] or "1") * _UNIT_SECONDS[match["unit"].lower()]
         if count < 1:
             raise ValueError(f"{part.strip()!r}: the count must be at least 1")
+        if count > MAX_COUNT:
+            raise ValueError(f"{part.strip()!r}: the count may be at most {MAX_COUNT}")
+        if seconds < 1:
+            # "1 per 0 seconds" would never refuse anything.
+            raise ValueError(f"{part.strip()!r}: a window must last at least 1 second")
         if seconds > MAX_WINDOW_SECONDS:
             raise ValueError(f"{part.strip()!r}: a window may be at most 7 days")
         if seconds in windows:
             raise ValueError(f"{part.strip()!r}: two limits for the same window")
         windows[seconds] = Window(seconds=seconds, limit=count)
     return tuple(sorted(windows.values()))
+
+
+def _whole(digits: str) -> int:
+    """The number, or one above every rule's bound: int() refuses thousands of digits,
+    with a message that names no rule."""
+    digits = digits.lstrip("0") or "0"
+    return int(digits) if len(digits) <= 18 else 10**18
 
 
 def budget_exceeded(cost: int, windows: tuple[Window, ...]) -> Window | None:

@@ -15,8 +15,10 @@ tenant     this tenant's set-up: its identity       refunds, parks this tenant a
            ``ses:FromAddress``), its configuration  no attempt counted, nothing dead
            set or SES tenant missing, paused or
            disabled
-permanent  MessageRejected (the mail itself),       dead letter with the reason
-           bad request (malformed address), 4xx
+permanent  MessageRejected (the mail itself, or     dead letter with the reason
+           "not verified" naming only its
+           recipients: SES's sandbox), bad
+           request (malformed address), 4xx
 transient  5xx, network errors, timeouts            retries with backoff, counts an attempt
 ========== ======================================== ===========================================
 
@@ -92,13 +94,37 @@ _UNVERIFIED = re.compile(r"not verified|failed the check", re.IGNORECASE)
 _TENANT_NOT_FOUND = re.compile(r"configuration set|tenant", re.IGNORECASE)
 
 
-_ADDRESS = re.compile(r"[^\s@<>\"',;:()\[\]]+@[^\s@<>\"',;:()\[\]]+")
+_SEPARATORS = "@<>\"',;:()[]"
+_WORD = r"[^\s@<>\"',;:()\[\]]"
+_ADDRESS = re.compile(rf"(?<!{_WORD}){_WORD}+@{_WORD}+")
+"""An address: a word, ``@``, a word. A match starts only where a word does, so a
+long word without ``@`` is scanned once, not once from each of its characters."""
 _MAX_ERROR_CHARS = 500
+_SCAN_CHARS = _MAX_ERROR_CHARS + 254
+"""What is read of a text: the output, and room for an address (254 characters at
+most) that begins within it to be masked whole."""
+_CONTROLS = {c: (" " if chr(c).isspace() else None) for c in (*range(0x20), *range(0x7F, 0xA0))}
+"""C0, DEL and C1: terminal escapes must not reach a log or a terminal. Tabs and line
+breaks become spaces, to keep words apart."""
 
 
 def redact(message: str) -> str:
-    """SES's error text may list recipients; logs and job records must not."""
-    return _ADDRESS.sub("<address>", message)[:_MAX_ERROR_CHARS]
+    """SES's text, safe to log, store and print: at most 500 characters, recipients
+    masked, no control characters. Texts from outside can be long, and this runs on
+    the event loop: the work is bounded by the output, not the input."""
+    head = message[:_SCAN_CHARS]
+    if len(message) > _SCAN_CHARS and _in_address(message[_SCAN_CHARS]):
+        # The cut went through an address, maybe: what is left of it ("ada", "ada@")
+        # the pattern cannot see as one. It goes, up to the last separator.
+        end = len(head)
+        while end and _in_address(head[end - 1]):
+            end -= 1
+        head = head[:end]
+    return _ADDRESS.sub("<address>", head.translate(_CONTROLS))[:_MAX_ERROR_CHARS]
+
+
+def _in_address(char: str) -> bool:
+    return char == "@" or not (char.isspace() or char in _SEPARATORS)
 
 
 _UNSURE = "unsure"
@@ -132,9 +158,10 @@ def classify(exc: Exception, request: Mapping[str, Any] | None = None) -> SendRe
                 if _TENANT_RESOURCE.search(message)
                 else _unsure(result(Verdict.TENANT))
             )
-        if code == "MailFromDomainNotVerifiedException" or (
-            code == "MessageRejected" and _UNVERIFIED.search(message)
-        ):
+        if code == "MessageRejected" and _UNVERIFIED.search(message):
+            # In SES's sandbox an unverified recipient is refused with the same words.
+            return result(Verdict.PERMANENT if _only_recipients_named(message, request) else Verdict.TENANT)
+        if code == "MailFromDomainNotVerifiedException":
             return result(Verdict.TENANT)
         if code == "NotFoundException" and _TENANT_NOT_FOUND.search(message):
             named = "ConfigurationSetName" in request or "TenantName" in request
@@ -145,6 +172,47 @@ def classify(exc: Exception, request: Mapping[str, Any] | None = None) -> SendRe
     if isinstance(exc, BotoCoreError | OSError | TimeoutError):
         return SendResult(Verdict.TRANSIENT, error=redact(f"{type(exc).__name__}: {exc}"))
     raise exc
+
+
+def _only_recipients_named(message: str, request: Mapping[str, Any]) -> bool:
+    """Whether the identities an "is not verified" names are this mail's recipients
+    (addresses, or their domains) and none is the sender's address or domain. Naming
+    nothing, or anything else, is taken for the sender's set-up, as SES means it
+    outside the sandbox."""
+    listed = _IDENTITIES.search(message[:_MAX_IDENTITIES_CHARS])
+    named = {_bare(i) for i in listed["identities"].split(",")} - {""} if listed else set()
+    sender = _bare(str(request.get("FromEmailAddress", "")))
+    destination = request.get("Destination") or {}
+    recipients = {
+        _bare(str(a))
+        for field in ("ToAddresses", "CcAddresses", "BccAddresses")
+        for a in destination.get(field) or ()
+    }
+    if not named or not sender or any(_is_senders(i, sender) for i in named):
+        return False
+    domains = {r.rpartition("@")[2] for r in recipients}
+    return all(i in recipients or i in domains for i in named)
+
+
+_IDENTITIES = re.compile(r"failed the check(?: in region [\w-]+)?:(?P<identities>[^\n]*)", re.IGNORECASE)
+_MAX_IDENTITIES_CHARS = 50 * 330
+"""Room for SES's 50 recipients at their longest, and its words around them."""
+
+
+def _bare(identity: str) -> str:
+    """``Ada <ada@example.org>`` → ``ada@example.org``; SES compares them without case."""
+    identity = identity.strip()
+    if identity.endswith(">") and "<" in identity:
+        identity = identity[identity.rindex("<") + 1 : -1]
+    return identity.strip().strip(".").lower()
+
+
+def _is_senders(identity: str, sender: str) -> bool:
+    """The sender's address, or its domain or a parent of it (which SES lets it send from)."""
+    domain = sender.rpartition("@")[2]
+    return identity == sender or (
+        "@" not in identity and (identity == domain or domain.endswith("." + identity))
+    )
 
 
 def _unsure(tenant_scoped: SendResult) -> SendResult:
