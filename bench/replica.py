@@ -30,7 +30,7 @@ _seq = 0
 
 
 def install_counters() -> None:
-    from aiobotocore.client import AioBaseClient  # type: ignore[import-untyped]
+    from aiobotocore.client import AioBaseClient
 
     original = AioBaseClient._make_api_call
 
