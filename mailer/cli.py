@@ -373,8 +373,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     tenant = sub.add_parser("tenant", help="pause or resume a tenant live")
     tenant_sub = tenant.add_subparsers(dest="action", required=True, metavar="ACTION")
-    for action, text in (("pause", "stop claiming and sending its mail"), ("resume", "let it send again")):
-        cmd = tenant_sub.add_parser(action, help=text)
+    resume_text = (
+        "let it send again: lifts an operator's pause, the reputation guard's pause or throttle, "
+        "and a ses_tenant_disabled park (SES is asked again when it sends)"
+    )
+    for action, text in (("pause", "stop claiming and sending its mail"), ("resume", resume_text)):
+        cmd = tenant_sub.add_parser(action, help=text, description=text)
         cmd.add_argument("tenant")
         cmd.add_argument(
             "--ses",

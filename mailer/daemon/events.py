@@ -15,7 +15,11 @@ by the SES message id the sender recorded (:meth:`Keys.ses_message`; the
 
 A body that cannot be read, an event for no known mail, a duplicate
 delivery: logged (never an address) and counted, then deleted, so nothing
-blocks the queue and nothing stops the loop.
+blocks the queue and nothing stops the loop. Each message is handled under one
+guard (:meth:`EventConsumer._guarded`): whatever handling it raises, if Redis
+still answers the fault is the event's own, and it is dropped as ``poison``
+(logged, counted, deleted); a failure of Redis or the network under it leaves
+the event in SQS for its next delivery, and the round backs off like any outage.
 """
 
 from __future__ import annotations
@@ -23,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from typing import Any
 
 import redis.asyncio
@@ -31,10 +34,12 @@ from botocore.exceptions import BotoCoreError, ClientError
 from redis.exceptions import RedisError
 
 from fairpost.config import Settings
+from fairpost.dispatcher.backoff import OutageBackoff, wait_or_stop
 from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.replies import text, time_ms
 from fairpost.mailer.daemon.aws import SqsClient
 from fairpost.mailer.daemon.metrics import EVENT_OUTCOMES, Metrics
+from fairpost.mailer.daemon.ses import redact
 from fairpost.mailer.daemon.ses_events import SesEvent, parse_event
 from fairpost.mailer.quota.reputation import ReputationBook
 from fairpost.mailer.sdk.suppression import suppress
@@ -45,8 +50,10 @@ log = logging.getLogger("fairpost.events")
 
 _DEDUP_SECONDS = 86_400
 _LAST_POLL_WAIT = 1.5
-_ERROR_BACKOFF_MIN = 0.5
-_ERROR_BACKOFF_MAX = 10.0
+_OUTAGES = (RedisError, BotoCoreError, ClientError, OSError, TimeoutError)
+"""Failures of what an event is acted on with, not of the event: it waits in SQS."""
+_MAX_REASON_CHARS = 2000
+"""An exception's text is cut to this before redacting (redact's time grows with the text)."""
 
 # A mail's outcome only moves towards the worse: delivered < delayed < rejected,
 # bounced < complained (several recipients may each report something).
@@ -76,23 +83,21 @@ class EventConsumer:
         """Outcome → events this consumer handled (tests wait on it)."""
 
     async def run(self, stop: asyncio.Event) -> None:
-        errors, failing_since = 0, 0.0
+        backoff = OutageBackoff(self.settings.max_outage_seconds)
         while not stop.is_set():
             try:
                 await self._round(stop)
-                errors = 0
-            except (RedisError, BotoCoreError, ClientError, OSError) as exc:
-                # What this round held comes back after its visibility timeout.
-                errors += 1
-                failing_since = failing_since if errors > 1 else time.monotonic()
-                if time.monotonic() - failing_since > self.settings.max_outage_seconds:
+            except Exception as exc:
+                # A receive, a delete or Redis failed (a message's own faults stop at
+                # its guard); what this round held comes back after its visibility timeout.
+                self.metrics.task_failed("events")
+                delay = backoff.failed()
+                if delay is None:
                     raise
-                delay = min(_ERROR_BACKOFF_MIN * 2 ** (errors - 1), _ERROR_BACKOFF_MAX)
-                log.error(
-                    "SES event round failed (%s: %s); retrying in %.1fs", type(exc).__name__, exc, delay
-                )
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), timeout=delay)
+                log.error("SES event round failed (%s); retrying in %.1fs", _reason(exc), delay)
+                await wait_or_stop(stop, delay)
+            else:
+                backoff.succeeded()
 
     async def _round(self, stop: asyncio.Event) -> None:
         receive = asyncio.ensure_future(
@@ -117,10 +122,37 @@ class EventConsumer:
         messages = receive.result().get("Messages", [])
         if not messages:
             return
-        for message in messages:
-            await self.handle(str(message.get("Body", "")), str(message.get("MessageId", "")))
-        entries = [{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(messages)]
-        await self.sqs.delete_message_batch(QueueUrl=self.queue_url, Entries=entries)
+        handled: list[dict[str, Any]] = []
+        try:
+            for message in messages:
+                await self._guarded(message)
+                handled.append(message)
+        finally:
+            # Should Redis fail half-way, what was acted on goes; the rest waits in SQS.
+            if handled:
+                entries = [{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(handled)]
+                await self.sqs.delete_message_batch(QueueUrl=self.queue_url, Entries=entries)
+
+    async def _guarded(self, message: dict[str, Any]) -> None:
+        """Handle one message; returns once it may be deleted, raises if Redis is down.
+
+        The one guard over a message: any exception from reading or acting on it
+        (a body nested too deep for the JSON decoder, text Redis cannot encode, a
+        shape nobody foresaw) is the event's own fault if Redis still answers, and
+        the event is dropped as ``poison``. Were it left in SQS instead, it would
+        fail the same way on every replica for as long as SQS keeps it."""
+        sqs_message_id = str(message.get("MessageId", ""))
+        try:
+            await self.handle(str(message.get("Body", "")), sqs_message_id)
+        except _OUTAGES:
+            # Redis or the network failed under it: the event is sound, and is
+            # acted on at its next delivery (a bounce must not be lost to a blip).
+            raise
+        except Exception as exc:
+            # Counting it writes to Redis first: that raises while Redis is down or
+            # refuses writes, and then the fault is not the event's.
+            await self._counted("poison")
+            log.error("SES event dropped as poison (SQS message %s): %s", sqs_message_id, _reason(exc))
 
     async def handle(self, body: str, sqs_message_id: str = "") -> str:
         """Act on one event body; returns its outcome (one of :data:`EVENT_OUTCOMES`)."""
@@ -209,7 +241,13 @@ class EventConsumer:
         await self.redis.hset(key, mapping=fields)
 
     async def _counted(self, outcome: str) -> str:
+        await self.redis.hincrby(self.keys.events_seen(), outcome, 1)
         self.handled[outcome] = self.handled.get(outcome, 0) + 1
         self.metrics.ses_event(outcome)
-        await self.redis.hincrby(self.keys.events_seen(), outcome, 1)
         return outcome
+
+
+def _reason(exc: BaseException) -> str:
+    """What failed, for a log line: no address, and nothing a log stream cannot encode."""
+    reason = redact(f"{type(exc).__name__}: {str(exc)[:_MAX_REASON_CHARS]}")
+    return reason.encode("ascii", "backslashreplace").decode("ascii")

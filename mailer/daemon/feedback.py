@@ -206,7 +206,9 @@ async def build(
     book = ReputationBook(store.redis, store.keys, settings, on_action=acted)
     status = None
     if uses_ses_tenants(settings):
-        status = SesTenantStatus(ses_client, store.redis, store.keys, settings, on_enabled=unpark)
+        status = SesTenantStatus(
+            ses_client, store.redis, store.keys, settings, on_enabled=unpark, metrics=metrics
+        )
     events = None
     if settings.events_queue_name:
         url = (await sqs.get_queue_url(QueueName=settings.events_queue_name))["QueueUrl"]

@@ -86,9 +86,13 @@ guard paused or throttled the tenant (mailer/quota/reputation.py)."""
 
 EVENT_OUTCOMES = (
     "bounce", "complaint", "delivery", "reject", "delivery_delay",
-    "ignored", "duplicate", "unmatched", "unparseable",
+    "ignored", "duplicate", "unmatched", "unparseable", "poison",
 )  # fmt: skip
-"""``fairpost_ses_events_total{outcome}`` (mailer/daemon/events.py)."""
+"""``fairpost_ses_events_total{outcome}`` (mailer/daemon/events.py); ``poison``: handling
+the event raised while Redis answered, so it was dropped."""
+
+TASKS = ("events", "ses-tenants")
+"""``fairpost_task_errors_total{task}``: background tasks whose failed steps are counted."""
 
 SES_RESULTS = ("sent", "throttled", "paused", "tenant", "permanent", "transient")
 
@@ -279,12 +283,20 @@ class Metrics:
         self.stats_errors_total = Counter(
             "fairpost_stats_errors", "Scrapes whose gauges could not be read from Redis.", registry=r
         )
+        self.task_errors_total = Counter(
+            "fairpost_task_errors",
+            "Steps of a background task that failed; the task backs off and goes on.",
+            ["task"],
+            registry=r,
+        )
         for result in SES_RESULTS:
             self.ses_calls_total.labels(result)
         for result in ("messages", "empty", "error"):
             self.sqs_receives_total.labels(result)
         for outcome in EVENT_OUTCOMES:
             self.ses_events_total.labels(outcome)
+        for task in TASKS:
+            self.task_errors_total.labels(task)
 
     # -- events (called by the sender and the mail worker) ------------------------
     def dispatched(self, tenant: str, count: int = 1) -> None:
@@ -312,6 +324,9 @@ class Metrics:
 
     def ses_event(self, outcome: str) -> None:
         self.ses_events_total.labels(outcome).inc()
+
+    def task_failed(self, task: str) -> None:
+        self.task_errors_total.labels(task).inc()
 
     def suppressed(self, tenant: str, recipients: int) -> None:
         self.suppressed_total.labels(self.labels(tenant)).inc(recipients)

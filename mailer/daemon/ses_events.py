@@ -18,15 +18,19 @@ does not need). Each names the mail by ``mail.messageId``, SES's id that
 fairpost recorded when SES accepted the mail.
 
 A body that is none of these raises ``ValueError`` with a reason that names
-no address.
+no address; so does one whose ids (which name Redis keys) are not printable
+ASCII, as SES's, SNS's and EventBridge's all are.
 """
 
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from fairpost.config import is_valid_tenant_id
 from fairpost.mailer.daemon.ses import redact
 
 __all__ = ["KINDS", "Kind", "SesEvent", "parse_event"]
@@ -41,6 +45,10 @@ _KIND = {
     "reject": "reject",
     "deliverydelay": "delivery_delay",
 }
+_ID = re.compile(r"[\x21-\x7e]{1,200}")
+"""An id a key is built from: printable ASCII (Redis keys are UTF-8, which cannot
+carry a lone surrogate a JSON escape can), at most 200 characters."""
+
 _RECIPIENTS = {
     "bounce": ("bounce", "bouncedRecipients"),
     "complaint": ("complaint", "complainedRecipients"),
@@ -103,18 +111,20 @@ def _ses_event(data: dict[str, Any], envelope_id: str) -> SesEvent:
         raise ValueError("no eventType or notificationType")
     mail = data.get("mail")
     if not isinstance(mail, dict) or not isinstance(mail.get("messageId"), str) or not mail["messageId"]:
-        raise ValueError(f"a {name[:30]} event without mail.messageId")
+        raise ValueError(f"a {_shown(name)} event without mail.messageId")
+    if not _ID.fullmatch(mail["messageId"]):
+        raise ValueError(f"a {_shown(name)} event whose mail.messageId is not 1 to 200 printable ASCII")
     kind: Kind = _KIND.get(name.lower(), "other")  # type: ignore[assignment]
     tags = mail.get("tags") if isinstance(mail.get("tags"), dict) else {}
     detail = data.get(_RECIPIENTS[kind][0] if kind in _RECIPIENTS else kind) or {}
     if not isinstance(detail, dict):
-        raise ValueError(f"a {name[:30]} event whose details are not an object")
+        raise ValueError(f"a {_shown(name)} event whose details are not an object")
     recipients: tuple[str, ...] = ()
     diagnostic: str | None = None
     if kind in _RECIPIENTS:
         listed = detail.get(_RECIPIENTS[kind][1]) or []
         if not isinstance(listed, list):
-            raise ValueError(f"a {name[:30]} event whose recipients are not a list")
+            raise ValueError(f"a {_shown(name)} event whose recipients are not a list")
         recipients = tuple(
             str(r["emailAddress"]) for r in listed if isinstance(r, dict) and r.get("emailAddress")
         )
@@ -135,6 +145,8 @@ def _ses_event(data: dict[str, Any], envelope_id: str) -> SesEvent:
         if feedback
         else envelope_id or f"{mail['messageId']}:{name}:{detail.get('timestamp', '')}"
     )
+    if not _ID.fullmatch(event_id[:200]):
+        raise ValueError(f"a {_shown(name)} event whose id is not printable ASCII")
     return SesEvent(
         kind=kind,
         message_id=mail["messageId"],
@@ -143,8 +155,8 @@ def _ses_event(data: dict[str, Any], envelope_id: str) -> SesEvent:
         bounce_type=_opt(detail.get("bounceType")) if kind == "bounce" else None,
         bounce_subtype=_opt(detail.get("bounceSubType")) if kind == "bounce" else None,
         diagnostic=diagnostic,
-        job_id=_tag(tags, "fairpost-job-id"),
-        tenant=_tag(tags, "fairpost-tenant"),
+        job_id=_valid(_tag(tags, "fairpost-job-id"), _ID.fullmatch),
+        tenant=_valid(_tag(tags, "fairpost-tenant"), is_valid_tenant_id),
     )
 
 
@@ -157,3 +169,13 @@ def _tag(tags: Any, name: str) -> str | None:
     if isinstance(value, list) and value and isinstance(value[0], str):
         return value[0]
     return value if isinstance(value, str) else None
+
+
+def _valid(value: str | None, rule: Callable[[str], object]) -> str | None:
+    """A tag that breaks its rule is no tag: the event is matched by its message id alone."""
+    return value if value is not None and rule(value) else None
+
+
+def _shown(name: str) -> str:
+    """An event type as a reason may show it: short, and ASCII whatever the body held."""
+    return name[:30].encode("ascii", "backslashreplace").decode("ascii")

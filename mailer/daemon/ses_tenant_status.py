@@ -14,7 +14,14 @@ most once a second) after a send error naming the tenant; never more than
 five reads a second in all (SES's control-plane calls have low rate limits). A disabled tenant
 is re-read on the same schedule and resumes by itself once SES enables it.
 Verdicts are shared through Redis (:meth:`fairpost.dispatcher.keys.Keys.ses_tenant_status`),
-so every replica parks the tenant and ``stats`` shows it.
+so every replica parks the tenant and ``stats`` shows it. A verdict lasts only
+while something holds the tenant: once it names an SES tenant the settings no
+longer map the tenant to (its mapping removed or changed), or an operator ran
+``fairpost tenant resume``, it is gone and every replica unparks the tenant.
+
+The task outlives any failed step: the step is logged, counted
+(``fairpost_task_errors_total{task="ses-tenants"}``) and retried after the
+outage back-off; an unpark that failed is tried again on the next step.
 """
 
 from __future__ import annotations
@@ -27,14 +34,14 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import redis.asyncio
-from botocore.exceptions import BotoCoreError, ClientError
-from redis.exceptions import RedisError
+from botocore.exceptions import ClientError
 
 from fairpost.config import Settings
-from fairpost.dispatcher.backoff import wait_or_stop
+from fairpost.dispatcher.backoff import OutageBackoff, wait_or_stop
 from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.replies import time_ms
 from fairpost.mailer.daemon.aws import SesClient
+from fairpost.mailer.daemon.metrics import Metrics
 from fairpost.mailer.daemon.ses import redact
 from fairpost.mailer.quota.reputation import TenantVerdict, read_verdicts
 
@@ -64,13 +71,17 @@ class SesTenantStatus:
         settings: Settings,
         *,
         on_enabled: Callable[[str], Awaitable[Any]] | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self._ses = ses
         self._redis = client
         self._keys = keys
         self._settings = settings
         self._on_enabled = on_enabled
+        self._metrics = metrics or Metrics()
         self._disabled: dict[str, TenantVerdict] = {}
+        self._unpark: set[str] = set()
+        """Tenants no verdict holds any more whose parked mail is still to be brought back."""
         self._arns: dict[str, str] = {}
         self._waiting: dict[str, float] = {}
         """Tenant → monotonic time the sender last had its mail in hand."""
@@ -105,8 +116,9 @@ class SesTenantStatus:
         self._checked[tenant] = time.monotonic()
         try:
             verdict = await self._read(name)
-        except (ClientError, BotoCoreError, OSError) as exc:
-            # The tenant may have been made anew (a new ARN): look it up again next time.
+        except Exception as exc:
+            # SES could not be asked, or answered what cannot be read: the last verdict
+            # stays. The tenant may have been made anew (a new ARN): look it up again next time.
             self._arns.pop(name, None)
             log.warning(
                 "could not read the SES tenant's sending status: %s", _error(exc), extra={"tenant": tenant}
@@ -168,27 +180,53 @@ class SesTenantStatus:
                 verdict.ses_tenant,
                 extra={"tenant": tenant},
             )
-            if self._on_enabled is not None:
-                await self._on_enabled(tenant)
+            self._lifted(tenant)
+
+    def _lifted(self, tenant: str) -> None:
+        """Nothing holds the tenant any more: its parked mail is brought back by the loop,
+        which tries again after a failure (an SQS outage must not leave it parked)."""
+        self._unpark.add(tenant)
+        self._wake.set()
 
     # -- the loop ---------------------------------------------------------------------------
     async def run(self, stop: asyncio.Event) -> None:
-        """Read the statuses that are due until ``stop`` is set; failures are logged, never fatal."""
+        """Read the statuses that are due until ``stop`` is set. A step that fails, whatever
+        it raises, is logged, counted and retried after the outage back-off; only an
+        outage longer than ``FAIRPOST_MAX_OUTAGE_SECONDS`` ends the task (loudly)."""
+        backoff = OutageBackoff(self._settings.max_outage_seconds)
         while not stop.is_set():
+            self._wake.clear()
             try:
                 await self._tick()
-            except (RedisError, OSError) as exc:
-                log.warning("SES tenant status round failed: %s", exc)
-            self._wake.clear()
+            except Exception as exc:
+                self._metrics.task_failed("ses-tenants")
+                delay = backoff.failed()
+                if delay is None:
+                    raise
+                log.warning("SES tenant status round failed (%s); retrying in %.1fs", _error(exc), delay)
+                await wait_or_stop(stop, delay)
+                continue
+            backoff.succeeded()
             await wait_or_stop(stop, _TICK, self._wake)
 
     async def _tick(self) -> None:
         # Other replicas' verdicts: a tenant one replica saw disabled is parked by all.
         shared = read_verdicts(await self._redis.hgetall(self._keys.ses_tenant_status()))
+        stale = sorted(t for t, v in shared.items() if self._settings.ses_tenant_for(t) != v.ses_tenant)
+        if stale:
+            # The settings no longer send the tenant's mail under that SES tenant: its
+            # verdict holds nothing, and re-read every tick it would park the tenant for ever.
+            await self._redis.hdel(self._keys.ses_tenant_status(), *stale)
+            for tenant in stale:
+                del shared[tenant]
+                self._lifted(tenant)
+                log.info(
+                    "dropped SES's verdict on an SES tenant the tenant no longer maps to",
+                    extra={"tenant": tenant},
+                )
         for tenant in set(self._disabled) - set(shared):
             self._disabled.pop(tenant, None)
-            if self._on_enabled is not None:
-                await self._on_enabled(tenant)
+            self._lifted(tenant)
         self._disabled.update(shared)
         now = time.monotonic()
         refresh = self._settings.reputation.ses_status_refresh
@@ -209,6 +247,16 @@ class SesTenantStatus:
         for tenant in (urgent + routine)[:_MAX_READS_PER_TICK]:
             self._soon.discard(tenant)
             await self.check(tenant)
+        await self._unpark_lifted()
+
+    async def _unpark_lifted(self) -> None:
+        for tenant in sorted(self._unpark):
+            if tenant in self._disabled:  # disabled again meanwhile: it stays parked
+                self._unpark.discard(tenant)
+                continue
+            if self._on_enabled is not None:
+                await self._on_enabled(tenant)  # may raise: the tenant stays due, for the next step
+            self._unpark.discard(tenant)
 
 
 def _error(exc: BaseException) -> str:

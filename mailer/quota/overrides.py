@@ -402,14 +402,17 @@ class QuotaAdmin(RedisOwner):
     @redis_operation("quota: resume", writes=True)
     def resume(self, tenant: str) -> bool:
         """Let a paused tenant send again at once, lifting a reputation guard's pause or
-        throttle too (the guard then judges only what comes after). False if it was
-        neither paused nor throttled."""
+        throttle too (the guard then judges only what comes after), and a park for a
+        disabled SES tenant (``ses_tenant_disabled``: SES is asked again once the
+        tenant sends). False if it was held by none of these."""
         tenant = _check_tenant(tenant)
         keys, args = self._calls.resume(tenant)
         result = self._resume(keys=keys, args=args)
         # A pause (or throttle) by the reputation guard is lifted too.
         lifted = lift_guard(self._redis, self.keys, tenant)
-        return bool(int(result)) or lifted is not None
+        # Every replica unparks a tenant whose verdict is gone (mailer/daemon/ses_tenant_status.py).
+        unparked = self._redis.hdel(self.keys.ses_tenant_status(), tenant)
+        return bool(int(result)) or lifted is not None or bool(unparked)
 
     @redis_operation("quota: read")
     def paused(self) -> list[str]:

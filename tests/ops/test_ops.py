@@ -290,6 +290,7 @@ DOCUMENTED_METRICS = (
     "fairpost_global_retry_after_seconds",
     "fairpost_replicas",
     "fairpost_stats_errors_total",
+    "fairpost_task_errors_total",
     "fairpost_ses_events_total",
     "fairpost_mail_suppressed_total",
     "fairpost_reputation_guard_actions_total",
