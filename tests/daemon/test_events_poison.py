@@ -195,7 +195,7 @@ async def test_a_redis_blip_while_acting_on_an_event_leaves_it_in_sqs(
         await client.set(keys.ses_message(GOOD_MESSAGE_ID), "job-1")
         await client.hset(keys.job("job-1"), mapping={"tenant": "acme", "state": "sent"})
         real_hset = client.hset
-        blips = []
+        blips: list[tuple[Any, ...]] = []
 
         async def hset_once_failing(*args: Any, **kwargs: Any) -> Any:
             if not blips:
