@@ -163,6 +163,9 @@ class Settings(BaseSettings):
     :class:`mailer.RedisFailed` (a Redis that stops answering must not hang the application)."""
     redis_connect_timeout: float = Field(default=2.0, gt=0, le=60)
     """Seconds the SDK waits for a connection to Redis."""
+    redis_retry_seconds: float = Field(default=10.0, ge=0, le=3600)
+    """How long the SDK tries a call again, backing off, while Redis is away (a
+    restart, a failover) before it raises :class:`mailer.RedisFailed`; 0: never."""
     redis_cluster: bool = False
     """A Redis Cluster (or ElastiCache cluster mode enabled): ``redis_url`` names any node."""
     redis_sentinels: str | None = None

@@ -3,7 +3,10 @@
 Shutdown takes two phases (SIGTERM or SIGINT): stop receiving and claiming,
 let in-flight sends finish within ``FAIRPOST_SHUTDOWN_GRACE``, then cancel
 and hand back everything still held (received messages get visibility 0,
-claims go back to their queues). A second signal exits at once. If any
+claims go back to their queues). Long polls in flight are never cut off
+(SQS would hide what it hands them): they land within
+``FAIRPOST_SENDER__WAIT_SECONDS`` of the signal, alongside the grace period,
+and what they bring is handed back too. A second signal exits at once. If any
 background task dies, the daemon says why and exits non-zero rather than
 run half-alive.
 
@@ -227,6 +230,7 @@ async def _run(settings: Settings, role: Role, client: redis.asyncio.Redis, stop
                 log.error("task %s stopped unexpectedly: %r", name, exc, exc_info=exc)
                 exit_code = 1
         stop.set()
+        stopped_at = loop.time()
         liveness.stopping = True
         stopping.cancel()
 
@@ -251,8 +255,12 @@ async def _run(settings: Settings, role: Role, client: redis.asyncio.Redis, stop
             except Exception:
                 log.exception("could not return claimed jobs; they return when their leases expire")
         if sender is not None:
+            # The long polls in flight at the stop end within their wait, on SQS's side.
+            polls_land = max(0.0, stopped_at + settings.sender.wait_seconds - loop.time())
             try:
-                released = await asyncio.wait_for(sender.release_held(), timeout=HAND_BACK_SECONDS)
+                released = await asyncio.wait_for(
+                    sender.release_held(), timeout=polls_land + HAND_BACK_SECONDS
+                )
             except Exception:
                 log.exception(
                     "could not hand received messages back; they return after their visibility timeout"

@@ -7,6 +7,12 @@ sender's batch handling, then lingers a moment if mail is only trickling in
 A Redis or AWS failure is ridden out with the shared outage back-off
 (fairpost.dispatcher.backoff); what the failed batch held comes back after its
 visibility timeout.
+
+A stop never cuts a long poll off: SQS keeps a poll open on its side until its
+wait ends, whoever still listens, and hides what it hands that poll for the
+visibility timeout (in a FIFO queue, with the whole group behind it). So a
+poll in flight at the stop lands, within ``FAIRPOST_SENDER__WAIT_SECONDS``,
+and what it brings goes straight back (:meth:`Receiver.landed`).
 """
 
 from __future__ import annotations
@@ -28,9 +34,6 @@ from fairpost.mailer.daemon.inbox import Inbox, Received
 
 log = logging.getLogger("fairpost.sender")
 
-_LAST_POLL_WAIT = 1.5
-"""Seconds a long poll in flight at shutdown gets to land before it is cut off."""
-
 Process = Callable[[list[Received]], Awaitable[None]]
 
 
@@ -41,6 +44,8 @@ class Receiver:
         self.inbox = inbox
         self.process = process
         self._freed = asyncio.Event()
+        # Polls in flight at the stop, landing: each hands back what its poll brings.
+        self._landing: set[asyncio.Task[int]] = set()
 
     def group_freed(self) -> None:
         """A throttled tenant's FIFO group was just freed (its timed retry sent the
@@ -76,6 +81,38 @@ class Receiver:
                 self.ctx.metrics.receive_failed()
                 await wait_or_stop(stop, delay)
 
+    async def landed(self) -> int:
+        """Shutdown: wait for the polls in flight at the stop to land (SQS ends each
+        within its wait) and hand back what they brought. Returns how many."""
+        results = await asyncio.gather(*self._landing, return_exceptions=True)
+        return sum(r for r in results if isinstance(r, int))
+
+    def _land(self, poll: asyncio.Future[Any]) -> asyncio.Task[int]:
+        landing = asyncio.create_task(self._hand_back(poll), name="sender-poll-landing")
+        self._landing.add(landing)
+        landing.add_done_callback(self._landing.discard)
+        return landing
+
+    async def _hand_back(self, poll: asyncio.Future[Any]) -> int:
+        try:
+            response = await poll
+        except Exception as exc:
+            log.warning("SQS receive in flight at shutdown failed: %s", exc)
+            return 0
+        brought = len(response.get("Messages", []))
+        try:
+            await self.inbox.hand_back(response)
+        except Exception as exc:
+            log.warning(
+                "could not hand back %d messages a poll brought at shutdown (%s); "
+                "they return after their visibility timeout",
+                brought,
+                exc,
+            )
+            return 0
+        self.ctx.metrics.handed_back(brought)
+        return brought
+
     async def receive(self, stop: asyncio.Event) -> list[Received]:
         """One long poll (retried twice on failure); nothing if ``stop`` is set meanwhile."""
         # This poll brings any group freed so far.
@@ -92,22 +129,23 @@ class Receiver:
             "ReceiveRequestAttemptId": uuid.uuid4().hex,
         }
         for attempt in range(3):
+            if stop.is_set():
+                return []
             asked_at = time.monotonic()
             receive = asyncio.ensure_future(self.inbox.sqs.receive_message(**request))
             stopped = asyncio.ensure_future(stop.wait())
-            done, _ = await asyncio.wait({receive, stopped}, return_when=asyncio.FIRST_COMPLETED)
-            stopped.cancel()
+            try:
+                done, _ = await asyncio.wait({receive, stopped}, return_when=asyncio.FIRST_COMPLETED)
+            except asyncio.CancelledError:
+                self._land(receive)
+                raise
+            finally:
+                stopped.cancel()
             if receive not in done:
-                # Shutting down mid-poll. An idle poll would hold the shutdown for
-                # up to its whole wait, so it gets a moment to land, then is cut
-                # off: SQS rarely hands a poll anything in that moment, and what
-                # it does hand comes back after its visibility timeout. What
-                # lands in time goes straight back for another replica.
-                await asyncio.wait({receive}, timeout=_LAST_POLL_WAIT)
-                if not receive.done():
-                    receive.cancel()
-                landed = await asyncio.gather(receive, return_exceptions=True)
-                await self.inbox.hand_back(landed[0])
+                # Shutting down mid-poll: the poll lands and what it brings goes
+                # straight back for another replica. Shielded, so that a grace
+                # period ending meanwhile leaves it to land for landed().
+                await asyncio.shield(self._land(receive))
                 return []
             try:
                 response = receive.result()

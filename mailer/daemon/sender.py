@@ -110,11 +110,14 @@ class Sender:
         return await self.inbox.unpark(tenant)
 
     async def release_held(self) -> int:
-        """Shutdown: give every message received but not finished back to SQS at once."""
+        """Shutdown: give every message received but not finished back to SQS at once,
+        then, as the long polls in flight at the stop land (within the poll wait),
+        what they bring. Returns how many."""
         for timer in list(self._timers):
             timer.cancel()
         await asyncio.gather(*self._timers, return_exceptions=True)
-        return await self.inbox.release_held()
+        released = await self.inbox.release_held()
+        return released + await self.receiver.landed()
 
     # -- one batch -------------------------------------------------------------
 

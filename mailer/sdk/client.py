@@ -1,7 +1,10 @@
 """The SDK: applications enqueue mail with :class:`MailClient` or :class:`AsyncMailClient`.
 
 Both validate every mail before writing anything, and write each job (its
-record and its place in the tenant's queue) in one atomic step.
+record and its place in the tenant's queue) in one atomic step. While Redis is
+away (a restart, a failover) each call is tried again for up to
+``FAIRPOST_REDIS_RETRY_SECONDS`` (:mod:`fairpost.mailer.sdk.failures`): the job ids are
+made before the first try, so a try whose answer was lost is not written twice.
 """
 
 from __future__ import annotations
@@ -170,8 +173,7 @@ class MailClient(RedisOwner, BaseMailClient):
             send_at=send_at,
         )
         jobs = self._jobs(tenant_id, [mail], priority, many=False, send_at=send_at)
-        with self._failures.wrap("enqueue"):
-            [(_, job_id)] = self._store.submit(jobs)
+        [(_, job_id)] = self._failures.call("enqueue", lambda: self._store.submit(jobs))
         return job_id
 
     def send_many(
@@ -191,13 +193,11 @@ class MailClient(RedisOwner, BaseMailClient):
         ``send_at`` (timezone-aware; ``send_at`` here applies to mails without one).
         """
         jobs = self._jobs(tenant_id, mails, priority, many=True, send_at=send_at)
-        with self._failures.wrap("enqueue"):
-            return [job_id for _, job_id in self._store.submit(jobs)]
+        return [job_id for _, job_id in self._failures.call("enqueue", lambda: self._store.submit(jobs))]
 
     def status(self, job_id: str) -> JobStatus:
         """The job's state; raises :class:`UnknownJob` if there is no such job."""
-        with self._failures.wrap("status"):
-            record = self._store.job(job_id)
+        record = self._failures.call("status", lambda: self._store.job(job_id))
         return JobStatus.from_record(job_id, record)
 
     def cancel(self, job_id: str) -> str:
@@ -205,8 +205,8 @@ class MailClient(RedisOwner, BaseMailClient):
         dead letter with reason "cancelled". Returns the state it had. Raises
         :class:`TooLateToCancel` once it is dispatched or finished, :class:`UnknownJob`
         if there is no such job. Cancelling twice is not an error."""
-        with self._failures.wrap("cancel"):
-            return self._lifecycle.cancel(job_id, self.settings.job_ttl)
+        # Cancelling twice is not an error: a try whose answer was lost is safe to repeat.
+        return self._failures.call("cancel", lambda: self._lifecycle.cancel(job_id, self.settings.job_ttl))
 
     def dead_letters(self) -> DeadLetters:
         """List, show, replay and purge dead letters, on this client's connection."""
@@ -265,8 +265,7 @@ class AsyncMailClient(AsyncRedisOwner, BaseMailClient):
             send_at=send_at,
         )
         jobs = self._jobs(tenant_id, [mail], priority, many=False, send_at=send_at)
-        with self._failures.wrap("enqueue"):
-            [(_, job_id)] = await self._store.submit(jobs)
+        [(_, job_id)] = await self._failures.acall("enqueue", lambda: self._store.submit(jobs))
         return job_id
 
     async def send_many(
@@ -278,14 +277,15 @@ class AsyncMailClient(AsyncRedisOwner, BaseMailClient):
         send_at: datetime | None = None,
     ) -> list[str]:
         jobs = self._jobs(tenant_id, mails, priority, many=True, send_at=send_at)
-        with self._failures.wrap("enqueue"):
-            return [job_id for _, job_id in await self._store.submit(jobs)]
+        return [
+            job_id for _, job_id in await self._failures.acall("enqueue", lambda: self._store.submit(jobs))
+        ]
 
     async def status(self, job_id: str) -> JobStatus:
-        with self._failures.wrap("status"):
-            record = await self._store.job(job_id)
+        record = await self._failures.acall("status", lambda: self._store.job(job_id))
         return JobStatus.from_record(job_id, record)
 
     async def cancel(self, job_id: str) -> str:
-        with self._failures.wrap("cancel"):
-            return await self._lifecycle.cancel(job_id, self.settings.job_ttl)
+        return await self._failures.acall(
+            "cancel", lambda: self._lifecycle.cancel(job_id, self.settings.job_ttl)
+        )

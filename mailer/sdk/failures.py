@@ -5,12 +5,24 @@ Any redis-py error (one server, Cluster or Sentinel: they all derive from
 :class:`fairpost.mailer.errors.RedisFailed` that names the operation, the Redis URL
 with its password masked, the timeout, and whether the write may have been
 done all the same, so that the caller knows whether retrying is safe.
+
+The mail client's calls go through :meth:`RedisFailures.call` (or ``acall``)
+instead: while Redis is away (a restart, a failover) they are tried again,
+backing off, for up to ``FAIRPOST_REDIS_RETRY_SECONDS``, and only then fail. Every
+such call is safe to repeat: an enqueue's job ids are made before the first try,
+so a try that reached Redis but lost its answer is recognised by the next one
+(enqueue.lua answers "this id exists" and writes nothing); a cancel is
+idempotent; the rest only read.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
-from collections.abc import Callable, Iterator
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import Concatenate, ParamSpec, Protocol, TypeVar
 from urllib.parse import urlsplit
@@ -21,8 +33,27 @@ from fairpost.config import Settings, mask_url
 from fairpost.dispatcher.errors import NotReplicated
 from fairpost.mailer.errors import RedisFailed
 
+log = logging.getLogger("fairpost.sdk")
+
 WRITES = frozenset({"enqueue", "cancel"})
 """Operations that change something in Redis."""
+
+AWAY = (
+    redis.exceptions.ConnectionError,  # refused, cut, LOADING, no master found (Sentinel)
+    redis.exceptions.TimeoutError,
+    redis.exceptions.ReadOnlyError,  # a demoted master
+    redis.exceptions.ClusterError,  # CLUSTERDOWN, MASTERDOWN, a topology that would not settle
+    redis.exceptions.TryAgainError,
+    redis.exceptions.AskError,  # and MOVED: the slot is changing hands
+)
+"""Errors that say Redis is away or moving, not that the call is wrong: worth trying
+again. Anything else (out of memory, a replica count not reached, a bug) is not."""
+
+_FIRST_DELAY = 0.05
+_MOST_DELAY = 1.0
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 
 class RedisFailures:
@@ -39,10 +70,52 @@ class RedisFailures:
         except redis.exceptions.RedisError as exc:
             raise self.failed(operation, exc) from exc
 
+    def call(self, operation: str, attempt: Callable[[], _R]) -> _R:
+        """``attempt()``, tried again while Redis is away; then :class:`RedisFailed`.
+        ``attempt`` must be safe to repeat (the module's docstring says why ours are)."""
+        tries = _Tries(self.settings.redis_retry_seconds)
+        while True:
+            try:
+                return attempt()
+            except redis.exceptions.RedisError as exc:
+                delay = self._again(operation, exc, tries)
+            time.sleep(delay)
+
+    async def acall(self, operation: str, attempt: Callable[[], Awaitable[_R]]) -> _R:
+        """:meth:`call` for asyncio."""
+        tries = _Tries(self.settings.redis_retry_seconds)
+        while True:
+            try:
+                return await attempt()
+            except redis.exceptions.RedisError as exc:
+                delay = self._again(operation, exc, tries)
+            await asyncio.sleep(delay)
+
+    def _again(self, operation: str, exc: redis.exceptions.RedisError, tries: _Tries) -> float:
+        """The seconds to wait before the next try; raises :class:`RedisFailed` if there is none."""
+        tries.failed(self._maybe_written(operation, exc, None))
+        delay = tries.next_delay(exc)
+        if delay is None:
+            raise self.failed(operation, exc, tries=tries) from exc
+        log.info(
+            "Redis is away for %s (%s); retrying in %.2f s, for up to %g s in all",
+            operation,
+            type(exc).__name__,
+            delay,
+            self.settings.redis_retry_seconds,
+        )
+        return delay
+
     def failed(
-        self, operation: str, exc: redis.exceptions.RedisError, *, writes: bool | None = None
+        self,
+        operation: str,
+        exc: redis.exceptions.RedisError,
+        *,
+        writes: bool | None = None,
+        tries: _Tries | None = None,
     ) -> RedisFailed:
-        """``writes``: whether the operation changes something (default: it is in WRITES)."""
+        """``writes``: whether the operation changes something (default: it is in WRITES);
+        ``tries``: the earlier tries of the same call (any of them may have written)."""
         detail = f"{type(exc).__name__}: {exc}"
         if self._password:
             detail = detail.replace(self._password, "***")
@@ -58,13 +131,14 @@ class RedisFailures:
             what = f"the write reached Redis at {self.url} but not enough of its replicas"
         else:
             what = f"Redis at {self.url} refused it"
-        # A refused command (an error answer, out of memory) did nothing: fairpost's
-        # writes are single scripts, refused whole. An answer that never came may
-        # hide a write that was done.
-        refused = isinstance(exc, redis.exceptions.ResponseError) and not isinstance(exc, NotReplicated)
         if writes is None:
             writes = operation in WRITES
-        maybe = writes and not never_sent and not refused
+        maybe = self._maybe_written(operation, exc, writes) if tries is None else tries.maybe_written
+        tried = ""
+        if tries is not None and tries.count > 1:
+            tried = (
+                f", tried {tries.count} times in {s.redis_retry_seconds:g} s (FAIRPOST_REDIS_RETRY_SECONDS)"
+            )
         if maybe and operation == "enqueue":
             outcome = (
                 "the mail may have been written: retry with the same idempotency key, "
@@ -78,10 +152,42 @@ class RedisFailures:
             outcome = "nothing was changed"
         return RedisFailed(
             operation,
-            f"{operation} failed: {what} ({detail}); {outcome}",
+            f"{operation} failed: {what} ({detail}){tried}; {outcome}",
             url=self.url,
             may_have_written=maybe,
         )
+
+    @staticmethod
+    def _maybe_written(operation: str, exc: redis.exceptions.RedisError, writes: bool | None) -> bool:
+        """Whether Redis may have done the write all the same. A refused command (an
+        error answer, out of memory) did nothing: fairpost's writes are single scripts,
+        refused whole. An answer that never came may hide a write that was done."""
+        refused = isinstance(exc, redis.exceptions.ResponseError) and not isinstance(exc, NotReplicated)
+        if writes is None:
+            writes = operation in WRITES
+        return writes and not _never_sent(exc) and not refused
+
+
+class _Tries:
+    """The tries of one call: how many, whether any may have written, and the
+    back-off to the next one (doubling, with jitter, so that applications cut off
+    by the same failover do not all come back at once), within ``seconds``."""
+
+    def __init__(self, seconds: float) -> None:
+        self.deadline = time.monotonic() + seconds
+        self.count = 0
+        self.maybe_written = False
+
+    def failed(self, maybe_written: bool) -> None:
+        self.count += 1
+        self.maybe_written = self.maybe_written or maybe_written
+
+    def next_delay(self, exc: redis.exceptions.RedisError) -> float | None:
+        left = self.deadline - time.monotonic()
+        if not isinstance(exc, AWAY) or left <= 0:
+            return None
+        delay: float = min(_FIRST_DELAY * 2.0 ** (self.count - 1), _MOST_DELAY)
+        return min(left, delay * random.uniform(0.5, 1.0))
 
 
 class _HasSettings(Protocol):
@@ -89,8 +195,6 @@ class _HasSettings(Protocol):
 
 
 _Owner = TypeVar("_Owner", bound=_HasSettings)
-_P = ParamSpec("_P")
-_R = TypeVar("_R")
 
 
 def redis_operation(

@@ -40,7 +40,8 @@ def stopped_redis() -> Iterator[str]:
 def test_a_redis_that_stopped_answering_raised_redis_py_errors_into_the_application(
     stopped_redis: str,
 ) -> None:
-    settings = load_settings(redis_url=stopped_redis, redis_timeout=0.5)
+    # No retries: one call's timeout, and the error it ends in (retries: test_sdk_retries.py).
+    settings = load_settings(redis_url=stopped_redis, redis_timeout=0.5, redis_retry_seconds=0)
     with MailClient(settings) as client:
         started = time.monotonic()
         with pytest.raises(RedisFailed) as caught:
@@ -62,7 +63,7 @@ def test_a_redis_that_stopped_answering_raised_redis_py_errors_into_the_applicat
 
 
 def test_a_redis_that_refused_connections_raised_redis_py_errors_into_the_application() -> None:
-    settings = load_settings(redis_url=f"redis://:hunter2@127.0.0.1:{free_port()}/0")
+    settings = load_settings(redis_url=f"redis://:hunter2@127.0.0.1:{free_port()}/0", redis_retry_seconds=0)
     with MailClient(settings) as client, pytest.raises(RedisFailed) as caught:
         client.send_many("acme", [MAIL, MAIL])
     error = caught.value
@@ -72,7 +73,7 @@ def test_a_redis_that_refused_connections_raised_redis_py_errors_into_the_applic
 
 
 async def test_the_async_client_raised_redis_py_errors_too(stopped_redis: str) -> None:
-    settings = load_settings(redis_url=stopped_redis, redis_timeout=0.5)
+    settings = load_settings(redis_url=stopped_redis, redis_timeout=0.5, redis_retry_seconds=0)
     async with AsyncMailClient(settings) as client:
         with pytest.raises(RedisFailed) as caught:
             await client.send("acme", **MAIL)
