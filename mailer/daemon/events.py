@@ -55,9 +55,11 @@ _OUTAGES = (RedisError, BotoCoreError, ClientError, OSError, TimeoutError)
 _MAX_REASON_CHARS = 2000
 """An exception's text is cut to this before redacting (redact's time grows with the text)."""
 
-# A mail's outcome only moves towards the worse: delivered < delayed < rejected,
-# bounced < complained (several recipients may each report something).
-_RANK = {"delivered": 1, "delayed": 2, "rejected": 3, "bounced": 4, "complained": 5}
+# A mail's outcome only moves on: delayed < delivered < rejected < bounced <
+# complained. A delay is news only until the mail lands, so a delivery replaces
+# it, and a delay that SNS or SQS brings after the delivery changes nothing;
+# otherwise the worse outcome stays (several recipients may each report one).
+_RANK = {"delayed": 1, "delivered": 2, "rejected": 3, "bounced": 4, "complained": 5}
 
 
 class EventConsumer:

@@ -126,7 +126,9 @@ class Feedback:
         if message_id and self.settings.events_queue_name:
             pipe.set(self.keys.ses_message(message_id), job_id, ex=self.settings.job_ttl)
             await self._send_seq(
-                keys=[self.keys.send_seq(tenant), self.keys.job(job_id)], args=[recipients], client=pipe
+                keys=[self.keys.send_seq(tenant), self.keys.job(job_id)],
+                args=[recipients, self.settings.job_ttl * 1000],
+                client=pipe,
             )
 
     async def count_sent(self, tenant: str, recipients: int) -> None:

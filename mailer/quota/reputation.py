@@ -228,7 +228,13 @@ class ReputationBook:
             job_id, seq = bounced if bounced is not None and bounces > 0 else ("", 0)
             recent, _ = await self._recent(
                 keys=[self._keys.send_seq(tenant), self._keys.recent_bounces(tenant)],
-                args=[job_id, seq, bounces if job_id else 0, self._settings.reputation.min_sends],
+                args=[
+                    job_id,
+                    seq,
+                    bounces if job_id else 0,
+                    self._settings.reputation.min_sends,
+                    self._settings.job_ttl * 1000,
+                ],
             )
             rep = dataclasses.replace(rep, recent_bounces=int(recent))
         verdict, reason, window = judge(rep, self._settings)
