@@ -233,6 +233,11 @@ class SesTenantStatus:
         for tenant, seen in list(self._waiting.items()):
             if now - seen > 2 * refresh:
                 del self._waiting[tenant]
+        # A tenant nothing waits on any more is read afresh when it comes back: its
+        # last read is forgotten, or the map would keep every tenant ever seen.
+        for tenant, at in list(self._checked.items()):
+            if now - at > 2 * refresh and tenant not in self._waiting and tenant not in self._disabled:
+                del self._checked[tenant]
         urgent = sorted(t for t in self._soon if now - self._checked.get(t, 0.0) >= _SOON)
         routine = sorted(
             (

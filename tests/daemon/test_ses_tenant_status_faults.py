@@ -209,3 +209,23 @@ def test_tenant_resume_help_names_the_holds_it_lifts(capsys: pytest.CaptureFixtu
         main(["tenant", "resume", "--help"])
     shown = " ".join(capsys.readouterr().out.split())
     assert "pause" in shown and "reputation guard" in shown and REASON in shown
+
+
+# -- nothing grows with every tenant ever seen ------------------------------------------------
+
+
+async def test_a_tenant_that_stopped_sending_is_forgotten(
+    redis_url: str, aredis: redis.asyncio.Redis
+) -> None:
+    settings = quick_settings(
+        redis_url, tenants={"acme": {"ses_tenant_name": "acme"}}, reputation={"ses_status_refresh": 1}
+    )
+    async with status_task(settings, FakeSes(acme="ENABLED"), aredis, Unparks(), Metrics()) as (status, task):
+        status.waiting("acme")  # the sender asks about acme's mail once, then never again
+        await wait_for(lambda: _alive(task) and "acme" in status._checked, within=10, what="acme read")
+        # Read once more while it may still be waiting, then dropped: no map keeps it.
+        await wait_for(
+            lambda: _alive(task) and "acme" not in status._checked and "acme" not in status._waiting,
+            within=20,
+            what="acme forgotten once nothing waits on it",
+        )
