@@ -29,6 +29,10 @@ A longer wait (a daily quota) is served in steps: the message comes back,
 is refused again, and is extended again."""
 
 
+_SWEEP_MIN = 64
+"""Tenants the parked map may hold before it is first swept."""
+
+
 @dataclass
 class Received:
     """One SQS message and what became of it."""
@@ -59,6 +63,7 @@ class Inbox:
         self._deletes = _Deletes(sqs, queue_url)
         # Messages parked for quota or a pause: tenant → receipt → monotonic time it returns.
         self._parked: dict[str, dict[str, float]] = {}
+        self._sweep_above = _SWEEP_MIN
 
     def hold(self, messages: Sequence[Received]) -> None:
         for msg in messages:
@@ -77,6 +82,16 @@ class Inbox:
             del parked[receipt]
         for msg in messages:
             parked[msg.receipt] = until
+        if len(self._parked) > self._sweep_above:
+            self._sweep(now)
+
+    def _sweep(self, now: float) -> None:
+        """Forget the tenants whose parks are over, or the map would keep every tenant
+        ever parked. Run when the map has doubled since the last sweep: amortised O(1)."""
+        for tenant, parked in list(self._parked.items()):
+            if all(when <= now for when in parked.values()):
+                del self._parked[tenant]
+        self._sweep_above = max(_SWEEP_MIN, 2 * len(self._parked))
 
     async def settle(self, messages: Sequence[Received], *, promptly: bool = False) -> None:
         """Delete what is done and set the visibility of what waits, in batches of ten.
