@@ -13,7 +13,7 @@ import functools
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 from redis.exceptions import RedisError
 
@@ -190,24 +190,50 @@ class Dispatcher:
             log.error("dispatch task failed", exc_info=task.exception())
 
     async def _work(self, worker: Worker | None, kind: str, jobs: list[Job]) -> None:
-        outcomes: Sequence[Outcome]
-        if worker is None:
-            outcomes = [Dead(f"no worker registered for job kind {kind!r}")] * len(jobs)
-        else:
-            try:
-                outcomes = await worker.handle(jobs)
-            except Exception as exc:
-                log.exception("worker %r failed on %d jobs", kind, len(jobs))
-                outcomes = [Retry(f"{type(exc).__name__}: {exc}")] * len(jobs)
-            if len(outcomes) != len(jobs):
-                raise RuntimeError(f"worker {kind!r} returned {len(outcomes)} outcomes for {len(jobs)} jobs")
-        await self._settle(jobs, outcomes)
+        try:
+            outcomes: Sequence[Outcome]
+            if worker is None:
+                outcomes = [Dead(f"no worker registered for job kind {kind!r}")] * len(jobs)
+            else:
+                try:
+                    outcomes = await worker.handle(jobs)
+                except Exception as exc:
+                    log.exception("worker %r failed on %d jobs", kind, len(jobs))
+                    outcomes = [Retry(f"{type(exc).__name__}: {exc}")] * len(jobs)
+                if len(outcomes) != len(jobs):
+                    raise RuntimeError(
+                        f"worker {kind!r} returned {len(outcomes)} outcomes for {len(jobs)} jobs"
+                    )
+            await self._settle(jobs, outcomes)
+        except Exception:
+            # Not settled, and never will be by this task: stop renewing the claims,
+            # so their leases lapse and the reaper returns the jobs. (A cancelled task
+            # keeps them held: drain() gives them back at once.)
+            for job in jobs:
+                self._held.pop(job.id, None)
+            raise
 
     async def _settle(self, jobs: list[Job], outcomes: Sequence[Outcome]) -> None:
-        handed = [job.id for job, o in zip(jobs, outcomes, strict=True) if isinstance(o, HandedOff)]
-        retry = [job.id for job, o in zip(jobs, outcomes, strict=True) if isinstance(o, Retry)]
+        """Record each job's outcome; a job leaves ``_held`` only once Redis has it."""
+        settled = list(zip(jobs, outcomes, strict=True))
+        handed = [job.id for job, o in settled if isinstance(o, HandedOff)]
+        retry = [job.id for job, o in settled if isinstance(o, Retry)]
+        await self._until_landed("recording outcomes", functools.partial(self._record, settled, handed))
+        for job in jobs:
+            if job.id not in retry:
+                self._held.pop(job.id, None)
+        if retry:
+            await asyncio.sleep(self._retry_delay)
+            self._retry_delay = min(self._retry_delay * 2, _RETRY_DELAY_MAX)
+            await self._until_landed("requeueing jobs", functools.partial(self.store.requeue, retry))
+            for job_id in retry:
+                self._held.pop(job_id, None)
+        elif handed:
+            self._retry_delay = _RETRY_DELAY_MIN
+
+    async def _record(self, settled: list[tuple[Job, Outcome]], handed: list[str]) -> None:
         await self.store.handed_off(handed)
-        for job, outcome in zip(jobs, outcomes, strict=True):
+        for job, outcome in settled:
             if isinstance(outcome, Done):
                 await self.store.finish(job.id, JobState.SENT, keep_seconds=self.finished_ttl_seconds)
             elif isinstance(outcome, Dead):
@@ -218,14 +244,21 @@ class Dispatcher:
                     keep_seconds=self.finished_ttl_seconds,
                     fields={"dead_reason": outcome.reason, "last_error": outcome.reason},
                 )
-        for job in jobs:
-            if job.id not in retry:
-                self._held.pop(job.id, None)
-        if retry:
-            await asyncio.sleep(self._retry_delay)
-            self._retry_delay = min(self._retry_delay * 2, _RETRY_DELAY_MAX)
-            await self.store.requeue(retry)
-            for job_id in retry:
-                self._held.pop(job_id, None)
-        elif handed:
-            self._retry_delay = _RETRY_DELAY_MIN
+
+    async def _until_landed(self, what: str, step: Callable[[], Awaitable[object]]) -> None:
+        """Run a settling step until Redis has it, riding out an outage like the loop
+        does. Running it again is safe (a job already handed off, finished or given
+        back is left as it is: the scripts read its state), and a job left held
+        would have its lease renewed for as long as this process lives. Raises once
+        the outage outlasts ``max_outage_seconds``."""
+        backoff = OutageBackoff(self.max_outage_seconds)
+        while True:
+            try:
+                await step()
+                return
+            except RedisError as exc:
+                delay = backoff.failed()
+                if delay is None:
+                    raise
+                log.warning("%s failed (%s: %s); again in %.1fs", what, type(exc).__name__, exc, delay)
+                await asyncio.sleep(delay)

@@ -50,7 +50,7 @@ class Answers:
         self._daily_until = 0.0
         self.park: Callable[[str, list[Received], float, str | None, int], Awaitable[None]] | None = None
         """Parks a tenant's mail (fairpost.mailer.daemon.group.GroupDecision.park), set by the Sender."""
-        self.holds = TenantHolds(ctx.store.redis, ctx.store.keys)
+        self.holds = TenantHolds(ctx.store.redis, ctx.store.keys, ctx.store.limits)
         # Tenants SES refused for their own set-up: tenant → (ses_<code>, monotonic time
         # of the recheck). Kept while the tenant has not sent since (the hold in Redis
         # is cleared by the replica that sees it send again).

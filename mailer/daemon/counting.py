@@ -17,8 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from redis.asyncio.client import Pipeline
-from redis.exceptions import RedisError
 
+from fairpost.dispatcher.backoff import OutageBackoff
 from fairpost.mailer.daemon import ses
 from fairpost.mailer.daemon.context import SenderContext
 from fairpost.mailer.daemon.inbox import Received
@@ -59,6 +59,30 @@ class Counting:
         if moved is not None:
             stamp.at_ms, stamp.mono = moved, time.monotonic()
 
+    async def keep_during(
+        self, call: asyncio.Future[ses.SendResult], tenant: str, cost: int, stamp: Stamp, every: float
+    ) -> None:
+        """Keep a mail counted until its SES call ends. A keep that fails must not end
+        the wait: SES has the call, and an answer left unrecorded sends the mail again
+        when its message comes back. The keep is tried again on the outage back-off,
+        never later than ``every``, for as long as the call runs."""
+        backoff = OutageBackoff(self.ctx.settings.max_outage_seconds, first=0.2, most=every)
+        wait = every
+        while not (await asyncio.wait({call}, timeout=wait))[0]:
+            try:
+                await self.keep(tenant, cost, stamp, every)
+            except Exception as exc:
+                wait = min(backoff.failed() or every, every)
+                log.warning(
+                    "could not keep a mail in an SES call counted (%s: %s); again in %.1fs",
+                    type(exc).__name__,
+                    exc,
+                    wait,
+                )
+            else:
+                backoff.succeeded()
+                wait = every
+
     async def wait_for_answers(
         self,
         tenant: str,
@@ -82,8 +106,12 @@ class Counting:
                 if may_have_it(send.result().verdict) and msg.envelope:
                     try:
                         await self.keep(tenant, msg.envelope.mail.recipients, stamp, every)
-                    except RedisError as exc:  # move_to_answers restamps it anyway, or fails loudly
-                        log.warning("could not keep an answered mail counted: %s", exc)
+                    except Exception as exc:
+                        # Raising would abandon the group's calls still under way; this
+                        # mail's units are restamped by move_to_answers (or that fails loudly).
+                        log.warning(
+                            "could not keep an answered mail counted (%s: %s)", type(exc).__name__, exc
+                        )
 
     async def move_to_answers(
         self, tenant: str, answered: Sequence[tuple[Received, ses.SendResult, Stamp]], pipeline: Pipeline

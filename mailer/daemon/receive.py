@@ -36,6 +36,9 @@ log = logging.getLogger("fairpost.sender")
 
 Process = Callable[[list[Received]], Awaitable[None]]
 
+_LANDING_MARGIN = 2.0
+"""Seconds past its wait a poll in flight at the stop is still waited on (the network's share)."""
+
 
 class Receiver:
     def __init__(self, ctx: SenderContext, gate: Gate, inbox: Inbox, process: Process) -> None:
@@ -84,8 +87,18 @@ class Receiver:
     async def landed(self) -> int:
         """Shutdown: wait for the polls in flight at the stop to land (SQS ends each
         within its wait) and hand back what they brought. Returns how many."""
-        results = await asyncio.gather(*self._landing, return_exceptions=True)
-        return sum(r for r in results if isinstance(r, int))
+        if not self._landing:
+            return 0
+        # SQS ends a poll within its wait. One that has not landed a moment past that
+        # never reached SQS or hangs on a dead connection: it is not waited on, and
+        # anything it holds comes back after its visibility timeout.
+        done, late = await asyncio.wait(
+            set(self._landing), timeout=self.ctx.settings.sender.wait_seconds + _LANDING_MARGIN
+        )
+        for landing in late:
+            landing.cancel()
+        await asyncio.gather(*late, return_exceptions=True)
+        return sum(r for task in done if not task.cancelled() and isinstance(r := task.result(), int))
 
     def _land(self, poll: asyncio.Future[Any]) -> asyncio.Task[int]:
         landing = asyncio.create_task(self._hand_back(poll), name="sender-poll-landing")

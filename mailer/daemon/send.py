@@ -195,8 +195,7 @@ class Sending:
                 ses.send(self.ses, env, self.ctx.settings.tenant(tenant), self.account)
             )
             try:
-                while not (await asyncio.wait({call}, timeout=every))[0]:
-                    await self.counting.keep(tenant, cost, stamp, every)
+                await self.counting.keep_during(call, tenant, cost, stamp, every)
             except asyncio.CancelledError:
                 call.cancel()
                 raise

@@ -214,7 +214,7 @@ async def test_every_script_runs_on_a_cluster_within_fairposts_slot(
         await quota.retry_after("acme", t)
         book = ReputationBook(client, keys, settings)
         await book.record("acme", sends=3, bounces=1, bounced=(a.id, 1))
-        await TenantHolds(client, keys).hold("acme", "a reason", first_seconds=1, most_seconds=5)
+        await TenantHolds(client, keys, limits).hold("acme", "a reason", first_seconds=1, most_seconds=5)
         async with store.pipeline() as pipe:
             feedback = Feedback(store=store, settings=settings, book=book)
             await feedback.index_sent(pipe, "acme", a.id, "ses-message-id", 1)
