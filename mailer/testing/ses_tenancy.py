@@ -40,13 +40,11 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 from urllib.parse import unquote
 
 from fairpost.mailer.errors import RefusedRequest
-
-if TYPE_CHECKING:
-    from fairpost.mailer.testing.ses_server import SentMail
+from fairpost.mailer.testing.ses_mail import SentMail
 
 ACCOUNT = "123456789012"
 REGION = "us-east-1"
