@@ -19,6 +19,8 @@ re-exported here, so ``fairpost.mailer.errors`` names every error fairpost raise
     ├── DemoError                 the demo could not run
     ├── ServiceError              a local service (redis-server, moto, LocalStack) did not start
     ├── RefusedRequest            the recording SES server refuses a malformed request, as SES would
+    │   └── SqsError              the SQS server (fairpost.mailer.testing) refuses a request, as SQS would
+    ├── ConfirmationStale         a console bulk action's confirmed count no longer matches its filter
     └── TimedOut                  a condition awaited did not hold in time (also an AssertionError)
 
 An ``InvalidInput`` is the caller's to fix; the others are not.
@@ -38,6 +40,7 @@ from fairpost.dispatcher.errors import (
 
 __all__ = [
     "ConfigError",
+    "ConfirmationStale",
     "DemoError",
     "DispatchError",
     "FairpostError",
@@ -53,6 +56,7 @@ __all__ = [
     "ServiceError",
     "SesAccountError",
     "SesTenantError",
+    "SqsError",
     "TimedOut",
     "TooLateToCancel",
     "UnknownJob",
@@ -125,6 +129,26 @@ class RefusedRequest(FairpostError):
         self.status = status
         self.message = message
         super().__init__(f"{code} ({status}): {message}")
+
+
+class SqsError(RefusedRequest):
+    """A request the SQS server (fairpost.mailer.testing.sqs_server) answers with SQS's
+    error: ``shape`` is its JSON ``__type``, ``code`` what botocore reports as ``Error.Code``
+    (fairpost.mailer.testing.sqs_rules.Refuse builds them)."""
+
+    def __init__(self, shape: str, code: str, message: str, status: int = 400) -> None:
+        self.shape = shape
+        super().__init__(code, status, message)
+
+
+class ConfirmationStale(FairpostError):
+    """The dead letters a console bulk action was confirmed for are no longer those its
+    filter matches: the operator must look again."""
+
+    def __init__(self, confirmed: int, now: int) -> None:
+        self.confirmed = confirmed
+        self.now = now
+        super().__init__(f"{now} dead letters match now, not the {confirmed} confirmed: look again")
 
 
 class TimedOut(FairpostError, AssertionError):

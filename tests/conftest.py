@@ -24,8 +24,15 @@ import redis.asyncio.connection
 from fairpost import AsyncMailClient, MailClient
 from fairpost.config import Settings, load_settings
 from fairpost.mailer.testing.localstack import LocalStackServer, localstack_server
-from fairpost.mailer.testing.services import MotoServer, RedisServer, moto_server, redis_server
+from fairpost.mailer.testing.services import (
+    MotoServer,
+    RedisServer,
+    fifo_sqs_server,
+    moto_server,
+    redis_server,
+)
 from fairpost.mailer.testing.ses_server import SesServer
+from fairpost.mailer.testing.sqs_server import SqsServer
 from tests.support.topologies import Cluster, SentinelGroup, redis_cluster, redis_sentinel
 
 
@@ -124,6 +131,13 @@ def localstack_srv() -> Iterator[LocalStackServer]:
     FIFO-faithful where moto is not: docs/design.md, "What the emulators get wrong".
     """
     with localstack_server() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def fifo_sqs_srv() -> Iterator[SqsServer]:
+    """fairpost's own SQS, which keeps AWS's FIFO rules (mailer/testing/sqs_server.py)."""
+    with fifo_sqs_server() as server:
         yield server
 
 

@@ -36,6 +36,7 @@ from urllib.parse import urlsplit
 import redis
 
 from fairpost.mailer.errors import ServiceError, TimedOut
+from fairpost.mailer.testing.sqs_server import SqsServer
 from fairpost.mailer.testing.wait import wait_for
 
 __all__ = [
@@ -43,6 +44,7 @@ __all__ = [
     "MotoServer",
     "RedisServer",
     "die_with_parent",
+    "fifo_sqs_server",
     "free_port",
     "moto_server",
     "redis_server",
@@ -268,6 +270,20 @@ def start_moto(workdir: Path) -> tuple[ManagedProcess, str]:
     return proc, url
 
 
+def start_fifo_sqs(workdir: Path) -> tuple[ManagedProcess, str]:
+    """fairpost's FIFO-faithful SQS (sqs_server.py) in its own process, on a free port; and its URL."""
+    port = free_port()
+    argv = [sys.executable, "-m", "fairpost.mailer.testing.sqs_server", "--port", str(port)]
+    proc = ManagedProcess("SQS server", argv, workdir / "sqs.log")
+    url = f"http://127.0.0.1:{port}"
+    try:
+        proc.wait_started(lambda: _answers(url))
+    except BaseException:
+        proc.stop()
+        raise
+    return proc, url
+
+
 @dataclass(frozen=True)
 class MotoServer:
     port: int
@@ -293,3 +309,13 @@ def moto_server() -> Iterator[MotoServer]:
         yield MotoServer(port=port)
     finally:
         server.stop()
+
+
+# -- fairpost's own SQS ----------------------------------------------------------------------
+
+
+@contextmanager
+def fifo_sqs_server() -> Iterator[SqsServer]:
+    """The FIFO-faithful SQS (mailer/testing/sqs_server.py) in a thread of this process, over HTTP."""
+    with SqsServer() as server:
+        yield server

@@ -9,17 +9,23 @@ from __future__ import annotations
 import pytest
 from _pytest.mark.structures import ParameterSet
 
-EMULATORS = ("moto", "localstack")
+EMULATORS = ("moto", "localstack", "fifo_sqs")
 
 
 def emulators(
-    *, moto_breaks: str | None = None, moto_flaky: str | None = None, localstack_breaks: str | None = None
+    *,
+    moto_breaks: str | None = None,
+    moto_flaky: str | None = None,
+    localstack_breaks: str | None = None,
+    fifo_sqs_breaks: str | None = None,
 ) -> list[ParameterSet]:
-    """Parameters for ``fifo_emulator``: moto, and LocalStack (behind the ``localstack`` marker).
+    """Parameters for ``fifo_emulator``: moto, LocalStack (behind the ``localstack`` marker)
+    and fairpost's own SQS (mailer/testing/sqs_server.py).
 
     ``moto_breaks``: moto breaks this rule every time (strict xfail, so a fix is noticed).
     ``moto_flaky``: moto breaks it only when a race goes its way (non-strict xfail).
     ``localstack_breaks``: LocalStack breaks this rule every time (strict xfail).
+    ``fifo_sqs_breaks``: fairpost's own SQS breaks this rule (strict xfail; none does today).
     """
     moto_marks: list[pytest.MarkDecorator] = []
     if moto_breaks is not None:
@@ -31,8 +37,12 @@ def emulators(
         localstack_marks.append(
             pytest.mark.xfail(strict=True, reason=f"LocalStack 4.12: {localstack_breaks}")
         )
+    fifo_sqs_marks: list[pytest.MarkDecorator] = []
+    if fifo_sqs_breaks is not None:
+        fifo_sqs_marks.append(pytest.mark.xfail(strict=True, reason=f"fifo_sqs: {fifo_sqs_breaks}"))
     return [
         pytest.param("moto", id="moto", marks=moto_marks),
         # The first LocalStack test of a session may have to install it first (about 45 s).
         pytest.param("localstack", id="localstack", marks=localstack_marks),
+        pytest.param("fifo_sqs", id="fifo_sqs", marks=fifo_sqs_marks),
     ]

@@ -1,7 +1,7 @@
 """Fixtures for the contract suite: one SQS emulator per parameter, a fresh FIFO queue per test.
 
 Servers are the session fixtures of tests/conftest.py (``moto_srv``,
-``localstack_srv``); LocalStack starts only when the first test that asks for
+``localstack_srv``, ``fifo_sqs_srv``); LocalStack starts only when the first test that asks for
 it runs (deselect those with ``-m "not localstack"``). Each test gets
 queues of its own with unique names, deleted afterwards, so no test sees
 another's messages and no server needs a reset.
@@ -56,12 +56,14 @@ MakeQueue = Callable[..., FifoQueue]
 
 @pytest.fixture(params=emulators())
 def fifo_emulator(request: pytest.FixtureRequest) -> Emulator:
-    """The emulator under test: moto's server or LocalStack, both over HTTP."""
+    """The emulator under test: moto's server, LocalStack or fairpost's own SQS, all over HTTP."""
     name: str = request.param
     if name == "moto":
         return Emulator(name=name, url=request.getfixturevalue("moto_srv").url)
     if name == "localstack":
         return Emulator(name=name, url=request.getfixturevalue("localstack_srv").url)
+    if name == "fifo_sqs":
+        return Emulator(name=name, url=request.getfixturevalue("fifo_sqs_srv").url)
     raise ValueError(f"unknown emulator {name!r}")
 
 

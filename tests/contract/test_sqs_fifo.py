@@ -1,29 +1,31 @@
 """The SQS FIFO rules fairpost relies on, checked against each emulator.
 
 Each test is one rule from docs/design.md ("SQS and SES facts"), run against moto's
-server and LocalStack. Where an emulator breaks a rule, its parameter is an
-xfail with the reason; a strict one, so a fixed emulator is noticed.
+server, LocalStack and fairpost's own SQS (``fifo_sqs``, mailer/testing/sqs_server.py).
+Where an emulator breaks a rule, its parameter is an xfail with the reason; a
+strict one, so a fixed emulator is noticed.
 
-The suite's verdict (moto 5.2.5, LocalStack 4.12.0), i.e. which emulator to
-trust for what:
+The suite's verdict (moto 5.2.5, LocalStack 4.12.0, fifo_sqs), i.e. which
+emulator to trust for what:
 
-========================================================  ======  ==========
-rule                                                      moto    LocalStack
-========================================================  ======  ==========
-a group with a message in flight delivers nothing else    yes     yes
-a batch returns several messages of a group, in order     yes     yes
-ChangeMessageVisibility holds the whole group             yes     yes
-handing back the rest of a batch keeps the group held     yes     **no**
-order is kept after a visibility timeout                  **no**  yes
-the dedup id is honoured after the first copy is deleted  **no**  yes
-concurrent receivers never share a group                  **no**  yes
-========================================================  ======  ==========
+========================================================  ======  ==========  ========
+rule                                                      moto    LocalStack  fifo_sqs
+========================================================  ======  ==========  ========
+a group with a message in flight delivers nothing else    yes     yes         yes
+a batch returns several messages of a group, in order     yes     yes         yes
+ChangeMessageVisibility holds the whole group             yes     yes         yes
+handing back the rest of a batch keeps the group held     yes     **no**      yes
+order is kept after a visibility timeout                  **no**  yes         yes
+the dedup id is honoured after the first copy is deleted  **no**  yes         yes
+concurrent receivers never share a group                  **no**  yes         yes
+========================================================  ======  ==========  ========
 
 So: moto is fine for single-receiver pipeline tests; anything that depends on
 order after a timeout, the dedup window or several receivers (replicas) runs
 against LocalStack; anything that parks a group's head and hands the rest
 back (a throttled tenant, fairpost.mailer.daemon.group) and counts what stays in
-flight runs against moto with one receiver.
+flight runs against moto with one receiver. fifo_sqs keeps every rule, and its
+idle long poll costs no CPU (tests/contract/test_sqs_server.py).
 """
 
 from __future__ import annotations
