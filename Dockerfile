@@ -7,7 +7,8 @@
 # points at that image's /usr/local/bin/python3.
 ARG PYTHON_IMAGE=python:3.11.11-slim-bookworm
 
-# --- builder: build the wheel, install it with the daemon extra into /opt/fairpost
+# --- builder: build the wheel, install it with the daemon and console extras into
+# /opt/fairpost (the console's Deployment runs `fairpost console` from this image)
 FROM ${PYTHON_IMAGE} AS builder
 
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
@@ -22,7 +23,7 @@ SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 RUN python -m pip wheel --no-cache-dir --no-deps --wheel-dir /wheels . \
     && python -m venv /opt/fairpost \
     && wheels=(/wheels/fairpost-*.whl) \
-    && /opt/fairpost/bin/pip install --no-cache-dir "${wheels[0]}[daemon]" \
+    && /opt/fairpost/bin/pip install --no-cache-dir "${wheels[0]}[daemon,console]" \
     && /opt/fairpost/bin/fairpost --help >/dev/null
 
 # --- final: the virtualenv and nothing else, run as a non-root user

@@ -145,6 +145,48 @@ class ReputationSettings(_Section):
     tenant SES disabled, until it is enabled again)."""
 
 
+CONSOLE_VARIABLES = {
+    "port": "FAIRPOST_CONSOLE_PORT",
+    "host": "FAIRPOST_CONSOLE_HOST",
+    "prefix": "FAIRPOST_CONSOLE_PREFIX",
+    "token": "FAIRPOST_CONSOLE_TOKEN",
+    "write": "FAIRPOST_CONSOLE_WRITE",
+    "show_addresses": "FAIRPOST_CONSOLE_SHOW_ADDRESSES",
+}
+"""The console's variables, by field: one underscore, the names its docs give
+(``FAIRPOST_CONSOLE__PORT``, the nested form, works too)."""
+
+
+class ConsoleSettings(_Section):
+    """``fairpost console`` (mailer/console): the operator's web console."""
+
+    port: int = Field(default=8025, ge=1, le=65535)
+    """Where it listens; never the daemon's ``http_port``."""
+    host: str = "0.0.0.0"
+    """The address it binds (``127.0.0.1``: this machine only)."""
+    prefix: str = Field(default="", pattern=r"^(/[A-Za-z0-9._~-]+)*/?$")
+    """The path it is served under behind a reverse proxy (``/fairpost``), passed on as is."""
+    token: SecretStr | None = None
+    """The secret an operator logs in with (or sends as ``Authorization: Bearer``);
+    the console refuses to start without one."""
+    write: bool = False
+    """Whether actions (pause, quota, replay, ...) are allowed; read-only otherwise."""
+    show_addresses: bool = False
+    """Show recipient addresses in full; masked (``a***@example.com``) otherwise."""
+
+    @field_validator("prefix")
+    @classmethod
+    def _no_trailing_slash(cls, value: str) -> str:
+        return value.rstrip("/")
+
+    @field_validator("token")
+    @classmethod
+    def _long_enough(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and len(value.get_secret_value()) < 16:
+            raise ValueError("must be at least 16 characters (a random secret: openssl rand -hex 32)")
+        return value
+
+
 class Settings(BaseSettings):
     """fairpost's settings. Build with :func:`load_settings`."""
 
@@ -215,6 +257,7 @@ class Settings(BaseSettings):
     dispatcher: DispatcherSettings = DispatcherSettings()
     sender: SenderSettings = SenderSettings()
     reputation: ReputationSettings = ReputationSettings()
+    console: ConsoleSettings = ConsoleSettings()
 
     events_queue_name: str | None = None
     """The SQS queue SES events arrive in (through SNS or EventBridge); unset: none read."""
@@ -233,6 +276,10 @@ class Settings(BaseSettings):
     """Names this replica's heartbeat; default: the host name (the container id in Docker)."""
     metrics_tenant_labels: int = Field(default=50, ge=0, le=10_000)
     """Tenants, beyond those configured in ``tenants``, that get their own metrics label."""
+    trace_parent: bool = False
+    """With tracing on (the ``OTEL_*`` variables, docs/operations.md "Tracing"): the span
+    of a received mail's processing is a child of the application's span, not only linked
+    to it."""
 
     @field_validator("tenants")
     @classmethod
@@ -313,7 +360,7 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return (init_settings, env_settings, _TomlFileSource(settings_cls))
+        return (init_settings, env_settings, _ConsoleEnvSource(settings_cls), _TomlFileSource(settings_cls))
 
     # -- derived views ----------------------------------------------------
 
@@ -400,6 +447,17 @@ class _TomlFileSource(PydanticBaseSettingsSource):
         return dict(self._data)
 
 
+class _ConsoleEnvSource(PydanticBaseSettingsSource):
+    """The console section from :data:`CONSOLE_VARIABLES` (``FAIRPOST_CONSOLE_PORT``...)."""
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        values = {name: os.environ[var] for name, var in CONSOLE_VARIABLES.items() if var in os.environ}
+        return {"console": values} if values else {}
+
+
 def _read_toml(path: Path) -> dict[str, Any]:
     try:
         with path.open("rb") as handle:
@@ -422,6 +480,7 @@ def load_settings(**overrides: Any) -> Settings:
         for name in os.environ
         if name.startswith(ENV_PREFIX)
         and name not in SETUP_VARIABLES
+        and name not in CONSOLE_VARIABLES.values()
         and name[len(ENV_PREFIX) :].split("__")[0].lower() not in Settings.model_fields
     )
     if unknown:
@@ -440,6 +499,8 @@ def load_settings(**overrides: Any) -> Settings:
 def _variable_name(loc: tuple[int | str, ...], err: Any = None) -> str:
     if not loc and err is not None and "variables" in err.get("ctx", {}):
         return str(err["ctx"]["variables"])  # a check across settings names them all
+    if len(loc) == 2 and loc[0] == "console" and loc[1] in CONSOLE_VARIABLES:
+        return CONSOLE_VARIABLES[str(loc[1])]
     return ENV_PREFIX + "__".join(str(part) for part in loc).upper()
 
 

@@ -29,6 +29,14 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     return asyncio.run(run_daemon(settings, args.role))
 
 
+def cmd_console(args: argparse.Namespace, settings: Settings) -> int:
+    from fairpost.mailer.console.app import serve
+    from fairpost.mailer.daemon.logs import configure_logging
+
+    configure_logging(settings.log_level)
+    return asyncio.run(serve(settings))
+
+
 def cmd_init_aws(args: argparse.Namespace, settings: Settings) -> int:
     import contextlib
 
@@ -299,6 +307,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.set_defaults(handler=cmd_run)
 
+    console = sub.add_parser(
+        "console",
+        help="the operator's web console on FAIRPOST_CONSOLE_PORT (8025); needs FAIRPOST_CONSOLE_TOKEN",
+        description="Serve the operator's web console: overview, tenants, jobs, dead letters; read-only "
+        'unless FAIRPOST_CONSOLE_WRITE=true (docs/operations.md, "Console").',
+    )
+    console.set_defaults(handler=cmd_console)
+
     init = sub.add_parser(
         "init-aws", help="create the SQS FIFO queue (idempotent) and report differing attributes"
     )
@@ -433,8 +449,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         extra = _extra_providing(exc.name)
         if extra is None:
             raise
-        if args.command == "demo":
-            extra = "demo"  # which brings the daemon's too
+        if args.command in ("demo", "console"):
+            extra = args.command  # which brings what it needs of the others
         # `pip install fairpost` is the SDK alone: say what to install, in one line.
         missing = (exc.name or "").split(".")[0]
         print(
@@ -464,6 +480,7 @@ _EXTRA_MODULES = {
         {"boto3", "botocore", "aioboto3", "aiobotocore", "aiohttp", "prometheus_client", "rich"}
     ),
     "demo": frozenset({"moto", "matplotlib"}),
+    "console": frozenset({"jinja2"}),
 }
 
 

@@ -18,6 +18,9 @@
 #   6. With the test extra: promtool (Debian's package prometheus), for the
 #      Prometheus rule tests in tests/deploy; installed like redis-server when
 #      root with apt-get, else a warning (those tests skip outside CI).
+#   7. With the test extra: Chromium (Debian's package chromium), the browser
+#      the console's tests (tests/console) drive through Playwright; installed
+#      like promtool, else a warning (those tests skip outside CI).
 set -euo pipefail
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -151,6 +154,20 @@ if [[ ",$extras," == *,test,* ]] && ! command -v promtool >/dev/null 2>&1; then
         say "warning: promtool is not installed; the Prometheus rule tests will be skipped (CI fails them).
     Debian/Ubuntu: sudo apt-get install prometheus
     macOS:         brew install prometheus"
+    fi
+fi
+
+# --- 7. Chromium, for tests/console (test extra only). Playwright drives the
+# browser binary the package installs (/usr/lib/chromium/chromium; /usr/bin/chromium
+# is a launcher script); `playwright install` would download a browser of its own.
+chromium_binary=/usr/lib/chromium/chromium
+if [[ ",$extras," == *,test,* && ! -x "$chromium_binary" ]]; then
+    if is_root && command -v apt-get >/dev/null 2>&1; then
+        apt_install chromium
+        [[ -x "$chromium_binary" ]] || die "apt-get installed chromium but $chromium_binary is missing"
+    else
+        say "warning: Chromium is not installed; the console's browser tests will be skipped (CI fails them).
+    Debian/Ubuntu: sudo apt-get install chromium"
     fi
 fi
 

@@ -1,0 +1,178 @@
+"""What the pages show, read through the modules that own it: stats
+(:func:`collect_stats`), job status (the SDK), dead letters, suppression lists
+and the quota admin. Nothing here writes; :mod:`.actions` does.
+
+The admin clients are blocking (they are what the CLI uses): their calls run
+in a thread, on one shared blocking connection pool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import secrets
+from dataclasses import dataclass
+
+import redis
+import redis.asyncio
+
+from fairpost.config import Settings
+from fairpost.config.tenant_id import is_valid_tenant_id
+from fairpost.dispatcher.keys import PRIORITIES, Keys
+from fairpost.dispatcher.lifecycle import SyncLifecycle
+from fairpost.dispatcher.record import ENTRY_SEP
+from fairpost.dispatcher.replies import text
+from fairpost.dispatcher.store import store_limits
+from fairpost.mailer.console.live import Account, SendRate, SesAccount
+from fairpost.mailer.console.tenants import TenantIndex
+from fairpost.mailer.ops.stats import ScopeStats, Stats, WindowUsage, collect_stats
+from fairpost.mailer.quota.overrides import QuotaAdmin
+from fairpost.mailer.sdk.client import AsyncMailClient
+from fairpost.mailer.sdk.dead import DeadLetter, DeadLetters
+from fairpost.mailer.sdk.status import JobStatus
+from fairpost.mailer.sdk.suppression import Suppression, Suppressions
+
+__all__ = ["Console", "DeadPage", "Overview", "TenantDetail"]
+
+DEAD_PAGE = 50
+SHOWN_SUPPRESSIONS = 200
+SHOWN_JOBS = 10
+
+
+@dataclass(frozen=True)
+class Overview:
+    stats: Stats
+    """The global numbers (no tenant's)."""
+    dead: int
+    account: Account
+    sent: WindowUsage | None
+    """The longest global window: recipients sent in it."""
+
+
+@dataclass(frozen=True)
+class TenantDetail:
+    stats: ScopeStats
+    at_ms: int
+    known: bool
+    """Whether it ever enqueued, or the settings or an operator name it."""
+    suppressions: list[Suppression]
+    suppressions_total: int
+    waiting: dict[str, list[str]]
+    """Priority → ids of its first waiting jobs."""
+    inflight: list[str]
+    dead: list[DeadLetter]
+
+
+@dataclass(frozen=True)
+class DeadPage:
+    letters: list[DeadLetter]
+    matching: int
+    page: int
+    pages: int
+    tenant: str
+    reason: str
+
+
+class Console:
+    """Everything the console reads, over one asyncio and one blocking Redis connection pool."""
+
+    def __init__(self, settings: Settings, client: redis.asyncio.Redis, sync_client: redis.Redis) -> None:
+        self.settings = settings
+        self.keys = Keys(settings.key_prefix)
+        self.redis = client
+        self.tenants = TenantIndex(client, self.keys, settings)
+        self.account = SesAccount()
+        self.send_rate = SendRate()
+        self.mail = AsyncMailClient(settings, redis_client=client)
+        self.dead = DeadLetters(settings, redis_client=sync_client)
+        self.suppressions = Suppressions(settings, redis_client=sync_client)
+        self.admin = QuotaAdmin(settings, redis_client=sync_client)
+        self.lifecycle = SyncLifecycle(sync_client, self.keys, store_limits(settings))
+        self._ref_key = secrets.token_bytes(32)
+
+    # -- overview -------------------------------------------------------------------
+    async def global_stats(self) -> Stats:
+        return await collect_stats(self.redis, self.keys, self.settings, tenants=())
+
+    async def sample_rate(self) -> float:
+        """Recipients per second in the shortest global window, for the chart."""
+        windows = (await self.global_stats()).global_.windows
+        if not windows:
+            return 0.0
+        shortest = min(windows, key=lambda w: w.seconds)
+        return shortest.used / shortest.seconds
+
+    async def overview(self) -> Overview:
+        stats, dead, account = await asyncio.gather(
+            self.global_stats(), self.redis.zcard(self.keys.dead()), self.account.read()
+        )
+        windows = stats.global_.windows
+        return Overview(stats, int(dead), account, max(windows, key=lambda w: w.seconds) if windows else None)
+
+    # -- one tenant -----------------------------------------------------------------
+    async def tenant(self, tenant: str) -> TenantDetail:
+        stats = await collect_stats(self.redis, self.keys, self.settings, tenants=[tenant])
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.sismember(self.keys.tenants(), tenant)
+            for priority in PRIORITIES:
+                pipe.lrange(self.keys.queue(tenant, priority), 0, SHOWN_JOBS - 1)
+            pipe.zrange(self.keys.inflight(tenant), 0, SHOWN_JOBS - 1)
+            enqueued, *queues, inflight = await pipe.execute()
+        suppressed, dead = await asyncio.gather(
+            asyncio.to_thread(self.suppressions.list, tenant),
+            asyncio.to_thread(self.dead.list, tenant, limit=SHOWN_JOBS),
+        )
+        scope = stats.tenants[0]
+        known = (
+            bool(enqueued)
+            or tenant in self.settings.tenants
+            or scope.paused
+            or scope.limits_source == "override"
+        )
+        return TenantDetail(
+            stats=scope,
+            at_ms=stats.at_ms,
+            known=known or scope.guard is not None or scope.ses_disabled is not None,
+            suppressions=suppressed[:SHOWN_SUPPRESSIONS],
+            suppressions_total=len(suppressed),
+            waiting={
+                p: [text(e).split(ENTRY_SEP, 1)[0] for e in q]
+                for p, q in zip(PRIORITIES, queues, strict=True)
+            },
+            inflight=[text(j) for j in inflight],
+            dead=dead,
+        )
+
+    def address_ref(self, address: str) -> str:
+        """An address as a form names it: not the address, which the page may mask."""
+        return hmac.new(self._ref_key, address.encode(), hashlib.sha256).hexdigest()[:24]
+
+    # -- jobs -----------------------------------------------------------------------
+    async def job(self, job_id: str) -> JobStatus:
+        """Raises :class:`UnknownJob`."""
+        return await self.mail.status(job_id)
+
+    # -- dead letters ---------------------------------------------------------------
+    def matching_dead(self, tenant: str, reason: str) -> list[DeadLetter]:
+        """Every dead letter of ``tenant`` (any if empty) whose reason contains ``reason``."""
+        letters = self.dead.list(tenant or None)
+        needle = reason.strip().lower()
+        return [d for d in letters if needle in d.reason.lower()] if needle else letters
+
+    def dead_page(self, tenant: str, reason: str, page: int) -> DeadPage:
+        if tenant and not is_valid_tenant_id(tenant):
+            return DeadPage([], 0, 1, 1, tenant, reason)
+        if tenant or reason.strip():
+            letters = self.matching_dead(tenant, reason)
+            pages = max(1, -(-len(letters) // DEAD_PAGE))
+            page = min(max(1, page), pages)
+            shown = letters[(page - 1) * DEAD_PAGE : page * DEAD_PAGE]
+            return DeadPage(shown, len(letters), page, pages, tenant, reason)
+        # No filter: a page reads its own records only.
+        ids = self.lifecycle.dead_ids()
+        pages = max(1, -(-len(ids) // DEAD_PAGE))
+        page = min(max(1, page), pages)
+        records = self.lifecycle.records(ids[(page - 1) * DEAD_PAGE : page * DEAD_PAGE])
+        shown = [DeadLetter.from_record(*r) for r in records if r[1].get("state") == "dead"]
+        return DeadPage(shown, len(ids), page, pages, tenant, reason)
