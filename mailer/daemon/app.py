@@ -49,6 +49,8 @@ from fairpost.mailer.daemon.reconcile import Reconciler
 from fairpost.mailer.daemon.sender import Sender
 from fairpost.mailer.daemon.ses_account import SesAccountLimits, limits_rose
 from fairpost.mailer.daemon.slots import SlotKeeper
+from fairpost.mailer.daemon.tracing import Tracing
+from fairpost.mailer.daemon.tracing import from_env as tracing_from_env
 from fairpost.mailer.ops.stats import collect_stats
 from fairpost.mailer.quota.engine import QuotaEngine
 from fairpost.mailer.quota.overrides import OverrideCache, Overrides, changed_scopes
@@ -74,15 +76,19 @@ async def run_daemon(settings: Settings, role: Role = "all") -> int:
         log.info("signal received: shutting down (again to exit at once)")
         stop.set()
 
+    # Spans, when the OTEL_* variables ask for them (docs/operations.md, "Tracing").
+    tracing = tracing_from_env(settings)
     for sig in signals:
         loop.add_signal_handler(sig, on_signal)
     client = async_redis_client(settings)
     try:
-        return await _run(settings, role, client, stop)
+        return await _run(settings, role, client, stop, tracing)
     finally:
         for sig in signals:
             loop.remove_signal_handler(sig)
         await client.aclose()
+        if tracing is not None:
+            await asyncio.to_thread(tracing.close)
 
 
 async def publish_tenant_settings(store: JobStore, settings: Settings) -> None:
@@ -93,7 +99,9 @@ async def publish_tenant_settings(store: JobStore, settings: Settings) -> None:
     )
 
 
-async def _run(settings: Settings, role: Role, client: redis.asyncio.Redis, stop: asyncio.Event) -> int:
+async def _run(
+    settings: Settings, role: Role, client: redis.asyncio.Redis, stop: asyncio.Event, tracing: Tracing | None
+) -> int:
     keys = Keys(settings.key_prefix)
     store = JobStore(client, keys, store_limits(settings))
     await publish_tenant_settings(store, settings)
@@ -115,7 +123,7 @@ async def _run(settings: Settings, role: Role, client: redis.asyncio.Redis, stop
         sender: Sender | None = None
         tasks: dict[str, asyncio.Task[None]] = {}
         if role in ("all", "dispatcher"):
-            worker = MailWorker(sqs, queue_url, metrics=metrics)
+            worker = MailWorker(sqs, queue_url, metrics=metrics, tracing=tracing)
             dispatcher = Dispatcher(
                 store,
                 [worker],
@@ -181,6 +189,7 @@ async def _run(settings: Settings, role: Role, client: redis.asyncio.Redis, stop
                 limits=overrides,
                 metrics=metrics,
                 feedback=reputation.feedback,
+                tracing=tracing,
             )
             tasks["sender"] = asyncio.create_task(sender.run(stop), name="sender")
             # While the sender's gate is closed, mail waiting in SQS keeps its slots.

@@ -36,6 +36,8 @@ class Endings:
             # No record (expired, or the Redis lost it): keep the mail as a dead letter anyway.
             await self._record_dead(env.job_id, env.tenant, reason, msg.body)
         msg.delete = True
+        if msg.trace is not None:
+            msg.trace.dead(kind)
         ctx.stats.dead += 1
         ctx.metrics.dead(env.tenant, kind)
         log.warning("dead letter: %s", reason, extra={"job_id": env.job_id, "tenant": env.tenant})

@@ -68,6 +68,8 @@ class GroupDecision:
                 # Sent already (a redelivery after a crash), cancelled, dead or suppressed: never again.
                 # Twice in one batch (a replayed job's old message): once is enough.
                 msg.delete = True
+                if msg.trace is not None:
+                    msg.trace.state = str(state) if state else "duplicate"
             else:
                 seen.add(msg.envelope.job_id)
                 todo.append(msg)
@@ -83,7 +85,11 @@ class GroupDecision:
                 # SES disabled the tenant's SES tenant: its mail waits, alone, uncounted.
                 await self.park(tenant, todo, PAUSED_RECHECK_SECONDS, held, await ctx.store.now_ms())
                 return
-            todo = await ctx.feedback.screen(tenant, todo)
+            screened = await ctx.feedback.screen(tenant, todo)
+            for msg in todo:
+                if msg.delete and msg.trace is not None:
+                    msg.trace.state = "suppressed"
+            todo = screened
             if not todo:
                 return
         ses_hold = self.sending.answers.held(tenant)
@@ -142,6 +148,7 @@ class GroupDecision:
             retry_after = 1.0
         if not refused:
             return
+        waiting = refused
         precise = blocked_by in ("tenant", "global", "share") and retry_after <= PRECISE_WAIT_MAX
         if not precise:
             for behind in refused[1:]:
@@ -160,6 +167,9 @@ class GroupDecision:
         reason = _THROTTLE_REASON.get(blocked_by or "", blocked_by or "tenant_quota")
         ctx.metrics.throttled(tenant, reason, len(refused))
         now = time.monotonic()
+        for msg in waiting:
+            if msg.trace is not None:
+                msg.trace.wait(reason, wait)
         for msg in refused:
             if precise:
                 msg.retry_at = now + wait

@@ -16,6 +16,7 @@ from fairpost.dispatcher.jobs import Job
 from fairpost.dispatcher.worker import Dead, HandedOff, Outcome, Retry
 from fairpost.mailer.daemon.aws import SqsClient
 from fairpost.mailer.daemon.metrics import Metrics
+from fairpost.mailer.daemon.tracing import Tracing
 from fairpost.mailer.sdk import envelope
 from fairpost.mailer.sdk.client import MAIL_KIND
 
@@ -30,10 +31,19 @@ class MailWorker:
     kind = MAIL_KIND
     max_batch = SQS_MAX_BATCH
 
-    def __init__(self, sqs: SqsClient, queue_url: str, *, metrics: Metrics | None = None) -> None:
+    def __init__(
+        self,
+        sqs: SqsClient,
+        queue_url: str,
+        *,
+        metrics: Metrics | None = None,
+        tracing: Tracing | None = None,
+    ) -> None:
         self.sqs = sqs
         self.queue_url = queue_url
         self.metrics = metrics or Metrics()
+        self.tracing = tracing
+        """A span for each SendMessageBatch (mailer/daemon/tracing.py); None: untraced."""
 
     async def handle(self, jobs: Sequence[Job]) -> Sequence[Outcome]:
         return await self.hand_off(jobs)
@@ -64,7 +74,10 @@ class MailWorker:
                 # SQS is failing: the rest waits in Redis for the dispatcher's retry.
                 outcomes.update({entry["Id"]: Retry(failure) for entry in batch})
                 continue
-            sent, failure = await self._send_batch(batch)
+            if self.tracing is None:
+                sent, failure = await self._send_batch(batch)
+            else:
+                sent, failure = await self._traced_batch(self.tracing, batch, jobs)
             outcomes.update(sent)
         for job in jobs:
             outcome = outcomes[job.id]
@@ -73,6 +86,23 @@ class MailWorker:
             elif isinstance(outcome, Dead):
                 self.metrics.dead(job.tenant, "sqs_rejected" if job.id in entries else "too_large")
         return [outcomes[job.id] for job in jobs]
+
+    async def _traced_batch(
+        self, tracing: Tracing, batch: list[dict[str, str]], jobs: Sequence[Job]
+    ) -> tuple[dict[str, Outcome], str | None]:
+        ids = {entry["Id"] for entry in batch}
+        span = tracing.handoff(
+            self.queue_url.rsplit("/", 1)[-1], [(j.id, j.tenant, j.payload) for j in jobs if j.id in ids]
+        )
+        try:
+            sent, failure = await self._send_batch(batch)
+        except BaseException as exc:
+            span.end(0, 0, type(exc).__name__)
+            raise
+        handed = sum(isinstance(outcome, HandedOff) for outcome in sent.values())
+        # SQS's own words about a failure are logged; the span keeps that it failed.
+        span.end(handed, len(batch) - handed, None if failure is None else "SendMessageBatch failed")
+        return sent, failure
 
     async def _send_batch(self, batch: list[dict[str, str]]) -> tuple[dict[str, Outcome], str | None]:
         """Send, retrying only the entries that failed, a few times.

@@ -19,6 +19,7 @@ from typing import Any
 
 from fairpost.mailer.daemon.aws import SqsClient
 from fairpost.mailer.daemon.metrics import Metrics
+from fairpost.mailer.daemon.tracing import JobTrace
 from fairpost.mailer.sdk.envelope import Envelope
 
 log = logging.getLogger("fairpost.sender")
@@ -52,6 +53,8 @@ class Received:
     in_call: bool = False
     """Its SES call started and its outcome is not known: on shutdown it is left to
     come back after its visibility timeout, its sending marker still held."""
+    trace: JobTrace | None = None
+    """Its processing span, from its decode until it is settled (tracing on only)."""
 
 
 class Inbox:
@@ -68,6 +71,10 @@ class Inbox:
     def hold(self, messages: Sequence[Received]) -> None:
         for msg in messages:
             self._held[msg.receipt] = msg
+
+    def held(self) -> list[Received]:
+        """Every message received and not yet settled."""
+        return list(self._held.values())
 
     def release(self, messages: Sequence[Received]) -> None:
         """These are settled: no longer this process's to hand back."""

@@ -21,8 +21,10 @@ every other wait is SQS's alone.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
+from collections.abc import Sequence
 
 from fairpost.config import Settings
 from fairpost.dispatcher.store import JobStore
@@ -36,6 +38,7 @@ from fairpost.mailer.daemon.inbox import Inbox, Received
 from fairpost.mailer.daemon.metrics import Metrics
 from fairpost.mailer.daemon.receive import Receiver
 from fairpost.mailer.daemon.send import Sending
+from fairpost.mailer.daemon.tracing import JobTrace, Tracing, handling
 from fairpost.mailer.errors import PoisonMessage
 from fairpost.mailer.quota.engine import QuotaEngine
 from fairpost.mailer.quota.overrides import LimitSource, StaticLimits
@@ -59,7 +62,11 @@ class Sender:
         limits: LimitSource | None = None,
         metrics: Metrics | None = None,
         feedback: Feedback | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
+        self.tracing = tracing
+        """The processing spans of received jobs (mailer/daemon/tracing.py); None: untraced."""
+        self._queue = queue_url.rsplit("/", 1)[-1]
         self.ctx = SenderContext(
             settings=settings,
             store=store,
@@ -116,6 +123,7 @@ class Sender:
         for timer in list(self._timers):
             timer.cancel()
         await asyncio.gather(*self._timers, return_exceptions=True)
+        self._end_traces(self.inbox.held())
         released = await self.inbox.release_held()
         return released + await self.receiver.landed()
 
@@ -135,6 +143,8 @@ class Sender:
                 await self.endings.poison(msg, str(exc))
                 continue
             groups.setdefault(msg.envelope.tenant, []).append(msg)
+            if self.tracing is not None:
+                msg.trace = self.tracing.received(self._queue, msg.message_id, msg.envelope)
         await self._handle(messages, groups)
 
     async def _handle(
@@ -142,7 +152,8 @@ class Sender:
     ) -> None:
         timed: list[Received] = []
         try:
-            await asyncio.gather(*(self.groups.handle(tenant, group) for tenant, group in groups.items()))
+            with self._traced(messages):
+                await asyncio.gather(*(self.groups.handle(tenant, group) for tenant, group in groups.items()))
             again = [m for m in messages if m.retry_at is not None and not m.delete]
             if again:
                 # Timed first, after only their own visibility change (rarely needed): the
@@ -162,11 +173,36 @@ class Sender:
         except asyncio.CancelledError:
             # Shutdown cancelled the batch: it stays held, for release_held to hand back.
             raise
-        except BaseException:
-            self.inbox.release([m for m in messages if m not in timed])
+        except BaseException as exc:
+            untimed = [m for m in messages if m not in timed]
+            self._end_traces(untimed, type(exc).__name__)
+            self.inbox.release(untimed)
             raise
         # The timed ones stay held: their timer settles them, or release_held at shutdown.
-        self.inbox.release([m for m in messages if m not in timed])
+        settled = [m for m in messages if m not in timed]
+        self._end_traces(settled)
+        self.inbox.release(settled)
+
+    def _traced(self, messages: list[Received]) -> contextlib.AbstractContextManager[None]:
+        """While the groups are handled, each job's SES call finds its processing span."""
+        if self.tracing is None:
+            return contextlib.nullcontext()
+        traces: dict[str, JobTrace] = {}
+        for msg in messages:
+            if msg.trace is not None:
+                # A job twice in one batch: the first is the one that goes on.
+                traces.setdefault(msg.trace.job_id, msg.trace)
+        return handling(traces)
+
+    def _end_traces(self, messages: Sequence[Received], error: str | None = None) -> None:
+        """Their messages are settled (or handed back) for this receive: its spans end."""
+        if self.tracing is None:
+            return
+        for msg in messages:
+            if msg.trace is not None:
+                # Deleted without a known end: finished elsewhere (another sender, a cancel).
+                msg.trace.end("finished" if msg.delete else "dispatched", error)
+                msg.trace = None
 
     def _time(self, again: list[Received]) -> None:
         delay = min(m.retry_at or 0.0 for m in again) - time.monotonic()

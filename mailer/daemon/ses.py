@@ -44,6 +44,7 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from fairpost.config.settings import TenantSettings
+from fairpost.mailer.daemon import tracing
 from fairpost.mailer.daemon.aws import SesClient
 from fairpost.mailer.sdk.envelope import Envelope
 
@@ -293,7 +294,24 @@ async def send(
     ses: SesClient, env: Envelope, tenant: TenantSettings, account: AccountCheck | None = None
 ) -> SendResult:
     """Send one mail; a refusal whose scope the error cannot tell is the account's
-    unless ``account`` says the account can send."""
+    unless ``account`` says the account can send. Traced (a CLIENT span under the
+    job's processing, mailer/daemon/tracing.py) when the job's processing is."""
+    job = tracing.job_trace(env.job_id)
+    if job is None:
+        return await _send(ses, env, tenant, account)
+    call = job.ses_call()
+    try:
+        result = await _send(ses, env, tenant, account)
+    except BaseException as exc:
+        call.failed(exc)
+        raise
+    call.answered(result.verdict.value, result.message_id, result.error, result.code)
+    return result
+
+
+async def _send(
+    ses: SesClient, env: Envelope, tenant: TenantSettings, account: AccountCheck | None
+) -> SendResult:
     request = send_email_request(env, tenant)
     try:
         response = await ses.send_email(**request)

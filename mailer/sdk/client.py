@@ -31,6 +31,7 @@ from fairpost.mailer.sdk.failures import RedisFailures
 from fairpost.mailer.sdk.mail import Mail, check_tenant_id
 from fairpost.mailer.sdk.status import JobStatus
 from fairpost.mailer.sdk.suppression import Suppressions
+from fairpost.mailer.sdk.tracing import Creating
 
 __all__ = ["MAIL_KIND", "AsyncMailClient", "MailClient"]
 
@@ -172,8 +173,8 @@ class MailClient(RedisOwner, BaseMailClient):
             idempotency_key=idempotency_key,
             send_at=send_at,
         )
-        jobs = self._jobs(tenant_id, [mail], priority, many=False, send_at=send_at)
-        [(_, job_id)] = self._failures.call("enqueue", lambda: self._store.submit(jobs))
+        with Creating(self._jobs(tenant_id, [mail], priority, many=False, send_at=send_at)) as jobs:
+            [(_, job_id)] = self._failures.call("enqueue", lambda: self._store.submit(jobs))
         return job_id
 
     def send_many(
@@ -192,8 +193,9 @@ class MailClient(RedisOwner, BaseMailClient):
         FAIRPOST_IDEMPOTENCY_TTL gets the first job's id and enqueues nothing) and
         ``send_at`` (timezone-aware; ``send_at`` here applies to mails without one).
         """
-        jobs = self._jobs(tenant_id, mails, priority, many=True, send_at=send_at)
-        return [job_id for _, job_id in self._failures.call("enqueue", lambda: self._store.submit(jobs))]
+        with Creating(self._jobs(tenant_id, mails, priority, many=True, send_at=send_at)) as jobs:
+            submitted = self._failures.call("enqueue", lambda: self._store.submit(jobs))
+        return [job_id for _, job_id in submitted]
 
     def status(self, job_id: str) -> JobStatus:
         """The job's state; raises :class:`UnknownJob` if there is no such job."""
@@ -264,8 +266,8 @@ class AsyncMailClient(AsyncRedisOwner, BaseMailClient):
             idempotency_key=idempotency_key,
             send_at=send_at,
         )
-        jobs = self._jobs(tenant_id, [mail], priority, many=False, send_at=send_at)
-        [(_, job_id)] = await self._failures.acall("enqueue", lambda: self._store.submit(jobs))
+        with Creating(self._jobs(tenant_id, [mail], priority, many=False, send_at=send_at)) as jobs:
+            [(_, job_id)] = await self._failures.acall("enqueue", lambda: self._store.submit(jobs))
         return job_id
 
     async def send_many(
@@ -276,10 +278,9 @@ class AsyncMailClient(AsyncRedisOwner, BaseMailClient):
         priority: str = "normal",
         send_at: datetime | None = None,
     ) -> list[str]:
-        jobs = self._jobs(tenant_id, mails, priority, many=True, send_at=send_at)
-        return [
-            job_id for _, job_id in await self._failures.acall("enqueue", lambda: self._store.submit(jobs))
-        ]
+        with Creating(self._jobs(tenant_id, mails, priority, many=True, send_at=send_at)) as jobs:
+            submitted = await self._failures.acall("enqueue", lambda: self._store.submit(jobs))
+        return [job_id for _, job_id in submitted]
 
     async def status(self, job_id: str) -> JobStatus:
         record = await self._failures.acall("status", lambda: self._store.job(job_id))

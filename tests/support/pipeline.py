@@ -24,6 +24,7 @@ from fairpost.mailer.daemon.feedback import build as build_reputation
 from fairpost.mailer.daemon.handoff import MailWorker
 from fairpost.mailer.daemon.metrics import Metrics
 from fairpost.mailer.daemon.sender import Sender
+from fairpost.mailer.daemon.tracing import Tracing
 from fairpost.mailer.ops.queue_setup import init_queue
 from fairpost.mailer.quota.engine import QuotaEngine
 from fairpost.mailer.quota.overrides import LimitSource, OverrideCache, Overrides, changed_scopes
@@ -88,17 +89,21 @@ class Running:
 
 @asynccontextmanager
 async def pipeline(
-    settings: Settings, *, before_receive: Callable[[], Any] | None = None, reputation: bool = False
+    settings: Settings,
+    *,
+    before_receive: Callable[[], Any] | None = None,
+    reputation: bool = False,
+    tracing: Tracing | None = None,
 ) -> AsyncIterator[Running]:
     """Dispatcher and sender running until the block ends; then a clean shutdown.
 
     ``reputation``: as ``fairpost run`` has it: live overrides (so pauses apply),
     suppression, SES's verdict on SES tenants, and the SES event consumer
-    (with ``events_queue_name``)."""
+    (with ``events_queue_name``). ``tracing``: the daemon's spans (tests/tracing)."""
     url, _ = init_queue(boto3.client("sqs"), settings)
     client = async_redis_client(settings)
     try:
-        async with _pipeline(settings, client, url, before_receive, reputation) as running:
+        async with _pipeline(settings, client, url, before_receive, reputation, tracing) as running:
             yield running
     finally:
         await client.aclose()
@@ -111,6 +116,7 @@ async def _pipeline(
     url: str,
     before_receive: Callable[[], Any] | None,
     reputation: bool,
+    tracing: Tracing | None = None,
 ) -> AsyncIterator[Running]:
     keys = Keys(settings.key_prefix)
     store = JobStore(client, keys, store_limits(settings))
@@ -120,7 +126,7 @@ async def _pipeline(
     aws = session()
     async with aws.client("sqs", config=SQS_CONFIG) as sqs, aws.client("sesv2", config=SES_CONFIG) as ses:
         recording = RecordingSqs(sqs, log, before_receive)
-        dispatcher = Dispatcher(store, [MailWorker(sqs, url)], reap_interval=0.2)
+        dispatcher = Dispatcher(store, [MailWorker(sqs, url, tracing=tracing)], reap_interval=0.2)
         stop = asyncio.Event()
         tasks = []
         parts: ReputationParts | None = None
@@ -147,8 +153,9 @@ async def _pipeline(
             tasks.append(asyncio.create_task(overrides.run(stop)))
             tasks += list(parts.tasks(stop).values())
         sender = Sender(
-            sqs=recording, ses_client=ses, queue_url=url, store=store, quota=quota, settings=settings, **extra
-        )
+            sqs=recording, ses_client=ses, queue_url=url, store=store, quota=quota, settings=settings,
+            tracing=tracing, **extra,
+        )  # fmt: skip
         if reputation:
             holder.append(sender)
         tasks += [asyncio.create_task(dispatcher.run(stop)), asyncio.create_task(sender.run(stop))]
