@@ -479,7 +479,7 @@ _EXTRA_MODULES = {
     "daemon": frozenset(
         {"boto3", "botocore", "aioboto3", "aiobotocore", "aiohttp", "prometheus_client", "rich"}
     ),
-    "demo": frozenset({"moto", "matplotlib"}),
+    "demo": frozenset({"matplotlib"}),
     "console": frozenset({"jinja2"}),
 }
 

@@ -227,7 +227,84 @@ def build_report(
         global_recipients=sum(job.recipients for job in all_sent),
     )
     report.checks = _checks(report, book, end)
+    isolation = _isolation_check(scenario, report, book, origin_ms)
+    if isolation is not None:
+        report.checks.append(isolation)
     return report
+
+
+BACKLOGGED_SHARE = 0.95
+"""A backlogged tenant sends at least this share of its quota."""
+LIGHT_P99_SECONDS = 0.5
+LIGHT_P99_GROWTH = 1.5
+LIGHT_P99_SLACK_SECONDS = 0.1
+"""Below this, a p99 measures the jitter of a poll and a linger (tens of milliseconds),
+not a wait: growth within it is no growth."""
+
+
+def _quota_rate(windows: Sequence[Window], horizon: float) -> float | None:
+    """Recipients a second the tightest window that can bind within ``horizon`` allows."""
+    rates = [w.limit / w.seconds for w in windows if w.seconds <= horizon]
+    return min(rates) if rates else None
+
+
+def _isolation_check(scenario: Scenario, report: Report, book: JobBook, origin_ms: int) -> Check | None:
+    """The title's promise, where a scenario makes it: one tenant's burst is its own.
+
+    It applies when some tenant bursts more than its quota can send before the load
+    ends (it stays backlogged throughout; a bouncing one is the guard's to slow)
+    while others only trickle, and the global
+    quota has room for all of them (where it binds, the burst must share it: the
+    crowd scenario). The burst tenant sends
+    at 95 % of its quota while it has a backlog; every trickling tenant's p99
+    enqueue-to-SES stays within 0.5 s, and within 1.5 times its p99 before the burst
+    (or 0.1 s more: :data:`LIGHT_P99_SLACK_SECONDS`).
+    """
+    noisy: list[tuple[str, float, float]] = []
+    light: list[str] = []
+    demand = 0.0
+    for tenant, load in scenario.tenants.items():
+        rate = _quota_rate(scenario.limits_for(tenant), scenario.duration)
+        if rate is None:
+            return None
+        backlogged = load.burst > rate * (scenario.duration - load.burst_at)
+        if load.burst_at <= scenario.duration and backlogged and load.bounce == 0:
+            noisy.append((tenant, rate, load.burst_at))
+            demand += rate
+        elif load.rate > 0 and load.burst == 0 and load.bounce == 0:
+            light.append(tenant)
+            demand += load.rate * load.recipients
+    global_rate = _quota_rate(scenario.global_limits, scenario.duration)
+    if not noisy or not light or global_rate is None or demand > global_rate:
+        return None
+    failed: list[str] = []
+    held: list[str] = []
+    for tenant, rate, _ in noisy:
+        sent_rate = report.tenants[tenant].rate_while_sending
+        if sent_rate is None or sent_rate < BACKLOGGED_SHARE * rate:
+            failed.append(f"{tenant} sent {sent_rate}/s while backlogged, under 95% of its {rate:g}/s")
+        else:
+            held.append(f"{tenant} at {sent_rate / rate:.0%} of its quota")
+    burst_ms = origin_ms + int(min(at for _, _, at in noisy) * 1000)
+    for tenant in light:
+        before: list[float] = []
+        after: list[float] = []
+        for job in book.of(tenant):
+            if job.state == "sent" and job.sent_ms is not None and job.created_ms is not None:
+                latency = (job.sent_ms - job.created_ms) / 1000
+                (before if job.created_ms < burst_ms else after).append(latency)
+        p99_before, p99_after = percentile(before, 99), percentile(after, 99)
+        if p99_after is None:
+            failed.append(f"{tenant} sent nothing after the burst")
+            continue
+        if p99_after > LIGHT_P99_SECONDS:
+            failed.append(f"{tenant}'s p99 was {p99_after:.2f} s after the burst, over {LIGHT_P99_SECONDS} s")
+        elif p99_before is not None and p99_after > max(
+            LIGHT_P99_GROWTH * p99_before, p99_before + LIGHT_P99_SLACK_SECONDS
+        ):
+            failed.append(f"{tenant}'s p99 grew from {p99_before:.2f} s to {p99_after:.2f} s with the burst")
+    quiet = f"the {len(light)} others' p99 within {LIGHT_P99_SECONDS} s and unchanged by the burst"
+    return Check("a burst is its own", not failed, "; ".join(failed) or f"{', '.join(held)}; {quiet}")
 
 
 def _checks(report: Report, book: JobBook, end: EndState) -> list[Check]:

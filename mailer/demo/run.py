@@ -36,7 +36,7 @@ from fairpost.mailer.demo.services import (
     ManagedProcess,
     demo_env,
     replica_ready,
-    start_moto,
+    start_fifo_sqs,
     start_redis,
     start_replica,
 )
@@ -74,8 +74,8 @@ class Backends:
     private_aws: bool
     cleanups: list[str] = field(default_factory=list)
     ses_server: SesServer | None = None
-    """With a bouncing scenario: the recording SES server, whose mailbox simulator
-    publishes each bounce to :attr:`events_queue` (moto's SES publishes no events)."""
+    """On the demo's own emulators: the recording SES server, which counts what SES
+    accepted and, in a bouncing scenario, publishes each bounce to :attr:`events_queue`."""
     events_queue: str | None = None
 
     def boto3_client(self, service: str) -> Any:
@@ -86,7 +86,7 @@ class Backends:
             return boto3.client(service)
         return boto3.client(
             service,
-            endpoint_url=env["AWS_ENDPOINT_URL"],
+            endpoint_url=env[f"AWS_ENDPOINT_URL_{service.upper()}"],
             region_name=env["AWS_DEFAULT_REGION"],
             aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
             aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
@@ -154,41 +154,44 @@ def _backends(settings: Settings, workdir: Path, stack: contextlib.ExitStack, co
             private_redis=private_redis,
             private_aws=False,
         )
-    proc, moto_url = start_moto(workdir)
+    # fairpost's own emulators: an SQS that keeps AWS's FIFO rules without spinning a
+    # core (moto's long poll rescans its queue and starves the replicas: the noisy
+    # tenant got 78 % of its quota and quiet tenants a p99 of over a second), and the
+    # recording SES server, which counts what SES accepted.
+    proc, sqs_url = start_fifo_sqs(workdir)
     stack.callback(proc.stop)
-    console.print(f"  AWS: private moto server (SQS, SES) on {moto_url}")
+    ses = SesServer().start()
+    stack.callback(ses.stop)
+    console.print(f"  AWS: private SQS on {sqs_url}, recording SES on {ses.url}")
     return Backends(
         redis_url=redis_url,
         key_prefix=prefix,
         queue_name="fairpost-demo.fifo",
         aws_env={
-            "AWS_ENDPOINT_URL": moto_url,
+            "AWS_ENDPOINT_URL_SQS": sqs_url,
+            "AWS_ENDPOINT_URL_SESV2": ses.url,
             "AWS_DEFAULT_REGION": _EMULATOR_REGION,
             "AWS_ACCESS_KEY_ID": "demo",
             "AWS_SECRET_ACCESS_KEY": "demo",
         },
-        # Nothing of a real AWS account may reach the replicas talking to the emulator.
-        aws_drop=("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL_SQS", "AWS_ENDPOINT_URL_SESV2"),
-        ses_endpoint=moto_url,
+        # Nothing of a real AWS account may reach the replicas talking to the emulators.
+        aws_drop=("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL"),
+        ses_endpoint=ses.url,
         private_redis=private_redis,
         private_aws=True,
+        ses_server=ses,
     )
 
 
 def _start_ses_events(backends: Backends, stack: contextlib.ExitStack, console: Console) -> None:
     """SES events for a bouncing scenario: the recording SES server (its mailbox simulator
     bounces ``bounce+...@simulator.amazonses.com``) publishes them, SNS-wrapped, to an
-    events queue on the demo's moto, which the replicas read."""
-    if not backends.private_aws:
+    events queue on the demo's SQS, which the replicas read."""
+    if backends.ses_server is None:
         console.print("  [yellow]bounces are simulated only on the demo's own emulators: none here[/]")
         return
-    ses = SesServer().start()
-    stack.callback(ses.stop)
-    backends.ses_server = ses
     backends.events_queue = "fairpost-demo-events"
-    backends.aws_env["AWS_ENDPOINT_URL_SESV2"] = ses.url
-    backends.aws_drop = tuple(n for n in backends.aws_drop if n != "AWS_ENDPOINT_URL_SESV2")
-    console.print(f"  SES: recording SES server on {ses.url}, its events to SQS {backends.events_queue}")
+    console.print(f"  SES: its events to SQS {backends.events_queue}")
 
 
 def _demo_settings(backends: Backends, scenario: Scenario, workdir: Path) -> tuple[Settings, Path]:
@@ -248,12 +251,14 @@ def _init_aws(backends: Backends, settings: Settings) -> None:
 
     with contextlib.closing(backends.boto3_client("sqs")) as sqs:
         init_queue(sqs, settings)
-        if backends.ses_server is not None:
+        if backends.ses_server is not None and backends.events_queue is not None:
             url, _ = init_events_queue(sqs, settings)
             # Its own client: the sink's thread outlives this one.
             backends.ses_server.events = EventSink(backends.boto3_client("sqs"), url, envelope="sns")
     if not backends.private_aws:
         backends.cleanups.append("queue")
+    if backends.private_aws:
+        return  # the recording SES sends from any identity
     try:
         with contextlib.closing(backends.boto3_client("sesv2")) as ses:
             ses.create_email_identity(EmailIdentity=SENDER_DOMAIN)
@@ -524,7 +529,8 @@ class Demo:
 @dataclass(frozen=True)
 class SesCounts:
     subjects: Counter[str] | None
-    """Accepted mails by subject (each demo mail's subject is unique), from moto's data."""
+    """Accepted mails by subject (each demo mail's subject is unique), from the recording SES
+    or moto's data."""
     recipients: int | None
     """SES's SentLast24Hours."""
 

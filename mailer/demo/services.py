@@ -1,4 +1,4 @@
-"""The demo's private services: a ``redis-server`` and moto's AWS server, and the daemon replicas.
+"""The demo's private services: a ``redis-server``, fairpost's SQS, and the daemon replicas.
 
 Servers start through :mod:`fairpost.mailer.testing.services`, as in the tests and the benchmarks.
 
@@ -22,7 +22,7 @@ __all__ = [
     "ManagedProcess",
     "demo_env",
     "replica_ready",
-    "start_moto",
+    "start_fifo_sqs",
     "start_redis",
     "start_replica",
     "stop_all",
@@ -37,10 +37,10 @@ def start_redis(workdir: Path) -> tuple[ManagedProcess, str]:
         raise DemoError(f"{exc}\n(or point FAIRPOST_REDIS_URL at a running Redis)") from None
 
 
-def start_moto(workdir: Path) -> tuple[ManagedProcess, str]:
-    """The demo's private moto server (SQS and SES)."""
+def start_fifo_sqs(workdir: Path) -> tuple[ManagedProcess, str]:
+    """The demo's private SQS (fairpost's FIFO-faithful emulator)."""
     try:
-        return services.start_moto(workdir)
+        return services.start_fifo_sqs(workdir)
     except ServiceError as exc:
         raise DemoError(f"{exc}\n(or set AWS_ENDPOINT_URL to an emulator of your own)") from None
 

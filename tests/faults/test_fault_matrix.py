@@ -1,32 +1,37 @@
 """The fault matrix: a fault at every step of the pipeline, one step at a time.
 
-A mail is sent through the real pipeline (dispatcher and sender in this event
-loop; a real redis-server, moto's SQS, the recording SES) while every Redis
-command, script, pipeline and AWS call is recorded (tests/faults/recorder.py).
-Then, for each recorded step, the same mail is sent again with that one step
-failing, once with the request lost and once with the answer lost, and the
-promises are checked:
+Two scenarios go through the real pipeline (dispatcher and sender in this
+event loop; a real redis-server, moto's SQS, the recording SES): one mail, and
+a small batch of three tenants, one of them over its quota, while SES answers
+slowly. Every Redis command, script, pipeline and AWS call is recorded
+(tests/faults/recorder.py). Then, for each recorded step, the scenario runs
+again with that one step failing, once with the request lost and once with the
+answer lost, and the promises are checked:
 
-- the mail ends ``sent``, and SES got it exactly once;
-- its message is gone from SQS (nothing stranded, nothing left to a
+- every mail ends ``sent``, and SES got it exactly once (but for a lost
+  SendEmail answer: :func:`allowed_duplicates`);
+- no tenant's window at SES went over its limit;
+- every message is gone from SQS (nothing stranded, nothing left to a
   visibility timeout it did not ask for);
 - no background task died (the pipeline fails the test when one did).
 
 The steps come from the recording, so a call site added later is covered
-without editing this file. ``make test`` runs a sample (every step of a few
-kinds, chosen the same way each run); ``make faults`` runs all of them
+without editing this file. ``make test`` runs a sample (six steps spread over
+the recording, the same ones each run); ``make faults`` runs all of them
 (FAIRPOST_FAULT_MATRIX=all).
 """
 
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import pytest
 
 from fairpost import MailClient
-from fairpost.config import Settings
+from fairpost.config import Settings, parse_limits
 from fairpost.mailer.testing.services import MotoServer
 from fairpost.mailer.testing.ses_server import SesServer
 from fairpost.mailer.testing.wait import wait_for_async
@@ -44,55 +49,83 @@ RECOVERY_S = 90.0
 outage back-off is counted in seconds: far more than either needs."""
 
 
-def settings_for(redis_url: str, run: int) -> Settings:
-    # A prefix of its own for each run: nothing of an earlier run is seen.
-    return quick_settings(
-        redis_url,
-        key_prefix=f"fault{run}",
-        sender={
-            "wait_seconds": 1,
-            "receivers": 1,
-            "backoff_base_seconds": 1,
-            "pause_seconds": 1,
-            "max_jitter_seconds": 0.2,
-            "visibility_timeout": 5,
-        },
-    )
+@dataclass(frozen=True)
+class Scenario:
+    """What is sent, under which limits, and how slow SES answers."""
+
+    name: str
+    mails: tuple[str, ...]
+    """One tenant id per mail, in the order they are enqueued."""
+    tenant_limits: dict[str, str] = field(default_factory=dict)
+    ses_latency: float = 0.0
+
+    def settings(self, redis_url: str, run: int) -> Settings:
+        # A prefix of its own for each run: nothing of an earlier run is seen.
+        return quick_settings(
+            redis_url,
+            key_prefix=f"fault{run}",
+            tenants={tenant: {"limits": limits} for tenant, limits in self.tenant_limits.items()},
+            sender={
+                "wait_seconds": 1,
+                "receivers": 1,
+                "backoff_base_seconds": 1,
+                "pause_seconds": 1,
+                "max_jitter_seconds": 0.2,
+                "visibility_timeout": 5,
+            },
+        )
 
 
-async def send_one(settings: Settings, ses: SesServer, recorder: Recorder, what: str) -> None:
-    """One mail through the pipeline, the recorder armed from the enqueue on."""
+ONE_MAIL = Scenario("one mail", ("acme",))
+BATCH = Scenario(
+    "a throttled tenant beside two others, SES slow",
+    ("noisy",) * 4 + ("acme", "umbrella", "acme"),
+    tenant_limits={"noisy": "2/second"},
+    # Long enough that the sender keeps a call counted while it runs.
+    ses_latency=1.5,
+)
+
+
+async def run_scenario(
+    scenario: Scenario, settings: Settings, ses: SesServer, recorder: Recorder, what: str
+) -> None:
+    """The scenario's mails through the pipeline, the recorder armed from the enqueue on."""
+    ses.latency = scenario.ses_latency
     async with pipeline(settings) as run:
         # The SDK's blocking client is not recorded (only asyncio clients are):
         # its own retries are the SDK's business, and polling here must not
         # move the steps' numbering.
         with MailClient(settings) as client:
-            job_id = client.send(
-                "acme", sender="app@example.com", to=["a@example.org"], subject="s", text="t"
-            )
+            jobs = [
+                client.send(tenant, sender="app@example.com", to=["a@example.org"], subject="s", text="t")
+                for tenant in scenario.mails
+            ]
             recorder.armed = True
 
             async def settled() -> bool:
-                return client.status(job_id).state == "sent" and queue_is_empty(run.queue_url)
+                return all(client.status(j).state == "sent" for j in jobs) and queue_is_empty(run.queue_url)
 
-            await wait_for_async(settled, within=RECOVERY_S, what=f"the mail sent and deleted ({what})")
+            await wait_for_async(settled, within=RECOVERY_S, what=f"every mail sent and deleted ({what})")
             recorder.armed = False
-            state = client.status(job_id).state
-    sends = [mail for mail in ses.sent if mail.job_id == job_id]
-    assert state == "sent", what
-    assert len(sends) in allowed_sends(recorder), f"SES got the mail {len(sends)} times ({what})"
+    sends = Counter(mail.job_id for mail in ses.sent)
+    twice = [job for job in jobs if sends[job] == 2]
+    assert all(sends[job] in (1, 2) for job in jobs), f"SES got the mails {sends} times ({what})"
+    assert len(twice) <= allowed_duplicates(recorder), f"SES got {len(twice)} mails twice ({what})"
+    for tenant, limits in scenario.tenant_limits.items():
+        (window,) = parse_limits(limits)
+        highest = ses.max_in_window_by(window.seconds, key=lambda m: m.tag("fairpost-tenant"))
+        assert highest.get(tenant, 0) <= window.limit, f"{tenant} over {limits}: {highest} ({what})"
 
 
-def allowed_sends(recorder: Recorder) -> set[int]:
-    """How many times SES may get the mail: once, but for one step.
+def allowed_duplicates(recorder: Recorder) -> int:
+    """How many mails SES may get twice: none, but at one step.
 
     SendEmail takes no idempotency token, so when its answer is lost nobody can
     know whether SES has the mail. fairpost sends it again rather than lose it
-    (at least once, as SMTP does: docs/design.md, "Invariants, and the tests that hold them"); that
-    one step may deliver twice, never more."""
-    if recorder.mode == "lost-answer" and recorder.fired == Step("aws", "sesv2.SendEmail", 1):
-        return {1, 2}
-    return {1}
+    (at least once, as SMTP does: docs/design.md, "Invariants, and the tests
+    that hold them"): that one mail may be delivered twice, never more."""
+    fired = recorder.fired
+    return int(recorder.mode == "lost-answer" and fired is not None and fired.name == "sesv2.SendEmail")
 
 
 def sample(steps: list[Step], pick: Callable[[list[Step]], list[Step]]) -> list[Step]:
@@ -109,11 +142,17 @@ def spread(steps: list[Step]) -> list[Step]:
 
 @pytest.mark.timeout(0 if FULL else 900)
 @pytest.mark.parametrize("mode", MODES)
-async def test_one_mail_survives_a_fault_at_any_step(
-    mode: Mode, redis_url: str, ses_env: SesServer, moto_srv: MotoServer, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("scenario", [ONE_MAIL, BATCH], ids=["one-mail", "batch"])
+async def test_the_pipeline_survives_a_fault_at_any_step(
+    scenario: Scenario,
+    mode: Mode,
+    redis_url: str,
+    ses_env: SesServer,
+    moto_srv: MotoServer,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     with recording(monkeypatch) as recorder:
-        await send_one(settings_for(redis_url, 0), ses_env, recorder, "no fault")
+        await run_scenario(scenario, scenario.settings(redis_url, 0), ses_env, recorder, "no fault")
         # Polls and heartbeats repeat; their later calls are the same step again.
         steps = sorted({step for step in recorder.steps if step.occurrence <= 2})
         assert any(step.name == "sesv2.SendEmail" for step in steps), steps
@@ -123,10 +162,13 @@ async def test_one_mail_survives_a_fault_at_any_step(
             moto_srv.reset()
             ses_env.reset()
             recorder.reset(step, mode)
+            settings = scenario.settings(redis_url, run)
             try:
-                await send_one(settings_for(redis_url, run), ses_env, recorder, f"{mode} at {step}")
+                await run_scenario(scenario, settings, ses_env, recorder, f"{mode} at {step}")
             except Exception as error:
                 failures.append(f"{step}: {type(error).__name__}: {error}")
             assert recorder.fired == step or recorder.fired is None
-    print(f"fault matrix ({mode}): {len(chosen)} of {len(steps)} steps, {len(failures)} failed")
+    print(
+        f"fault matrix ({scenario.name}, {mode}): {len(chosen)} of {len(steps)} steps, {len(failures)} failed"
+    )
     assert failures == [], "\n".join(failures)
