@@ -1,6 +1,7 @@
-"""The world a scenario runs in: Redis, LocalStack's SQS, a recording SES server, daemon replicas.
+"""The world a scenario runs in: Redis, an SQS emulator, a recording SES server, daemon replicas.
 
-One ``redis-server`` and one LocalStack serve the whole bench run; each
+One ``redis-server`` and one SQS (fairpost's FIFO-faithful emulator in its own
+process, or LocalStack with ``--sqs localstack``) serve the whole bench run; each
 scenario gets its own key prefix, its own FIFO queue and its own SES
 server, so no scenario sees another's state. Replicas are real ``fairpost
 run`` processes (through :mod:`bench.replica`, which counts their AWS calls),
@@ -31,8 +32,7 @@ from fairpost.config import Settings
 from fairpost.dispatcher.keys import Keys
 from fairpost.mailer.errors import TimedOut
 from fairpost.mailer.ops.queue_setup import init_queue
-from fairpost.mailer.testing.localstack import localstack_server
-from fairpost.mailer.testing.services import die_with_parent, redis_server
+from fairpost.mailer.testing.services import die_with_parent, redis_server, start_fifo_sqs
 from fairpost.mailer.testing.ses_server import SesServer
 from fairpost.mailer.testing.wait import wait_for
 
@@ -73,14 +73,14 @@ class Backend:
 
 @contextlib.contextmanager
 def services(prefix: str) -> Iterator[Backend]:
-    """A part of the bench run alone: its own redis-server, LocalStack's SQS and a
-    work directory, stopped and removed on exit."""
-    with (
-        tempfile.TemporaryDirectory(prefix=prefix) as workdir,
-        redis_server() as server,
-        localstack_server() as sqs,
-    ):
-        yield Backend(redis_port=server.port, sqs_url=sqs.url, workdir=Path(workdir))
+    """A part of the bench run alone: its own redis-server, fairpost's SQS (in its own
+    process) and a work directory, stopped and removed on exit."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as workdir, redis_server() as server:
+        process, sqs_url = start_fifo_sqs(Path(workdir))
+        try:
+            yield Backend(redis_port=server.port, sqs_url=sqs_url, workdir=Path(workdir))
+        finally:
+            process.stop()
 
 
 @dataclass

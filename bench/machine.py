@@ -49,7 +49,9 @@ def _version(package: str) -> str:
         return "not installed"
 
 
-def describe() -> dict[str, Any]:
+def describe(sqs: str = "fifo") -> dict[str, Any]:
+    """The machine and what the bench ran on (``sqs``: the ``--sqs`` choice)."""
+    emulator = "LocalStack 4.12.0 (host mode)" if sqs == "localstack" else "fairpost's FIFO-faithful SQS"
     return {
         "cpu": _cpu_model(),
         "cores": os.cpu_count(),
@@ -57,7 +59,7 @@ def describe() -> dict[str, Any]:
         "os": f"{platform.system()} {platform.release()}",
         "python": platform.python_version(),
         "redis": _redis_version(),
-        "sqs_emulator": "LocalStack 4.12.0 (host mode)",
+        "sqs_emulator": emulator,
         "packages": {p: _version(p) for p in ("aioboto3", "aiobotocore", "redis", "limits")},
     }
 
