@@ -17,6 +17,7 @@ from fairpost.config import Settings
 from fairpost.dispatcher.durable import Durability
 from fairpost.dispatcher.errors import NotReplayable, TooLateToCancel, UnknownJob
 from fairpost.dispatcher.jobs import Job, JobState, NewJob
+from fairpost.dispatcher.journal import Entry, Journal, entry_args, journal_args, journal_keys
 from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.record import ENTRY_SEP
 from fairpost.dispatcher.replies import text
@@ -49,6 +50,9 @@ _RING_SCRIPTS = frozenset(
 )
 """The scripts that change the ring of tenants or its counters, and so open with ring.lua."""
 
+_JOURNAL_SCRIPTS = frozenset({"finish", "cancel", "dead_letter"})
+"""The scripts that end jobs, and so append to the journal (journal.lua, dispatcher/journal.py)."""
+
 
 RING_GOES_HERE = "-- ring.lua goes here\n"
 """A line in a script that opens with a check of its own: ring.lua goes there
@@ -65,6 +69,8 @@ def script(name: str) -> str:
         head, marker, body = source.partition(RING_GOES_HERE)
         ring = lua_source("fairpost.dispatcher", "ring") + "\n"
         source = head + ring + body if marker else ring + source
+    if name in _JOURNAL_SCRIPTS:
+        source = lua_source("fairpost.dispatcher", "journal") + "\n" + source
     if name == "enqueue":
         # The shebang makes Redis (7.0+) check for out-of-memory before the script
         # starts, not at each write inside it: a batch is refused whole, never cut.
@@ -86,6 +92,11 @@ class StoreLimits:
     """Replicas an enqueue and a "sent" record wait for (FAIRPOST_REDIS_MIN_REPLICAS)..."""
     wait_ms: int = 1000
     """... for at most this long (FAIRPOST_REDIS_WAIT_SECONDS)."""
+    journal_max_length: int = 0
+    """The journal the scripts that end jobs append to (:meth:`Keys.outcomes`, dispatcher/journal.py)
+    keeps about this many entries (FAIRPOST_OUTCOMES__MAX_LENGTH); 0: there is no journal."""
+    journal_max_age_ms: int = 0
+    """... none older than this (FAIRPOST_OUTCOMES__MAX_AGE); 0: any age."""
 
     @property
     def durability(self) -> Durability:
@@ -101,7 +112,21 @@ def store_limits(settings: Settings) -> StoreLimits:
         stranded_after_ms=int(settings.stranded_after_seconds() * 1000),
         min_replicas=settings.redis_min_replicas,
         wait_ms=int(settings.redis_wait_seconds * 1000),
+        journal_max_length=settings.outcomes.max_length if settings.outcomes.enabled else 0,
+        journal_max_age_ms=int(settings.outcomes.max_age * 1000),
     )
+
+
+def journal_of(keys: Keys, limits: StoreLimits) -> Journal | None:
+    """The journal the store's scripts append to, if any."""
+    if limits.journal_max_length <= 0:
+        return None
+    return Journal(keys.outcomes(), limits.journal_max_length, limits.journal_max_age_ms)
+
+
+def outcome_journal(settings: Settings) -> Journal | None:
+    """The journal fairpost's own jobs end in: the outcome feed (docs/outcomes.md)."""
+    return journal_of(Keys(settings.key_prefix), store_limits(settings))
 
 
 class ScriptCalls:
@@ -110,6 +135,7 @@ class ScriptCalls:
     def __init__(self, keys: Keys, limits: StoreLimits) -> None:
         self.keys = keys
         self.limits = limits
+        self.journal = journal_of(keys, limits)
 
     def _ring_keys(self) -> list[str]:
         k = self.keys
@@ -140,6 +166,9 @@ class ScriptCalls:
         args: Args = [*self._ring_args(), len(jobs), ENTRY_SEP]
         for job in jobs:
             fields: Args = ["kind", job.kind]
+            if job.idempotency_key:
+                # Kept on the record for the journal's entries (dispatcher/journal.py).
+                fields += ["idempotency_key", job.idempotency_key]
             for name, value in (job.fields or {}).items():
                 fields += [name, value]
             has_key = job.idempotency_key is not None
@@ -185,18 +214,20 @@ class ScriptCalls:
         jobs: Sequence[tuple[str, Mapping[str, str | int] | None]],
         state: JobState,
         keep_seconds: int,
+        entries: Mapping[str, Entry] | None = None,
     ) -> Call:
-        """One call for every (job id, fields to set) given (finish.lua)."""
-        k = self.keys
+        """One call for every (job id, fields to set) given (finish.lua); ``entries``:
+        job id → what its journal entry adds (dispatcher/journal.py)."""
+        k, journal = self.keys, self.journal
         keys = [*self._ring_keys(), k.leases(), k.dead(), k.dispatched()]
-        args: Args = [*self._ring_args(), state.value, keep_seconds]
+        args: Args = [*self._ring_args(), state.value, keep_seconds, *journal_args(journal)]
         for job_id, fields in jobs:
             keys += [k.job(job_id), k.content(job_id), k.payload(job_id), k.sending(job_id)]
             pairs: Args = []
             for name, value in (fields or {}).items():
                 pairs += [name, value]
-            args += [job_id, len(pairs) // 2, *pairs]
-        return keys, args
+            args += [job_id, len(pairs) // 2, *pairs, *entry_args((entries or {}).get(job_id))]
+        return keys + journal_keys(journal), args
 
     def touch(self, tenant: str, until_ms: int) -> Call:
         return [self.keys.inflight(tenant), self.keys.dispatched()], [until_ms, self._stranded_margin()]
@@ -206,14 +237,16 @@ class ScriptCalls:
         args: Args = [k.inflight_prefix(), keep_ms, due_ms, self._stranded_margin(), offset, page]
         return [k.expiring(), k.dispatched()], args
 
-    def send_claim(self, job_ids: Sequence[str], lifetime_ms: int) -> Call:
+    def send_claim(self, job_ids: Sequence[str], lifetime_ms: int, claimants: Sequence[str] = ()) -> Call:
         k = self.keys
-        return [k.job(i) for i in job_ids] + [k.sending(i) for i in job_ids], [lifetime_ms]
+        return [k.job(i) for i in job_ids] + [k.sending(i) for i in job_ids], [lifetime_ms, *claimants]
 
     def dead_letter(self, job_id: str, tenant: str, reason: str, raw_body: str, keep_seconds: int) -> Call:
         # The raw body is kept to 256 KiB: enough to see what was wrong with it.
-        keys = [self.keys.job(job_id), self.keys.dead()]
-        return keys, [job_id, tenant, reason, raw_body[:262_144], keep_seconds]
+        journal = self.journal
+        keys = [self.keys.job(job_id), self.keys.dead(), *journal_keys(journal)]
+        args: Args = [job_id, tenant, reason, raw_body[:262_144], keep_seconds, *journal_args(journal)]
+        return keys, [*args, *entry_args(None)]
 
     # -- a job's lifecycle -----------------------------------------------------------
     def promote(self, max_jobs: int) -> Call:
@@ -231,8 +264,10 @@ class ScriptCalls:
             k.content(job_id),
             k.sending(job_id),
             k.payload(job_id),
+            *journal_keys(self.journal),
         ]
-        return keys, [*self._ring_args(), job_id, keep_seconds, CANCELLED]
+        args: Args = [*self._ring_args(), job_id, keep_seconds, CANCELLED, *journal_args(self.journal)]
+        return keys, [*args, *entry_args(None)]
 
     def replay(self, job_id: str) -> Call:
         k = self.keys

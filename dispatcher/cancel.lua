@@ -3,9 +3,11 @@
 -- drops it unsent). It becomes a dead letter with the given reason.
 -- KEYS[1..9] ring context (ring.lua), KEYS[10] job hash, KEYS[11] scheduled (zset),
 -- KEYS[12] leases (zset), KEYS[13] dead letters (zset), KEYS[14] the job's content,
--- KEYS[15] the job's sending marker (mailer/send_claim.lua), KEYS[16] the job's payload
+-- KEYS[15] the job's sending marker (mailer/send_claim.lua), KEYS[16] the job's payload,
+-- KEYS[17] the journal (stream) when there is one (journal.lua)
 -- ARGV[1..3] ring context, ARGV[4] job id, ARGV[5] seconds to keep the record
--- (0: forever), ARGV[6] the reason
+-- (0: forever), ARGV[6] the reason, ARGV[7..] the journal (journal.lua), then the
+-- job's journal entry (a count M and M pairs)
 -- Returns {1, state it had} when cancelled; {0, state, dead reason} when it is
 -- too late (dispatched, sent, dead, or a sender is sending it now: state
 -- 'sending'); {-1} if there is no such job.
@@ -44,5 +46,7 @@ if keep > 0 then
   redis.call('EXPIRE', KEYS[14], keep)
   redis.call('EXPIRE', KEYS[16], keep)
 end
+local journal, entry = journal_context(KEYS[17], ARGV, 7)
+journal_append(journal, job_key, job_id, 'dead', ARGV, entry, now)
 activate(ctx, tenant, now)
 return {1, state}

@@ -5,26 +5,30 @@
 -- letters (zset), KEYS[12] dispatched jobs (zset, dispatcher/reconcile.lua),
 -- then per job: its hash, its content (string, may not exist), its payload
 -- (string) and its sending marker (send_claim.lua: a final job needs none)
+-- and, last, the journal (stream) when there is one (journal.lua)
 -- ARGV[1..3] ring context, ARGV[4] final state ('sent', 'dead' or 'suppressed'),
--- ARGV[5] seconds to keep the records (0: forever), then per job: its id, the
--- number N of fields to set, then N field, value pairs
--- A sent job gets sent_ms (Redis time, as every stored time).
+-- ARGV[5] seconds to keep the records (0: forever), ARGV[6..] the journal
+-- (journal.lua), then per job: its id, the number N of fields to set, then N
+-- field, value pairs, then its journal entry (a count M and M pairs)
+-- A sent job gets sent_ms (Redis time, as every stored time). Each job changed
+-- gets its journal entry; a job left as it was gets none.
 -- Returns, per job: 1; 0 if the job was already sent (nothing changed); -1 if unknown.
 local ctx = ring_context(KEYS, ARGV)
 local leases, dead, dispatched = KEYS[10], KEYS[11], KEYS[12]
 local final, keep = ARGV[4], tonumber(ARGV[5])
 local now = now_ms()
 local now_s = as_text(now)
+local journal, a = journal_context(KEYS[#KEYS], ARGV, 6)
 local out = {}
 -- Per tenant, in the order first seen: the jobs whose slots to free.
 local tenants, slots = {}, {}
 local undispatched = {}
-local a = 6
 local k = 12
 while a <= #ARGV do
   local job_id, n = ARGV[a], tonumber(ARGV[a + 1])
   local first, last = a + 2, a + 1 + 2 * n
-  a = last + 1
+  local entry = last + 1
+  a = journal_skip(ARGV, entry)
   local job_key, content_key, payload_key, marker_key = KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4]
   k = k + 4
   -- 'payload': only a record written before the payload had a key of its own
@@ -85,6 +89,7 @@ while a <= #ARGV do
       if keep > 0 then
         redis.call('EXPIRE', job_key, keep)
       end
+      journal_append(journal, job_key, job_id, final, ARGV, entry, now)
       out[#out + 1] = 1
     end
   end

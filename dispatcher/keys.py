@@ -188,6 +188,15 @@ class Keys:
         """String: the global limits a daemon derived from SES GetAccount, for the CLI to show."""
         return f"{self.root}:overrides:auto"
 
+    def warmup(self) -> str:
+        """Hash: tenant → its place in its warm-up plan (JSON: plan, step, since; mailer/quota/warmup.py)."""
+        return f"{self.root}:warmup"
+
+    def warmup_known(self) -> str:
+        """Set: tenants a default warm-up plan no longer starts for (seen before), and ``~``
+        once it holds every tenant that had enqueued when the first default plan ran."""
+        return f"{self.root}:warmup:known"
+
     def heartbeat(self, replica: str) -> str:
         """String with a TTL: a replica's last heartbeat (JSON); gone when it stops beating."""
         return f"{self.root}:heartbeat:{replica}"
@@ -239,3 +248,56 @@ class Keys:
     def events_seen(self) -> str:
         """Hash: SES event outcome ("bounce", "unmatched", ...) → count, for stats."""
         return f"{self.root}:ses:events"
+
+    # -- the outcome feed and its webhooks (docs/outcomes.md) -----------------------
+    def outcomes(self) -> str:
+        """Stream: the journal of jobs' outcomes (dispatcher/journal.py), read as the outcome
+        feed (mailer/sdk/outcomes); trimmed by age and length."""
+        return f"{self.root}:outcomes"
+
+    def webhook_endpoints(self) -> str:
+        """Set: every webhook endpoint id."""
+        return f"{self.root}:wh:endpoints"
+
+    def webhook_tenant(self, tenant: str) -> str:
+        """Set: the ids of the tenant's webhook endpoints."""
+        return f"{self.root}:wh:tenant:{tenant}"
+
+    def webhook_endpoint_prefix(self) -> str:
+        """What :meth:`webhook_endpoint` puts before the id, for the scripts that build
+        an endpoint's keys: the endpoint's hash is ``<prefix><id>``, its other keys
+        ``<prefix><id>:<part>`` (the parts below)."""
+        return f"{self.root}:wh:ep:"
+
+    def webhook_endpoint(self, endpoint: str) -> str:
+        """Hash: a webhook endpoint (tenant, url, event types, enabled, secrets, failing since)."""
+        return f"{self.webhook_endpoint_prefix()}{endpoint}"
+
+    def webhook_part(self, endpoint: str, part: str) -> str:
+        """One of an endpoint's delivery keys (mailer/sdk/outcomes/deliveries.py), by ``part``:
+        ``body`` (hash: event id → the body to deliver), ``pending`` (zset: event id → the
+        event's time, ms), ``due`` (zset: the event ids whose turn it is → when, ms),
+        ``tail`` (hash: job id → its last event queued here), ``next`` (hash: event id →
+        the next event of its job), ``tries`` (hash: event id → attempts made),
+        ``attempts`` (list: the latest attempts, JSON, newest first)."""
+        return f"{self.webhook_endpoint_prefix()}{endpoint}:{part}"
+
+    def webhook_ready(self) -> str:
+        """Sorted set: enabled endpoints with deliveries waiting, scored by when the next is due (ms)."""
+        return f"{self.root}:wh:ready"
+
+    def webhook_inflight(self) -> str:
+        """Sorted set: ``<endpoint> <event id>`` being delivered now, scored by its lease's end (ms)."""
+        return f"{self.root}:wh:inflight"
+
+    def webhook_busy(self) -> str:
+        """Hash: endpoint → deliveries in flight to it, over every replica."""
+        return f"{self.root}:wh:busy"
+
+    def webhook_cursor(self) -> str:
+        """String: the id of the last outcome the webhooks fanned out to their endpoints."""
+        return f"{self.root}:wh:cursor"
+
+    def webhook_wake(self) -> str:
+        """List: a token that wakes an idle delivery loop (a delivery became due)."""
+        return f"{self.root}:wh:wake"

@@ -24,6 +24,7 @@ from fairpost.dispatcher.calls import (
     submitted,
 )
 from fairpost.dispatcher.jobs import Job, JobState, NewJob
+from fairpost.dispatcher.journal import Entry
 from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.record import job_record
 from fairpost.dispatcher.replies import text, time_ms
@@ -117,14 +118,18 @@ class JobStore:
         keep_seconds: int = 0,
         fields: Mapping[str, str | int] | None = None,
         pipeline: redis.asyncio.client.Pipeline | None = None,
+        entry: Entry | None = None,
     ) -> int:
         """End a job as sent or dead and free its tenant's in-flight slot.
 
         Returns 1, 0 when the job was already sent (nothing changed), -1 if unknown.
         With ``pipeline`` the call is only queued on it (returns 0): its result
         comes from the caller's ``execute()``, in one round trip with the rest.
+        ``entry``: what the job's journal entry adds (dispatcher/journal.py).
         """
-        keys, args = self._calls.finish([(job_id, fields)], state, keep_seconds)
+        keys, args = self._calls.finish(
+            [(job_id, fields)], state, keep_seconds, {job_id: entry} if entry else None
+        )
         result = await self._finish(keys=keys, args=args, client=pipeline)  # None: at once
         return 0 if pipeline is not None else int(result[0])
 
@@ -180,12 +185,15 @@ class JobStore:
             values = await pipe.execute()
         return {job_id: text(v) for job_id, v in zip(job_ids, values, strict=True) if v is not None}
 
-    async def claim_sending(self, job_ids: Sequence[str], lifetime_ms: int) -> list[int]:
+    async def claim_sending(
+        self, job_ids: Sequence[str], lifetime_ms: int, *, claimants: Sequence[str] = ()
+    ) -> list[int]:
         """Take each job's sending marker (send_claim.lua): 1 taken, 0 another sender
-        holds it, 2 the job is final already, 3 it has no record."""
+        holds it, 2 the job is final already, 3 it has no record. ``claimants``: who
+        claims each job; a marker its claimant holds already is taken again."""
         if not job_ids:
             return []
-        keys, args = self._calls.send_claim(job_ids, lifetime_ms)
+        keys, args = self._calls.send_claim(job_ids, lifetime_ms, claimants)
         codes: list[Any] = await self._send_claim(keys=keys, args=args)
         return [int(c) for c in codes]
 
@@ -239,13 +247,15 @@ class JobStore:
         *,
         keep_seconds: int,
         pipeline: redis.asyncio.client.Pipeline,
+        entries: Mapping[str, Entry] | None = None,
     ) -> None:
         """Queue on ``pipeline``: each (job id, SES message id) ends sent and its
-        sending marker is released, in one call for them all."""
+        sending marker is released, in one call for them all; ``entries``: job id →
+        what its journal entry adds."""
         if not sent:
             return
         jobs = [(job_id, {"ses_message_id": message_id}) for job_id, message_id in sent]
-        keys, args = self._calls.finish(jobs, JobState.SENT, keep_seconds)
+        keys, args = self._calls.finish(jobs, JobState.SENT, keep_seconds, entries)
         await self._finish(keys=keys, args=args, client=pipeline)
 
     async def record_dead(

@@ -11,7 +11,10 @@ re-exported here, so ``fairpost.mailer.errors`` names every error fairpost raise
     ├── InvalidInput              the caller's input breaks a rule (.field, .rule); nothing was written
     │   ├── InvalidMail           the SDK refused a mail
     │   ├── InvalidOverride       a live quota override is invalid
-    │   └── InvalidSuppression    a suppression-list entry is invalid
+    │   ├── InvalidSuppression    a suppression-list entry is invalid
+    │   └── InvalidWebhook        a webhook endpoint is invalid (a URL, an event type)
+    ├── UnknownEndpoint           no webhook endpoint has this id
+    ├── AddressNotPublic          a webhook endpoint's host resolves to a private address (also an OSError)
     ├── RedisFailed               Redis failed an SDK call (unreachable, too slow, out of memory)
     ├── PoisonMessage             an SQS body this fairpost cannot read (a dead letter)
     ├── SesAccountError           SES GetAccount gave no usable sending quota
@@ -39,6 +42,7 @@ from fairpost.dispatcher.errors import (
 )
 
 __all__ = [
+    "AddressNotPublic",
     "ConfigError",
     "ConfirmationStale",
     "DemoError",
@@ -48,6 +52,7 @@ __all__ = [
     "InvalidMail",
     "InvalidOverride",
     "InvalidSuppression",
+    "InvalidWebhook",
     "NotReplayable",
     "NotReplicated",
     "PoisonMessage",
@@ -59,6 +64,7 @@ __all__ = [
     "SqsError",
     "TimedOut",
     "TooLateToCancel",
+    "UnknownEndpoint",
     "UnknownJob",
 ]
 
@@ -99,6 +105,23 @@ class InvalidOverride(InvalidInput):
 
 class InvalidSuppression(InvalidInput):
     """The suppression-list entry is invalid; nothing was written."""
+
+
+class InvalidWebhook(InvalidInput):
+    """The webhook endpoint is invalid (its URL, an event type); nothing was written."""
+
+
+class UnknownEndpoint(FairpostError):
+    """No webhook endpoint has this id."""
+
+    def __init__(self, endpoint: str) -> None:
+        self.endpoint = endpoint
+        super().__init__(f"no webhook endpoint {endpoint!r}")
+
+
+class AddressNotPublic(FairpostError, OSError):
+    """A webhook endpoint's host resolves to an address that is not on the public
+    internet, and FAIRPOST_WEBHOOK_ALLOW_PRIVATE is off: it is not called."""
 
 
 class PoisonMessage(FairpostError):

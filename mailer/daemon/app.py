@@ -17,6 +17,8 @@ The background tasks, each named and watched: ``dispatcher``, ``sender``,
 ``slots`` (in-flight slots kept while the sender's gate is closed, :mod:`fairpost.mailer.daemon.slots`),
 ``ses-tenants`` (SES's verdict on SES tenants, :mod:`fairpost.mailer.daemon.ses_tenant_status`),
 ``events`` (SES events, with ``FAIRPOST_EVENTS_QUEUE_NAME``, :mod:`fairpost.mailer.daemon.events`),
+``webhook-fanout`` and ``webhooks`` (the outcome feed's signed webhooks, roles ``all`` and
+``webhooks``, :mod:`fairpost.mailer.daemon.webhooks`),
 ``heartbeat`` (:mod:`fairpost.mailer.daemon.health`) and ``http`` (``/metrics``,
 ``/healthz``, ``/readyz`` on ``FAIRPOST_HTTP_PORT``, :mod:`fairpost.mailer.daemon.http`).
 """
@@ -51,13 +53,14 @@ from fairpost.mailer.daemon.ses_account import SesAccountLimits, limits_rose
 from fairpost.mailer.daemon.slots import SlotKeeper
 from fairpost.mailer.daemon.tracing import Tracing
 from fairpost.mailer.daemon.tracing import from_env as tracing_from_env
+from fairpost.mailer.daemon.webhooks.loop import WebhookDeliveries
 from fairpost.mailer.ops.stats import collect_stats
 from fairpost.mailer.quota.engine import QuotaEngine
 from fairpost.mailer.quota.overrides import OverrideCache, Overrides, changed_scopes
 
 log = logging.getLogger("fairpost.daemon")
 
-Role = Literal["all", "dispatcher", "sender"]
+Role = Literal["all", "dispatcher", "sender", "webhooks"]
 
 HAND_BACK_SECONDS = 2.0
 """After the grace period, the most the hand-back (visibility 0, requeue) may take."""
@@ -197,6 +200,8 @@ async def _run(
                 store, quota, overrides, ttl_ms=store.limits.inflight_ttl_ms, held=sender.gate.holding
             )
             tasks["slots"] = asyncio.create_task(keeper.run(stop), name="slots")
+        if settings.webhook.enabled and role in ("all", "webhooks"):
+            tasks.update(WebhookDeliveries(client, keys, settings, metrics.webhooks).tasks(stop))
         if settings.http_port is not None:
 
             def alive() -> Check:
@@ -220,6 +225,7 @@ async def _run(
                     also=labels.known(),
                 )
                 metrics.update(stats)
+                metrics.webhooks.update(stats.webhooks, stats.at_ms)
 
             http = HttpServer(metrics, port=settings.http_port, alive=alive, ready=ready, refresh=refresh)
             await http.start()

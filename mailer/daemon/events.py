@@ -8,7 +8,9 @@ by the SES message id the sender recorded (:meth:`Keys.ses_message`; the
 
 - writes the outcome on the job's record: ``delivery`` = ``delivered``,
   ``bounced`` (with ``bounce_type`` and the redacted ``diagnostic``),
-  ``complained``, ``rejected`` or ``delayed``;
+  ``complained``, ``rejected`` or ``delayed``, and, in the same step, the
+  event (``mail.delivered``, ``mail.bounced``, ...) in the outcome feed
+  (:mod:`fairpost.mailer.sdk.outcomes.feed`), even where the record has expired;
 - on a permanent bounce or a complaint, suppresses the address for that
   tenant (:mod:`fairpost.mailer.sdk.suppression`) and counts it in the tenant's
   reputation, which the guard judges (:mod:`fairpost.mailer.quota.reputation`).
@@ -35,6 +37,8 @@ from redis.exceptions import RedisError
 
 from fairpost.config import Settings
 from fairpost.dispatcher.backoff import OutageBackoff, wait_or_stop
+from fairpost.dispatcher.calls import outcome_journal
+from fairpost.dispatcher.journal import JournalWriter
 from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.replies import text, time_ms
 from fairpost.mailer.daemon.aws import SqsClient
@@ -42,6 +46,7 @@ from fairpost.mailer.daemon.metrics import EVENT_OUTCOMES, Metrics
 from fairpost.mailer.daemon.ses import redact
 from fairpost.mailer.daemon.ses_events import SesEvent, parse_event
 from fairpost.mailer.quota.reputation import ReputationBook
+from fairpost.mailer.sdk.outcomes import feed
 from fairpost.mailer.sdk.suppression import suppress
 
 __all__ = ["EVENT_OUTCOMES", "EventConsumer"]
@@ -60,6 +65,14 @@ _MAX_REASON_CHARS = 2000
 # it, and a delay that SNS or SQS brings after the delivery changes nothing;
 # otherwise the worse outcome stays (several recipients may each report one).
 _RANK = {"delayed": 1, "delivered": 2, "rejected": 3, "bounced": 4, "complained": 5}
+
+_EVENT_TYPE = {
+    "delayed": feed.DELAYED,
+    "delivered": feed.DELIVERED,
+    "rejected": feed.REJECTED,
+    "bounced": feed.BOUNCED,
+    "complained": feed.COMPLAINED,
+}
 
 
 class EventConsumer:
@@ -81,6 +94,7 @@ class EventConsumer:
         self.settings = settings
         self.book = book
         self.metrics = metrics or Metrics()
+        self.journal = JournalWriter(client, outcome_journal(settings))
         self.handled: dict[str, int] = {}
         """Outcome → events this consumer handled (tests wait on it)."""
 
@@ -204,8 +218,15 @@ class EventConsumer:
             "delivery_delay": "delayed",
         }[event.kind]
         extra = {"job_id": job_id, "tenant": tenant}
-        if record_exists:
-            await self._record_outcome(job_id, outcome, event, at_ms)
+        # The outcome on the record and its event in the feed: one step.
+        async with self.redis.pipeline(transaction=True) as pipe:
+            if record_exists:
+                await self._record_outcome(pipe, job_id, outcome, event, at_ms)
+            given = feed.entry(
+                _EVENT_TYPE[outcome], _event_data(event), tenant=None if record_exists else tenant
+            )
+            await self.journal.append(self.keys.job(job_id), job_id, given, pipeline=pipe)
+            await pipe.execute()
         if event.kind == "bounce":
             log.info(
                 "SES reports a %s bounce (%s): %s",
@@ -229,7 +250,10 @@ class EventConsumer:
         elif event.kind == "reject":
             log.warning("SES rejected the mail after accepting it: %s", event.diagnostic or "", extra=extra)
 
-    async def _record_outcome(self, job_id: str, outcome: str, event: SesEvent, at_ms: int) -> None:
+    async def _record_outcome(
+        self, pipe: redis.asyncio.client.Pipeline, job_id: str, outcome: str, event: SesEvent, at_ms: int
+    ) -> None:
+        """Queue on ``pipe`` the outcome's fields on the record, unless it has a worse one."""
         key = self.keys.job(job_id)
         current = await self.redis.hget(key, "delivery")
         if current is not None and _RANK.get(text(current), 0) > _RANK[outcome]:
@@ -240,13 +264,27 @@ class EventConsumer:
             fields["bounce_subtype"] = event.bounce_subtype or ""
         if event.diagnostic:
             fields["diagnostic"] = event.diagnostic
-        await self.redis.hset(key, mapping=fields)
+        pipe.hset(key, mapping=fields)
 
     async def _counted(self, outcome: str) -> str:
         await self.redis.hincrby(self.keys.events_seen(), outcome, 1)
         self.handled[outcome] = self.handled.get(outcome, 0) + 1
         self.metrics.ses_event(outcome)
         return outcome
+
+
+def _event_data(event: SesEvent) -> dict[str, Any]:
+    """The event's own fields in the feed (docs/outcomes.md); addresses go to the
+    tenant's consumers only, never into a log."""
+    data: dict[str, Any] = {"ses_message_id": event.message_id}
+    if event.kind == "bounce":
+        data["bounce_type"] = event.bounce_type
+        data["bounce_subtype"] = event.bounce_subtype
+    if event.kind != "reject":
+        data["recipients"] = list(event.recipients)
+    if event.kind != "complaint":
+        data["diagnostic"] = event.diagnostic
+    return data
 
 
 def _reason(exc: BaseException) -> str:

@@ -25,7 +25,9 @@ import redis.asyncio
 from redis.exceptions import RedisError
 
 from fairpost.config import Settings
+from fairpost.dispatcher.calls import journal_of
 from fairpost.dispatcher.jobs import JobState
+from fairpost.dispatcher.journal import JournalWriter
 from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.scripts import lua_source
 from fairpost.dispatcher.store import JobStore
@@ -35,6 +37,7 @@ from fairpost.mailer.daemon.metrics import Metrics
 from fairpost.mailer.daemon.ses_tenant_status import REASON, SesTenantStatus
 from fairpost.mailer.quota.reputation import ReputationBook
 from fairpost.mailer.sdk.envelope import Envelope
+from fairpost.mailer.sdk.outcomes import feed
 from fairpost.mailer.sdk.suppression import suppressed_among
 
 __all__ = ["Feedback", "ReputationParts", "build", "uses_ses_tenants"]
@@ -68,6 +71,7 @@ class Feedback:
         self.status = status
         self.metrics = metrics or Metrics()
         self._send_seq = store.redis.register_script(lua_source("fairpost.mailer.quota", "send_seq"))
+        self.journal = JournalWriter(store.redis, journal_of(store.keys, store.limits))
 
     def hold(self, tenant: str) -> str | None:
         """The reason the tenant's mail must wait now, beyond its quota; None: it may go."""
@@ -91,15 +95,22 @@ class Feedback:
             to, cc, bcc = (
                 tuple(a for a in part if a not in suppressed) for part in (mail.to, mail.cc, mail.bcc)
             )
-            dropped = mail.recipients - (len(to) + len(cc) + len(bcc))
+            gone = [a for a in _recipients(env) if a in suppressed]
+            dropped = len(gone)
             if dropped == 0:
                 kept.append(msg)
                 continue
             self.metrics.suppressed(tenant, dropped)
             extra = {"job_id": env.job_id, "tenant": tenant}
-            if to or cc or bcc:
+            partial = bool(to or cc or bcc)
+            event = feed.entry(feed.SUPPRESSED, {"recipients": gone, "partial": partial})
+            if partial:
                 msg.envelope = dataclasses.replace(env, mail=dataclasses.replace(mail, to=to, cc=cc, bcc=bcc))
-                await self.redis.hset(self.keys.job(env.job_id), "suppressed", dropped)
+                # The count on the record and its event in the feed: one step.
+                async with self.redis.pipeline(transaction=True) as pipe:
+                    pipe.hset(self.keys.job(env.job_id), "suppressed", dropped)
+                    await self.journal.append(self.keys.job(env.job_id), env.job_id, event, pipeline=pipe)
+                    await pipe.execute()
                 log.info("%d suppressed recipients dropped", dropped, extra=extra)
                 kept.append(msg)
                 continue
@@ -108,6 +119,7 @@ class Feedback:
                 JobState.SUPPRESSED,
                 keep_seconds=self.settings.job_ttl,
                 fields={"suppressed": dropped},
+                entry=event,
             )
             msg.delete = True
             log.info("mail not sent: every recipient is suppressed for the tenant", extra=extra)

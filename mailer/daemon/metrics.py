@@ -35,7 +35,9 @@ from prometheus_client.gc_collector import GCCollector
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
+from fairpost.mailer.daemon.webhooks.metrics import WebhookMetrics
 from fairpost.mailer.ops.stats import Stats
+from fairpost.mailer.quota.warmup import HOLD_KINDS
 
 __all__ = [
     "CONTENT_TYPE",
@@ -54,8 +56,12 @@ CONTENT_TYPE = CONTENT_TYPE_LATEST
 OTHER_TENANT = "~other"
 """The ``tenant`` label of every tenant beyond the bounded set."""
 
-THROTTLE_REASONS = ("tenant_quota", "global_quota", "global_share", "ses", "paused", "ses_tenant_disabled")
-"""``fairpost_mail_throttled_total{reason}``: who held the mail back."""
+THROTTLE_REASONS = (
+    "tenant_quota", "global_quota", "global_share", "ses", "paused", "ses_tenant_disabled",
+    "warmup", "warmup_held",
+)  # fmt: skip
+"""``fairpost_mail_throttled_total{reason}``: who held the mail back (``warmup``: the
+tenant's warm-up step; ``warmup_held``: a step held for its bounce or complaint rate)."""
 
 DEAD_REASONS = (
     "rejected",
@@ -279,7 +285,21 @@ class Metrics:
             ["tenant", "reason"],
             registry=r,
         )
+        self.tenant_warmup_step = Gauge(
+            "fairpost_tenant_warmup_step",
+            "The step (1, 2, ...) a warming tenant's plan is on; 0: not warming up.",
+            ["tenant"],
+            registry=r,
+        )
+        self.tenant_warmup_held = Gauge(
+            "fairpost_tenant_warmup_held",
+            "1 while a warming tenant's next step is held, by reason: " + ", ".join(HOLD_KINDS) + ".",
+            ["tenant", "reason"],
+            registry=r,
+        )
         self.replicas = Gauge("fairpost_replicas", "Replicas with a live heartbeat.", registry=r)
+        # The webhook deliveries' own (fairpost_webhook_*).
+        self.webhooks = WebhookMetrics(r)
         self.stats_errors_total = Counter(
             "fairpost_stats_errors", "Scrapes whose gauges could not be read from Redis.", registry=r
         )
@@ -378,6 +398,10 @@ class Metrics:
                 for rw in t.reputation.windows:
                     self.tenant_bounce_rate.labels(label, rw.name).set(rw.bounce_rate)
                     self.tenant_complaint_rate.labels(label, rw.name).set(rw.complaint_rate)
+            place = None if t.warmup is None else t.warmup.place
+            self.tenant_warmup_step.labels(label).set(0 if place is None else place.step + 1)
+            for kind in HOLD_KINDS:
+                self.tenant_warmup_held.labels(label, kind).set(1 if place and place.held == kind else 0)
             for w in t.windows:
                 self.tenant_quota_used.labels(label, w.name).set(w.used)
                 self.tenant_quota_limit.labels(label, w.name).set(w.limit)

@@ -24,10 +24,12 @@ from fairpost.mailer.daemon import ses
 from fairpost.mailer.daemon.answers import Answers
 from fairpost.mailer.daemon.aws import SesClient
 from fairpost.mailer.daemon.context import SenderContext
-from fairpost.mailer.daemon.counting import Counting, Stamp
+from fairpost.mailer.daemon.counting import Counting, Stamp, may_have_it
 from fairpost.mailer.daemon.endings import Endings
 from fairpost.mailer.daemon.gate import Gate
 from fairpost.mailer.daemon.inbox import Inbox, Received
+from fairpost.mailer.sdk.envelope import Envelope
+from fairpost.mailer.sdk.outcomes import feed
 
 log = logging.getLogger("fairpost.sender")
 
@@ -101,6 +103,8 @@ class Sending:
             if isinstance(r, ses.SendResult)
         ]
         await self._record(tenant, answered)
+        for msg, _, _ in answered:
+            msg.in_call = False  # its answer is recorded: it may be decided again
         await self.answers.after_group(tenant, answered, at_ms)
         for outcome in outcomes:
             if isinstance(outcome, BaseException):
@@ -113,7 +117,12 @@ class Sending:
             return granted
         ctx = self.ctx
         ids = [m.envelope.job_id for m in granted if m.envelope]
-        codes = await ctx.store.claim_sending(ids, ctx.settings.sender.visibility_timeout * 1000)
+        # Each receive claims as itself: tried again after a failure (an answer lost
+        # on its way back, say), it takes back the marker it holds already.
+        claimants = [m.claimant for m in granted if m.envelope]
+        codes = await ctx.store.claim_sending(
+            ids, ctx.settings.sender.visibility_timeout * 1000, claimants=claimants
+        )
         claimed = []
         for msg, code in zip(granted, codes, strict=True):
             if code == 1:
@@ -200,7 +209,8 @@ class Sending:
                 call.cancel()
                 raise
             result = call.result()
-            msg.in_call = False
+            # SES has it, or may have: it stays in the call until its answer is recorded.
+            msg.in_call = may_have_it(result.verdict)
             self.ctx.metrics.ses_call(result.verdict.value, time.monotonic() - started)
         await self.answers.obey(tenant, msg, stamp, result)
         return result
@@ -216,6 +226,12 @@ class Sending:
             for m, r, _ in answered
             if r.verdict is ses.Verdict.SENT and m.envelope
         ]
+        # Each sent job's mail.sent event goes into the feed with its record (finish.lua).
+        events = {
+            m.envelope.job_id: _sent_event(m.envelope, r.message_id)
+            for m, r, _ in answered
+            if r.verdict is ses.Verdict.SENT and m.envelope
+        }
         if not sent and not any(r.verdict is ses.Verdict.TRANSIENT for _, r, _ in answered):
             return
         ctx = self.ctx
@@ -230,7 +246,9 @@ class Sending:
             try:
                 async with ctx.store.pipeline() as pipe:
                     await self.counting.move_to_answers(tenant, answered, pipe)
-                    await ctx.store.record_sent(sent, keep_seconds=ctx.finished_ttl, pipeline=pipe)
+                    await ctx.store.record_sent(
+                        sent, keep_seconds=ctx.finished_ttl, pipeline=pipe, entries=events
+                    )
                     if ctx.feedback is not None:
                         for msg, result, _ in answered:
                             if result.verdict is ses.Verdict.SENT and msg.envelope is not None:
@@ -251,3 +269,11 @@ class Sending:
             await ctx.feedback.count_sent(
                 tenant, sum(m.envelope.mail.recipients for m in accepted if m.envelope)
             )
+
+
+def _sent_event(env: Envelope, message_id: str | None) -> dict[str, str]:
+    """The mail.sent event's own fields (docs/outcomes.md): the recipients SES took."""
+    mail = env.mail
+    return feed.entry(
+        feed.SENT, {"ses_message_id": message_id, "recipients": [*mail.to, *mail.cc, *mail.bcc]}
+    )

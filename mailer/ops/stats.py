@@ -10,7 +10,8 @@ jobs waiting in the tenant's queues in Redis (not yet handed to SQS); ``in fligh
 in-flight set (claimed, or handed to SQS and not finished); ``used`` the
 recipients counted in each quota window (granted sends); ``retry after``
 how long until one more recipient fits (0: it fits now); ``paused`` an
-operator's pause (``fairpost tenant pause``).
+operator's pause (``fairpost tenant pause``); a warming tenant's limits are its
+step's where they are stricter, and ``warmup`` says where it stands in its plan.
 
 The metrics' gauges (:mod:`fairpost.mailer.daemon.metrics`) are filled from the same
 :func:`collect_stats`. Needs only ``redis`` (``--watch`` needs ``rich``).
@@ -21,13 +22,14 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import redis.asyncio
 
 from fairpost.config import Settings
 from fairpost.config.limits import Window, format_limits
+from fairpost.config.warmup import stricter
 from fairpost.dispatcher.keys import TOTAL_INFLIGHT, TOTAL_WAITING, Keys
 from fairpost.dispatcher.replies import record, text, time_ms
 from fairpost.mailer.quota.engine import QuotaEngine
@@ -40,6 +42,8 @@ from fairpost.mailer.quota.reputation import (
     guard_states,
     read_verdicts,
 )
+from fairpost.mailer.quota.warmup import WarmupView, read_places
+from fairpost.mailer.sdk.outcomes.pending import PendingDeliveries, pending_deliveries
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -90,6 +94,8 @@ class ScopeStats:
     """What the reputation guard did to the tenant, if anything."""
     ses_disabled: TenantVerdict | None = None
     """SES's verdict, while SES has the tenant's SES tenant disabled."""
+    warmup: WarmupView | None = None
+    """Where the tenant stands in its warm-up plan, while it warms up (mailer/quota/warmup.py)."""
 
     @property
     def held(self) -> str | None:
@@ -123,6 +129,7 @@ class ScopeStats:
             "ses_tenant": None if self.ses_disabled is None else self.ses_disabled.to_json(),
             "held_by": self.held_by,
             "held_until_ms": self.held_until_ms,
+            "warmup": None if self.warmup is None else self.warmup.to_json(),
         }
 
 
@@ -139,6 +146,8 @@ class Stats:
     known_tenants: int = 0
     """Tenants that ever enqueued: more than :attr:`tenants` lists when it is a sample."""
     events: dict[str, int] = field(default_factory=dict)
+    webhooks: dict[str, PendingDeliveries] = field(default_factory=dict)
+    """Per tenant with webhook endpoints: deliveries still pending (docs/outcomes.md)."""
     """SES events handled, by outcome (mailer/daemon/events.py), all replicas together."""
 
     def tenant(self, tenant: str) -> ScopeStats | None:
@@ -153,6 +162,7 @@ class Stats:
             "reconciled": {"handed_again": 0, "dead": 0, **self.reconciled},
             "known_tenants": self.known_tenants,
             "ses_events": self.events,
+            "webhooks": {t: p.to_json(self.at_ms) for t, p in self.webhooks.items()},
         }
 
 
@@ -191,10 +201,12 @@ async def collect_stats(
         pipe.hgetall(keys.guard())
         pipe.hgetall(keys.ses_tenant_status())
         pipe.hgetall(keys.events_seen())
+        pipe.hgetall(keys.warmup())
         values = await pipe.execute()
         server_time, raw_overrides, paused, known, auto_text, replicas, reconciled, totals = values[:8]
     guards, ses_disabled = guard_states(values[8]), read_verdicts(values[9])
     events = {text(k): int(v) for k, v in values[10].items()}
+    warming = {t: WarmupView(t, place) for t, (_, place) in read_places(values[11]).items()}
     book = ReputationBook(client, keys, settings)
     at_ms = time_ms(server_time)
     overrides = read_overrides(raw_overrides, paused)
@@ -204,13 +216,16 @@ async def collect_stats(
             await client.smembers(keys.tenants()) if known <= sample else await _top(client, keys, sample)
         )
         names = {text(t) for t in listed} | set(settings.tenants) | set(overrides.tenants) | overrides.paused
-        names |= set(also) | set(guards) | set(ses_disabled)
+        names |= set(also) | set(guards) | set(ses_disabled) | set(warming)
     else:
         names = set(tenants)
     ordered = sorted(names)
 
     glob = resolve_global(settings, overrides, read_auto_limits(auto_text))
     effective = {t: resolve_tenant(settings, overrides, t) for t in ordered}
+    for tenant in set(warming) & set(effective):
+        own = effective[tenant].windows or ()
+        effective[tenant] = replace(effective[tenant], windows=stricter(own, warming[tenant].place.limits))
 
     async with client.pipeline(transaction=False) as pipe:
         for tenant in ordered:
@@ -248,7 +263,7 @@ async def collect_stats(
             backlog=backlog[tenant],
             inflight=inflight[tenant],
             windows=[WindowUsage(w.seconds, w.limit, n) for w, n in used],
-            limits_source=eff.source,
+            limits_source=eff.source + (" + warm-up" if tenant in warming else ""),
             paused=eff.paused,
             retry_after=retry,
             reputation=reputation,
@@ -256,6 +271,7 @@ async def collect_stats(
             ses_disabled=ses_disabled.get(tenant),
             held_by=holds[tenant][0] if tenant in holds else None,
             held_until_ms=holds[tenant][1] if tenant in holds else None,
+            warmup=warming.get(tenant),
         )
 
     async def global_stats() -> ScopeStats:
@@ -280,6 +296,7 @@ async def collect_stats(
         reconciled={k: int(v) for k, v in record(reconciled).items()},
         known_tenants=int(known),
         events=events,
+        webhooks=await pending_deliveries(client, keys),
     )
 
 
@@ -386,6 +403,7 @@ def render_text(stats: Stats) -> str:
     lines = ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in rows]
     lines.append(_caption(stats))
     lines.append(_reconciled(stats))
+    lines += [f"{t}: {p.describe(stats.at_ms)}" for t, p in sorted(stats.webhooks.items())]
     for scope in stats.tenants:
         if scope.guard is not None:
             stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(scope.guard.at_ms / 1000))
@@ -393,6 +411,8 @@ def render_text(stats: Stats) -> str:
             lines.append(
                 f"{scope.scope}: {guard.level} by the reputation guard at {stamp} UTC: {guard.reason}"
             )
+        if scope.warmup is not None:
+            lines.append(f"{scope.scope}: {scope.warmup.describe(stats.at_ms)}")
         if scope.ses_disabled is not None:
             v = scope.ses_disabled
             lines.append(

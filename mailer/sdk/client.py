@@ -29,6 +29,8 @@ from fairpost.mailer.sdk.connection import AsyncRedisOwner, RedisOwner
 from fairpost.mailer.sdk.dead import DeadLetters
 from fairpost.mailer.sdk.failures import RedisFailures
 from fairpost.mailer.sdk.mail import Mail, check_tenant_id
+from fairpost.mailer.sdk.outcomes.endpoints import Webhooks
+from fairpost.mailer.sdk.outcomes.stream import AsyncEventReader, EventReader, Start
 from fairpost.mailer.sdk.status import JobStatus
 from fairpost.mailer.sdk.suppression import Suppressions
 from fairpost.mailer.sdk.tracing import Creating
@@ -218,6 +220,22 @@ class MailClient(RedisOwner, BaseMailClient):
         """List, add and remove a tenant's suppressed addresses, on this client's connection."""
         return Suppressions(self.settings, redis_client=self._redis)
 
+    def webhooks(self) -> Webhooks:
+        """A tenant's signed webhook endpoints (add, list, rotate, replay...), on this client's connection."""
+        return Webhooks(self.settings, redis_client=self._redis)
+
+    def events(
+        self, *, group: str, consumer: str, tenant: str | None = None, start: Start = "earliest",
+        batch: int = 100, block: bool = True, claim_idle_seconds: float = 60.0,
+    ) -> EventReader:  # fmt: skip
+        """The outcome feed, read as ``consumer`` of ``group``: each event at least once,
+        until acknowledged (``event.ack()``); ``tenant``: that tenant's only; ``block=False``:
+        stop when none is waiting (fairpost.mailer.sdk.outcomes.stream, docs/outcomes.md)."""
+        return EventReader(
+            self._redis, self.settings, group=group, consumer=consumer, tenant=tenant, start=start,
+            batch=batch, block=block, claim_idle_seconds=claim_idle_seconds,
+        )  # fmt: skip
+
 
 class AsyncMailClient(AsyncRedisOwner, BaseMailClient):
     """Enqueue mail from asyncio code; the same methods as :class:`MailClient`."""
@@ -290,3 +308,13 @@ class AsyncMailClient(AsyncRedisOwner, BaseMailClient):
         return await self._failures.acall(
             "cancel", lambda: self._lifecycle.cancel(job_id, self.settings.job_ttl)
         )
+
+    def events(
+        self, *, group: str, consumer: str, tenant: str | None = None, start: Start = "earliest",
+        batch: int = 100, block: bool = True, claim_idle_seconds: float = 60.0,
+    ) -> AsyncEventReader:  # fmt: skip
+        """``async for event in client.events(...)``: as :meth:`MailClient.events`."""
+        return AsyncEventReader(
+            self._redis, self.settings, group=group, consumer=consumer, tenant=tenant, start=start,
+            batch=batch, block=block, claim_idle_seconds=claim_idle_seconds,
+        )  # fmt: skip

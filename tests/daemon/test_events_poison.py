@@ -194,17 +194,22 @@ async def test_a_redis_blip_while_acting_on_an_event_leaves_it_in_sqs(
     try:
         await client.set(keys.ses_message(GOOD_MESSAGE_ID), "job-1")
         await client.hset(keys.job("job-1"), mapping={"tenant": "acme", "state": "sent"})
-        real_hset = client.hset
+        real_pipeline = client.pipeline
         blips: list[tuple[Any, ...]] = []
 
-        async def hset_once_failing(*args: Any, **kwargs: Any) -> Any:
-            if not blips:
-                # A mock of the network for one call: the server itself is real.
-                blips.append(args)
-                raise RedisConnectionError("Connection reset by peer (injected)")
-            return await real_hset(*args, **kwargs)
+        async def reset(*args: Any, **kwargs: Any) -> Any:
+            raise RedisConnectionError("Connection reset by peer (injected)")
 
-        monkeypatch.setattr(client, "hset", hset_once_failing)
+        def pipeline_once_failing(*args: Any, **kwargs: Any) -> Any:
+            # The outcome and its event are written in one MULTI (mailer/daemon/events.py):
+            # a mock of the network for its one call; the server itself is real.
+            pipe = real_pipeline(*args, **kwargs)
+            if not blips:
+                blips.append(args)
+                monkeypatch.setattr(pipe, "execute", reset)
+            return pipe
+
+        monkeypatch.setattr(client, "pipeline", pipeline_once_failing)
         sqs.send_message(QueueUrl=url, MessageBody=GOOD_EVENT)
         async with consumer_task(settings, url, client) as (consumer, task):
             failures = consumer.metrics.registry
