@@ -28,23 +28,33 @@ import redis
 from bench.cluster import Backend, services, world
 from bench.load import Load, wait_sent
 from fairpost.dispatcher.calls import script
+from fairpost.dispatcher.journal import append_source
 from fairpost.dispatcher.scripts import lua_source
+from fairpost.mailer.sdk.outcomes.deliveries import script as delivery_script
 
 UNBOUND = {"global_limits": "100000/second", "tenant_limits": "100000/second"}
 TENANTS = 20
-_QUOTA_SCRIPTS = ("quota", "send_seq", "reputation", "recent_bounces", "hold")
+_QUOTA_SCRIPTS = ("quota", "send_seq", "reputation", "recent_bounces", "hold", "warmup")
+_DISPATCHER_HELPERS = ("ring", "journal", "append")
+"""Prepended to other scripts (ring, journal), or loaded with one (append: journal.py)."""
+_OUTCOME_SCRIPTS = ("claim", "fanout", "reap", "replay", "settle")
 
 
 def script_sources() -> dict[str, tuple[str, str]]:
     """The SHA1 of every script as fairpost loads it -> (its file name, its source)."""
     sources: dict[str, tuple[str, str]] = {}
+
+    def add(name: str, source: str) -> None:
+        sources[hashlib.sha1(source.encode()).hexdigest()] = (name, source)
+
     for path in sorted((Path(__file__).resolve().parents[1] / "dispatcher").glob("*.lua")):
-        if path.stem != "ring":
-            source = script(path.stem)
-            sources[hashlib.sha1(source.encode()).hexdigest()] = (f"dispatcher/{path.name}", source)
+        if path.stem not in _DISPATCHER_HELPERS:
+            add(f"dispatcher/{path.name}", script(path.stem))
+    add("dispatcher/append.lua", append_source())
     for name in _QUOTA_SCRIPTS:
-        source = lua_source("fairpost.mailer.quota", name)
-        sources[hashlib.sha1(source.encode()).hexdigest()] = (f"mailer/quota/{name}.lua", source)
+        add(f"mailer/quota/{name}.lua", lua_source("fairpost.mailer.quota", name))
+    for name in _OUTCOME_SCRIPTS:
+        add(f"mailer/sdk/outcomes/{name}.lua", delivery_script(name))
     return sources
 
 

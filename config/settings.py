@@ -33,10 +33,12 @@ from pydantic_settings import (
     SettingsError,
 )
 
+from fairpost.config.durations import Duration, Schedule
 from fairpost.config.errors import ConfigError
 from fairpost.config.limits import GlobalLimits, Limits, parse_limits
 from fairpost.config.ses_names import ses_tenant_name
 from fairpost.config.tenant_id import TENANT_ID_RULE, is_valid_tenant_id
+from fairpost.config.warmup import WarmupPlanSetting
 
 ENV_PREFIX = "FAIRPOST_"
 # Read by the set-up scripts (scripts/bootstrap.sh, scripts/install-localstack.sh),
@@ -145,6 +147,17 @@ class ReputationSettings(_Section):
     tenant SES disabled, until it is enabled again)."""
 
 
+class WarmupSettings(_Section):
+    """Warm-up plans (docs/operations.md, "Warm-up"; config/warmup.py, mailer/quota/warmup.py)."""
+
+    plan: WarmupPlanSetting = None
+    """The plan a tenant fairpost has not seen before starts at its first mail; empty: none."""
+    bounce_threshold: float = Field(default=0.02, gt=0, le=1)
+    """A warming tenant's step advances only while its bounce rate (the guard's) is below this."""
+    complaint_threshold: float = Field(default=0.0005, gt=0, le=1)
+    """... and its complaint rate below this."""
+
+
 CONSOLE_VARIABLES = {
     "port": "FAIRPOST_CONSOLE_PORT",
     "host": "FAIRPOST_CONSOLE_HOST",
@@ -185,6 +198,48 @@ class ConsoleSettings(_Section):
         if value is not None and len(value.get_secret_value()) < 16:
             raise ValueError("must be at least 16 characters (a random secret: openssl rand -hex 32)")
         return value
+
+
+class OutcomeSettings(_Section):
+    """The outcome feed (docs/outcomes.md): what became of each mail, in one Redis stream."""
+
+    enabled: bool = True
+    """Append an event for each outcome (sent, delivered, bounced, dead, ...)."""
+    max_age: Duration = 7 * 86400.0
+    """Events older than this are trimmed (``7d``); a consumer away longer misses them."""
+    max_length: int = Field(default=1_000_000, ge=1000, le=100_000_000)
+    """At most about this many events are kept, whatever their age."""
+
+
+WEBHOOK_VARIABLES = {
+    name: "FAIRPOST_WEBHOOK_" + name.upper()
+    for name in (
+        "enabled", "retry_schedule", "timeout_seconds", "rotation_overlap", "disable_after",
+        "allow_private", "concurrency", "endpoint_concurrency",
+    )
+}  # fmt: skip
+"""The webhook section's variables, by field: one underscore, as docs/outcomes.md names them."""
+
+
+class WebhookSettings(_Section):
+    """Signed webhook deliveries of the outcome feed (docs/outcomes.md, mailer/daemon/webhooks)."""
+
+    enabled: bool = True
+    """Run the delivery task in ``fairpost run`` (roles ``all`` and ``webhooks``)."""
+    retry_schedule: Schedule = (5.0, 300.0, 1800.0, 7200.0, 18000.0, 36000.0, 50400.0, 72000.0, 86400.0)
+    """The waits before each retry of a failed delivery; jitter adds up to a tenth of each."""
+    timeout_seconds: float = Field(default=15.0, gt=0, le=300)
+    """A delivery not answered within this fails (and is retried)."""
+    rotation_overlap: Duration = 86400.0
+    """After ``rotate-secret``, how long the previous secret still signs too."""
+    disable_after: Duration = 5 * 86400.0
+    """An endpoint failing every attempt for this long is disabled."""
+    allow_private: bool = False
+    """Allow ``http://`` and private addresses (a receiver in the cluster, tests); SSRF-unsafe."""
+    concurrency: int = Field(default=64, ge=1, le=10_000)
+    """Deliveries in flight at once in one process, all endpoints together."""
+    endpoint_concurrency: int = Field(default=4, ge=1, le=1000)
+    """Deliveries in flight at once to one endpoint, all replicas together."""
 
 
 class Settings(BaseSettings):
@@ -257,7 +312,10 @@ class Settings(BaseSettings):
     dispatcher: DispatcherSettings = DispatcherSettings()
     sender: SenderSettings = SenderSettings()
     reputation: ReputationSettings = ReputationSettings()
+    warmup: WarmupSettings = WarmupSettings()
     console: ConsoleSettings = ConsoleSettings()
+    outcomes: OutcomeSettings = OutcomeSettings()
+    webhook: WebhookSettings = WebhookSettings()
 
     events_queue_name: str | None = None
     """The SQS queue SES events arrive in (through SNS or EventBridge); unset: none read."""
@@ -448,14 +506,19 @@ class _TomlFileSource(PydanticBaseSettingsSource):
 
 
 class _ConsoleEnvSource(PydanticBaseSettingsSource):
-    """The console section from :data:`CONSOLE_VARIABLES` (``FAIRPOST_CONSOLE_PORT``...)."""
+    """The console and webhook sections from :data:`CONSOLE_VARIABLES` (``FAIRPOST_CONSOLE_PORT``...)
+    and :data:`WEBHOOK_VARIABLES` (``FAIRPOST_WEBHOOK_RETRY_SCHEDULE``...)."""
 
     def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
         return None, field_name, False
 
     def __call__(self) -> dict[str, Any]:
-        values = {name: os.environ[var] for name, var in CONSOLE_VARIABLES.items() if var in os.environ}
-        return {"console": values} if values else {}
+        out: dict[str, Any] = {}
+        for section, variables in (("console", CONSOLE_VARIABLES), ("webhook", WEBHOOK_VARIABLES)):
+            values = {name: os.environ[var] for name, var in variables.items() if var in os.environ}
+            if values:
+                out[section] = values
+        return out
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
@@ -481,6 +544,7 @@ def load_settings(**overrides: Any) -> Settings:
         if name.startswith(ENV_PREFIX)
         and name not in SETUP_VARIABLES
         and name not in CONSOLE_VARIABLES.values()
+        and name not in WEBHOOK_VARIABLES.values()
         and name[len(ENV_PREFIX) :].split("__")[0].lower() not in Settings.model_fields
     )
     if unknown:
@@ -501,6 +565,8 @@ def _variable_name(loc: tuple[int | str, ...], err: Any = None) -> str:
         return str(err["ctx"]["variables"])  # a check across settings names them all
     if len(loc) == 2 and loc[0] == "console" and loc[1] in CONSOLE_VARIABLES:
         return CONSOLE_VARIABLES[str(loc[1])]
+    if len(loc) >= 2 and loc[0] == "webhook" and loc[1] in WEBHOOK_VARIABLES:
+        return WEBHOOK_VARIABLES[str(loc[1])]
     return ENV_PREFIX + "__".join(str(part) for part in loc).upper()
 
 

@@ -16,7 +16,10 @@ from fairpost.config import ConfigError, FairpostError, Settings, load_settings
 from fairpost.mailer.ops.console import aws_error, print_json, unreachable_redis
 from fairpost.mailer.ops.lifecycle_commands import add_commands as add_lifecycle_commands
 from fairpost.mailer.ops.lifecycle_commands import parse_header, parse_send_at
+from fairpost.mailer.ops.quota_commands import add_commands as add_quota_commands
 from fairpost.mailer.ops.reputation_commands import add_commands as add_reputation_commands
+from fairpost.mailer.ops.warmup_commands import add_tenant_parser
+from fairpost.mailer.ops.webhook_commands import add_parser as add_webhook_commands
 
 Command = Callable[[argparse.Namespace, Settings], int]
 
@@ -194,69 +197,6 @@ def cmd_stats(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def cmd_quota_show(args: argparse.Namespace, settings: Settings) -> int:
-    import redis
-
-    from fairpost.mailer.quota.overrides import QuotaAdmin
-
-    try:
-        with QuotaAdmin(settings) as admin:
-            shown = admin.show(args.tenant)
-    except (redis.RedisError, OSError) as exc:
-        return unreachable_redis(settings, exc)
-    if args.json:
-        print_json({"global": shown[0].to_json(), "tenants": {e.scope: e.to_json() for e in shown[1:]}})
-        return 0
-    for eff in shown:
-        limits = eff.to_json()["limits"] or "auto (no daemon has read SES yet)"
-        name = "(global)" if eff is shown[0] else eff.scope
-        print(f"{name:20} {limits:40} from {eff.source}{'  PAUSED' if eff.paused else ''}")
-    return 0
-
-
-def cmd_quota_set(args: argparse.Namespace, settings: Settings) -> int:
-    import redis
-
-    from fairpost.config.limits import format_limits
-    from fairpost.mailer.quota.overrides import QuotaAdmin
-
-    if len(args.values) != (1 if args.global_ else 2):
-        print("fairpost: usage: quota set TENANT LIMITS | quota set --global LIMITS", file=sys.stderr)
-        return 2
-    try:
-        with QuotaAdmin(settings) as admin:
-            if args.global_:
-                windows = admin.set_global_limits(args.values[0])
-                scope = "global limits"
-            else:
-                windows = admin.set_tenant_limits(args.values[0], args.values[1])
-                scope = f"tenant {args.values[0]}"
-    except (redis.RedisError, OSError) as exc:
-        return unreachable_redis(settings, exc)
-    print(f"{scope}: {format_limits(windows)} (an override: every replica applies it within 5 s)")
-    return 0
-
-
-def cmd_quota_reset(args: argparse.Namespace, settings: Settings) -> int:
-    import redis
-
-    from fairpost.mailer.quota.overrides import QuotaAdmin
-
-    if (args.tenant is None) == (not args.global_):
-        print("fairpost: usage: quota reset TENANT | quota reset --global", file=sys.stderr)
-        return 2
-    try:
-        with QuotaAdmin(settings) as admin:
-            if args.global_:
-                removed, scope = admin.reset_global_limits(), "global limits"
-            else:
-                removed, scope = admin.reset_tenant_limits(args.tenant), f"tenant {args.tenant}"
-    except (redis.RedisError, OSError) as exc:
-        return unreachable_redis(settings, exc)
-    print(f"{scope}: back to the settings" if removed else f"{scope}: had no override")
-    return 0
-
-
 def cmd_tenant_pause(args: argparse.Namespace, settings: Settings) -> int:
     import redis
 
@@ -301,9 +241,9 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run the daemon")
     run.add_argument(
         "--role",
-        choices=["all", "dispatcher", "sender"],
+        choices=["all", "dispatcher", "sender", "webhooks"],
         default="all",
-        help="dispatcher: Redis → SQS; sender: SQS → SES; all: both (default)",
+        help="dispatcher: Redis → SQS; sender: SQS → SES; webhooks: deliveries; all: all (default)",
     )
     run.set_defaults(handler=cmd_run)
 
@@ -349,6 +289,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_lifecycle_commands(sub)
     add_reputation_commands(sub)
+    add_webhook_commands(sub)
 
     status = sub.add_parser("status", help="show a job's state")
     status.add_argument("job_id")
@@ -370,25 +311,9 @@ def build_parser() -> argparse.ArgumentParser:
     stats.add_argument("--tenant", action="append", help="only these tenants (repeat for several)")
     stats.set_defaults(handler=cmd_stats)
 
-    quota = sub.add_parser("quota", help="show or change quotas live (overrides in Redis, no restart)")
-    quota_sub = quota.add_subparsers(dest="quota_command", required=True, metavar="ACTION")
-    qshow = quota_sub.add_parser("show", help="the limits in force and where they come from")
-    qshow.add_argument("tenant", nargs="?")
-    qshow.add_argument("--json", action="store_true")
-    qshow.set_defaults(handler=cmd_quota_show)
-    qset = quota_sub.add_parser(
-        "set", help='override a tenant\'s limits (quota set acme "100/minute; 5000/day") or the global ones'
-    )
-    qset.add_argument("values", nargs="+", metavar="[TENANT] LIMITS")
-    qset.add_argument("--global", dest="global_", action="store_true", help="set the global limits")
-    qset.set_defaults(handler=cmd_quota_set)
-    qreset = quota_sub.add_parser("reset", help="drop an override: the settings apply again")
-    qreset.add_argument("tenant", nargs="?")
-    qreset.add_argument("--global", dest="global_", action="store_true", help="reset the global limits")
-    qreset.set_defaults(handler=cmd_quota_reset)
+    add_quota_commands(sub)
 
-    tenant = sub.add_parser("tenant", help="pause or resume a tenant live")
-    tenant_sub = tenant.add_subparsers(dest="action", required=True, metavar="ACTION")
+    tenant_sub = add_tenant_parser(sub)  # with ``tenant warmup``
     resume_text = (
         "let it send again: lifts an operator's pause, the reputation guard's pause or throttle, "
         "and a ses_tenant_disabled park (SES is asked again when it sends)"

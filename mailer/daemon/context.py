@@ -9,8 +9,8 @@ from fairpost.config.limits import Limits
 from fairpost.dispatcher.store import JobStore
 from fairpost.mailer.daemon.feedback import Feedback
 from fairpost.mailer.daemon.metrics import Metrics
-from fairpost.mailer.quota.engine import QuotaEngine
-from fairpost.mailer.quota.overrides import LimitSource
+from fairpost.mailer.quota.engine import Grant, QuotaEngine
+from fairpost.mailer.quota.overrides import LimitSource, OverrideCache
 
 
 @dataclass
@@ -43,6 +43,13 @@ class SenderContext:
     def windows(self, tenant: str) -> tuple[Limits, Limits]:
         """The global and the tenant's quota windows, as the quota engine takes them."""
         return self.limits.global_limits(), self.limits.limits_for(tenant)
+
+    def refusal_reason(self, tenant: str, grant: Grant) -> str | None:
+        """``warmup`` or ``warmup_held`` when the tenant's warm-up step refused its mail
+        (mailer/quota/warmup.py); None otherwise (the quota's own reason applies)."""
+        if grant.blocked_by != "tenant" or not isinstance(self.limits, OverrideCache):
+            return None
+        return self.limits.refusal_reason(tenant, grant.binding)
 
     @property
     def finished_ttl(self) -> int:

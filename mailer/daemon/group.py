@@ -114,7 +114,10 @@ class GroupDecision:
             never = (
                 never_fits_reason(grant, first.mail.recipients) if first and grant.retry_after < 0 else None
             )
-            await self.park(tenant, refused, grant.retry_after, grant.blocked_by, grant.at_ms, never=never)
+            label = ctx.refusal_reason(tenant, grant)
+            await self.park(
+                tenant, refused, grant.retry_after, grant.blocked_by, grant.at_ms, never=never, label=label
+            )
         await self.sending.send_granted(tenant, granted, grant.at_ms)
 
     async def park(
@@ -126,6 +129,7 @@ class GroupDecision:
         at_ms: int,
         *,
         never: str | None = None,
+        label: str | None = None,
     ) -> None:
         """The refused mails wait in SQS until ``retry_after`` seconds from now.
 
@@ -164,7 +168,8 @@ class GroupDecision:
             jitter = 0.0 if blocked_by == "tenant" else PRECISE_JITTER
         wait = min(retry_after + random.uniform(0, jitter), MAX_VISIBILITY)
         ctx.stats.throttled_by_quota += len(refused)
-        reason = _THROTTLE_REASON.get(blocked_by or "", blocked_by or "tenant_quota")
+        # ``label``: a finer reason than the scope's (a warm-up step's limit).
+        reason = label or _THROTTLE_REASON.get(blocked_by or "", blocked_by or "tenant_quota")
         ctx.metrics.throttled(tenant, reason, len(refused))
         now = time.monotonic()
         for msg in waiting:
@@ -172,14 +177,10 @@ class GroupDecision:
                 msg.trace.wait(reason, wait)
         for msg in refused:
             if precise:
-                msg.retry_at = now + wait
-                # Still hidden from its receive for long enough: no SQS call to keep it so.
-                kept = msg.hidden_until - now >= wait + PRECISE_SAFETY_NET
-                msg.visibility = None if kept else wait + PRECISE_SAFETY_NET
+                msg.retry_here(now + wait, PRECISE_SAFETY_NET)
             else:
                 msg.visibility, msg.retry_at = wait, None
-            if msg.visibility is not None:
-                msg.hidden_until = now + msg.visibility
+                msg.hidden_until = now + wait
         self.inbox.parked(tenant, refused, now + wait)
         ids = [m.envelope.job_id for m in refused if m.envelope]
         await ctx.store.count_throttled(ids, reason, at_ms + int(wait * 1000))

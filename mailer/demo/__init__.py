@@ -40,7 +40,7 @@ started and remove its temporary files (exit 130).
 Scenarios
 ---------
 ``--scenario`` takes a built-in name (``default``, ``smoke``, ``crowd``,
-``bounce``) or the path of a TOML file::
+``bounce``, ``warmup``) or the path of a TOML file::
 
     description = "what it shows"    # optional
     duration = 45                    # seconds of load (--duration overrides)
@@ -48,6 +48,7 @@ Scenarios
     global_limits = "40/second"      # as FAIRPOST_GLOBAL_LIMITS, e.g. "40/second; 50000/day"
     tenant_limits = "8/second"       # the default tenant quota
     inflight_cap = 8                 # jobs per tenant in SQS at once
+    warmup_plan = "2/second from 0s | 10/second from 10s | none from 20s"  # optional (FAIRPOST_WARMUP__PLAN)
 
     [tenants.noisy]                  # one table per tenant; the name is the tenant id
     burst = 1500                     # mails enqueued at once ...

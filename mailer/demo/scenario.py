@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from fairpost.config import Limits, Window, is_valid_tenant_id
 from fairpost.config.tenant_id import TENANT_ID_RULE
+from fairpost.config.warmup import WarmupPlanSetting
 from fairpost.mailer.errors import DemoError
 
 __all__ = ["Scenario", "TenantLoad", "builtin_names", "load_scenario"]
@@ -54,6 +55,8 @@ class Scenario(BaseModel):
     tenants: dict[str, TenantLoad]
     reputation: dict[str, Any] = Field(default_factory=dict)
     """The reputation guard's settings (``FAIRPOST_REPUTATION__*``), e.g. ``bounce_threshold``."""
+    warmup_plan: WarmupPlanSetting = None
+    """The warm-up plan every tenant (all new to the demo's Redis) starts (``FAIRPOST_WARMUP__PLAN``)."""
 
     @field_validator("tenants")
     @classmethod
@@ -104,6 +107,8 @@ class Scenario(BaseModel):
         }
         if self.reputation:
             config["reputation"] = dict(self.reputation)
+        if self.warmup_plan is not None:
+            config["warmup"] = {"plan": str(self.warmup_plan)}
         return config
 
 

@@ -22,7 +22,7 @@ most one bucket width minus 1 ms, never early.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from redis.asyncio import Redis
@@ -77,6 +77,9 @@ class Grant:
     to :meth:`QuotaEngine.refund`.
     ``too_big_for``: with :data:`NEVER`, the budget window (a minute or longer)
     the first refused mail can never fit; see :func:`never_fits_reason`.
+    ``binding``: the window that refused the first refused mail (the one that
+    frees latest, or the one it can never fit); ``None`` if all were granted
+    or the share refused it. Diagnostic (why a mail waits): not compared.
     """
 
     granted: int
@@ -84,6 +87,7 @@ class Grant:
     blocked_by: str | None
     at_ms: int
     too_big_for: Window | None = None
+    binding: Window | None = field(default=None, compare=False)
 
 
 def never_fits_reason(grant: Grant, recipients: int) -> str:
@@ -168,7 +172,7 @@ class QuotaEngine:
             reply = await self._run(
                 "acquire_fair", tenant, global_windows, tenant_windows, now_ms, [tenant, weight, *costs]
             )
-        granted, retry_ms, blocked, at_ms, never = reply
+        granted, retry_ms, blocked, at_ms, never, binding = reply
         retry_after = NEVER if retry_ms < 0 else retry_ms / 1000
         windows = (*global_windows, *tenant_windows)
         return Grant(
@@ -177,6 +181,7 @@ class QuotaEngine:
             blocked_by=_BLOCKED[blocked],
             at_ms=at_ms,
             too_big_for=windows[never - 1] if never else None,
+            binding=windows[binding - 1] if binding else None,
         )
 
     async def refund(

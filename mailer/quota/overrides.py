@@ -12,7 +12,10 @@ Keys (all from :class:`fairpost.dispatcher.keys.Keys`):
 - ``paused()``: set of paused tenants, the one the dispatcher's scripts
   already honour (a paused tenant leaves the ring; its queue waits);
 - ``auto_limits()``: the global limits a daemon derived from SES
-  (``FAIRPOST_GLOBAL_LIMITS=auto``), published for the CLI to show.
+  (``FAIRPOST_GLOBAL_LIMITS=auto``), published for the CLI to show;
+- ``warmup()``: each warming tenant's place in its plan (:mod:`fairpost.mailer.quota.warmup`):
+  while a tenant warms up, the cache folds its step into its limits, the stricter
+  window by window, from the moment the step is due.
 
 A paused tenant's mail already in SQS is not sent either: the sender parks
 it (``PAUSED_RECHECK_SECONDS``) until the tenant is resumed.
@@ -23,8 +26,9 @@ This module needs only the SDK's dependencies (``redis``).
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import dataclasses
 import logging
+import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
@@ -37,9 +41,10 @@ from fairpost.config.limits import Limits, Window, format_limits, parse_limits
 from fairpost.config.tenant_id import TENANT_ID_RULE, is_valid_tenant_id
 from fairpost.dispatcher.calls import ScriptCalls, script, store_limits
 from fairpost.dispatcher.keys import Keys
-from fairpost.dispatcher.replies import record, text
+from fairpost.dispatcher.replies import record, text, time_ms
 from fairpost.mailer.errors import InvalidOverride
 from fairpost.mailer.quota.reputation import lift_guard
+from fairpost.mailer.quota.warmup import Warmups
 from fairpost.mailer.sdk.connection import RedisOwner
 from fairpost.mailer.sdk.failures import redis_operation
 
@@ -78,6 +83,8 @@ class Overrides:
     global_limits: Limits | None = None
     tenants: Mapping[str, Limits] = field(default_factory=dict)
     paused: frozenset[str] = frozenset()
+    warmup: Mapping[str, str] = field(default_factory=dict)
+    """Warming tenant → its place as stored (only :class:`OverrideCache` fills it in)."""
 
 
 @dataclass(frozen=True)
@@ -214,6 +221,8 @@ class OverrideCache:
         self.refresh_seconds = refresh_seconds
         self._on_change = on_change
         self._overrides = Overrides()
+        # A step due within two refreshes (and a second) is judged before it is due.
+        self._warmups = Warmups(client, keys, settings, horizon_seconds=2 * refresh_seconds + 1)
         self.refreshed = 0
         """How many refreshes succeeded (tests wait on it)."""
 
@@ -230,17 +239,39 @@ class OverrideCache:
         return self._settings.global_limits
 
     def limits_for(self, tenant: str) -> Limits:
+        """The tenant's own limits (an override, else the settings), with its warm-up step's."""
+        return self._warmups.fold(tenant, self._own(tenant))
+
+    def _own(self, tenant: str) -> Limits:
         return self._overrides.tenants.get(tenant) or self._settings.limits_for(tenant)
 
     def is_paused(self, tenant: str) -> bool:
         return tenant in self._overrides.paused
 
+    @property
+    def warmups(self) -> Warmups:
+        return self._warmups
+
+    def refusal_reason(self, tenant: str, window: Window | None) -> str | None:
+        """``warmup`` or ``warmup_held`` when the window that refused the tenant's mail
+        is its warm-up step's (a stricter limit than its own); else None."""
+        return self._warmups.reason(tenant, window, self._own(tenant))
+
     async def refresh(self) -> Overrides:
         async with self._redis.pipeline(transaction=False) as pipe:
             pipe.hgetall(self._keys.limit_overrides())
             pipe.smembers(self._keys.paused())
-            raw, paused = await pipe.execute()
-        old, new = self._overrides, read_overrides(raw, paused)
+            pipe.time()
+            self._warmups.read(pipe)
+            asked = time.monotonic()
+            raw, paused, server_time, places = await pipe.execute()
+            local_ms = (asked + time.monotonic()) * 500  # the midpoint of the round trip
+        met = await self._warmups.refresh(places, time_ms(server_time), local_ms)
+        old = self._overrides
+        new = dataclasses.replace(read_overrides(raw, paused), warmup=self._warmups.fingerprints())
+        if met:
+            # Met before they were known: their limits may have been too strict meanwhile.
+            old = dataclasses.replace(old, warmup={**old.warmup, **dict.fromkeys(met, "pending")})
         _log_changes(old, new)
         self._overrides = new
         self.refreshed += 1
@@ -255,6 +286,7 @@ class OverrideCache:
         """Refresh until ``stop`` is set; a failed read keeps the last values."""
         failing = False
         while not stop.is_set():
+            self._warmups.wake.clear()
             try:
                 await self.refresh()
             except (redis.RedisError, OSError) as exc:
@@ -265,13 +297,25 @@ class OverrideCache:
                 if failing:
                     log.info("quota overrides readable again")
                 failing = False
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), timeout=self.refresh_seconds)
+            await self._idle(stop)
+
+    async def _idle(self, stop: asyncio.Event) -> None:
+        """Until the next refresh is due, ``stop`` is set, or the sender met a new tenant."""
+        wake = self._warmups.wake
+        waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(wake.wait())]
+        try:
+            await asyncio.wait(waits, timeout=self.refresh_seconds, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiting in waits:
+                waiting.cancel()
+            await asyncio.gather(*waits, return_exceptions=True)
 
 
 def changed_scopes(old: Overrides, new: Overrides) -> tuple[bool, set[str]]:
-    """Whether the global override changed, and which tenants' overrides changed or were resumed."""
+    """Whether the global override changed, and which tenants' overrides or warm-up places
+    changed, or were resumed."""
     tenants = {t for t in set(old.tenants) | set(new.tenants) if old.tenants.get(t) != new.tenants.get(t)}
+    tenants |= {t for t in set(old.warmup) | set(new.warmup) if old.warmup.get(t) != new.warmup.get(t)}
     return old.global_limits != new.global_limits, tenants | (old.paused - new.paused)
 
 

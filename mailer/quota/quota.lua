@@ -28,7 +28,9 @@
 --       3 share (the global quota has room, but this tenant is ahead of
 --       its weighted share while another is refused for global room);
 --       never: the index (1-based, in KEYS order) of the window the mail
---       can never fit, 0 if none
+--       can never fit, 0 if none; binding: the index of the window that
+--       refused the first refused mail (the one that frees latest; the
+--       never-fitting one), 0 if none did (all granted, or a share refusal)
 --   usage:  {now_ms, count of window 1, count of window 2, ...}
 --   refund: {}
 --   restamp: {the server time (ms) the units now count from}
@@ -450,7 +452,7 @@ local function fits_at(win, cost)
     return now
 end
 
-local granted, retry_ms, blocked, never_index = 0, 0, 0, 0
+local granted, retry_ms, blocked, never_index, binding = 0, 0, 0, 0, 0
 local stop_for_share = false
 -- Units granted now: counted in every window, in the current bucket.
 local function grant(units)
@@ -497,12 +499,12 @@ for c = first, #ARGV do
         local never, latest = false, now
         for i, win in ipairs(windows) do
             if cost > win.limit and not win.rate then
-                if not never or win.scope < blocked then blocked, never_index = win.scope, i end
+                if not never or win.scope < blocked then blocked, never_index, binding = win.scope, i, i end
                 never = true
             elseif not never and not room(win, win.total, cost) then
                 local at = fits_at(win, cost)
                 if at > latest or (at == latest and win.scope < blocked) then
-                    latest, blocked = at, win.scope
+                    latest, blocked, binding = at, win.scope, i
                 end
             end
         end
@@ -556,7 +558,7 @@ end
 if stop_for_share then
     -- Until the refused tenant is due back (then it is served or forgotten),
     -- and at most one reference window.
-    blocked, retry_ms = 3, math.max(1, math.min(fair.ref.window_ms, fair.bound_until - now))
+    blocked, retry_ms, binding = 3, math.max(1, math.min(fair.ref.window_ms, fair.bound_until - now)), 0
 end
 
 if fair and op == "acquire" then
@@ -623,4 +625,4 @@ if fair and op == "acquire" then
     end
 end
 
-return { granted, retry_ms, blocked, now, never_index }
+return { granted, retry_ms, blocked, now, never_index, binding }

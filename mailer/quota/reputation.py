@@ -248,12 +248,28 @@ class ReputationBook:
         return rep
 
     async def read(self, tenant: str, *, sends: int = 0, bounces: int = 0, complaints: int = 0) -> Reputation:
+        keys = self._read_keys(tenant)
+        flat: list[Any] = await self._script(keys=keys, args=[sends, bounces, complaints, tenant, *WINDOWS])
+        return _reputation(tenant, flat)
+
+    async def read_many(self, tenants: Sequence[str]) -> list[Reputation]:
+        """:meth:`read` for several tenants, in one round trip."""
+        if not tenants:
+            return []
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for tenant in tenants:
+                await self._script(
+                    keys=self._read_keys(tenant), args=[0, 0, 0, tenant, *WINDOWS], client=pipe
+                )
+            replies = await pipe.execute()
+        return [_reputation(tenant, flat) for tenant, flat in zip(tenants, replies, strict=True)]
+
+    def _read_keys(self, tenant: str) -> list[str]:
         keys: list[str] = []
         for seconds in WINDOWS:
             keys += [self._keys.reputation(tenant, seconds), self._keys.reputation_base(tenant, seconds)]
         keys.append(self._keys.guard())
-        flat: list[Any] = await self._script(keys=keys, args=[sends, bounces, complaints, tenant, *WINDOWS])
-        return _reputation(tenant, flat)
+        return keys
 
     def _state(self, rep: Reputation, level: Level, reason: str, window: WindowCounts | None) -> GuardState:
         w = window or rep.windows[0]

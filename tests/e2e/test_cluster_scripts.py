@@ -8,7 +8,8 @@ refuses, in cluster mode, a script that touches any key outside the slot of its
 declared keys ("Script attempted to access keys that do not hash to the same
 slot"), declared or built inside the script from a prefix. So a pass means that
 every key each script can reach on these paths lives in the declared keys' slot.
-The test fails if a ``.lua`` file is never run.
+The test fails if a ``.lua`` file is never run (a helper prepended to others runs
+inside each of them).
 """
 
 from __future__ import annotations
@@ -21,42 +22,54 @@ from typing import Any
 import pytest
 import redis
 import redis.asyncio
+from prometheus_client import CollectorRegistry
 from redis.commands.core import AsyncScript, Script
 from redis.crc import key_slot
 
 from fairpost.config import Settings
 from fairpost.config.limits import parse_limits
-from fairpost.dispatcher.calls import RING_GOES_HERE, store_limits
+from fairpost.dispatcher.calls import RING_GOES_HERE, outcome_journal, store_limits
 from fairpost.dispatcher.connect import async_redis_client, redis_client, slot_of
 from fairpost.dispatcher.jobs import JobState, NewJob
+from fairpost.dispatcher.journal import JournalWriter
 from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.lifecycle import Lifecycle, SyncLifecycle
 from fairpost.dispatcher.scripts import lua_source
 from fairpost.dispatcher.store import JobStore
 from fairpost.dispatcher.stranded import StrandedJobs
 from fairpost.mailer.daemon.feedback import Feedback
+from fairpost.mailer.daemon.webhooks.loop import WebhookDeliveries
+from fairpost.mailer.daemon.webhooks.metrics import WebhookMetrics
 from fairpost.mailer.quota.engine import QuotaEngine
 from fairpost.mailer.quota.holds import TenantHolds
-from fairpost.mailer.quota.overrides import QuotaAdmin
+from fairpost.mailer.quota.overrides import OverrideCache, QuotaAdmin
 from fairpost.mailer.quota.reputation import ReputationBook
+from fairpost.mailer.quota.warmup_admin import WarmupAdmin
+from fairpost.mailer.sdk.outcomes import deliveries, feed
+from fairpost.mailer.sdk.outcomes.endpoints import Webhooks
 from fairpost.mailer.testing.wait import wait_for_async
+from tests.outcomes.conftest import delivering
+from tests.outcomes.receiver import Receiver
 from tests.support.pipeline import quick_settings
 from tests.support.topologies import Cluster
 
 pytestmark = pytest.mark.cluster
 
-PACKAGES = ("fairpost.dispatcher", "fairpost.mailer.quota")
-HELPERS = {"ring"}
-"""Not a script of its own: the shared helpers other scripts start with."""
+PACKAGES = ("fairpost.dispatcher", "fairpost.mailer.quota", "fairpost.mailer.sdk.outcomes")
+HELPERS = {"dispatcher/ring", "dispatcher/journal", "outcomes/deliveries"}
+"""Not scripts of their own: the shared helpers other scripts start with."""
 
 
 def every_script() -> dict[str, str]:
-    """name -> text of every .lua file the product ships."""
+    """name -> text of every .lua file the product ships, named ``<package>/<file>``
+    (two packages ship a claim.lua, a reap.lua and a replay.lua)."""
     out = {}
     for package in PACKAGES:
         for entry in files(package).iterdir():
-            if entry.name.endswith(".lua") and entry.name[:-4] not in HELPERS:
-                out[entry.name[:-4]] = lua_source(package, entry.name[:-4])
+            file = entry.name.removesuffix(".lua")
+            name = f"{package.rpartition('.')[2]}/{file}"
+            if entry.name.endswith(".lua") and name not in HELPERS:
+                out[name] = lua_source(package, file)
     return out
 
 
@@ -123,7 +136,12 @@ class Recorder:
 def cluster_settings(cluster_srv: Cluster) -> Settings:
     cluster_srv.flush()
     return quick_settings(
-        redis_url=cluster_srv.url, redis_cluster=True, inflight_cap=5, events_queue_name="fairpost-events"
+        redis_url=cluster_srv.url,
+        redis_cluster=True,
+        inflight_cap=5,
+        events_queue_name="fairpost-events",
+        warmup={"plan": "5/second from 0s | none from 1 day"},
+        webhook={"allow_private": True, "timeout_seconds": 3},  # to a receiver on 127.0.0.1
     )
 
 
@@ -144,6 +162,11 @@ async def _promoted_one(lifecycle: Lifecycle) -> bool:
 
 async def _later_than(store: JobStore, ms: int) -> bool:
     return await store.now_ms() > ms
+
+
+async def _warmup_over(cache: OverrideCache, tenant: str) -> bool:
+    await cache.refresh()
+    return tenant not in cache.warmups.fingerprints()
 
 
 def job(tenant: str, **kwargs: Any) -> NewJob:
@@ -219,6 +242,44 @@ async def test_every_script_runs_on_a_cluster_within_fairposts_slot(
             feedback = Feedback(store=store, settings=settings, book=book)
             await feedback.index_sent(pipe, "acme", a.id, "ses-message-id", 1)
             await pipe.execute()
+
+        # warm-up: an operator sets, restarts and skips plans; a replica's refresh
+        # starts the default plan for a tenant it meets, and ends one whose last step came
+        with WarmupAdmin(settings) as warmups:
+            warmups.set_plan("warm", "10/second from 0s | none from 1s")
+            warmups.restart("warm")
+            warmups.use_default("acme")
+            assert warmups.skip("acme")
+        cache = OverrideCache(client, keys, settings)
+        cache.limits_for("newco")
+        await cache.refresh()
+        assert "newco" in cache.warmups.fingerprints()
+        await wait_for_async(lambda: _warmup_over(cache, "warm"), within=10, what="warm's last step taken")
+
+        with Receiver().running() as receiver, Webhooks(settings) as hooks:
+            # the outcome feed: an SES event appended as the events consumer does
+            made = hooks.add("acme", receiver.url("/acme"))
+            receiver.secret("/acme", made.secret)
+            since = hooks.get(made.id).created
+            journal = JournalWriter(client, outcome_journal(settings))
+            given = feed.entry(feed.DELIVERED, {"ses_message_id": "ses-message-id"})
+            async with client.pipeline(transaction=True) as pipe:
+                await journal.append(keys.job(a.id), a.id, given, pipeline=pipe)
+                await pipe.execute()
+
+            # webhooks: fanned out, claimed by a replica that dies, reaped, delivered,
+            # settled; then replayed
+            dying = WebhookDeliveries(client, keys, settings, WebhookMetrics(CollectorRegistry()))
+            assert await dying.fanout_once() == 1
+            claim = client.register_script(deliveries.script("claim"))
+            claim_keys, claim_args = deliveries.DeliveryCalls(keys).claim(10, 4, 200, 16)  # a 200 ms lease
+            [taken] = deliveries.claimed(await claim(keys=claim_keys, args=claim_args))
+            async with delivering(settings) as [replica]:
+                await wait_for_async(lambda: replica.delivered == 1, within=10, what="the reaped delivery")
+            [delivery] = receiver.verified("/acme")
+            assert delivery.event_id == taken.event_id
+            assert delivery.event is not None and delivery.event["data"]["job_id"] == a.id
+            assert hooks.replay(made.id, since) == 1
     finally:
         await client.aclose()
 

@@ -19,7 +19,7 @@ from rich.console import Console
 
 from fairpost.config import load_settings
 from fairpost.config.limits import Window, parse_limits
-from fairpost.config.settings import CONSOLE_VARIABLES
+from fairpost.config.settings import CONSOLE_VARIABLES, WEBHOOK_VARIABLES
 from fairpost.mailer.cli import main
 from fairpost.mailer.daemon.metrics import OTHER_TENANT, Metrics, TenantLabels
 from fairpost.mailer.daemon.ses_account import derive_limits
@@ -298,6 +298,15 @@ DOCUMENTED_METRICS = (
     "fairpost_tenant_bounce_rate",
     "fairpost_tenant_complaint_rate",
     "fairpost_tenant_held",
+    "fairpost_tenant_warmup_step",
+    "fairpost_tenant_warmup_held",
+    "fairpost_webhook_attempts_total",
+    "fairpost_webhook_deliveries_total",
+    "fairpost_webhook_endpoints_disabled_total",
+    "fairpost_webhook_attempt_seconds",
+    "fairpost_webhook_pending",
+    "fairpost_webhook_oldest_pending_seconds",
+    "fairpost_webhook_endpoints",
 )
 
 
@@ -334,7 +343,8 @@ def test_metrics_healthz_readyz_and_health_command(ops: Ops, monkeypatch: pytest
 
         assert daemon.get("/healthz") == (
             200,
-            "ok: running: dispatcher, heartbeat, http, overrides, reconciler, sender, slots\n",
+            "ok: running: dispatcher, heartbeat, http, overrides, reconciler, sender, slots, webhook-fanout, "
+            "webhooks\n",
         )
         assert daemon.get("/readyz") == (200, "ok: Redis and SQS answer\n")
         assert daemon.get("/nope")[0] == 404
@@ -524,6 +534,8 @@ def test_the_operations_guide_documents_every_metric_and_setting() -> None:
                 variable = (
                     CONSOLE_VARIABLES[inner]
                     if name == "console"
+                    else WEBHOOK_VARIABLES[inner]
+                    if name == "webhook"
                     else f"FAIRPOST_{name.upper()}__{inner.upper()}"
                 )
                 assert f"`{variable}`" in section, (name, inner)
