@@ -13,8 +13,9 @@ import asyncio
 import logging
 import math
 import time
+import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from fairpost.mailer.daemon.aws import SqsClient
@@ -51,10 +52,26 @@ class Received:
     hidden_until: float = 0.0
     """Monotonic time its visibility (from the receive, or as last changed) ends."""
     in_call: bool = False
-    """Its SES call started and its outcome is not known: on shutdown it is left to
-    come back after its visibility timeout, its sending marker still held."""
+    """Its SES call started and SES has, or may have, the mail without its answer
+    recorded yet: it is never handed back or tried again here (at shutdown, or after
+    a failure), but left to come back after its visibility timeout, its sending
+    marker still held."""
+    claimant: str = field(default_factory=lambda: uuid.uuid4().hex)
+    """Whose sending marker this receive takes (send_claim.lua): trying it again here
+    after a failure takes the marker it may hold already as its own."""
     trace: JobTrace | None = None
     """Its processing span, from its decode until it is settled (tracing on only)."""
+
+    def retry_here(self, at: float, margin: float) -> None:
+        """This process asks for it again at ``at`` (monotonic). SQS keeps it hidden
+        ``margin`` seconds longer, so that it comes back from there if this process
+        dies meanwhile: a visibility change only when it would come back sooner."""
+        now = time.monotonic()
+        self.retry_at = at
+        kept = self.hidden_until >= at + margin
+        self.visibility = None if kept else at - now + margin
+        if self.visibility is not None:
+            self.hidden_until = now + self.visibility
 
 
 class Inbox:

@@ -5,8 +5,8 @@ One loop per ``sender.receivers``. Each turn waits while the gate is closed
 sender's batch handling, then lingers a moment if mail is only trickling in
 (unless a throttled tenant's group was just freed: :meth:`Receiver.group_freed`).
 A Redis or AWS failure is ridden out with the shared outage back-off
-(fairpost.dispatcher.backoff); what the failed batch held comes back after its
-visibility timeout.
+(fairpost.dispatcher.backoff); a batch whose handling failed on one is asked
+for again by the sender on that back-off (fairpost.mailer.daemon.sender).
 
 A stop never cuts a long poll off: SQS keeps a poll open on its side until its
 wait ends, whoever still listens, and hides what it hands that poll for the
@@ -36,6 +36,9 @@ log = logging.getLogger("fairpost.sender")
 
 Process = Callable[[list[Received]], Awaitable[None]]
 
+RECEIVE_RETRY_MOST = 4.0
+"""Seconds at most between tries of a receive loop that fails (Redis or SQS away)."""
+
 _LANDING_MARGIN = 2.0
 """Seconds past its wait a poll in flight at the stop is still waited on (the network's share)."""
 
@@ -60,7 +63,9 @@ class Receiver:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Receive and hand on until ``stop`` is set."""
-        backoff = OutageBackoff(self.ctx.settings.max_outage_seconds)
+        # Tried at least every few seconds: mail waiting in SQS is received again within
+        # that of Redis (or SQS) answering, however long the outage was.
+        backoff = OutageBackoff(self.ctx.settings.max_outage_seconds, most=RECEIVE_RETRY_MOST)
         linger = self.ctx.settings.sender.linger_seconds
         while not stop.is_set():
             try:

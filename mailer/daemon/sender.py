@@ -26,18 +26,23 @@ import logging
 import time
 from collections.abc import Sequence
 
+from botocore.exceptions import BotoCoreError, ClientError
+from redis.exceptions import RedisError
+
 from fairpost.config import Settings
+from fairpost.dispatcher.backoff import OutageBackoff
 from fairpost.dispatcher.store import JobStore
 from fairpost.mailer.daemon.aws import SesClient, SqsClient
 from fairpost.mailer.daemon.context import SenderContext, SenderStats
 from fairpost.mailer.daemon.endings import Endings
 from fairpost.mailer.daemon.feedback import Feedback
 from fairpost.mailer.daemon.gate import Gate
-from fairpost.mailer.daemon.group import GroupDecision
+from fairpost.mailer.daemon.group import PRECISE_SAFETY_NET, GroupDecision
 from fairpost.mailer.daemon.inbox import Inbox, Received
 from fairpost.mailer.daemon.metrics import Metrics
 from fairpost.mailer.daemon.receive import Receiver
 from fairpost.mailer.daemon.send import Sending
+from fairpost.mailer.daemon.ses import redact
 from fairpost.mailer.daemon.tracing import JobTrace, Tracing, handling
 from fairpost.mailer.errors import PoisonMessage
 from fairpost.mailer.quota.engine import QuotaEngine
@@ -47,6 +52,13 @@ from fairpost.mailer.sdk.envelope import decode
 __all__ = ["Received", "Sender", "SenderStats"]
 
 log = logging.getLogger("fairpost.sender")
+
+RETRY_MOST = 2.0
+"""Seconds at most between tries of messages whose handling failed on an outage:
+a tenant sends again within that of Redis answering."""
+
+_OUTAGE = (RedisError, BotoCoreError, ClientError, OSError)
+"""What an outage of Redis or AWS raises: ridden out on the outage back-off."""
 
 
 class Sender:
@@ -88,6 +100,8 @@ class Sender:
         sending.answers.park = self.groups.park
         self.receiver = Receiver(self.ctx, self.gate, self.inbox, self.process)
         self._timers: set[asyncio.Task[None]] = set()
+        # Failures in a row of handling messages on an outage: their retries back off on it.
+        self._outage = OutageBackoff(settings.max_outage_seconds, first=0.2, most=RETRY_MOST)
 
     @property
     def stats(self) -> SenderStats:
@@ -131,29 +145,36 @@ class Sender:
 
     async def process(self, messages: list[Received]) -> None:
         """Handle one received batch: every message is deleted or given a new
-        visibility before this returns; those whose quota frees within a
-        moment are asked for again then (fairpost.mailer.daemon.group.PRECISE_WAIT_MAX)."""
+        visibility before this returns, or is asked for again here in a moment:
+        those whose quota frees within a moment (fairpost.mailer.daemon.group.PRECISE_WAIT_MAX),
+        and those whose handling failed on a Redis or AWS outage (on its back-off)."""
         self.ctx.stats.received += len(messages)
         self.inbox.hold(messages)
-        groups: dict[str, list[Received]] = {}
         for msg in messages:
             try:
                 msg.envelope = decode(msg.body)
-            except PoisonMessage as exc:
-                await self.endings.poison(msg, str(exc))
-                continue
-            groups.setdefault(msg.envelope.tenant, []).append(msg)
+            except PoisonMessage:
+                continue  # ended in _handle, where a failure to end it is tried again
             if self.tracing is not None:
                 msg.trace = self.tracing.received(self._queue, msg.message_id, msg.envelope)
-        await self._handle(messages, groups)
+        await self._handle(messages)
 
-    async def _handle(
-        self, messages: list[Received], groups: dict[str, list[Received]], *, retried: bool = False
-    ) -> None:
+    async def _handle(self, messages: list[Received], *, retried: bool = False) -> None:
         timed: list[Received] = []
+        groups = _grouped(messages)
         try:
             with self._traced(messages):
-                await asyncio.gather(*(self.groups.handle(tenant, group) for tenant, group in groups.items()))
+                outcomes = await asyncio.gather(*(self._decide(group) for group in groups))
+            failed = {i: error for i, error in enumerate(outcomes) if error is not None}
+            for i, exc in list(failed.items()):
+                if isinstance(exc, Exception) and not isinstance(exc, _OUTAGE):
+                    # Ended here, or (Redis failing meanwhile) an outage like any other.
+                    ended = await self._unexpected(groups[i], exc)
+                    if ended is None:
+                        del failed[i]
+                    else:
+                        failed[i] = ended
+            error = self._after_failures(groups, failed)
             again = [m for m in messages if m.retry_at is not None and not m.delete]
             if again:
                 # Timed first, after only their own visibility change (rarely needed): the
@@ -161,15 +182,18 @@ class Sender:
                 # then take an SQS call, and every moment the retry waits behind them
                 # is the tenant's quota left unused (BENCHMARKS.md, "Utilisation").
                 await self.inbox.settle(again)
-                self._time(again)
+                for due in {m.retry_at for m in again}:
+                    self._time([m for m in again if m.retry_at == due])
                 timed = again
             # A timed retry that sent its group's last mail frees the tenant's FIFO
             # group once the deletes land: the tenant was throttled, its backlog waits
             # behind them, and its quota frees again before long.
-            freed = retried and any(all(m.delete for m in group) for group in groups.values())
+            freed = retried and any(all(m.delete for m in group) for group in groups)
             await self.inbox.settle([m for m in messages if m not in timed], promptly=freed)
             if freed:
                 self.receiver.group_freed()
+            if error is not None:
+                raise error
         except asyncio.CancelledError:
             # Shutdown cancelled the batch: it stays held, for release_held to hand back.
             raise
@@ -182,6 +206,88 @@ class Sender:
         settled = [m for m in messages if m not in timed]
         self._end_traces(settled)
         self.inbox.release(settled)
+
+    async def _decide(self, group: list[Received]) -> BaseException | None:
+        """Handle one tenant's group (or end one poison message); the error it ended
+        with, once every SES call it made has answered and been recorded."""
+        try:
+            envelope = group[0].envelope
+            if envelope is None:
+                await self.endings.poison(group[0], _poison_reason(group[0].body))
+            else:
+                await self.groups.handle(envelope.tenant, group)
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:
+            return exc
+        return None
+
+    async def _unexpected(self, group: list[Received], exc: BaseException) -> BaseException | None:
+        """A group's handling raised what nobody listed (a defect, or a mail shaped as
+        nobody foresaw): logged and counted, and its unsettled mails count an attempt,
+        to come back after their back-off or, once out of attempts, to end dead with
+        the error named. No task dies of it, and the tenant's group is not blocked for
+        ever behind a mail that always fails. A mail SES has or may have (its call
+        unanswered or unrecorded) is left to its visibility timeout, its marker held.
+        Returns an outage met on the way (to be ridden out like any), else None."""
+        self.ctx.metrics.task_failed("sender")
+        env = group[0].envelope
+        extra = {"tenant": env.tenant} if env is not None else {}
+        log.error("handling a batch's mail failed unexpectedly", exc_info=exc, extra=extra)
+        reason = f"handling failed: {type(exc).__name__}: {redact(str(exc))[:200]}"
+        s = self.ctx.settings.sender
+        try:
+            for msg in group:
+                if msg.delete or msg.in_call:
+                    continue
+                if msg.envelope is None:
+                    msg.visibility = s.backoff_max_seconds  # poison whose ending failed
+                    continue
+                attempts = await self.ctx.store.count_attempt(msg.envelope.job_id, reason)
+                if attempts >= s.max_attempts:
+                    await self.endings.dead(msg, f"gave up after {attempts} attempts: {reason}", "attempts")
+                else:
+                    msg.visibility = min(s.backoff_base_seconds * 2 ** (attempts - 1), s.backoff_max_seconds)
+        except _OUTAGE as outage:
+            return outage
+        return None
+
+    def _after_failures(
+        self, groups: list[list[Received]], failed: dict[int, BaseException]
+    ) -> BaseException | None:
+        """Groups whose handling failed on a Redis or AWS outage are asked for again
+        here on the outage back-off, not left to their visibility timeout (a minute,
+        say, for an outage of seconds): decided again from the start, as Redis
+        has them then. A mail SES has or may have without its answer recorded is
+        never tried again: it waits in SQS, its sending marker held (what else
+        failed was ended by :meth:`_unexpected`). Returns the error to raise: an
+        outage too long to ride out, or what is not an ``Exception`` at all."""
+        if not failed:
+            self._outage.succeeded()
+            return None
+        outage = {i: e for i, e in failed.items() if isinstance(e, _OUTAGE)}
+        delay = self._outage.failed() if outage else None
+        due = time.monotonic() + (delay or 0.0)
+        for i in failed:
+            for msg in groups[i]:
+                msg.delete, msg.visibility, msg.retry_at = False, None, None
+                if i in outage and delay is not None and not msg.in_call:
+                    msg.retry_here(due, PRECISE_SAFETY_NET)
+        unexpected = [e for i, e in failed.items() if i not in outage]
+        if unexpected:
+            return unexpected[0]  # not an Exception: an interpreter's exit, say
+        error = next(iter(outage.values()))
+        if delay is None:
+            # Too long an outage: left to their visibility timeouts, and raised.
+            return error
+        log.warning(
+            "handling %d messages failed (%s: %s); asked for again in %.1fs",
+            sum(len(groups[i]) for i in outage),
+            type(error).__name__,
+            error,
+            delay,
+        )
+        return None
 
     def _traced(self, messages: list[Received]) -> contextlib.AbstractContextManager[None]:
         """While the groups are handled, each job's SES call finds its processing span."""
@@ -211,7 +317,8 @@ class Sender:
         timer.add_done_callback(self._timer_done)
 
     async def _ask_again(self, messages: list[Received], delay: float) -> None:
-        """The quota frees in less than a second or two: ask again at that moment.
+        """The quota frees in less than a second or two, or an outage may be over: ask
+        again at that moment.
 
         SQS counts visibility in whole seconds, so parking for 0.3 s would
         cost 1 s, a third of a per-second quota. The messages stay parked in
@@ -219,15 +326,32 @@ class Sender:
         there; no worker slot is held while waiting, only this timer.
         """
         await asyncio.sleep(max(0.0, delay))
-        groups: dict[str, list[Received]] = {}
         for msg in messages:
             msg.delete, msg.visibility, msg.retry_at = False, None, None
-            assert msg.envelope is not None
-            groups.setdefault(msg.envelope.tenant, []).append(msg)
-        await self._handle(messages, groups, retried=True)
+        await self._handle(messages, retried=True)
 
     def _timer_done(self, timer: asyncio.Task[None]) -> None:
         self._timers.discard(timer)
         if not timer.cancelled() and timer.exception() is not None:
             # Its messages stay parked in SQS and come back when their visibility ends.
-            log.error("timed quota retry failed", exc_info=timer.exception())
+            log.error("timed retry failed", exc_info=timer.exception())
+
+
+def _grouped(messages: list[Received]) -> list[list[Received]]:
+    """A batch by tenant, in order; a poison message is a group of its own: it ends alone."""
+    groups: dict[str, list[Received]] = {}
+    poison: list[list[Received]] = []
+    for msg in messages:
+        if msg.envelope is None:
+            poison.append([msg])
+        else:
+            groups.setdefault(msg.envelope.tenant, []).append(msg)
+    return [*groups.values(), *poison]
+
+
+def _poison_reason(body: str) -> str:
+    try:
+        decode(body)
+    except PoisonMessage as exc:
+        return str(exc)
+    return "unreadable"  # pragma: no cover - only undecodable bodies are ended as poison
