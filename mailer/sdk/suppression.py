@@ -19,6 +19,7 @@ else reads and writes the lists through it.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -43,8 +44,17 @@ _REASONS = ("bounce", "complaint", "manual")
 
 
 def normalize(address: str) -> str:
-    """The form an address is kept in: its bare address (no display name), lower case."""
-    return parseaddr(address)[1].strip().lower()
+    """The form an address is kept in: its bare address (no display name), lower case,
+    its domain in Punycode as a mail carries it to SES (mailer/sdk/mail.py)."""
+    bare = parseaddr(address)[1].strip().lower()
+    local, at, domain = bare.rpartition("@")
+    if at and not domain.isascii():
+        import idna  # IDNA 2008, as email-validator encodes mail's domains
+
+        # Not a domain at all: kept as given, and refused where it is checked.
+        with contextlib.suppress(idna.IDNAError):
+            domain = idna.encode(domain, uts46=True).decode("ascii")
+    return f"{local}{at}{domain}"
 
 
 @dataclass(frozen=True)

@@ -214,3 +214,21 @@ def test_a_refused_address_is_not_repeated_in_the_error(
     assert error.field == "to[0]"
     for part in address.replace(",", " ").split():
         assert part not in str(error), f"{part!r} is in the error: {error}"
+
+
+# -- a suppression names the address as the mail carries it -------------------------------------
+
+
+def test_a_suppressed_internationalised_domain_matches_the_punycode_the_mail_carries(
+    redis_url: str,
+) -> None:
+    # Mail keeps its domain in Punycode (as SES takes it): a suppression written with
+    # the Unicode form must name the same address, or it would never match.
+    from fairpost.config import load_settings
+    from fairpost.mailer.sdk.suppression import Suppressions, normalize
+
+    assert normalize("Ada <Ada@BÜCHER.example>") == "ada@xn--bcher-kva.example"
+    assert normalize("ada@xn--bcher-kva.example") == "ada@xn--bcher-kva.example"
+    with Suppressions(load_settings(redis_url=redis_url)) as lists:
+        lists.add(TENANT, "ada@bücher.example")
+        assert [e.address for e in lists.list(TENANT)] == ["ada@xn--bcher-kva.example"]
