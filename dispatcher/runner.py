@@ -17,11 +17,12 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 from redis.exceptions import RedisError
 
-from fairpost.dispatcher.backoff import OutageBackoff, wait_or_stop
+from fairpost.dispatcher.backoff import OutageBackoff
 from fairpost.dispatcher.jobs import Job, JobState
 from fairpost.dispatcher.keys import WAKE_SCHEDULED
 from fairpost.dispatcher.lifecycle import Lifecycle
 from fairpost.dispatcher.linger import Linger
+from fairpost.dispatcher.loop import OnError, forever
 from fairpost.dispatcher.store import JobStore
 from fairpost.dispatcher.worker import Dead, Done, HandedOff, Outcome, Retry, Worker
 
@@ -45,8 +46,11 @@ class Dispatcher:
         finished_ttl_seconds: int = 7 * 86400,
         max_outage_seconds: float = 60.0,
         linger_seconds: float = 0.0,
+        on_error: OnError | None = None,
     ) -> None:
+        """``on_error``: told of each failed turn of :meth:`run` (the daemon counts them)."""
         self.store = store
+        self.on_error = on_error
         self.linger = Linger(linger_seconds)
         self.max_outage_seconds = max_outage_seconds
         self.workers: Mapping[str, Worker] = {w.kind: w for w in workers}
@@ -78,23 +82,19 @@ class Dispatcher:
 
         Jobs still with workers are not waited for here: see :meth:`drain`.
         """
-        next_reap = 0.0
-        next_promote = 0.0
-        backoff = OutageBackoff(self.max_outage_seconds)
-        while not stop.is_set():
-            try:
-                next_reap, next_promote = await self._step(next_reap, next_promote)
-                backoff.succeeded()
-            except RedisError as exc:
-                # Redis is failing: claims already made come back when their leases
-                # end. Back off and go on, for a while (fairpost.dispatcher.backoff).
-                delay = backoff.failed()
-                if delay is None:
-                    raise
-                log.error(
-                    "dispatcher step failed (%s: %s); retrying in %.1fs", type(exc).__name__, exc, delay
-                )
-                await wait_or_stop(stop, delay)
+        due = [0.0, 0.0]  # the next reap, the next promotion
+
+        async def step() -> None:
+            due[:] = await self._step(*due)
+
+        # Redis failing: claims already made come back when their leases end.
+        await forever(
+            "dispatcher",
+            step,
+            stop,
+            backoff=OutageBackoff(self.max_outage_seconds),
+            on_error=self.on_error,
+        )
 
     async def _step(self, next_reap: float, next_promote: float) -> tuple[float, float]:
         """One turn of the loop: maintenance when due, then claim, or wait for work."""

@@ -114,7 +114,10 @@ async def _run(
     quota = QuotaEngine(client, keys, durability=durability(settings))
     metrics = Metrics(TenantLabels(settings.tenants, settings.metrics_tenant_labels), process_metrics=True)
     liveness = Liveness()
-    heartbeat = Heartbeat(client, keys, replica_name(settings), liveness, role=role)
+    heartbeat = Heartbeat(
+        client, keys, replica_name(settings), liveness, role=role,
+        max_outage_seconds=settings.max_outage_seconds, on_error=metrics.task_failed,
+    )  # fmt: skip
     aws = session()
     async with (
         aws.client("sqs", config=SQS_CONFIG) as sqs,
@@ -135,6 +138,7 @@ async def _run(
                 linger_seconds=settings.dispatcher.linger_seconds,
                 finished_ttl_seconds=settings.job_ttl,
                 max_outage_seconds=settings.max_outage_seconds,
+                on_error=metrics.task_failed,
             )
             tasks["dispatcher"] = asyncio.create_task(dispatcher.run(stop), name="dispatcher")
             reconciler = Reconciler(
@@ -153,8 +157,9 @@ async def _run(
                         await sender.unpark(None)
 
                 account = SesAccountLimits(
-                    ses_client, settings, client=client, keys=keys, quota=quota, on_change=auto_limits_changed
-                )
+                    ses_client, settings, client=client, keys=keys, quota=quota,
+                    on_change=auto_limits_changed, on_error=metrics.task_failed,
+                )  # fmt: skip
                 await account.start()
                 auto = account.current
                 tasks["ses-account"] = asyncio.create_task(account.run(stop), name="ses-account")
@@ -169,7 +174,9 @@ async def _run(
                 for tenant in sorted(tenants):
                     await sender.unpark(tenant)
 
-            overrides = OverrideCache(client, keys, settings, auto=auto, on_change=overrides_changed)
+            overrides = OverrideCache(
+                client, keys, settings, auto=auto, on_change=overrides_changed, on_error=metrics.task_failed
+            )
             await overrides.refresh()
             tasks["overrides"] = asyncio.create_task(overrides.run(stop), name="overrides")
 
@@ -197,11 +204,15 @@ async def _run(
             tasks["sender"] = asyncio.create_task(sender.run(stop), name="sender")
             # While the sender's gate is closed, mail waiting in SQS keeps its slots.
             keeper = SlotKeeper(
-                store, quota, overrides, ttl_ms=store.limits.inflight_ttl_ms, held=sender.gate.holding
-            )
+                store, quota, overrides, ttl_ms=store.limits.inflight_ttl_ms, held=sender.gate.holding,
+                max_outage_seconds=settings.max_outage_seconds, on_error=metrics.task_failed,
+            )  # fmt: skip
             tasks["slots"] = asyncio.create_task(keeper.run(stop), name="slots")
         if settings.webhook.enabled and role in ("all", "webhooks"):
-            tasks.update(WebhookDeliveries(client, keys, settings, metrics.webhooks).tasks(stop))
+            webhooks = WebhookDeliveries(
+                client, keys, settings, metrics.webhooks, on_error=metrics.task_failed
+            )
+            tasks.update(webhooks.tasks(stop))
         if settings.http_port is not None:
 
             def alive() -> Check:

@@ -36,10 +36,11 @@ from botocore.exceptions import BotoCoreError, ClientError
 from redis.exceptions import RedisError
 
 from fairpost.config import Settings
-from fairpost.dispatcher.backoff import OutageBackoff, wait_or_stop
+from fairpost.dispatcher.backoff import OutageBackoff
 from fairpost.dispatcher.calls import outcome_journal
 from fairpost.dispatcher.journal import JournalWriter
 from fairpost.dispatcher.keys import Keys
+from fairpost.dispatcher.loop import forever
 from fairpost.dispatcher.replies import text, time_ms
 from fairpost.mailer.daemon.aws import SqsClient
 from fairpost.mailer.daemon.metrics import EVENT_OUTCOMES, Metrics
@@ -99,21 +100,15 @@ class EventConsumer:
         """Outcome → events this consumer handled (tests wait on it)."""
 
     async def run(self, stop: asyncio.Event) -> None:
+        async def round_() -> None:
+            # A receive, a delete or Redis failing (a message's own faults stop at its
+            # guard) fails the round: what it held comes back after its visibility timeout.
+            await self._round(stop)
+
         backoff = OutageBackoff(self.settings.max_outage_seconds)
-        while not stop.is_set():
-            try:
-                await self._round(stop)
-            except Exception as exc:
-                # A receive, a delete or Redis failed (a message's own faults stop at
-                # its guard); what this round held comes back after its visibility timeout.
-                self.metrics.task_failed("events")
-                delay = backoff.failed()
-                if delay is None:
-                    raise
-                log.error("SES event round failed (%s); retrying in %.1fs", _reason(exc), delay)
-                await wait_or_stop(stop, delay)
-            else:
-                backoff.succeeded()
+        await forever(
+            "events", round_, stop, backoff=backoff, on_error=self.metrics.task_failed, described=_reason
+        )
 
     async def _round(self, stop: asyncio.Event) -> None:
         receive = asyncio.ensure_future(

@@ -17,7 +17,6 @@ the host name, which in a container is the container's). Needs only
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import os
@@ -33,8 +32,10 @@ import redis
 import redis.asyncio
 
 from fairpost.config import Settings
+from fairpost.dispatcher.backoff import OutageBackoff
 from fairpost.dispatcher.connect import redis_client
 from fairpost.dispatcher.keys import Keys
+from fairpost.dispatcher.loop import OnError, forever
 
 __all__ = [
     "HEARTBEAT_INTERVAL",
@@ -109,7 +110,11 @@ class Heartbeat:
         role: str = "all",
         interval: float = HEARTBEAT_INTERVAL,
         ttl: int = HEARTBEAT_TTL,
+        max_outage_seconds: float = 60.0,
+        on_error: OnError | None = None,
     ) -> None:
+        self._max_outage_seconds = max_outage_seconds
+        self._on_error = on_error
         self._redis = client
         self._keys = keys
         self.replica = replica
@@ -143,19 +148,15 @@ class Heartbeat:
         return True
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Beat every ``interval`` until ``stop``; Redis errors are logged, not fatal."""
-        failing = False
-        while not stop.is_set():
-            try:
-                await self.beat()
-            except (redis.RedisError, OSError) as exc:
-                if not failing:
-                    log.warning("cannot write the heartbeat: %s", exc)
-                failing = True
-            else:
-                failing = False
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), timeout=self.interval)
+        """Beat every ``interval`` until ``stop``; a failed beat is tried again on the
+        outage back-off, at least once an interval."""
+
+        async def beat() -> float:
+            await self.beat()
+            return self.interval
+
+        backoff = OutageBackoff(self._max_outage_seconds, most=min(10.0, self.interval))
+        await forever("heartbeat", beat, stop, backoff=backoff, on_error=self._on_error)
 
     async def clear(self) -> None:
         """A clean stop: this replica is gone at once, not after the TTL."""

@@ -97,8 +97,12 @@ EVENT_OUTCOMES = (
 """``fairpost_ses_events_total{outcome}`` (mailer/daemon/events.py); ``poison``: handling
 the event raised while Redis answered, so it was dropped."""
 
-TASKS = ("events", "ses-tenants")
-"""``fairpost_task_errors_total{task}``: background tasks whose failed steps are counted."""
+TASKS = (
+    "dispatcher", "reconciler", "sender", "slots", "ses-account", "ses-tenants", "events",
+    "overrides", "heartbeat", "webhook-fanout", "webhooks",
+)  # fmt: skip
+"""``fairpost_task_errors_total{task}``: the daemon's background tasks, whose failed steps
+are counted (fairpost.dispatcher.loop)."""
 
 SES_RESULTS = ("sent", "throttled", "paused", "tenant", "permanent", "transient")
 
@@ -345,7 +349,8 @@ class Metrics:
     def ses_event(self, outcome: str) -> None:
         self.ses_events_total.labels(outcome).inc()
 
-    def task_failed(self, task: str) -> None:
+    def task_failed(self, task: str, exc: Exception | None = None) -> None:
+        """A step of a background task failed (an ``on_error`` of fairpost.dispatcher.loop)."""
         self.task_errors_total.labels(task).inc()
 
     def suppressed(self, tenant: str, recipients: int) -> None:

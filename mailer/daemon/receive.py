@@ -4,8 +4,8 @@ One loop per ``sender.receivers``. Each turn waits while the gate is closed
 (fairpost.mailer.daemon.gate), receives up to ten messages and passes them to the
 sender's batch handling, then lingers a moment if mail is only trickling in
 (unless a throttled tenant's group was just freed: :meth:`Receiver.group_freed`).
-A Redis or AWS failure is ridden out with the shared outage back-off
-(fairpost.dispatcher.backoff); a batch whose handling failed on one is asked
+A failed turn, whatever it raised, is ridden out on the shared outage
+back-off (fairpost.dispatcher.loop); a batch whose handling failed on one is asked
 for again by the sender on that back-off (fairpost.mailer.daemon.sender).
 
 A stop never cuts a long poll off: SQS keeps a poll open on its side until its
@@ -24,13 +24,12 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from botocore.exceptions import BotoCoreError, ClientError
-from redis.exceptions import RedisError
-
 from fairpost.dispatcher.backoff import OutageBackoff, wait_or_stop
+from fairpost.dispatcher.loop import forever
 from fairpost.mailer.daemon.context import SenderContext
 from fairpost.mailer.daemon.gate import Gate
 from fairpost.mailer.daemon.inbox import Inbox, Received
+from fairpost.mailer.daemon.ses import redact
 
 log = logging.getLogger("fairpost.sender")
 
@@ -67,27 +66,25 @@ class Receiver:
         # that of Redis (or SQS) answering, however long the outage was.
         backoff = OutageBackoff(self.ctx.settings.max_outage_seconds, most=RECEIVE_RETRY_MOST)
         linger = self.ctx.settings.sender.linger_seconds
-        while not stop.is_set():
-            try:
-                if await self.gate.wait(stop):
-                    continue
-                messages = await self.receive(stop)
-                if messages:
-                    await self.process(messages)
-                    if len(messages) < 10 and linger > 0:
-                        # Mail is trickling in: let some gather, so that the next
-                        # receive and its delete each carry more than one or two.
-                        await wait_or_stop(stop, linger, self._freed)
-                backoff.succeeded()
-            except (RedisError, BotoCoreError, ClientError, OSError) as exc:
-                # Redis or AWS is failing: what this batch held comes back after its
-                # visibility timeout. Back off and go on, for a while.
-                delay = backoff.failed()
-                if delay is None:
-                    raise
-                log.error("sender batch failed (%s: %s); retrying in %.1fs", type(exc).__name__, exc, delay)
-                self.ctx.metrics.receive_failed()
-                await wait_or_stop(stop, delay)
+
+        async def turn() -> None:
+            if await self.gate.wait(stop):
+                return  # the world is looked at again before receiving
+            messages = await self.receive(stop)
+            if messages:
+                await self.process(messages)
+                if len(messages) < 10 and linger > 0:
+                    # Mail is trickling in: let some gather, so that the next
+                    # receive and its delete each carry more than one or two.
+                    await wait_or_stop(stop, linger, self._freed)
+
+        def failed(task: str, exc: Exception) -> None:
+            # What a failed batch held comes back after its visibility timeout.
+            self.ctx.metrics.receive_failed()
+            self.ctx.metrics.task_failed(task)
+
+        # A batch's failure may quote its mail: addresses are masked in the log.
+        await forever("sender", turn, stop, backoff=backoff, on_error=failed, described=_described)
 
     async def landed(self) -> int:
         """Shutdown: wait for the polls in flight at the stop to land (SQS ends each
@@ -189,3 +186,7 @@ class Receiver:
                 for m in raw
             ]
         return []
+
+
+def _described(exc: Exception) -> str:
+    return redact(f"{type(exc).__name__}: {exc}")

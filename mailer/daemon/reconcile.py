@@ -22,16 +22,14 @@ a round.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from redis.exceptions import RedisError
-
 from fairpost.config import Settings
+from fairpost.dispatcher.backoff import OutageBackoff
 from fairpost.dispatcher.jobs import JobState
+from fairpost.dispatcher.loop import forever
 from fairpost.dispatcher.store import JobStore
 from fairpost.dispatcher.stranded import SCAN_BATCH, Stranded, StrandedJobs
 from fairpost.dispatcher.worker import Dead, HandedOff
@@ -84,21 +82,14 @@ class Reconciler:
         self.interval = interval or min(30.0, max(1.0, settings.stranded_after_seconds() / 10))
 
     async def run(self, stop: asyncio.Event) -> None:
-        errors, failing_since = 0, 0.0
-        while not stop.is_set():
-            try:
-                report = await self.run_once()
-                errors = 0
-            except RedisError as exc:
-                errors += 1
-                failing_since = failing_since if errors > 1 else time.monotonic()
-                if time.monotonic() - failing_since > self.settings.max_outage_seconds:
-                    raise
-                log.error("reconciler scan failed (%s: %s)", type(exc).__name__, exc)
-                report = ReconcileReport()
+        async def scan() -> float:
+            report = await self.run_once()
+            # A full batch: more may be stranded, so the next scan comes at once.
             busy = report.handed_again + report.dead >= SCAN_BATCH
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), timeout=0 if busy else self.interval)
+            return 0.0 if busy else self.interval
+
+        backoff = OutageBackoff(self.settings.max_outage_seconds, most=min(10.0, self.interval))
+        await forever("reconciler", scan, stop, backoff=backoff, on_error=self.metrics.task_failed)
 
     async def run_once(self) -> ReconcileReport:
         """One scan: hand stranded jobs to SQS again, or end them dead."""

@@ -16,10 +16,11 @@ day window, and stop sending for most of a day).
 
 It reads the account at start-up (the sender does not start without it) and
 every ``FAIRPOST_SES_ACCOUNT_REFRESH`` seconds; a failed refresh keeps the
-last limits. A change is logged, handed to ``on_change`` (the daemon wakes
-the sender's gate when the limits rose: :func:`limits_rose`), and the limits
-are published in Redis (``Keys.auto_limits()``) for ``fairpost quota show``
-and ``fairpost stats``. Needs ``ses:GetAccount``.
+last limits, and is tried again on the outage back-off (fairpost.dispatcher.loop).
+A change is logged, handed to ``on_change`` (the daemon wakes the sender's gate
+when the limits rose: :func:`limits_rose`), and the limits are published in
+Redis (``Keys.auto_limits()``) for ``fairpost quota show`` and ``fairpost
+stats``. Needs ``ses:GetAccount``.
 
 SES's "Daily message quota exceeded" is not a rate to back off from for
 seconds: :func:`daily_quota_wait` re-reads the account and says how long to
@@ -29,7 +30,6 @@ hold sending (until the day window can free, or the next look at the account).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import math
 from collections.abc import Awaitable, Callable, Mapping
@@ -39,7 +39,9 @@ import redis.asyncio
 
 from fairpost.config import Settings
 from fairpost.config.limits import Limits, Window, format_limits
+from fairpost.dispatcher.backoff import OutageBackoff, wait_or_stop
 from fairpost.dispatcher.keys import Keys
+from fairpost.dispatcher.loop import OnError, forever
 from fairpost.mailer.daemon.aws import SesClient
 from fairpost.mailer.errors import SesAccountError
 from fairpost.mailer.quota.engine import QuotaEngine
@@ -109,9 +111,13 @@ class SesAccountLimits:
         keys: Keys,
         quota: QuotaEngine,
         on_change: OnChange | None = None,
+        on_error: OnError | None = None,
     ) -> None:
+        """``on_error``: told of each failed refresh of :meth:`run` (the daemon counts them)."""
         self._ses = ses
         self.on_change = on_change
+        self._on_error = on_error
+        self._max_outage_seconds = settings.max_outage_seconds
         self.send_quota: Mapping[str, Any] | None = None
         """The ``SendQuota`` of the last successful read."""
         self._factor = settings.ses_safety_factor
@@ -175,16 +181,17 @@ class SesAccountLimits:
         raise AssertionError("unreachable")
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Refresh every ``refresh_seconds`` until ``stop``; failures keep the last limits."""
-        while not stop.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), timeout=self.refresh_seconds)
-            if stop.is_set():
-                return
-            try:
-                await self.refresh()
-            except (SesAccountError, redis.RedisError, OSError) as exc:
-                log.warning("keeping the last SES limits (%s): %s", format_limits(self.current()), exc)
+        """Refresh every ``refresh_seconds`` until ``stop``; a failed refresh keeps the last
+        limits, and is tried again on the outage back-off, at least once a period."""
+
+        async def refresh() -> float:
+            await self.refresh()
+            return self.refresh_seconds
+
+        # start() has just read the account.
+        await wait_or_stop(stop, self.refresh_seconds)
+        backoff = OutageBackoff(self._max_outage_seconds, most=min(10.0, self.refresh_seconds))
+        await forever("ses-account", refresh, stop, backoff=backoff, on_error=self._on_error)
 
 
 async def daily_quota_wait(

@@ -37,8 +37,9 @@ import redis.asyncio
 from botocore.exceptions import ClientError
 
 from fairpost.config import Settings
-from fairpost.dispatcher.backoff import OutageBackoff, wait_or_stop
+from fairpost.dispatcher.backoff import OutageBackoff
 from fairpost.dispatcher.keys import Keys
+from fairpost.dispatcher.loop import forever
 from fairpost.dispatcher.replies import time_ms
 from fairpost.mailer.daemon.aws import SesClient
 from fairpost.mailer.daemon.metrics import Metrics
@@ -193,21 +194,22 @@ class SesTenantStatus:
         """Read the statuses that are due until ``stop`` is set. A step that fails, whatever
         it raises, is logged, counted and retried after the outage back-off; only an
         outage longer than ``FAIRPOST_MAX_OUTAGE_SECONDS`` ends the task (loudly)."""
-        backoff = OutageBackoff(self._settings.max_outage_seconds)
-        while not stop.is_set():
+
+        async def tick() -> float:
             self._wake.clear()
-            try:
-                await self._tick()
-            except Exception as exc:
-                self._metrics.task_failed("ses-tenants")
-                delay = backoff.failed()
-                if delay is None:
-                    raise
-                log.warning("SES tenant status round failed (%s); retrying in %.1fs", _error(exc), delay)
-                await wait_or_stop(stop, delay)
-                continue
-            backoff.succeeded()
-            await wait_or_stop(stop, _TICK, self._wake)
+            await self._tick()
+            return _TICK
+
+        backoff = OutageBackoff(self._settings.max_outage_seconds)
+        await forever(
+            "ses-tenants",
+            tick,
+            stop,
+            backoff=backoff,
+            on_error=self._metrics.task_failed,
+            wake=[self._wake],
+            described=_error,
+        )
 
     async def _tick(self) -> None:
         # Other replicas' verdicts: a tenant one replica saw disabled is parked by all.

@@ -22,12 +22,11 @@ replica dies, nothing renews: slots come back by themselves within a TTL.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 
-from redis.exceptions import RedisError
-
+from fairpost.dispatcher.backoff import OutageBackoff
+from fairpost.dispatcher.loop import OnError, forever
 from fairpost.dispatcher.store import JobStore
 from fairpost.mailer.quota.engine import QuotaEngine
 from fairpost.mailer.quota.overrides import LimitSource
@@ -53,6 +52,8 @@ class SlotKeeper:
         ttl_ms: int,
         held: Callable[[], bool] | None = None,
         page: int = 200,
+        max_outage_seconds: float = 60.0,
+        on_error: OnError | None = None,
     ) -> None:
         if ttl_ms < 4:
             raise ValueError(f"the in-flight TTL must be at least 4 ms, not {ttl_ms}")
@@ -62,6 +63,8 @@ class SlotKeeper:
         self._held = held
         self._ttl_ms = ttl_ms
         self._page = page
+        self._max_outage_seconds = max_outage_seconds
+        self._on_error = on_error
         self.passes = 0
         """Passes that renewed slots (tests wait on it)."""
 
@@ -90,14 +93,15 @@ class SlotKeeper:
                 return visited
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Every :attr:`period` until ``stop``: renew while the gate is closed. A Redis
-        failure is logged and tried again next period (slots last a whole TTL)."""
-        while not stop.is_set():
-            try:
-                if await self.gate_closed():
-                    await self.keep_once()
-                    self.passes += 1
-            except (RedisError, OSError) as exc:
-                log.warning("could not keep in-flight slots this time: %s", exc)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), timeout=self.period)
+        """Every :attr:`period` until ``stop``: renew while the gate is closed. A failed
+        pass is tried again on the outage back-off, at least once a period (slots last
+        a whole TTL)."""
+
+        async def look() -> float:
+            if await self.gate_closed():
+                await self.keep_once()
+                self.passes += 1
+            return self.period
+
+        backoff = OutageBackoff(self._max_outage_seconds, most=min(10.0, self.period))
+        await forever("slots", look, stop, backoff=backoff, on_error=self._on_error)

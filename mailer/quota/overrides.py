@@ -39,8 +39,10 @@ import redis.asyncio
 from fairpost.config import ConfigError, Settings
 from fairpost.config.limits import Limits, Window, format_limits, parse_limits
 from fairpost.config.tenant_id import TENANT_ID_RULE, is_valid_tenant_id
+from fairpost.dispatcher.backoff import OutageBackoff
 from fairpost.dispatcher.calls import ScriptCalls, script, store_limits
 from fairpost.dispatcher.keys import Keys
+from fairpost.dispatcher.loop import OnError, forever
 from fairpost.dispatcher.replies import record, text, time_ms
 from fairpost.mailer.errors import InvalidOverride
 from fairpost.mailer.quota.reputation import lift_guard
@@ -211,7 +213,9 @@ class OverrideCache:
         auto: Callable[[], Limits] | None = None,
         refresh_seconds: float = REFRESH_SECONDS,
         on_change: Callable[[Overrides, Overrides], Awaitable[None]] | None = None,
+        on_error: OnError | None = None,
     ) -> None:
+        """``on_error``: told of each failed refresh of :meth:`run` (the daemon counts them)."""
         if isinstance(settings.global_limits, str) and auto is None:
             raise ConfigError([("FAIRPOST_GLOBAL_LIMITS", "auto needs the SES account limits source")])
         self._redis = client
@@ -220,6 +224,7 @@ class OverrideCache:
         self._auto = auto
         self.refresh_seconds = refresh_seconds
         self._on_change = on_change
+        self._on_error = on_error
         self._overrides = Overrides()
         # A step due within two refreshes (and a second) is judged before it is due.
         self._warmups = Warmups(client, keys, settings, horizon_seconds=2 * refresh_seconds + 1)
@@ -283,32 +288,19 @@ class OverrideCache:
         return new
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Refresh until ``stop`` is set; a failed read keeps the last values."""
-        failing = False
-        while not stop.is_set():
-            self._warmups.wake.clear()
-            try:
-                await self.refresh()
-            except (redis.RedisError, OSError) as exc:
-                if not failing:
-                    log.warning("cannot read quota overrides (keeping the last ones): %s", exc)
-                failing = True
-            else:
-                if failing:
-                    log.info("quota overrides readable again")
-                failing = False
-            await self._idle(stop)
+        """Refresh until ``stop`` is set, every ``refresh_seconds`` or when the sender met
+        a new tenant; a failed read keeps the last values, and is tried again on the
+        outage back-off, at least once a period."""
 
-    async def _idle(self, stop: asyncio.Event) -> None:
-        """Until the next refresh is due, ``stop`` is set, or the sender met a new tenant."""
-        wake = self._warmups.wake
-        waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(wake.wait())]
-        try:
-            await asyncio.wait(waits, timeout=self.refresh_seconds, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for waiting in waits:
-                waiting.cancel()
-            await asyncio.gather(*waits, return_exceptions=True)
+        async def read() -> float:
+            self._warmups.wake.clear()
+            await self.refresh()
+            return self.refresh_seconds
+
+        backoff = OutageBackoff(self._settings.max_outage_seconds, most=min(10.0, self.refresh_seconds))
+        await forever(
+            "overrides", read, stop, backoff=backoff, on_error=self._on_error, wake=[self._warmups.wake]
+        )
 
 
 def changed_scopes(old: Overrides, new: Overrides) -> tuple[bool, set[str]]:

@@ -14,8 +14,9 @@
   at once, whatever the replicas; a replica that dies leaves its claims to the
   reaper (``reap.lua``).
 
-Each task survives any exception of a step (logged, backed off), until failures
-last FAIRPOST_MAX_OUTAGE_SECONDS: then it raises and the daemon stops loudly.
+Each task runs on fairpost.dispatcher.loop: it survives any exception of a step
+(logged, counted, backed off), until failures last FAIRPOST_MAX_OUTAGE_SECONDS:
+then it raises and the daemon stops loudly.
 """
 
 from __future__ import annotations
@@ -32,8 +33,9 @@ import redis.asyncio
 from redis.exceptions import RedisError
 
 from fairpost.config import Settings
-from fairpost.dispatcher.backoff import OutageBackoff, wait_or_stop
+from fairpost.dispatcher.backoff import OutageBackoff
 from fairpost.dispatcher.keys import Keys
+from fairpost.dispatcher.loop import OnError, forever
 from fairpost.dispatcher.replies import text, time_ms
 from fairpost.mailer.daemon.webhooks.metrics import WebhookMetrics
 from fairpost.mailer.daemon.webhooks.post import Answer, Poster
@@ -63,8 +65,11 @@ class WebhookDeliveries:
         metrics: WebhookMetrics,
         *,
         batch: int = 500,
+        on_error: OnError | None = None,
     ) -> None:
+        """``on_error``: told of each failed step of the tasks (the daemon counts them)."""
         self.redis = client
+        self.on_error = on_error
         self.keys = keys
         self.settings = settings
         self.hooks = settings.webhook
@@ -97,19 +102,12 @@ class WebhookDeliveries:
     async def _forever(
         self, name: str, step: Callable[[asyncio.Event], Awaitable[Any]], stop: asyncio.Event
     ) -> None:
+        async def turn() -> None:
+            await step(stop)
+
         backoff = OutageBackoff(self.settings.max_outage_seconds)
         try:
-            while not stop.is_set():
-                try:
-                    await step(stop)
-                except Exception as exc:
-                    delay = backoff.failed()
-                    if delay is None:
-                        raise
-                    log.error("%s step failed (%s: %s); again in %.1fs", name, type(exc).__name__, exc, delay)
-                    await wait_or_stop(stop, delay)
-                else:
-                    backoff.succeeded()
+            await forever(name, turn, stop, backoff=backoff, on_error=self.on_error)
         finally:
             if name == "webhooks":
                 await self.aclose()
