@@ -117,7 +117,6 @@ class SesAccountLimits:
         self._ses = ses
         self.on_change = on_change
         self._on_error = on_error
-        self._max_outage_seconds = settings.max_outage_seconds
         self.send_quota: Mapping[str, Any] | None = None
         """The ``SendQuota`` of the last successful read."""
         self._factor = settings.ses_safety_factor
@@ -182,7 +181,8 @@ class SesAccountLimits:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Refresh every ``refresh_seconds`` until ``stop``; a failed refresh keeps the last
-        limits, and is tried again on the outage back-off, at least once a period."""
+        limits, and is tried again on the outage back-off, at least once a period, for
+        as long as SES's control plane fails."""
 
         async def refresh() -> float:
             await self.refresh()
@@ -190,7 +190,10 @@ class SesAccountLimits:
 
         # start() has just read the account.
         await wait_or_stop(stop, self.refresh_seconds)
-        backoff = OutageBackoff(self._max_outage_seconds, most=min(10.0, self.refresh_seconds))
+        # SES's control plane failing (or GetAccount denied) does not stop sending: the
+        # last limits read stay in force for as long as it lasts, as they always did.
+        # Only this task rides out any outage; SendEmail failing is the sender's to judge.
+        backoff = OutageBackoff(math.inf, most=min(10.0, self.refresh_seconds))
         await forever("ses-account", refresh, stop, backoff=backoff, on_error=self._on_error)
 
 

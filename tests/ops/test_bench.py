@@ -29,6 +29,8 @@ FIGURES = {
     "utilisation",
     "receives_per_throttled_mail",
     "fair_share_deviation",
+    "global_utilisation",
+    "global_finish_spread",
     "sqs_requests_per_mail",
     "cpu_per_mail_ratio",
     "scaling_1",
