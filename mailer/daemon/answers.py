@@ -39,6 +39,23 @@ _THROTTLE_BACKOFF_MAX = 30.0
 Answered = list[tuple[Received, ses.SendResult, Stamp]]
 
 
+_SWEEP_MIN = 64
+"""Tenants the held map may hold before it is first swept."""
+FORGET_AFTER_SECONDS = 3600.0
+"""A tenant whose hold ended this long ago and that has not sent since is forgotten: its
+next mail is sent as any other, not as a lone probe (a refusal holds it again)."""
+
+
+def forget_ended(held: dict[str, tuple[str, float]], now: float) -> int:
+    """Drop from ``held`` (tenant -> (reason, monotonic end of its hold)) the tenants
+    whose hold ended over :data:`FORGET_AFTER_SECONDS` ago, or the map would keep
+    every tenant ever held that never sent again; returns the size past which to
+    sweep next (twice what is left: amortised O(1) a hold)."""
+    for tenant in [t for t, (_, until) in held.items() if until + FORGET_AFTER_SECONDS < now]:
+        del held[tenant]
+    return max(_SWEEP_MIN, 2 * len(held))
+
+
 class Answers:
     def __init__(self, ctx: SenderContext, ses_client: SesClient, gate: Gate, endings: Endings) -> None:
         self.ctx = ctx
@@ -55,6 +72,7 @@ class Answers:
         # of the recheck). Kept while the tenant has not sent since (the hold in Redis
         # is cleared by the replica that sees it send again).
         self._held: dict[str, tuple[str, float]] = {}
+        self._sweep_above = _SWEEP_MIN
 
     def held(self, tenant: str) -> tuple[str, float] | None:
         """(reason, seconds left) while the tenant is held for an SES fault of its own."""
@@ -117,6 +135,8 @@ class Answers:
                 most_seconds=s.backoff_max_seconds,
             )
             self._held[tenant] = (hold.reason, time.monotonic() + wait)
+            if len(self._held) > self._sweep_above:
+                self._sweep_above = forget_ended(self._held, time.monotonic())
             msg.visibility = wait
             ctx.metrics.throttled(tenant, hold.reason)
             await ctx.store.mark_waiting([env.job_id], hold.reason, hold.until_ms)
