@@ -80,10 +80,14 @@ class TenantSettings(_Section):
 
         from email_validator import EmailNotValidError, validate_email
 
+        address = parseaddr(value)[1]
+        if not address.rpartition("@")[0].isascii():
+            # SES takes no internationalised local part: every mail from it would be refused.
+            raise ValueError("the part before the @ must be 7-bit ASCII, as SES takes it")
         try:
-            validate_email(parseaddr(value)[1], check_deliverability=False)
+            validate_email(address, check_deliverability=False)
         except EmailNotValidError as exc:
-            raise ValueError(f"{value!r} is not a valid e-mail address: {exc}") from None
+            raise ValueError(f"not a valid e-mail address: {exc}") from None
         return value
 
 

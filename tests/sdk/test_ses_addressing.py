@@ -232,3 +232,13 @@ def test_a_suppressed_internationalised_domain_matches_the_punycode_the_mail_car
     with Suppressions(load_settings(redis_url=redis_url)) as lists:
         lists.add(TENANT, "ada@bücher.example")
         assert [e.address for e in lists.list(TENANT)] == ["ada@xn--bcher-kva.example"]
+
+
+def test_a_tenants_default_sender_ses_would_refuse_is_refused_by_the_settings() -> None:
+    # Else check-config accepts it and then every mail that takes it is refused.
+    from fairpost.config import ConfigError, load_settings
+
+    with pytest.raises(ConfigError) as info:
+        load_settings(tenants={"acme": {"default_sender": "José <josé@acme.example>"}})
+    assert "DEFAULT_SENDER" in str(info.value) and "ASCII" in str(info.value)
+    assert "josé" not in str(info.value).lower()
