@@ -103,6 +103,13 @@ def _left_in_queue(sqs: Any, url: str) -> int:
     )
 
 
+def _round_failed(consumer: EventConsumer, task: asyncio.Task[None]) -> bool:
+    """The events task counted a failed round, and lives."""
+    _alive(task)
+    value = consumer.metrics.registry.get_sample_value("fairpost_task_errors_total", {"task": "events"})
+    return (value or 0) >= 1
+
+
 def _alive(task: asyncio.Task[None]) -> None:
     if task.done():
         raise AssertionError(f"the events task died: {task.exception()!r}")
@@ -156,14 +163,7 @@ async def test_an_event_read_while_redis_is_down_stays_in_sqs(
     down = redis.asyncio.Redis(host="127.0.0.1", port=_closed_port(), retry=Retry(NoBackoff(), 0))
     try:
         async with consumer_task(settings, url, down) as (consumer, task):
-            failures = consumer.metrics.registry
-
-            def a_round_failed() -> bool:
-                _alive(task)
-                value = failures.get_sample_value("fairpost_task_errors_total", {"task": "events"})
-                return (value or 0) >= 1
-
-            await wait_for(a_round_failed, within=20, what="a round to fail on Redis")
+            await wait_for(lambda: _round_failed(consumer, task), within=20, what="a round to fail on Redis")
             _alive(task)
             assert _left_in_queue(sqs, url) == 1  # received, not deleted: SQS gives it back
             assert consumer.handled == {}
@@ -212,14 +212,9 @@ async def test_a_redis_blip_while_acting_on_an_event_leaves_it_in_sqs(
         monkeypatch.setattr(client, "pipeline", pipeline_once_failing)
         sqs.send_message(QueueUrl=url, MessageBody=GOOD_EVENT)
         async with consumer_task(settings, url, client) as (consumer, task):
-            failures = consumer.metrics.registry
-
-            def a_round_failed() -> bool:
-                _alive(task)
-                value = failures.get_sample_value("fairpost_task_errors_total", {"task": "events"})
-                return (value or 0) >= 1
-
-            await wait_for(a_round_failed, within=20, what="the round to fail on the blip")
+            await wait_for(
+                lambda: _round_failed(consumer, task), within=20, what="the round to fail on the blip"
+            )
             _alive(task)
             assert "poison" not in consumer.handled
             assert _left_in_queue(sqs, url) == 1  # SQS gives it back after its visibility timeout
