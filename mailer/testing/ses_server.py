@@ -50,7 +50,8 @@ from email.utils import parseaddr
 from typing import Any, ClassVar
 
 from fairpost.mailer.errors import RefusedRequest
-from fairpost.mailer.testing.ses_http import Answer, HttpEndpoint, error_answer, json_answer
+from fairpost.mailer.testing.http_endpoint import Answer, HttpEndpoint, Request
+from fairpost.mailer.testing.ses_http import error_answer, internal_error, json_answer
 from fairpost.mailer.testing.ses_mail import (
     JOB_ID_TAG,
     MAX_RECIPIENTS,
@@ -175,7 +176,7 @@ class SesServer(SesRecorder):
         self._day: deque[tuple[float, int]] = deque()
         self._day_sum = 0
 
-        self._http = HttpEndpoint(self._handle, self._record_error)
+        self._http = HttpEndpoint(self._answer, self._failed, name="ses-server")
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -320,6 +321,14 @@ class SesServer(SesRecorder):
         mail = next(m for m in self.sent if m.message_id == message_id)
         listed = mail.recipients if recipients is None else tuple(recipients)
         self.events.emit(ses_event(event_type, mail, listed, **options))
+
+    def _answer(self, request: Request) -> Answer:
+        user_agent = request.headers.get("user-agent", "")
+        return self._handle(request.method, request.path, request.body, user_agent)
+
+    def _failed(self, exc: Exception) -> Answer:
+        self._record_error(exc)
+        return internal_error(exc)
 
     def _handle(self, method: str, path: str, body: bytes, user_agent: str = "") -> Answer:
         if self.tenancy.handles(path):

@@ -32,20 +32,19 @@ from __future__ import annotations
 
 import argparse
 import base64
-import contextlib
 import hashlib
 import json
 import signal
-import socket
 import struct
 import threading
-import uuid
 from collections import Counter
 from collections.abc import Callable, Mapping
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from fairpost.mailer.testing import sqs_rules as field
+from fairpost.mailer.testing.http_endpoint import Answer as HttpAnswer
+from fairpost.mailer.testing.http_endpoint import HttpEndpoint
+from fairpost.mailer.testing.http_endpoint import Request as HttpRequest
 from fairpost.mailer.testing.sqs_fifo import Broker, Received
 from fairpost.mailer.testing.sqs_rules import Refuse, SqsError
 
@@ -302,49 +301,25 @@ class SqsServer:
         account_id: str = "123456789012",
     ) -> None:
         self.broker = Broker(region=region, account_id=account_id)
-        self._host = host
-        self._wanted_port = port
         self._lock = threading.Lock()
         self._requests: Counter[str] = Counter()
         self._errors: list[BaseException] = []
-        self._connections: dict[socket.socket, threading.Thread] = {}
-        self._httpd: _HttpServer | None = None
-        self._thread: threading.Thread | None = None
+        self._http = HttpEndpoint(
+            self._answer, self._failed, name="sqs-server", host=host, port=port, poll_interval=0.25
+        )
 
     def start(self) -> SqsServer:
-        if self._httpd is not None:
-            raise RuntimeError("SqsServer already started")
-        httpd = _HttpServer((self._host, self._wanted_port), _Handler, self)
-        self._httpd = httpd
+        self._http.start()
         self.broker.base_url = self.url
         self.broker.open()
-        self._thread = threading.Thread(
-            target=httpd.serve_forever,
-            kwargs={"poll_interval": 0.25},
-            name=f"sqs-server-{self.port}",
-            daemon=True,
-        )
-        self._thread.start()
         return self
 
     def stop(self) -> None:
         """End open polls (they answer with no messages), close every connection; idempotent."""
-        httpd, thread = self._httpd, self._thread
-        if httpd is None or thread is None:
+        if not self._http.running:
             return
         self.broker.close()
-        httpd.shutdown()
-        with self._lock:
-            connections = list(self._connections.items())
-        for sock, _ in connections:
-            with contextlib.suppress(OSError):  # already closed by its handler
-                sock.shutdown(socket.SHUT_RDWR)
-        for _, handler_thread in connections:
-            handler_thread.join(timeout=5)
-        httpd.server_close()
-        thread.join(timeout=5)
-        self._httpd = None
-        self._thread = None
+        self._http.stop()
 
     def __enter__(self) -> SqsServer:
         return self.start()
@@ -354,14 +329,11 @@ class SqsServer:
 
     @property
     def port(self) -> int:
-        if self._httpd is None:
-            raise RuntimeError("SqsServer is not running")
-        port: int = self._httpd.server_address[1]
-        return port
+        return self._http.port
 
     @property
     def url(self) -> str:
-        return f"http://{self._host}:{self.port}"
+        return self._http.url
 
     def reset(self) -> None:
         """Forget every queue, message and count (polls open on a queue end with QueueDoesNotExist)."""
@@ -381,12 +353,17 @@ class SqsServer:
         with self._lock:
             return list(self._errors)
 
-    def _track(self, sock: socket.socket, thread: threading.Thread | None) -> None:
+    def _answer(self, request: HttpRequest) -> HttpAnswer:
+        if request.method != "POST":
+            return _http_answer(400, {"__type": "InvalidAction", "message": "SQS's JSON protocol is POST"})
+        status, answer, query_error = self._handle(request.headers.get("x-amz-target", ""), request.body)
+        return _http_answer(status, answer, query_error)
+
+    def _failed(self, exc: Exception) -> HttpAnswer:
         with self._lock:
-            if thread is None:
-                self._connections.pop(sock, None)
-            else:
-                self._connections[sock] = thread
+            self._errors.append(exc)
+        error = {"__type": "InternalFailure", "message": f"SqsServer error: {exc!r}"}
+        return _http_answer(500, error, "InternalFailure;Receiver")
 
     def _handle(self, target: str, body: bytes) -> tuple[int, Answer, str | None]:
         """(status, JSON answer, the x-amzn-query-error header or None)."""
@@ -411,61 +388,11 @@ class SqsServer:
         except SqsError as exc:
             error = {"__type": f"com.amazonaws.sqs#{exc.shape}", "message": exc.message}
             return exc.status, error, f"{exc.code};{'Sender' if exc.status < 500 else 'Receiver'}"
-        except Exception as exc:
-            with self._lock:
-                self._errors.append(exc)
-            error = {"__type": "InternalFailure", "message": f"SqsServer error: {exc!r}"}
-            return 500, error, "InternalFailure;Receiver"
 
 
-class _HttpServer(ThreadingHTTPServer):
-    daemon_threads = True
-    block_on_close = False
-    request_queue_size = 128  # a burst of new connections must not overflow the listen backlog
-
-    def __init__(
-        self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], owner: SqsServer
-    ) -> None:
-        self.owner = owner
-        super().__init__(address, handler)
-
-    def handle_error(self, request: object, client_address: object) -> None:
-        """Quiet: a client that went away (mid long poll, say) is not the test's business."""
-
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server: _HttpServer
-
-    def setup(self) -> None:
-        super().setup()
-        # Headers and body go out in two writes: with Nagle on, the body would wait for
-        # the client's delayed ACK (~40 ms a request).
-        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.server.owner._track(self.connection, threading.current_thread())
-
-    def finish(self) -> None:
-        try:
-            super().finish()
-        finally:
-            self.server.owner._track(self.connection, None)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        """Quiet: no request log on stderr."""
-
-    def do_POST(self) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
-        body = self.rfile.read(length) if length > 0 else b""
-        status, answer, query_error = self.server.owner._handle(self.headers.get("X-Amz-Target", ""), body)
-        payload = json.dumps(answer).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", JSON_CONTENT_TYPE)
-        self.send_header("Content-Length", str(len(payload)))
-        self.send_header("x-amzn-RequestId", str(uuid.uuid4()))
-        if query_error is not None:
-            self.send_header("x-amzn-query-error", query_error)
-        self.end_headers()
-        self.wfile.write(payload)
+def _http_answer(status: int, answer: Answer, query_error: str | None = None) -> HttpAnswer:
+    headers = {} if query_error is None else {"x-amzn-query-error": query_error}
+    return HttpAnswer(status, json.dumps(answer).encode(), content_type=JSON_CONTENT_TYPE, headers=headers)
 
 
 def main(argv: list[str] | None = None) -> None:
