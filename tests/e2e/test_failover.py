@@ -18,22 +18,27 @@ import functools
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
 
-import boto3
 import pytest
 from redis.exceptions import RedisError
 
-from fairpost import MailClient, RedisFailed
-from fairpost.config import load_settings
+from fairpost import MailClient
 from fairpost.dispatcher.keys import Keys
-from fairpost.mailer.ops.queue_setup import init_queue
 from fairpost.mailer.testing.localstack import LocalStackServer
 from fairpost.mailer.testing.ses_server import SesServer
 from fairpost.mailer.testing.wait import wait_for
-from tests.support.daemon_process import daemon_process
+from tests.support.replicas import (
+    accepted,
+    application_settings,
+    mail,
+    make_queue,
+    replica_env,
+    replicas,
+    settled,
+    stop_cleanly,
+)
 from tests.support.topologies import Cluster, Node, SentinelGroup, redis_cluster, redis_sentinel, restart
 
 pytestmark = [pytest.mark.slow, pytest.mark.localstack]
@@ -42,7 +47,6 @@ GLOBAL, GLOBAL_LIMIT = "30/second", 30
 TENANT, TENANT_LIMIT = "6/second", 6
 TRICKLE = ["t1", "t2", "t3", "t4"]
 MAX_OUTAGE = 30.0
-T = TypeVar("T")
 
 
 class Topology:
@@ -101,93 +105,50 @@ def topology(request: pytest.FixtureRequest) -> Iterator[Topology]:
             yield Topology("sentinel", group)
 
 
-def accepted(send: Callable[[], T]) -> T:
-    """What an application does: retry a failed send (same idempotency keys) until accepted."""
-    deadline = time.monotonic() + 90
-    while True:
-        try:
-            return send()
-        except RedisFailed:  # a connection cut by the failover, or not on a replica yet
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
-
-
-def mail(tenant: str, n: int) -> dict[str, Any]:
-    return {
-        "sender": "app@example.com",
-        "to": [f"{tenant}-{n}@example.org"],
-        "subject": "s",
-        "text": "t",
-        "idempotency_key": f"{tenant}-{n}",
-    }
-
-
 def test_a_failover_under_load_loses_nothing(
     topology: Topology, localstack_srv: LocalStackServer, ses: SesServer, tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:  # fmt: skip
-    queue = f"failover-{uuid.uuid4().hex[:8]}.fifo"
-    env = {
-        "PATH": "/usr/bin:/bin",
-        "AWS_ENDPOINT_URL_SQS": localstack_srv.url,
-        "AWS_ENDPOINT_URL_SESV2": ses.url,
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        **topology.env(),
-        "FAIRPOST_REDIS_MIN_REPLICAS": "1",
-        "FAIRPOST_REDIS_WAIT_SECONDS": "1",
-        "FAIRPOST_MAX_OUTAGE_SECONDS": str(MAX_OUTAGE),
-        "FAIRPOST_QUEUE_NAME": queue,
-        "FAIRPOST_GLOBAL_LIMITS": GLOBAL,
-        "FAIRPOST_TENANT_LIMITS": TENANT,
-        "FAIRPOST_INFLIGHT_CAP": "12",
-        "FAIRPOST_DISPATCHER__LEASE_SECONDS": "5",
-        "FAIRPOST_SENDER__WAIT_SECONDS": "2",
-        "FAIRPOST_SENDER__VISIBILITY_TIMEOUT": "20",
-        "FAIRPOST_SENDER__BACKOFF_BASE_SECONDS": "1",
-        "FAIRPOST_SHUTDOWN_GRACE": "3",
-    }
-    for name, value in env.items():
-        if name.startswith("FAIRPOST_"):
-            monkeypatch.setenv(name, value)
-    settings = load_settings()
-    sqs = boto3.client(
-        "sqs", endpoint_url=localstack_srv.url, region_name="us-east-1",
-        aws_access_key_id="testing", aws_secret_access_key="testing",
-    )  # fmt: skip
-    init_queue(sqs, settings)
+    env = replica_env(
+        ses_url=ses.url,
+        sqs_url=localstack_srv.url,
+        fairpost={
+            **topology.env(),
+            "FAIRPOST_REDIS_MIN_REPLICAS": "1",
+            "FAIRPOST_REDIS_WAIT_SECONDS": "1",
+            "FAIRPOST_MAX_OUTAGE_SECONDS": str(MAX_OUTAGE),
+            "FAIRPOST_QUEUE_NAME": f"failover-{uuid.uuid4().hex[:8]}.fifo",
+            "FAIRPOST_GLOBAL_LIMITS": GLOBAL,
+            "FAIRPOST_TENANT_LIMITS": TENANT,
+            "FAIRPOST_INFLIGHT_CAP": "12",
+            "FAIRPOST_DISPATCHER__LEASE_SECONDS": "5",
+            "FAIRPOST_SENDER__WAIT_SECONDS": "2",
+            "FAIRPOST_SENDER__VISIBILITY_TIMEOUT": "20",
+            "FAIRPOST_SENDER__BACKOFF_BASE_SECONDS": "1",
+            "FAIRPOST_SHUTDOWN_GRACE": "3",
+        },
+    )
+    settings = application_settings(env, monkeypatch)
+    make_queue(settings, localstack_srv.url)
 
     ids: list[str] = []
     failover = threading.Thread(target=topology.fail_over, name="failover")
-    with (
-        daemon_process(env, tmp_path, replica="r1") as r1,
-        daemon_process(env, tmp_path, replica="r2") as r2,
-        MailClient(settings) as client,
-    ):
-        ids += accepted(lambda: client.send_many("noisy", [mail("noisy", i) for i in range(40)]))
+    with replicas(env, tmp_path) as daemons, MailClient(settings) as client:
+        ids += accepted(lambda: client.send_many("noisy", [mail("noisy", i) for i in range(40)]), within=90)
         start = time.monotonic()
         for tick in range(20):
             if tick == 6:
                 killed_at = time.monotonic()
                 failover.start()
             for tenant in TRICKLE:
-                ids += accepted(functools.partial(client.send_many, tenant, [mail(tenant, tick)]))
+                ids += accepted(functools.partial(client.send_many, tenant, [mail(tenant, tick)]), within=90)
             # Pacing the load generator, not waiting for an outcome.
             time.sleep(max(0.0, start + (tick + 1) * 0.5 - time.monotonic()))
         failover.join(timeout=120)
         assert not failover.is_alive(), "the failover did not finish"
 
-        def settled() -> bool:
-            try:
-                return all(client.status(i).state in ("sent", "dead") for i in ids)
-            except RedisFailed:
-                return False
-
-        wait_for(settled, within=120, what="every accepted job sent or dead", interval=0.5)
-        assert r1.process.poll() is None and r2.process.poll() is None, "a daemon gave up"
-        assert r1.stop() == 0 and r2.stop() == 0
+        wait_for(settled(client, ids), within=120, what="every accepted job sent or dead", interval=0.5)
+        stop_cleanly(daemons)
         states = {i: client.status(i) for i in ids}
 
     dead = {i: s.last_error for i, s in states.items() if s.state == "dead"}

@@ -19,21 +19,26 @@ import functools
 import itertools
 import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-import boto3
 import pytest
 
-from fairpost import MailClient, RedisFailed
-from fairpost.config import load_settings
-from fairpost.mailer.ops.queue_setup import init_queue
+from fairpost import MailClient
 from fairpost.mailer.testing.ses_server import SesServer
 from fairpost.mailer.testing.sqs_server import SqsServer
 from fairpost.mailer.testing.wait import wait_for
-from tests.support.daemon_process import daemon_process
 from tests.support.redis_cutter import redis_cutter
+from tests.support.replicas import (
+    accepted,
+    application_settings,
+    mail,
+    make_queue,
+    replica_env,
+    replicas,
+    settled,
+    stop_cleanly,
+)
 
 pytestmark = [pytest.mark.slow]
 
@@ -43,29 +48,6 @@ BACKLOG = 45
 """The throttled tenant's mail, enqueued at once: some fifteen seconds of its quota."""
 CUTS, DOWN, UP = 12, 0.6, 1.2
 LONGEST_GAP = 10.0
-T = TypeVar("T")
-
-
-def accepted(send: Callable[[], T]) -> T:
-    """What an application does: retry a failed send (same idempotency keys) until accepted."""
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            return send()
-        except RedisFailed:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
-
-
-def mail(tenant: str, n: int) -> dict[str, Any]:
-    return {
-        "sender": "app@example.com",
-        "to": [f"{tenant}-{n}@example.org"],
-        "subject": "s",
-        "text": "t",
-        "idempotency_key": f"{tenant}-{n}",
-    }
 
 
 def longest_waits(enqueued: dict[str, float], sent: dict[str, tuple[float, str]]) -> dict[str, float]:
@@ -88,33 +70,23 @@ def test_redis_cut_again_and_again_sends_each_job_once_without_a_stall(
 ) -> None:
     ses.latency = 1.0
     with redis_cutter(redis_url) as cutter:
-        queue = f"cuts-{uuid.uuid4().hex[:8]}.fifo"
-        env = {
-            "PATH": "/usr/bin:/bin",
-            "AWS_ENDPOINT_URL_SQS": fifo_sqs_srv.url,
-            "AWS_ENDPOINT_URL_SESV2": ses.url,
-            "AWS_DEFAULT_REGION": "us-east-1",
-            "AWS_ACCESS_KEY_ID": "testing",
-            "AWS_SECRET_ACCESS_KEY": "testing",
-            "FAIRPOST_REDIS_URL": cutter.url(),
-            "FAIRPOST_QUEUE_NAME": queue,
-            "FAIRPOST_GLOBAL_LIMITS": "40/second",
-            "FAIRPOST_TENANT_LIMITS": TENANT_LIMIT,
-            # A dispatcher claim whose answer is lost leaves its jobs leased until the
-            # lease lapses (the dispatcher's own, not the sender's): kept short here.
-            "FAIRPOST_DISPATCHER__LEASE_SECONDS": "5",
-            "FAIRPOST_SENDER__WAIT_SECONDS": "2",
-            "FAIRPOST_SHUTDOWN_GRACE": "3",
-        }
-        for name, value in env.items():
-            if name.startswith("FAIRPOST_"):
-                monkeypatch.setenv(name, value)
-        settings = load_settings()
-        sqs = boto3.client(
-            "sqs", endpoint_url=fifo_sqs_srv.url, region_name="us-east-1",
-            aws_access_key_id="testing", aws_secret_access_key="testing",
-        )  # fmt: skip
-        init_queue(sqs, settings)
+        env = replica_env(
+            ses_url=ses.url,
+            sqs_url=fifo_sqs_srv.url,
+            fairpost={
+                "FAIRPOST_REDIS_URL": cutter.url(),
+                "FAIRPOST_QUEUE_NAME": f"cuts-{uuid.uuid4().hex[:8]}.fifo",
+                "FAIRPOST_GLOBAL_LIMITS": "40/second",
+                "FAIRPOST_TENANT_LIMITS": TENANT_LIMIT,
+                # A dispatcher claim whose answer is lost leaves its jobs leased until the
+                # lease lapses (the dispatcher's own, not the sender's): kept short here.
+                "FAIRPOST_DISPATCHER__LEASE_SECONDS": "5",
+                "FAIRPOST_SENDER__WAIT_SECONDS": "2",
+                "FAIRPOST_SHUTDOWN_GRACE": "3",
+            },
+        )
+        settings = application_settings(env, monkeypatch)
+        make_queue(settings, fifo_sqs_srv.url)
 
         enqueued: dict[str, float] = {}
 
@@ -123,11 +95,7 @@ def test_redis_cut_again_and_again_sends_each_job_once_without_a_stall(
             for job_id in accepted(functools.partial(client.send_many, tenant, mails)):
                 enqueued.setdefault(job_id, asked)
 
-        with (
-            daemon_process(env, tmp_path, replica="r1") as r1,
-            daemon_process(env, tmp_path, replica="r2") as r2,
-            MailClient(settings) as client,
-        ):
+        with replicas(env, tmp_path) as daemons, MailClient(settings) as client:
             enqueue("noisy", [mail("noisy", i) for i in range(BACKLOG)])
             cutter.cut_repeatedly(times=CUTS, down=DOWN, up=UP)
             start = time.monotonic()
@@ -137,18 +105,12 @@ def test_redis_cut_again_and_again_sends_each_job_once_without_a_stall(
                 # Pacing the load generator, not waiting for an outcome.
                 time.sleep(max(0.0, start + (tick + 1) * 0.5 - time.monotonic()))
             cutter.wait_repeated(timeout=60)
-
-            def settled() -> bool:
-                try:
-                    return all(client.status(i).state in ("sent", "dead") for i in enqueued)
-                except RedisFailed:
-                    return False
-
             # Once every job is recorded sent, no message still in SQS can reach SES again.
-            wait_for(settled, within=90, what="every accepted job sent or dead", interval=0.5)
+            wait_for(
+                settled(client, enqueued), within=90, what="every accepted job sent or dead", interval=0.5
+            )
             states = {i: client.status(i) for i in enqueued}
-            assert r1.process.poll() is None and r2.process.poll() is None, "a daemon gave up"
-            assert r1.stop() == 0 and r2.stop() == 0
+            stop_cleanly(daemons)
 
     dead = {i: s.last_error for i, s in states.items() if s.state == "dead"}
     assert not dead, f"mail dead under Redis cuts: {dead}"

@@ -15,16 +15,13 @@ import time
 import uuid
 from pathlib import Path
 
-import boto3
 import pytest
 
 from fairpost import MailClient
-from fairpost.config import load_settings
-from fairpost.mailer.ops.queue_setup import init_queue
 from fairpost.mailer.testing.localstack import LocalStackServer
 from fairpost.mailer.testing.ses_server import SesServer
 from fairpost.mailer.testing.wait import wait_for
-from tests.support.daemon_process import daemon_process
+from tests.support.replicas import application_settings, make_queue, replica_env, replicas, stop_cleanly
 
 pytestmark = [pytest.mark.slow, pytest.mark.localstack]
 
@@ -37,38 +34,24 @@ def test_two_replicas_deliver_exactly_once_and_never_over_quota(
     redis_url: str, localstack_srv: LocalStackServer, ses: SesServer, tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:  # fmt: skip
-    queue = f"replicas-{uuid.uuid4().hex[:8]}.fifo"
-    env = {
-        "PATH": "/usr/bin:/bin",
-        "AWS_ENDPOINT_URL_SQS": localstack_srv.url,
-        "AWS_ENDPOINT_URL_SESV2": ses.url,
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "FAIRPOST_REDIS_URL": redis_url,
-        "FAIRPOST_QUEUE_NAME": queue,
-        "FAIRPOST_GLOBAL_LIMITS": GLOBAL,
-        "FAIRPOST_TENANT_LIMITS": TENANT,
-        "FAIRPOST_INFLIGHT_CAP": "12",
-        "FAIRPOST_SENDER__WAIT_SECONDS": "2",
-        "FAIRPOST_SHUTDOWN_GRACE": "3",
-    }
-    for name, value in env.items():
-        if name.startswith("FAIRPOST_"):
-            monkeypatch.setenv(name, value)
-    settings = load_settings()
-    sqs = boto3.client(
-        "sqs", endpoint_url=localstack_srv.url, region_name="us-east-1",
-        aws_access_key_id="testing", aws_secret_access_key="testing",
-    )  # fmt: skip
-    init_queue(sqs, settings)
+    env = replica_env(
+        ses_url=ses.url,
+        sqs_url=localstack_srv.url,
+        fairpost={
+            "FAIRPOST_REDIS_URL": redis_url,
+            "FAIRPOST_QUEUE_NAME": f"replicas-{uuid.uuid4().hex[:8]}.fifo",
+            "FAIRPOST_GLOBAL_LIMITS": GLOBAL,
+            "FAIRPOST_TENANT_LIMITS": TENANT,
+            "FAIRPOST_INFLIGHT_CAP": "12",
+            "FAIRPOST_SENDER__WAIT_SECONDS": "2",
+            "FAIRPOST_SHUTDOWN_GRACE": "3",
+        },
+    )
+    settings = application_settings(env, monkeypatch)
+    make_queue(settings, localstack_srv.url)
 
     enqueued_at: dict[str, float] = {}
-    with (
-        daemon_process(env, tmp_path, replica="r1") as r1,
-        daemon_process(env, tmp_path, replica="r2") as r2,
-        MailClient(settings) as client,
-    ):
+    with replicas(env, tmp_path) as daemons, MailClient(settings) as client:
         start = time.monotonic()
         # The burst: 10x the tenant's per-second quota at once.
         for job_id in client.send_many(
@@ -89,7 +72,7 @@ def test_two_replicas_deliver_exactly_once_and_never_over_quota(
             time.sleep(max(0.0, start + (tick + 1) * 0.5 - time.monotonic()))
         wait_for(lambda: ses.sent_count >= len(enqueued_at), within=60, what="every mail at SES")
         # Stop both replicas cleanly: after that no duplicate can still arrive.
-        assert r1.stop() == 0 and r2.stop() == 0
+        stop_cleanly(daemons)
 
     delivered = collections.Counter(m.job_id for m in ses.sent)
     assert set(delivered) == set(enqueued_at), "lost or unknown mail"

@@ -19,7 +19,6 @@ import pytest
 import redis
 
 from fairpost import MailClient
-from fairpost.config import load_settings
 from fairpost.dispatcher.keys import Keys
 from fairpost.mailer.cli import main
 from fairpost.mailer.ops.queue_setup import init_events_queue, init_queue
@@ -27,7 +26,7 @@ from fairpost.mailer.quota.reputation import GuardState
 from fairpost.mailer.testing.ses_server import SesServer
 from fairpost.mailer.testing.ses_tenancy import EventSink
 from fairpost.mailer.testing.wait import wait_for
-from tests.support.daemon_process import daemon_process
+from tests.support.replicas import application_settings, replica_env, replicas
 
 pytestmark = [pytest.mark.slow]
 
@@ -37,24 +36,19 @@ OTHERS = ["q1", "q2", "q3", "q4"]
 def test_one_tenant_of_five_bouncing_is_paused_in_time_and_the_others_are_not_delayed(
     redis_url: str, aws_env: str, ses: SesServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    env = {
-        "PATH": "/usr/bin:/bin",
-        "AWS_ENDPOINT_URL": aws_env,
-        "AWS_ENDPOINT_URL_SESV2": ses.url,
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "FAIRPOST_REDIS_URL": redis_url,
-        "FAIRPOST_EVENTS_QUEUE_NAME": "fairpost-ses-events",
-        "FAIRPOST_GLOBAL_LIMITS": "100/second",
-        "FAIRPOST_TENANT_LIMITS": "10/second",
-        "FAIRPOST_SENDER__WAIT_SECONDS": "1",
-        "FAIRPOST_SHUTDOWN_GRACE": "3",
-    }
-    for name, value in env.items():
-        if name.startswith("FAIRPOST_"):
-            monkeypatch.setenv(name, value)
-    settings = load_settings()
+    env = replica_env(
+        ses_url=ses.url,
+        aws_url=aws_env,
+        fairpost={
+            "FAIRPOST_REDIS_URL": redis_url,
+            "FAIRPOST_EVENTS_QUEUE_NAME": "fairpost-ses-events",
+            "FAIRPOST_GLOBAL_LIMITS": "100/second",
+            "FAIRPOST_TENANT_LIMITS": "10/second",
+            "FAIRPOST_SENDER__WAIT_SECONDS": "1",
+            "FAIRPOST_SHUTDOWN_GRACE": "3",
+        },
+    )
+    settings = application_settings(env, monkeypatch)
     sqs = boto3.client("sqs")
     init_queue(sqs, settings)
     events_url, _ = init_events_queue(sqs, settings)
@@ -62,11 +56,7 @@ def test_one_tenant_of_five_bouncing_is_paused_in_time_and_the_others_are_not_de
     ses.events = sink
     mail = {"sender": "app@example.com", "subject": "s", "text": "t"}
     try:
-        with (
-            daemon_process(env, tmp_path, replica="r1"),
-            daemon_process(env, tmp_path, replica="r2"),
-            MailClient(settings) as client,
-        ):
+        with replicas(env, tmp_path), MailClient(settings) as client:
             client.send_many(
                 "bouncy",
                 [
