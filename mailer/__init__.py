@@ -1,5 +1,5 @@
-"""fairpost's mail side: the SDK (:class:`MailClient`, :class:`AsyncMailClient`),
-the mail worker and the sender.
+"""fairpost's mail side: the SDK (:class:`MailClient`, :class:`AsyncMailClient`,
+the admin classes, the outcome feed's events), the mail worker and the sender.
 
 Only the SDK is imported here, so an application that enqueues mail needs
 none of the daemon's dependencies.
@@ -12,14 +12,18 @@ from fairpost.mailer.sdk.attachments import Attachment
 from fairpost.mailer.sdk.client import AsyncMailClient, MailClient
 from fairpost.mailer.sdk.dead import DeadLetters
 from fairpost.mailer.sdk.mail import Mail
+from fairpost.mailer.sdk.outcomes.endpoints import Webhooks
+from fairpost.mailer.sdk.outcomes.stream import AsyncEvent, Event
 from fairpost.mailer.sdk.status import JobStatus
 from fairpost.mailer.sdk.suppression import Suppressions
 
 __all__ = [
+    "AsyncEvent",
     "AsyncMailClient",
     "Attachment",
     "ConfigError",
     "DeadLetters",
+    "Event",
     "FairpostError",
     "InvalidMail",
     "JobStatus",
@@ -30,4 +34,5 @@ __all__ = [
     "Suppressions",
     "TooLateToCancel",
     "UnknownJob",
+    "Webhooks",
 ]

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import importlib
 import json
+import re
 import subprocess
 import sys
+from pathlib import Path
 from types import ModuleType
 
 import pytest
@@ -18,10 +20,12 @@ import fairpost
 from fairpost import config, mailer
 
 MAILER_API = [
+    "AsyncEvent",
     "AsyncMailClient",
     "Attachment",
     "ConfigError",
     "DeadLetters",
+    "Event",
     "FairpostError",
     "InvalidMail",
     "JobStatus",
@@ -32,6 +36,7 @@ MAILER_API = [
     "Suppressions",
     "TooLateToCancel",
     "UnknownJob",
+    "Webhooks",
 ]
 CONFIG_API = [
     "TENANT_ID_RULE",
@@ -124,3 +129,33 @@ def test_the_sdk_imports_none_of_the_daemon() -> None:
         or m in ("fairpost.mailer.daemon.sender", "fairpost.mailer.daemon.app")
     ]
     assert loaded_daemon_parts == []
+
+
+ROOT = Path(__file__).resolve().parents[2]
+DOC_PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+_IMPORT = re.compile(r"^from fairpost import (?P<names>[^\n(]+)$", re.MULTILINE)
+
+
+def documented_imports() -> list[tuple[str, str]]:
+    """(page, name) for every name a page's examples import with ``from fairpost import ...``."""
+    found = []
+    for page in DOC_PAGES:
+        for match in _IMPORT.finditer(page.read_text(encoding="utf-8")):
+            names = match["names"].split("#", 1)[0]
+            found += [(page.name, name.strip()) for name in names.split(",") if name.strip()]
+    return found
+
+
+def test_the_docs_import_sdk_names() -> None:
+    # The check below must have something to check: the outcome feed's pages use these.
+    assert {("outcomes.md", n) for n in ("Webhooks", "Event", "AsyncEvent", "MailClient")} <= set(
+        documented_imports()
+    )
+
+
+@pytest.mark.parametrize(("page", "name"), documented_imports())
+def test_every_name_the_docs_import_from_fairpost_is_exported(page: str, name: str) -> None:
+    namespace: dict[str, object] = {}
+    exec(f"from fairpost import {name}", namespace)  # as the page's reader would
+    assert namespace[name] is getattr(fairpost, name)
+    assert name in MAILER_API, f"{page} imports {name}, which is not in the documented list"
