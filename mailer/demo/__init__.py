@@ -61,6 +61,7 @@ Scenarios
     weight = 2                       # optional: its fair-share weight
     inflight_cap = 4                 # optional: its own in-flight cap
     bounce = 0.1                     # optional: one mail in ten to a bouncing address
+    webhook = true                   # optional: its outcomes as webhooks to the demo's receiver
 
     [reputation]                     # optional: the guard's settings (FAIRPOST_REPUTATION__*)
     throttle_limits = "2/second"
@@ -70,6 +71,17 @@ every ``bounce+...@simulator.amazonses.com`` recipient, SNS-wrapped, to an
 events queue the replicas read, and the chart gains a panel with the
 tenant's bounce rate, as the reputation guard counts it, against the
 threshold, and when the guard throttled and paused it (``bounce`` scenario).
+
+A tenant with ``webhook = true`` gets a webhook endpoint (as ``fairpost webhook
+add`` makes it) at a receiver the demo runs on 127.0.0.1
+(:mod:`fairpost.mailer.demo.webhooks`), which verifies each delivery with the
+Standard Webhooks library; its mail that does not bounce goes to the mailbox
+simulator's ``success`` address, whose delivery SES reports. After the drain the
+demo waits (at most 20 s) for the deliveries still pending; the summary shows
+the events received, and the check *webhooks reach the application* fails
+unless a ``mail.sent`` arrived for each sent job, a ``mail.delivered`` (and, for
+a bouncing tenant, a ``mail.bounced``) arrived where the demo's own SES
+simulates them, and every signature verified.
 
 A tenant may have both a burst and a rate; a burst due after the load phase
 (``--duration`` shorter than ``burst_at``) is left out. Mail a scenario cannot send

@@ -45,23 +45,29 @@ def schedule(scenario: Scenario) -> list[_Due]:
 
 
 BOUNCE_DOMAIN = "simulator.amazonses.com"
-"""SES's mailbox simulator: mail to ``bounce@`` (``+label`` allowed) bounces for good."""
+"""SES's mailbox simulator: mail to ``bounce@`` (``+label`` allowed) bounces for good, to
+``success@`` is delivered."""
 
 
-def _address(tenant: str, n: int, r: int, bounce: float) -> str:
+def _address(tenant: str, n: int, r: int, bounce: float, delivered: bool = False) -> str:
     """Mail ``n``'s ``r``-th recipient; with ``bounce``, one mail in ``1/bounce`` goes to a
-    bouncing address, each a different one (suppression cannot help)."""
+    bouncing address, each a different one (suppression cannot help); with ``delivered``,
+    the others go to the simulator's ``success`` address, whose delivery SES reports."""
     step = max(1, round(1 / bounce)) if bounce > 0 else 0
     if step and n % step == step - 1:
         return f"bounce+{tenant}-{n}-{r}@{BOUNCE_DOMAIN}"
+    if delivered:
+        return f"success+{tenant}-{n}-{r}@{BOUNCE_DOMAIN}"
     return f"{tenant}-user{n}-{r}@{SENDER_DOMAIN}"
 
 
-def _mails(tenant: str, start: int, count: int, recipients: int, bounce: float = 0.0) -> list[Mail]:
+def _mails(
+    tenant: str, start: int, count: int, recipients: int, bounce: float = 0.0, delivered: bool = False
+) -> list[Mail]:
     return [
         Mail(
             sender=f"{tenant}@{SENDER_DOMAIN}",
-            to=[_address(tenant, n, r, bounce) for r in range(recipients)],
+            to=[_address(tenant, n, r, bounce, delivered) for r in range(recipients)],
             subject=f"{tenant} #{n}",
             text=f"Hello from {tenant}: mail number {n} of the fairpost demo.",
         )
@@ -88,10 +94,10 @@ async def generate_load(
             item = heapq.heappop(due)
             batch[item.tenant] = batch.get(item.tenant, 0) + item.count
         for tenant, count in batch.items():
-            recipients = scenario.tenants[tenant].recipients
+            load = scenario.tenants[tenant]
             for offset in range(0, count, _BURST_CHUNK):
                 size = min(_BURST_CHUNK, count - offset)
-                mails = _mails(tenant, numbers[tenant], size, recipients, scenario.tenants[tenant].bounce)
+                mails = _mails(tenant, numbers[tenant], size, load.recipients, load.bounce, load.webhook)
                 numbers[tenant] += size
-                book.add(tenant, await client.send_many(tenant, mails), recipients)
+                book.add(tenant, await client.send_many(tenant, mails), load.recipients)
                 await asyncio.sleep(0)

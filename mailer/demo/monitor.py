@@ -70,6 +70,11 @@ class JobBook:
             if info.state == "sent" and info.sent_ms is not None and tenant in (None, info.tenant)
         ]
 
+    def sent_ids(self, tenant: str) -> set[str]:
+        return {
+            job_id for job_id, info in self.jobs.items() if info.tenant == tenant and info.state == "sent"
+        }
+
     @property
     def open_count(self) -> int:
         return len(self._open)

@@ -13,11 +13,14 @@ import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fairpost.config import Window
 from fairpost.mailer.demo.monitor import JobBook, JobInfo
 from fairpost.mailer.demo.scenario import Scenario
+
+if TYPE_CHECKING:
+    from fairpost.mailer.demo.webhooks import Received
 
 __all__ = [
     "Check",
@@ -89,6 +92,8 @@ class Report:
     global_recipients: int
     checks: list[Check] = field(default_factory=list)
     files: dict[str, str] = field(default_factory=dict)
+    webhooks: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Per tenant with a webhook endpoint: what the demo's receiver got (:class:`Received`)."""
 
     @property
     def ok(self) -> bool:
@@ -210,7 +215,11 @@ def build_report(
     run_seconds: float,
     interrupted: bool,
     end: EndState,
+    webhooks: dict[str, Received] | None = None,
+    simulated: bool = True,
 ) -> Report:
+    """``webhooks``: what the receiver got per tenant with an endpoint; ``simulated``: SES's
+    events come from the demo's own SES (its mailbox simulator reports bounces and deliveries)."""
     tenants = {t: _tenant_report(scenario, t, book, origin_ms) for t in scenario.tenants}
     all_sent = book.sent()
     report = Report(
@@ -230,7 +239,41 @@ def build_report(
     isolation = _isolation_check(scenario, report, book, origin_ms)
     if isolation is not None:
         report.checks.append(isolation)
+    if webhooks is not None:
+        report.webhooks = {tenant: r.to_json() for tenant, r in webhooks.items()}
+        report.checks.append(_webhook_check(scenario, book, webhooks, simulated))
     return report
+
+
+def _webhook_check(
+    scenario: Scenario, book: JobBook, webhooks: dict[str, Received], simulated: bool
+) -> Check:
+    """Each tenant's outcomes reached its endpoint, signed: every sent job's ``mail.sent``,
+    and (where the demo's SES simulates them) its bounces and deliveries; no delivery
+    failed verification."""
+    failed: list[str] = []
+    seen: list[str] = []
+    for tenant, got in sorted(webhooks.items()):
+        types = got.by_type()
+        if got.unverified:
+            failed.append(f"{got.unverified} deliveries to {tenant}'s endpoint failed verification")
+        if not types:
+            failed.append(f"no event reached {tenant}'s endpoint")
+            continue
+        expected = ["mail.sent"]
+        if simulated:
+            expected.append("mail.delivered")
+            if scenario.tenants[tenant].bounce > 0:
+                expected.append("mail.bounced")
+        absent = [t for t in expected if t not in types]
+        if absent:
+            failed.append(f"no {' or '.join(absent)} reached {tenant}'s endpoint")
+        missing = book.sent_ids(tenant) - got.sent_jobs
+        if missing:
+            failed.append(f"{len(missing)} of {tenant}'s sent jobs never had their mail.sent delivered")
+        seen.append(f"{tenant}: {', '.join(expected)} received, a mail.sent for every sent job")
+    detail = "; ".join(failed) or "; ".join(seen) + ", every signature valid"
+    return Check("webhooks reach the application", not failed, detail)
 
 
 BACKLOGGED_SHARE = 0.95

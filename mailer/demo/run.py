@@ -41,10 +41,13 @@ from fairpost.mailer.demo.services import (
     start_replica,
 )
 from fairpost.mailer.demo.view import LiveView, Phase, print_summary
+from fairpost.mailer.demo.webhooks import Receiver
 from fairpost.mailer.errors import DemoError
 from fairpost.mailer.ops.stats import Stats, collect_stats
 from fairpost.mailer.quota.engine import QuotaEngine
 from fairpost.mailer.sdk.client import AsyncMailClient
+from fairpost.mailer.sdk.outcomes.endpoints import Webhooks
+from fairpost.mailer.sdk.outcomes.pending import pending_deliveries
 from fairpost.mailer.testing.ses_server import SesServer
 from fairpost.mailer.testing.ses_tenancy import EventSink
 
@@ -56,6 +59,8 @@ _SHUTDOWN_GRACE = 3.0
 """The replicas' FAIRPOST_SHUTDOWN_GRACE; they get a few seconds more before SIGKILL."""
 _AWS_ENDPOINT_VARS = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_SQS", "AWS_ENDPOINT_URL_SESV2")
 _EMULATOR_REGION = "us-east-1"
+_WEBHOOK_SETTLE_SECONDS = 20.0
+"""After the drain, at most this long for the webhook deliveries still pending."""
 
 
 @dataclass
@@ -111,15 +116,20 @@ def run_demo(args: argparse.Namespace, settings: Settings) -> int:
             workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="fairpost-demo-")))
             console.print(f"fairpost demo: scenario [bold]{scenario.name}[/] ({scenario.description})")
             backends = _backends(settings, workdir, stack, console)
-            if scenario.bounces():
+            if scenario.ses_events():
                 _start_ses_events(backends, stack, console)
             demo_settings, config_file = _demo_settings(backends, scenario, workdir)
             _init_aws(backends, demo_settings)
             stack.callback(_undo, backends, demo_settings)
+            receiver = None
+            if scenario.webhook_tenants():
+                receiver = Receiver().start()
+                stack.callback(receiver.stop)
+                _add_endpoints(receiver, scenario, demo_settings, console)
             env = demo_env(os.environ, config_file, backends.aws_env)
             for name in backends.aws_drop:
                 env.pop(name, None)
-            demo = Demo(console, scenario, demo_settings, backends, replicas, workdir, env, output)
+            demo = Demo(console, scenario, demo_settings, backends, replicas, workdir, env, output, receiver)
             return asyncio.run(demo.run())
     finally:
         signal.signal(signal.SIGTERM, previous)
@@ -267,6 +277,15 @@ def _init_aws(backends: Backends, settings: Settings) -> None:
             raise
 
 
+def _add_endpoints(receiver: Receiver, scenario: Scenario, settings: Settings, console: Console) -> None:
+    """A webhook endpoint per tenant that asks for one, as ``fairpost webhook add`` makes it."""
+    with Webhooks(settings) as hooks:
+        for tenant in scenario.webhook_tenants():
+            made = hooks.add(tenant, receiver.url(tenant))
+            receiver.expect(tenant, made.id, made.secret)
+            console.print(f"  webhooks: {tenant}'s outcomes to {receiver.url(tenant)} ({made.id})")
+
+
 def _undo(backends: Backends, settings: Settings) -> None:
     """Remove what the demo left in services it did not start."""
     if backends.ses_server is not None and backends.ses_server.events is not None:
@@ -296,8 +315,10 @@ class Demo:
         workdir: Path,
         env: dict[str, str],
         output: Path,
+        receiver: Receiver | None = None,
     ) -> None:
         self.console = console
+        self.receiver = receiver
         self.scenario = scenario
         self.settings = settings
         self.backends = backends
@@ -383,6 +404,8 @@ class Demo:
                 load.cancel()
                 await asyncio.gather(load, return_exceptions=True)
             end_seconds = loop.time() - started
+            if not error and not self.stop.is_set():
+                await self._settle_webhooks(client, view)
             view.message(
                 "stopping the replicas (SIGTERM; they hand back what they hold)"
                 if not error
@@ -400,6 +423,8 @@ class Demo:
             run_seconds=time.monotonic() - started_at,
             interrupted=self.stop.is_set() or error is not None,
             end=end,
+            webhooks=None if self.receiver is None else self.receiver.received(),
+            simulated=self.backends.ses_server is not None,
         )
         chart = self.output / "rates.png"
         summary = self.output / "summary.json"
@@ -431,6 +456,26 @@ class Demo:
             w = scope.reputation.windows[0]
             rate = w.judged_bounces / max(w.judged_sends, self.settings.reputation.min_sends)
             self.trace.add(elapsed, tenant, rate, scope.guard.level if scope.guard else None)
+
+    async def _settle_webhooks(self, client: redis.asyncio.Redis, view: LiveView) -> None:
+        """Let the replicas deliver what is pending at the webhook endpoints (bounded), so
+        the report sees every outcome of the run reach the receiver."""
+        if self.receiver is None:
+            return
+        view.message("waiting for the webhook deliveries still pending")
+        deadline = time.monotonic() + _WEBHOOK_SETTLE_SECONDS
+        while time.monotonic() < deadline and not self.stop.is_set():
+            await self.book.refresh(client, self.keys, everything=True)
+            pending = await pending_deliveries(client, self.keys)
+            received = self.receiver.received()
+            if all(
+                (tenant not in pending or pending[tenant].pending == 0)
+                and self.book.sent_ids(tenant) <= received[tenant].sent_jobs
+                for tenant in received
+            ):
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.stop.wait(), timeout=_TICK)
 
     def _save_logs(self) -> Path:
         """Keep the replicas' logs beside the summary: the temporary directory goes."""

@@ -18,6 +18,8 @@ from fairpost.mailer.errors import DemoError
 
 __all__ = ["Scenario", "TenantLoad", "builtin_names", "load_scenario"]
 
+WEBHOOK_RETRIES = "500ms,1s,2s,4s"
+
 
 class TenantLoad(BaseModel):
     """One tenant's load and its quota overrides."""
@@ -38,6 +40,10 @@ class TenantLoad(BaseModel):
     """Share of its mails addressed to SES's mailbox simulator's bounce address (each a
     different one): SES reports a permanent bounce for each, and fairpost's reputation
     guard judges the tenant by them."""
+    webhook: bool = False
+    """Register a webhook endpoint for the tenant at the demo's local receiver, which
+    verifies each delivery and reports what arrived; its mail that does not bounce goes to
+    the mailbox simulator's ``success`` address, so SES reports each delivery too."""
 
 
 class Scenario(BaseModel):
@@ -84,6 +90,13 @@ class Scenario(BaseModel):
         """Whether any tenant's list bounces (the demo then publishes SES events)."""
         return any(load.bounce > 0 for load in self.tenants.values())
 
+    def webhook_tenants(self) -> list[str]:
+        return [tenant for tenant, load in self.tenants.items() if load.webhook]
+
+    def ses_events(self) -> bool:
+        """Whether SES's events matter (bounces, or deliveries a webhook reports)."""
+        return self.bounces() or bool(self.webhook_tenants())
+
     def with_duration(self, duration: float | None) -> Scenario:
         return self if duration is None else self.model_copy(update={"duration": duration})
 
@@ -109,6 +122,10 @@ class Scenario(BaseModel):
             config["reputation"] = dict(self.reputation)
         if self.warmup_plan is not None:
             config["warmup"] = {"plan": str(self.warmup_plan)}
+        if self.webhook_tenants():
+            # The receiver is a plain http:// server on loopback; a delivery it missed
+            # is tried again within the demo's drain, not five seconds later.
+            config["webhook"] = {"allow_private": True, "retry_schedule": WEBHOOK_RETRIES}
         return config
 
 

@@ -219,6 +219,13 @@ def print_summary(console: Console, report: Report) -> None:
         "",
     )
     console.print(table)
+    for tenant, got in report.webhooks.items():
+        events = ", ".join(f"{n} {kind}" for kind, n in got["events"].items()) or "no events"
+        console.print(
+            f"  webhooks to {tenant}'s receiver ({got['endpoint']}): {events}; "
+            f"{got['deliveries']} deliveries, {got['unverified']} failed verification",
+            highlight=False,
+        )
     for check in report.checks:
         mark = {True: "[green]ok[/]", False: "[bold red]FAILED[/]", None: "[yellow]not checked[/]"}[check.ok]
         console.print(f"  {mark}  {check.name}: {check.detail}", highlight=False)

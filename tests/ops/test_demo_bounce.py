@@ -1,4 +1,5 @@
-"""``fairpost demo --scenario bounce``: one tenant's list bounces, the guard pauses it alone."""
+"""``fairpost demo --scenario bounce``: one tenant's list bounces, the guard pauses it alone,
+and its outcomes reach the demo's webhook receiver."""
 
 from __future__ import annotations
 
@@ -39,6 +40,16 @@ def test_the_bounce_scenario_pauses_the_bouncing_tenant_and_no_other(tmp_path: P
     for tenant in ("acme", "globex", "initech", "umbrella"):
         assert tenants[tenant]["sent"] == scenario.planned(tenant), tenant
     assert all(c["ok"] for c in summary["checks"]), summary["checks"]
+    # Its outcomes reached the demo's receiver as webhooks, every one verified with
+    # the Standard Webhooks library: a mail.sent per sent job, and SES's verdicts.
+    assert "webhooks reach the application" in [c["name"] for c in summary["checks"]]
+    hooks = summary["webhooks"]["bouncy"]
+    assert hooks["unverified"] == 0, hooks
+    events = hooks["events"]
+    assert events["mail.sent"] == tenants["bouncy"]["sent"], hooks
+    assert events["mail.bounced"] >= 1 and events["mail.delivered"] >= 1, hooks
+    assert events["mail.bounced"] + events["mail.delivered"] <= events["mail.sent"], hooks
+    assert "webhooks to bouncy's receiver" in result.stdout
     assert (output / "rates.png").read_bytes().startswith(PNG_SIGNATURE)
     # The guard acted on the bouncing tenant alone: the others were neither throttled
     # nor paused (their latency is no witness: on a loaded machine moto alone can
