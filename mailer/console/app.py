@@ -27,7 +27,7 @@ from fairpost.mailer.console.actions import Actions
 from fairpost.mailer.console.auth import AUTH, Auth, Handler, auth_middleware, safe_next, session_of
 from fairpost.mailer.console.context import ACTIONS, CONSOLE, FLASHES, JINJA, LIVE_SECONDS
 from fairpost.mailer.console.data import Console
-from fairpost.mailer.console.views import clock, mask_address, mask_text, rate, waits, when
+from fairpost.mailer.console.views import clock, mask_address, mask_text, rate, waits, warmup_source, when
 from fairpost.mailer.errors import RedisFailed
 from fairpost.mailer.sdk.connection import timeouts
 
@@ -106,7 +106,9 @@ def _templates(settings: Settings) -> jinja2.Environment:
         scrub=(lambda t: t or "") if show else mask_text,
         number=lambda n: f"{n:,}",
     )
-    env.globals.update(waits=waits, prefix=settings.console.prefix, show_addresses=show)
+    env.globals.update(
+        waits=waits, warmup_source=warmup_source, prefix=settings.console.prefix, show_addresses=show
+    )
     return env
 
 

@@ -133,7 +133,10 @@ class Console:
         return TenantDetail(
             stats=scope,
             at_ms=stats.at_ms,
-            known=known or scope.guard is not None or scope.ses_disabled is not None,
+            known=known
+            or scope.guard is not None
+            or scope.ses_disabled is not None
+            or scope.warmup is not None,
             suppressions=suppressed[:SHOWN_SUPPRESSIONS],
             suppressions_total=len(suppressed),
             waiting={

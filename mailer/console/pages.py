@@ -10,7 +10,7 @@ from urllib.parse import quote
 
 from aiohttp import web
 
-from fairpost.config.limits import Window, format_limits
+from fairpost.config.limits import format_limits
 from fairpost.config.tenant_id import TENANT_ID_RULE, is_valid_tenant_id
 from fairpost.dispatcher.errors import UnknownJob
 from fairpost.mailer.console.auth import Handler
@@ -90,8 +90,12 @@ async def tenant_page(
 ) -> web.Response:
     """The tenant's page; after a refused action, with the error and what was typed."""
     console = request.app[CONSOLE]
-    detail = await console.tenant(tenant_id)
-    current = format_limits(tuple(Window(w.seconds, w.limit) for w in detail.stats.windows))
+    detail, own = await asyncio.gather(
+        console.tenant(tenant_id), asyncio.to_thread(console.admin.tenant_limits, tenant_id)
+    )
+    # The form edits the tenant's own limits: a warming tenant's windows are its
+    # step's where stricter, which saved as its own would outlast the warm-up.
+    current = format_limits(own.windows or ())
     return render(
         request,
         "tenant.html",
@@ -102,6 +106,7 @@ async def tenant_page(
         error=error,
         limits_text=current if limits is None else limits,
         ref=console.address_ref,
+        warmup_settings=console.settings.warmup,
     )
 
 

@@ -118,21 +118,22 @@ class TenantIndex:
 
     async def _all_ids(self) -> list[str]:
         """Every tenant: those that ever enqueued, and those configured, overridden,
-        paused, judged by the guard or disabled by SES."""
+        paused, judged by the guard, disabled by SES or given a warm-up plan."""
         async with self._redis.pipeline(transaction=False) as pipe:
             pipe.scard(self._keys.tenants())
             pipe.hgetall(self._keys.limit_overrides())
             pipe.smembers(self._keys.paused())
             pipe.hgetall(self._keys.guard())
             pipe.hgetall(self._keys.ses_tenant_status())
-            count, raw_overrides, paused, guards, verdicts = await pipe.execute()
+            pipe.hkeys(self._keys.warmup())
+            count, raw_overrides, paused, guards, verdicts, warming = await pipe.execute()
         if int(count) != self._ids_count or self._clock() - self._ids_read > IDS_SECONDS:
             self._ids = sorted(text(t) for t in await self._redis.smembers(self._keys.tenants()))
             self._id_set = set(self._ids)
             self._ids_count, self._ids_read = int(count), self._clock()
         overrides = read_overrides(raw_overrides, paused)
         named = set(self._settings.tenants) | set(overrides.tenants) | overrides.paused
-        named |= set(guard_states(guards)) | set(read_verdicts(verdicts))
+        named |= set(guard_states(guards)) | set(read_verdicts(verdicts)) | {text(t) for t in warming}
         # Those named elsewhere are nearly always known already: then the kept list is the answer.
         extra = named - self._id_set
         return sorted([*self._ids, *extra]) if extra else self._ids

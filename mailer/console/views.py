@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 
 from fairpost.mailer.ops.stats import ScopeStats, WindowUsage
 
-__all__ = ["Chart", "Wait", "chart", "clock", "mask_address", "mask_text", "rate", "waits"]
+__all__ = ["Chart", "Wait", "chart", "clock", "mask_address", "mask_text", "rate", "waits", "warmup_source"]
 
 _ADDRESS = re.compile(r"([A-Za-z0-9._%+-])[A-Za-z0-9._%+-]*@([A-Za-z0-9.-]+\.[A-Za-z]{2,})")
 
@@ -45,6 +45,13 @@ def rate(scope: ScopeStats) -> float:
         return 0.0
     shortest = min(scope.windows, key=lambda w: w.seconds)
     return shortest.used / shortest.seconds
+
+
+def warmup_source(source: str) -> str:
+    """Where a tenant's warm-up plan came from, in words."""
+    if source == "default":
+        return "the default plan, FAIRPOST_WARMUP__PLAN, started at its first mail"
+    return "set by an operator"
 
 
 def full_windows(windows: Sequence[WindowUsage]) -> list[WindowUsage]:
