@@ -404,7 +404,7 @@ _EXTRA_MODULES = {
     "daemon": frozenset(
         {"boto3", "botocore", "aioboto3", "aiobotocore", "aiohttp", "prometheus_client", "rich"}
     ),
-    "demo": frozenset({"matplotlib"}),
+    "demo": frozenset({"matplotlib", "standardwebhooks"}),
     "console": frozenset({"jinja2"}),
 }
 

@@ -69,3 +69,23 @@ def test_sdk_commands_work_without_the_daemon_extra(
     ):
         assert main(command) == 0, command
         assert "pip install" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("missing", ["matplotlib", "standardwebhooks"])
+def test_the_demo_without_a_module_of_its_extra_names_the_extra(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], missing: str
+) -> None:
+    """The daemon extra installed, one of the demo's own modules not (an install made
+    before the demo's webhook receiver needed ``standardwebhooks``)."""
+    for loaded in [
+        m for m in sys.modules if m == missing or m.startswith((missing + ".", "fairpost.mailer.demo"))
+    ]:
+        monkeypatch.delitem(sys.modules, loaded)
+    monkeypatch.setitem(sys.modules, missing, None)  # import raises ModuleNotFoundError
+    monkeypatch.setenv("FAIRPOST_REDIS_URL", redis_url)
+    assert main(["demo", "--duration", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"fairpost: `fairpost demo` needs the demo extra ({missing} is not installed): "
+        "pip install 'fairpost[demo]'\n"
+    )
