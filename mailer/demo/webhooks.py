@@ -18,10 +18,11 @@ import json
 import threading
 from collections import Counter
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
+
+from fairpost.mailer.testing.http_endpoint import Answer, HttpEndpoint, Request
 
 __all__ = ["Received", "Receiver"]
 
@@ -64,21 +65,17 @@ class Receiver:
         self._lock = threading.Lock()
         self._secrets: dict[str, str] = {}
         self._received: dict[str, Received] = {}
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, name="demo-webhooks", daemon=True)
+        self._http = HttpEndpoint(self._answer, self._failed, name="demo-webhooks")
 
     def start(self) -> Receiver:
-        self._thread.start()
+        self._http.start()
         return self
 
     def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=10)
+        self._http.stop()
 
     def url(self, tenant: str) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}/hooks/{tenant}"
+        return f"{self._http.url}/hooks/{tenant}"
 
     def expect(self, tenant: str, endpoint: str, secret: str) -> None:
         """Verify the tenant's deliveries with its endpoint's ``whsec_`` secret."""
@@ -95,6 +92,16 @@ class Receiver:
                 )
                 for tenant, r in self._received.items()
             }
+
+    def _answer(self, request: Request) -> Answer:
+        if request.method != "POST" or not request.path.startswith("/hooks/"):
+            return Answer(404, b"")
+        body = request.body[:_MAX_BODY].decode("utf-8", errors="replace")
+        status = self._take(request.path.removeprefix("/hooks/"), body, dict(request.headers))
+        return Answer(status, b"" if status == 204 else json.dumps({"ok": status < 300}).encode())
+
+    def _failed(self, exc: Exception) -> Answer:
+        return Answer(500, json.dumps({"error": type(exc).__name__}).encode())
 
     def _take(self, tenant: str, body: str, headers: dict[str, str]) -> int:
         with self._lock:
@@ -118,24 +125,3 @@ class Receiver:
             if kind == "mail.sent":
                 received.sent_jobs.add(str(event.get("data", {}).get("job_id")))
         return 204
-
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, format: str, *args: Any) -> None:
-                pass  # the demo's screen is the live table
-
-            def do_POST(self) -> None:
-                length = min(int(self.headers.get("Content-Length") or 0), _MAX_BODY)
-                body = self.rfile.read(length).decode("utf-8", errors="replace")
-                headers = {k.lower(): v for k, v in self.headers.items()}
-                tenant = self.path.removeprefix("/hooks/")
-                status = receiver._take(tenant, body, headers)
-                payload = json.dumps({"ok": status < 300}).encode() if status != 204 else b""
-                self.send_response(status)
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-
-        return Handler
