@@ -1,6 +1,7 @@
 """What SES's answer means for a mail, its tenant and the whole sender.
 
-The classes are in fairpost.mailer.daemon.ses; here each becomes an action: a sent
+The classes are in fairpost.mailer.daemon.ses; here each becomes an action and
+the mail's settlement (fairpost.mailer.daemon.settlement): a sent
 mail is deleted (and recorded with its group, fairpost.mailer.daemon.send); throttling
 holds the whole sender for a growing back-off, or, when SES says the day's
 quota is spent, until the day can free (the account read again); a refusal
@@ -16,17 +17,18 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable
+from typing import Protocol
 
 from fairpost.mailer.daemon import ses
 from fairpost.mailer.daemon.aws import SesClient
 from fairpost.mailer.daemon.context import SenderContext
-from fairpost.mailer.daemon.counting import Stamp
+from fairpost.mailer.daemon.counting import Counting, Stamp
 from fairpost.mailer.daemon.endings import Endings
 from fairpost.mailer.daemon.gate import Gate
 from fairpost.mailer.daemon.inbox import MAX_VISIBILITY, Received
 from fairpost.mailer.daemon.ses_account import daily_quota_wait, is_daily_quota_exceeded
 from fairpost.mailer.daemon.ses_tenant_status import REASON
+from fairpost.mailer.daemon.settlement import HAND_BACK, Backoff, Delete, Settlement, attempt_backoff
 from fairpost.mailer.errors import SesAccountError
 from fairpost.mailer.quota.holds import TenantHolds
 from fairpost.mailer.quota.overrides import PAUSED_RECHECK_SECONDS
@@ -56,16 +58,32 @@ def forget_ended(held: dict[str, tuple[str, float]], now: float) -> int:
     return max(_SWEEP_MIN, 2 * len(held))
 
 
+class _Park(Protocol):
+    async def __call__(
+        self,
+        tenant: str,
+        refused: list[Received],
+        retry_after: float,
+        blocked_by: str | None,
+        at_ms: int,
+        *,
+        overrule: bool = False,
+    ) -> None: ...
+
+
 class Answers:
-    def __init__(self, ctx: SenderContext, ses_client: SesClient, gate: Gate, endings: Endings) -> None:
+    def __init__(
+        self, ctx: SenderContext, ses_client: SesClient, gate: Gate, endings: Endings, counting: Counting
+    ) -> None:
         self.ctx = ctx
         self.ses = ses_client
         self.gate = gate
         self.endings = endings
+        self.counting = counting
         self._throttle_backoff = _THROTTLE_BACKOFF_MIN
         self._daily_lock = asyncio.Lock()
         self._daily_until = 0.0
-        self.park: Callable[[str, list[Received], float, str | None, int], Awaitable[None]] | None = None
+        self.park: _Park | None = None
         """Parks a tenant's mail (fairpost.mailer.daemon.group.GroupDecision.park), set by the Sender."""
         self.holds = TenantHolds(ctx.store.redis, ctx.store.keys, ctx.store.limits)
         # Tenants SES refused for their own set-up: tenant → (ses_<code>, monotonic time
@@ -87,13 +105,15 @@ class Answers:
         return tenant in self._held
 
     async def park_disabled(self, tenant: str, paused: list[Received], at_ms: int) -> None:
-        """SES disabled the tenant's SES tenant: its refused mails wait (recheck, then resume)."""
+        """SES disabled the tenant's SES tenant: its refused mails wait (recheck, then
+        resume), whatever their own answers decided."""
         assert self.park is not None and self.ctx.feedback is not None
         # The park says why in the job's status (waiting_for), as every park does.
-        await self.park(tenant, paused, PAUSED_RECHECK_SECONDS, REASON, at_ms)
+        await self.park(tenant, paused, PAUSED_RECHECK_SECONDS, REASON, at_ms, overrule=True)
 
-    async def obey(self, tenant: str, msg: Received, stamp: Stamp, result: ses.SendResult) -> None:
-        """Do what SES's answer means for this mail (the table in fairpost.mailer.daemon.ses)."""
+    async def obey(self, tenant: str, msg: Received, stamp: Stamp, result: ses.SendResult) -> Settlement:
+        """Do what SES's answer means for this mail (the table in fairpost.mailer.daemon.ses),
+        and say what becomes of its message."""
         ctx = self.ctx
         env = msg.envelope
         assert env is not None
@@ -101,14 +121,13 @@ class Answers:
         if result.verdict is ses.Verdict.SENT:
             # Restamped and recorded with the rest of its group: _record.
             self._throttle_backoff = _THROTTLE_BACKOFF_MIN
-            msg.delete = True
             ctx.stats.sent += 1
             ctx.metrics.sent(tenant, env.created_ms)
-            return
+            return Delete("sent")
         if result.verdict is not ses.Verdict.TRANSIENT:
             # SES refused it outright: the quota units go back. After a 5xx or a
             # network error SES may have the mail, so its units stay counted.
-            await ctx.quota.refund(tenant, env.mail.recipients, stamp.at_ms, *ctx.windows(tenant))
+            await self.counting.refund(tenant, msg, stamp.at_ms)
         ctx.stats.by_reason[result.verdict.value] = ctx.stats.by_reason.get(result.verdict.value, 0) + 1
         if result.verdict is ses.Verdict.THROTTLED:
             ctx.stats.throttled_by_ses += 1
@@ -120,12 +139,11 @@ class Answers:
             else:
                 delay = daily
             self.gate.hold(delay)
-            msg.visibility = min(
-                delay + random.uniform(0, ctx.settings.sender.max_jitter_seconds), MAX_VISIBILITY
-            )
+            jitter = random.uniform(0, ctx.settings.sender.max_jitter_seconds)
             await ctx.store.count_throttled([env.job_id], "ses", await ctx.store.now_ms() + int(delay * 1000))
             log.warning("SES throttled; sender backs off %.1fs", delay, extra=extra)
-        elif result.verdict is ses.Verdict.TENANT:
+            return Backoff(min(delay + jitter, MAX_VISIBILITY), "ses_throttled")
+        if result.verdict is ses.Verdict.TENANT:
             # This tenant's own SES set-up: it alone waits, nothing is counted against the mail.
             s = ctx.settings.sender
             hold, wait = await self.holds.hold(
@@ -137,32 +155,31 @@ class Answers:
             self._held[tenant] = (hold.reason, time.monotonic() + wait)
             if len(self._held) > self._sweep_above:
                 self._sweep_above = forget_ended(self._held, time.monotonic())
-            msg.visibility = wait
             ctx.metrics.throttled(tenant, hold.reason)
             await ctx.store.mark_waiting([env.job_id], hold.reason, hold.until_ms)
             log.warning(
                 "SES refuses this tenant's mail (%s); tenant held %.1fs", result.error, wait, extra=extra
             )
-        elif result.verdict is ses.Verdict.PAUSED:
-            msg.visibility = ctx.settings.sender.pause_seconds
+            return Backoff(wait, hold.reason)
+        if result.verdict is ses.Verdict.PAUSED:
             log.error(
                 "SES refuses to send (%s); sender paused %.0fs",
                 result.error,
                 ctx.settings.sender.pause_seconds,
                 extra=extra,
             )
-        elif result.verdict is ses.Verdict.PERMANENT:
-            await self.endings.dead(msg, result.error or "rejected by SES", "rejected")
-        else:
-            attempts = await ctx.store.count_attempt(env.job_id, result.error or "")
-            if attempts >= ctx.settings.sender.max_attempts:
-                await self.endings.dead(msg, f"gave up after {attempts} attempts: {result.error}", "attempts")
-            else:
-                ctx.stats.retried += 1
-                ctx.metrics.retried(tenant)
-                s = ctx.settings.sender
-                msg.visibility = min(s.backoff_base_seconds * 2 ** (attempts - 1), s.backoff_max_seconds)
-                log.warning("SES send failed (attempt %d): %s", attempts, result.error, extra=extra)
+            return Backoff(ctx.settings.sender.pause_seconds, "ses_paused")
+        if result.verdict is ses.Verdict.PERMANENT:
+            return await self.endings.dead(msg, result.error or "rejected by SES", "rejected")
+        attempts = await ctx.store.count_attempt(env.job_id, result.error or "")
+        if attempts >= ctx.settings.sender.max_attempts:
+            return await self.endings.dead(
+                msg, f"gave up after {attempts} attempts: {result.error}", "attempts"
+            )
+        ctx.stats.retried += 1
+        ctx.metrics.retried(tenant)
+        log.warning("SES send failed (attempt %d): %s", attempts, result.error, extra=extra)
+        return attempt_backoff(attempts, ctx.settings.sender, "ses_transient")
 
     async def _daily_hold(self) -> float | None:
         """SES says the account's day is spent: the seconds to hold sending, from the
@@ -213,7 +230,7 @@ class Answers:
         faulted = [m for m, r, _ in answered if r.verdict is ses.Verdict.TENANT]
         for behind in faulted[1:]:
             # One message waits in flight; FIFO order keeps the rest behind it.
-            behind.visibility = 0
+            behind.overrule(HAND_BACK)
         if tenant in self._held and any(r.verdict is ses.Verdict.SENT for _, r, _ in answered):
             del self._held[tenant]
             await self.holds.clear(tenant)

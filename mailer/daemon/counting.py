@@ -1,4 +1,8 @@
-"""Keeping a granted mail counted in its quota windows until SES counts it.
+"""A mail's quota units, from its grant until SES counts it (or they go back).
+
+The one place the sender moves quota units: a group's grant
+(:meth:`Counting.acquire`), the refund of a mail SES never took, or that is
+not sent here (:meth:`Counting.refund`), and the moves forward below.
 
 The quota engine counts a grant in the bucket of the grant's moment. SES
 counts a mail when it arrives, which may be later: the mail waited for an
@@ -22,6 +26,7 @@ from fairpost.dispatcher.backoff import OutageBackoff
 from fairpost.mailer.daemon import ses
 from fairpost.mailer.daemon.context import SenderContext
 from fairpost.mailer.daemon.inbox import Received
+from fairpost.mailer.quota.engine import Grant
 
 log = logging.getLogger("fairpost.sender")
 
@@ -43,6 +48,22 @@ def may_have_it(verdict: ses.Verdict) -> bool:
 class Counting:
     def __init__(self, ctx: SenderContext) -> None:
         self.ctx = ctx
+
+    async def acquire(self, tenant: str, messages: Sequence[Received]) -> Grant:
+        """Ask the quota for a group's mails, in order, in one atomic call: the head
+        it grants is counted at the grant's ``at_ms``."""
+        ctx = self.ctx
+        costs = [m.envelope.mail.recipients for m in messages if m.envelope]
+        return await ctx.quota.acquire(
+            tenant, costs, *ctx.windows(tenant), weight=ctx.settings.weight_for(tenant)
+        )
+
+    async def refund(self, tenant: str, msg: Received, at_ms: int) -> None:
+        """A granted mail SES never took (refused outright, or not sent here): its
+        units, counted in the bucket of ``at_ms``, go back."""
+        assert msg.envelope is not None
+        ctx = self.ctx
+        await ctx.quota.refund(tenant, msg.envelope.mail.recipients, at_ms, *ctx.windows(tenant))
 
     def every(self, tenant: str) -> float:
         """Half the shortest window: how long a granted mail may go unsent before its

@@ -1,4 +1,4 @@
-"""How a received mail ends dead: the reason kept on its job, its message deleted.
+"""How a received mail ends dead: the reason kept on its job, its message to be deleted.
 
 A mail SES refused, one that failed too often, one whose content is gone, or
 an SQS body this fairpost cannot read: each becomes a dead letter an
@@ -13,6 +13,7 @@ import logging
 from fairpost.dispatcher.jobs import JobState
 from fairpost.mailer.daemon.context import SenderContext
 from fairpost.mailer.daemon.inbox import Received
+from fairpost.mailer.daemon.settlement import Delete
 
 log = logging.getLogger("fairpost.sender")
 
@@ -21,8 +22,9 @@ class Endings:
     def __init__(self, ctx: SenderContext) -> None:
         self.ctx = ctx
 
-    async def dead(self, msg: Received, reason: str, kind: str) -> None:
-        """``kind`` is the metrics label (fairpost.mailer.daemon.metrics.DEAD_REASONS)."""
+    async def dead(self, msg: Received, reason: str, kind: str) -> Delete:
+        """Ends the mail's job dead; its message's settlement is returned for the caller
+        to decide. ``kind`` is the metrics label (fairpost.mailer.daemon.metrics.DEAD_REASONS)."""
         assert msg.envelope is not None
         env = msg.envelope
         ctx = self.ctx
@@ -35,14 +37,14 @@ class Endings:
         if result == -1:
             # No record (expired, or the Redis lost it): keep the mail as a dead letter anyway.
             await self._record_dead(env.job_id, env.tenant, reason, msg.body)
-        msg.delete = True
         if msg.trace is not None:
             msg.trace.dead(kind)
         ctx.stats.dead += 1
         ctx.metrics.dead(env.tenant, kind)
         log.warning("dead letter: %s", reason, extra={"job_id": env.job_id, "tenant": env.tenant})
+        return Delete("dead")
 
-    async def poison(self, msg: Received, reason: str) -> None:
+    async def poison(self, msg: Received, reason: str) -> Delete:
         """An SQS body this fairpost cannot read."""
         ctx = self.ctx
         why = f"unreadable SQS message: {reason}"
@@ -62,10 +64,10 @@ class Endings:
         if finished == -1:
             job_id = f"poison-{msg.message_id}"
             await self._record_dead(job_id, msg.group, why, msg.body)
-        msg.delete = True
         ctx.stats.dead += 1
         ctx.metrics.dead(msg.group, "poison")
         log.error("poison message dead-lettered: %s", reason, extra={"job_id": job_id, "tenant": msg.group})
+        return Delete("poison")
 
     async def _record_dead(self, job_id: str, tenant: str, reason: str, raw_body: str) -> None:
         await self.ctx.store.record_dead(job_id, tenant, reason, raw_body, keep_seconds=self.ctx.finished_ttl)

@@ -47,7 +47,6 @@ log = logging.getLogger("fairpost.sender")
 
 class _Message(Protocol):
     envelope: Envelope | None
-    delete: bool
 
 
 M = TypeVar("M", bound=_Message)
@@ -82,7 +81,7 @@ class Feedback:
 
     async def screen(self, tenant: str, messages: list[M]) -> list[M]:
         """The messages still to send, their suppressed recipients dropped; a mail
-        with none left is finished ``suppressed`` and its message marked for deletion."""
+        with none left is finished ``suppressed`` and left out (its message is the caller's to delete)."""
         addresses = [a for m in messages if m.envelope for a in _recipients(m.envelope)]
         suppressed = await suppressed_among(self.redis, self.keys, tenant, addresses)
         if not suppressed:
@@ -121,7 +120,6 @@ class Feedback:
                 fields={"suppressed": dropped},
                 entry=event,
             )
-            msg.delete = True
             log.info("mail not sent: every recipient is suppressed for the tenant", extra=extra)
         return kept
 

@@ -5,7 +5,9 @@ together: mail already sent or dead is deleted, a paused tenant's mail is
 parked, and the rest asks the quota engine in one atomic call for all its
 recipients. The granted head goes to :class:`fairpost.mailer.daemon.send.Sending`;
 the refused tail is parked, its visibility extended to the moment the quota
-frees, which in a FIFO queue pauses that tenant alone.
+frees, which in a FIFO queue pauses that tenant alone. Each message's fate is
+decided here as a settlement (fairpost.mailer.daemon.settlement), which the
+inbox applies.
 """
 
 from __future__ import annotations
@@ -16,10 +18,12 @@ import time
 
 from fairpost.dispatcher.jobs import FINAL_STATES
 from fairpost.mailer.daemon.context import SenderContext
+from fairpost.mailer.daemon.counting import Counting
 from fairpost.mailer.daemon.endings import Endings
 from fairpost.mailer.daemon.gate import Gate
-from fairpost.mailer.daemon.inbox import MAX_VISIBILITY, Inbox, Received
+from fairpost.mailer.daemon.inbox import MAX_VISIBILITY, Received
 from fairpost.mailer.daemon.send import Sending
+from fairpost.mailer.daemon.settlement import HAND_BACK, Delete, Park, Retry
 from fairpost.mailer.quota.engine import never_fits_reason
 from fairpost.mailer.quota.overrides import PAUSED_RECHECK_SECONDS
 
@@ -47,11 +51,11 @@ a tenant held for its SES set-up is labelled with its ``ses_<code>`` itself."""
 
 class GroupDecision:
     def __init__(
-        self, ctx: SenderContext, gate: Gate, inbox: Inbox, endings: Endings, sending: Sending
+        self, ctx: SenderContext, gate: Gate, counting: Counting, endings: Endings, sending: Sending
     ) -> None:
         self.ctx = ctx
         self.gate = gate
-        self.inbox = inbox
+        self.counting = counting
         self.endings = endings
         self.sending = sending
 
@@ -67,7 +71,7 @@ class GroupDecision:
             if state in FINAL_STATES or msg.envelope.job_id in seen:
                 # Sent already (a redelivery after a crash), cancelled, dead or suppressed: never again.
                 # Twice in one batch (a replayed job's old message): once is enough.
-                msg.delete = True
+                msg.decide(Delete(str(state) if state else "duplicate"))
                 if msg.trace is not None:
                     msg.trace.state = str(state) if state else "duplicate"
             else:
@@ -86,9 +90,13 @@ class GroupDecision:
                 await self.park(tenant, todo, PAUSED_RECHECK_SECONDS, held, await ctx.store.now_ms())
                 return
             screened = await ctx.feedback.screen(tenant, todo)
+            kept = {id(m) for m in screened}
             for msg in todo:
-                if msg.delete and msg.trace is not None:
-                    msg.trace.state = "suppressed"
+                if id(msg) not in kept:
+                    # Every recipient suppressed: finished so, never sent.
+                    msg.decide(Delete("suppressed"))
+                    if msg.trace is not None:
+                        msg.trace.state = "suppressed"
             todo = screened
             if not todo:
                 return
@@ -102,12 +110,9 @@ class GroupDecision:
             # The hold ended: one mail asks SES whether the fault is gone; the rest
             # wait behind it in their FIFO group.
             for behind in todo[1:]:
-                behind.visibility = 0
+                behind.decide(HAND_BACK)
             todo = todo[:1]
-        costs = [m.envelope.mail.recipients for m in todo if m.envelope]
-        grant = await ctx.quota.acquire(
-            tenant, costs, *ctx.windows(tenant), weight=ctx.settings.weight_for(tenant)
-        )
+        grant = await self.counting.acquire(tenant, todo)
         granted, refused = todo[: grant.granted], todo[grant.granted :]
         if refused:
             first = refused[0].envelope
@@ -130,6 +135,7 @@ class GroupDecision:
         *,
         never: str | None = None,
         label: str | None = None,
+        overrule: bool = False,
     ) -> None:
         """The refused mails wait in SQS until ``retry_after`` seconds from now.
 
@@ -139,15 +145,19 @@ class GroupDecision:
         this process times itself (under PRECISE_WAIT_MAX) keeps the group: it is
         asked for again in a moment, and handing it back would only cost SQS calls
         to receive it again.
+
+        ``overrule``: the mails were decided this round already (their SES answers),
+        and their group's answers taken together park them instead.
         """
         ctx = self.ctx
+        settle = Received.overrule if overrule else Received.decide
         if retry_after < 0:
             # More recipients than a window allows: it can never fit.
             for msg in refused[:1]:
                 assert msg.envelope is not None
                 # ``never`` names the window (quota.engine.never_fits_reason).
                 reason = never or "the mail has more recipients than a quota window allows"
-                await self.endings.dead(msg, reason, "too_many_recipients")
+                settle(msg, await self.endings.dead(msg, reason, "too_many_recipients"))
             refused = refused[1:]
             retry_after = 1.0
         if not refused:
@@ -156,7 +166,7 @@ class GroupDecision:
         precise = blocked_by in ("tenant", "global", "share") and retry_after <= PRECISE_WAIT_MAX
         if not precise:
             for behind in refused[1:]:
-                behind.visibility, behind.retry_at = 0, None
+                settle(behind, HAND_BACK)
             refused = refused[:1]
         if blocked_by == "global":
             self.gate.hold_for_quota(retry_after)
@@ -176,12 +186,9 @@ class GroupDecision:
             if msg.trace is not None:
                 msg.trace.wait(reason, wait)
         for msg in refused:
-            if precise:
-                msg.retry_here(now + wait, PRECISE_SAFETY_NET)
-            else:
-                msg.visibility, msg.retry_at = wait, None
-                msg.hidden_until = now + wait
-        self.inbox.parked(tenant, refused, now + wait)
+            settle(
+                msg, Retry(now + wait, PRECISE_SAFETY_NET, tenant) if precise else Park(wait, tenant, reason)
+            )
         ids = [m.envelope.job_id for m in refused if m.envelope]
         await ctx.store.count_throttled(ids, reason, at_ms + int(wait * 1000))
         # The jobs keep their tenant's in-flight slots while they wait in SQS.

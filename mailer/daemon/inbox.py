@@ -1,10 +1,12 @@
-"""The SQS messages a sender holds, and giving each back to SQS.
+"""The SQS messages a sender holds, and the one place their settlements reach SQS.
 
-Every received message is held until it is settled: deleted (sent, or
-ended dead) or given a new visibility (parked until its quota frees, or
-retried later). Parked messages are remembered per tenant, so a change of
-limits or a resume can bring them back at once (:meth:`Inbox.unpark`); at
-shutdown whatever is still held goes straight back (:meth:`Inbox.release_held`).
+Every received message is held until it is settled: each round of it (its
+receive, or a timed retry) ends with one decision
+(:mod:`fairpost.mailer.daemon.settlement`), which :meth:`Inbox.settle` applies:
+a delete, a new visibility, or a retry timed here. Parked messages are
+remembered per tenant, so a change of limits or a resume can bring them back
+at once (:meth:`Inbox.unpark`); at shutdown whatever is still held goes
+straight back (:meth:`Inbox.release_held`).
 """
 
 from __future__ import annotations
@@ -14,16 +16,28 @@ import logging
 import math
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from fairpost.mailer.daemon.aws import SqsClient
 from fairpost.mailer.daemon.metrics import Metrics
+from fairpost.mailer.daemon.settlement import (
+    HAND_BACK,
+    Backoff,
+    Delete,
+    HandBack,
+    Park,
+    Retry,
+    SettledTwice,
+    Settlement,
+)
 from fairpost.mailer.daemon.tracing import JobTrace
 from fairpost.mailer.sdk.envelope import Envelope
 
 log = logging.getLogger("fairpost.sender")
+
+_T = TypeVar("_T")
 
 MAX_VISIBILITY = 43_000
 """SQS allows 12 h (43,200 s) of visibility from a receive; keep a margin.
@@ -37,18 +51,13 @@ _SWEEP_MIN = 64
 
 @dataclass
 class Received:
-    """One SQS message and what became of it."""
+    """One SQS message and what becomes of it this round."""
 
     message_id: str
     receipt: str
     group: str
     body: str
     envelope: Envelope | None = None
-    delete: bool = False
-    visibility: float | None = None
-    retry_at: float | None = None
-    """Set (monotonic) when the quota frees in under PRECISE_WAIT_MAX seconds: this
-    process asks again then, instead of waiting for SQS's whole-second visibility."""
     hidden_until: float = 0.0
     """Monotonic time its visibility (from the receive, or as last changed) ends."""
     in_call: bool = False
@@ -61,17 +70,35 @@ class Received:
     after a failure takes the marker it may hold already as its own."""
     trace: JobTrace | None = None
     """Its processing span, from its decode until it is settled (tracing on only)."""
+    settlement: Settlement | None = field(default=None, init=False)
+    """This round's decision (fairpost.mailer.daemon.settlement); None: none yet."""
 
-    def retry_here(self, at: float, margin: float) -> None:
-        """This process asks for it again at ``at`` (monotonic). SQS keeps it hidden
-        ``margin`` seconds longer, so that it comes back from there if this process
-        dies meanwhile: a visibility change only when it would come back sooner."""
-        now = time.monotonic()
-        self.retry_at = at
-        kept = self.hidden_until >= at + margin
-        self.visibility = None if kept else at - now + margin
-        if self.visibility is not None:
-            self.hidden_until = now + self.visibility
+    def decide(self, settlement: Settlement) -> None:
+        """What becomes of it this round. A second decision is a defect: only
+        :meth:`overrule` and :meth:`reopen` change one."""
+        if self.settlement is not None:
+            raise SettledTwice(f"message {self.message_id}: {self.settlement} then {settlement}")
+        self.settlement = settlement
+
+    def overrule(self, settlement: Settlement) -> None:
+        """A later look changes this round's decision: the group's answers taken
+        together (fairpost.mailer.daemon.answers.Answers.after_group), a failure of
+        the group's handling, or the shutdown."""
+        self.settlement = settlement
+
+    def reopen(self) -> None:
+        """A new round: asked for again (a timed retry), or the round's decisions are
+        void because its group failed on an outage and is decided again."""
+        self.settlement = None
+
+    @property
+    def deleted(self) -> bool:
+        return isinstance(self.settlement, Delete)
+
+    @property
+    def retry_at(self) -> float | None:
+        """When this process asks for it again (monotonic), if it does."""
+        return self.settlement.at if isinstance(self.settlement, Retry) else None
 
 
 class Inbox:
@@ -84,6 +111,10 @@ class Inbox:
         # Messages parked for quota or a pause: tenant → receipt → monotonic time it returns.
         self._parked: dict[str, dict[str, float]] = {}
         self._sweep_above = _SWEEP_MIN
+        self.timers: set[asyncio.Task[None]] = set()
+        """The timed retries waiting (:class:`fairpost.mailer.daemon.settlement.Retry`)."""
+        self.on_due: Callable[[list[Received]], Awaitable[None]] | None = None
+        """Asks again for a timed retry's messages when due (set by the Sender)."""
 
     def hold(self, messages: Sequence[Received]) -> None:
         for msg in messages:
@@ -118,13 +149,35 @@ class Inbox:
         self._sweep_above = max(_SWEEP_MIN, 2 * len(self._parked))
 
     async def settle(self, messages: Sequence[Received], *, promptly: bool = False) -> None:
-        """Delete what is done and set the visibility of what waits, in batches of ten.
-        ``promptly``: the deletes do not wait for company (they free a FIFO group whose
-        backlog waits behind them)."""
-        deletes = [m for m in messages if m.delete]
-        changes = [m for m in messages if not m.delete and m.visibility is not None]
+        """Apply each message's settlement: the deletes, then the visibility changes in
+        batches of ten; a park is remembered for :meth:`unpark`, and a timed retry is
+        timed here (:meth:`on_due` is called with its messages when due). ``promptly``:
+        the deletes do not wait for company (they free a FIFO group whose backlog
+        waits behind them)."""
+        deletes = [m for m in messages if isinstance(m.settlement, Delete)]
         if deletes:
             await self._deletes.delete(deletes, promptly=promptly)
+        now = time.monotonic()
+        changes: list[tuple[Received, float]] = []
+        retries: dict[float, list[Received]] = {}
+        for m in messages:
+            settled = m.settlement
+            if isinstance(settled, Park):
+                changes.append((m, settled.seconds))
+                self.parked(settled.tenant, [m], now + settled.seconds)
+            elif isinstance(settled, Backoff):
+                changes.append((m, settled.seconds))
+            elif isinstance(settled, HandBack):
+                changes.append((m, 0.0))
+            elif isinstance(settled, Retry):
+                # A visibility change only when SQS would show it again before the margin.
+                if m.hidden_until < settled.at + settled.margin:
+                    changes.append((m, settled.at - now + settled.margin))
+                if settled.tenant is not None:
+                    self.parked(settled.tenant, [m], settled.at)
+                retries.setdefault(settled.at, []).append(m)
+        for m, seconds in changes:
+            m.hidden_until = now + seconds
         for chunk in _chunks(changes, 10):
             visibilities: list[dict[str, Any]] = [
                 {
@@ -132,15 +185,47 @@ class Inbox:
                     "ReceiptHandle": m.receipt,
                     # SQS counts whole seconds: round up, or a short wait becomes
                     # no wait at all and the message comes straight back.
-                    "VisibilityTimeout": min(MAX_VISIBILITY, max(0, math.ceil(m.visibility or 0))),
+                    "VisibilityTimeout": min(MAX_VISIBILITY, max(0, math.ceil(seconds))),
                 }
-                for i, m in enumerate(chunk)
+                for i, (m, seconds) in enumerate(chunk)
             ]
             response = await self.sqs.change_message_visibility_batch(
                 QueueUrl=self.queue_url, Entries=visibilities
             )
             for fail in response.get("Failed", []):
                 log.warning("SQS visibility change failed: %s", fail.get("Message", fail.get("Code")))
+        for due, again in retries.items():
+            self._time(again, due)
+
+    def _time(self, again: list[Received], due: float) -> None:
+        timer = asyncio.create_task(self._ask_again(again, due), name="sender-precise-retry")
+        self.timers.add(timer)
+        timer.add_done_callback(self._timer_done)
+
+    async def _ask_again(self, messages: list[Received], due: float) -> None:
+        """The quota frees in less than a second or two, or an outage may be over: ask
+        again at that moment.
+
+        SQS counts visibility in whole seconds, so parking for 0.3 s would
+        cost 1 s, a third of a per-second quota. The messages stay parked in
+        SQS meanwhile (with a margin), so if this process dies they come back
+        there; no worker slot is held while waiting, only this timer.
+        """
+        await asyncio.sleep(max(0.0, due - time.monotonic()))
+        assert self.on_due is not None
+        await self.on_due(messages)
+
+    def _timer_done(self, timer: asyncio.Task[None]) -> None:
+        self.timers.discard(timer)
+        if not timer.cancelled() and timer.exception() is not None:
+            # Its messages stay parked in SQS and come back when their visibility ends.
+            log.error("timed retry failed", exc_info=timer.exception())
+
+    async def cancel_timers(self) -> None:
+        """Shutdown: no timed retry asks again; their messages stay held."""
+        for timer in list(self.timers):
+            timer.cancel()
+        await asyncio.gather(*self.timers, return_exceptions=True)
 
     async def extend(self, messages: Sequence[Received], seconds: int) -> None:
         """Keep ``messages`` hidden ``seconds`` more from now (their sends go on)."""
@@ -160,9 +245,11 @@ class Inbox:
         if isinstance(response, BaseException):
             return
         messages = [
-            Received(message_id=m["MessageId"], receipt=m["ReceiptHandle"], group="", body="", visibility=0)
+            Received(message_id=m["MessageId"], receipt=m["ReceiptHandle"], group="", body="")
             for m in response.get("Messages", [])
         ]
+        for msg in messages:
+            msg.decide(HAND_BACK)
         if messages:
             await self.settle(messages)
 
@@ -190,10 +277,10 @@ class Inbox:
         # SES may have it, and its sending marker lasts as long.
         held = [m for m in self._held.values() if not m.in_call]
         for m in held:
-            if not m.delete:
-                m.visibility = 0
+            if not m.deleted:
+                m.overrule(HAND_BACK)
         await self.settle(held)
-        released = sum(1 for m in held if not m.delete)
+        released = sum(1 for m in held if not m.deleted)
         self.metrics.handed_back(released)
         return released
 
@@ -253,5 +340,5 @@ class _Deletes:
                 future.set_result(None)
 
 
-def _chunks(items: Sequence[Received], size: int) -> list[Sequence[Received]]:
+def _chunks(items: Sequence[_T], size: int) -> list[Sequence[_T]]:
     return [items[i : i + size] for i in range(0, len(items), size)]

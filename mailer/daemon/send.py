@@ -28,6 +28,7 @@ from fairpost.mailer.daemon.counting import Counting, Stamp, may_have_it
 from fairpost.mailer.daemon.endings import Endings
 from fairpost.mailer.daemon.gate import Gate
 from fairpost.mailer.daemon.inbox import Inbox, Received
+from fairpost.mailer.daemon.settlement import Backoff, Delete
 from fairpost.mailer.sdk.envelope import Envelope
 from fairpost.mailer.sdk.outcomes import feed
 
@@ -39,21 +40,27 @@ _CLAIMED_ELSEWHERE_WAIT = 5.0
 
 class Sending:
     def __init__(
-        self, ctx: SenderContext, ses_client: SesClient, gate: Gate, inbox: Inbox, endings: Endings
+        self,
+        ctx: SenderContext,
+        ses_client: SesClient,
+        gate: Gate,
+        inbox: Inbox,
+        endings: Endings,
+        counting: Counting,
     ) -> None:
         self.ctx = ctx
         self.inbox = inbox
         self.ses = ses_client
         self.gate = gate
         self.endings = endings
-        self.counting = Counting(ctx)
+        self.counting = counting
         self._slots = asyncio.Semaphore(ctx.settings.sender.concurrency)
         self.account = ses.AccountCheck(ses_client)
-        self.answers = Answers(ctx, ses_client, gate, endings)
+        self.answers = Answers(ctx, ses_client, gate, endings, counting)
 
     async def send_granted(self, tenant: str, granted: list[Received], at_ms: int) -> None:
-        """Send the mails a grant at ``at_ms`` covers; each ends with ``delete`` or a
-        ``visibility`` set. Raises the first error after every answer is recorded."""
+        """Send the mails a grant at ``at_ms`` covers; each is decided (its settlement)
+        once its answer is known. Raises the first error after every answer is recorded."""
         granted = await self._claim(tenant, granted, at_ms)
         keeper = asyncio.create_task(self._keep_hidden(granted), name="sender-keep-hidden")
         try:
@@ -129,13 +136,13 @@ class Sending:
                 claimed.append(msg)
                 continue
             assert msg.envelope is not None
-            await ctx.quota.refund(tenant, msg.envelope.mail.recipients, at_ms, *ctx.windows(tenant))
+            await self.counting.refund(tenant, msg, at_ms)
             if code == 2:
-                msg.delete = True
+                msg.decide(Delete("finished"))
             elif code == 3:
                 # No record (a purged dead letter, an expired one): a cancelled or
                 # finished job's message would otherwise go out. Drop it.
-                msg.delete = True
+                msg.decide(Delete("no record"))
                 ctx.stats.dropped += 1
                 ctx.metrics.dropped(tenant, "no_record")
                 log.warning(
@@ -144,7 +151,7 @@ class Sending:
                 )
             else:
                 # Back soon: by then the other sender has recorded the outcome.
-                msg.visibility = _CLAIMED_ELSEWHERE_WAIT
+                msg.decide(Backoff(_CLAIMED_ELSEWHERE_WAIT, "claimed elsewhere"))
         return claimed
 
     async def _load_content(self, tenant: str, granted: list[Received], at_ms: int) -> list[Received]:
@@ -162,9 +169,11 @@ class Sending:
             assert env is not None
             if content is None or env.content_key != ctx.store.keys.content(env.job_id):
                 lost.add(msg.receipt)
-                await ctx.quota.refund(tenant, env.mail.recipients, at_ms, *ctx.windows(tenant))
-                await self.endings.dead(
-                    msg, "the mail's content (a claim check) is gone from Redis", "poison"
+                await self.counting.refund(tenant, msg, at_ms)
+                msg.decide(
+                    await self.endings.dead(
+                        msg, "the mail's content (a claim check) is gone from Redis", "poison"
+                    )
                 )
             else:
                 mail = dataclasses.replace(env.mail, raw=bytes(content))
@@ -212,7 +221,7 @@ class Sending:
             # SES has it, or may have: it stays in the call until its answer is recorded.
             msg.in_call = may_have_it(result.verdict)
             self.ctx.metrics.ses_call(result.verdict.value, time.monotonic() - started)
-        await self.answers.obey(tenant, msg, stamp, result)
+        msg.decide(await self.answers.obey(tenant, msg, stamp, result))
         return result
 
     async def _record(self, tenant: str, answered: list[tuple[Received, ses.SendResult, Stamp]]) -> None:

@@ -10,7 +10,8 @@ Reading order, one idea a module:
 - :mod:`fairpost.mailer.daemon.answers`: what each SES answer means (and tenant holds);
 - :mod:`fairpost.mailer.daemon.counting`: keeping a mail counted until SES counts it;
 - :mod:`fairpost.mailer.daemon.endings`: dead letters and poison messages;
-- :mod:`fairpost.mailer.daemon.inbox`: the SQS messages held, settled, parked, handed back.
+- :mod:`fairpost.mailer.daemon.settlement`: how a message ends a round (one value each);
+- :mod:`fairpost.mailer.daemon.inbox`: the SQS messages held, and their settlements applied.
 
 Nothing is put back on a queue and no worker slot waits: SQS counts
 visibility in whole seconds, so a wait of under two seconds is timed here as
@@ -34,6 +35,7 @@ from fairpost.dispatcher.backoff import OutageBackoff
 from fairpost.dispatcher.store import JobStore
 from fairpost.mailer.daemon.aws import SesClient, SqsClient
 from fairpost.mailer.daemon.context import SenderContext, SenderStats
+from fairpost.mailer.daemon.counting import Counting
 from fairpost.mailer.daemon.endings import Endings
 from fairpost.mailer.daemon.feedback import Feedback
 from fairpost.mailer.daemon.gate import Gate
@@ -43,6 +45,7 @@ from fairpost.mailer.daemon.metrics import Metrics
 from fairpost.mailer.daemon.receive import Receiver
 from fairpost.mailer.daemon.send import Sending
 from fairpost.mailer.daemon.ses import redact
+from fairpost.mailer.daemon.settlement import Backoff, Leave, Retry, attempt_backoff
 from fairpost.mailer.daemon.tracing import JobTrace, Tracing, handling
 from fairpost.mailer.errors import PoisonMessage
 from fairpost.mailer.quota.engine import QuotaEngine
@@ -95,11 +98,12 @@ class Sender:
         self.gate = Gate(quota, self.ctx.limits)
         self.inbox = Inbox(sqs, queue_url, self.ctx.metrics)
         self.endings = Endings(self.ctx)
-        sending = Sending(self.ctx, ses_client, self.gate, self.inbox, self.endings)
-        self.groups = GroupDecision(self.ctx, self.gate, self.inbox, self.endings, sending)
+        counting = Counting(self.ctx)
+        sending = Sending(self.ctx, ses_client, self.gate, self.inbox, self.endings, counting)
+        self.groups = GroupDecision(self.ctx, self.gate, counting, self.endings, sending)
         sending.answers.park = self.groups.park
         self.receiver = Receiver(self.ctx, self.gate, self.inbox, self.process)
-        self._timers: set[asyncio.Task[None]] = set()
+        self.inbox.on_due = self._ask_again
         # Failures in a row of handling messages on an outage: their retries back off on it.
         self._outage = OutageBackoff(settings.max_outage_seconds, first=0.2, most=RETRY_MOST)
 
@@ -134,9 +138,7 @@ class Sender:
         """Shutdown: give every message received but not finished back to SQS at once,
         then, as the long polls in flight at the stop land (within the poll wait),
         what they bring. Returns how many."""
-        for timer in list(self._timers):
-            timer.cancel()
-        await asyncio.gather(*self._timers, return_exceptions=True)
+        await self.inbox.cancel_timers()
         self._end_traces(self.inbox.held())
         released = await self.inbox.release_held()
         return released + await self.receiver.landed()
@@ -175,20 +177,18 @@ class Sender:
                     else:
                         failed[i] = ended
             error = self._after_failures(groups, failed)
-            again = [m for m in messages if m.retry_at is not None and not m.delete]
+            again = [m for m in messages if m.retry_at is not None]
             if again:
                 # Timed first, after only their own visibility change (rarely needed): the
                 # batch's deletes linger for company (fairpost.mailer.daemon.inbox._Deletes) and
                 # then take an SQS call, and every moment the retry waits behind them
                 # is the tenant's quota left unused (BENCHMARKS.md, "Utilisation").
                 await self.inbox.settle(again)
-                for due in {m.retry_at for m in again}:
-                    self._time([m for m in again if m.retry_at == due])
                 timed = again
             # A timed retry that sent its group's last mail frees the tenant's FIFO
             # group once the deletes land: the tenant was throttled, its backlog waits
             # behind them, and its quota frees again before long.
-            freed = retried and any(all(m.delete for m in group) for group in groups)
+            freed = retried and any(all(m.deleted for m in group) for group in groups)
             await self.inbox.settle([m for m in messages if m not in timed], promptly=freed)
             if freed:
                 self.receiver.group_freed()
@@ -213,7 +213,7 @@ class Sender:
         try:
             envelope = group[0].envelope
             if envelope is None:
-                await self.endings.poison(group[0], _poison_reason(group[0].body))
+                group[0].decide(await self.endings.poison(group[0], _poison_reason(group[0].body)))
             else:
                 await self.groups.handle(envelope.tenant, group)
         except asyncio.CancelledError:
@@ -238,16 +238,22 @@ class Sender:
         s = self.ctx.settings.sender
         try:
             for msg in group:
-                if msg.delete or msg.in_call:
+                if msg.deleted or msg.in_call:
                     continue
+                # Whatever was decided for it before the failure is void.
+                msg.reopen()
                 if msg.envelope is None:
-                    msg.visibility = s.backoff_max_seconds  # poison whose ending failed
+                    msg.decide(Backoff(s.backoff_max_seconds, "poison whose ending failed"))
                     continue
                 attempts = await self.ctx.store.count_attempt(msg.envelope.job_id, reason)
                 if attempts >= s.max_attempts:
-                    await self.endings.dead(msg, f"gave up after {attempts} attempts: {reason}", "attempts")
+                    msg.decide(
+                        await self.endings.dead(
+                            msg, f"gave up after {attempts} attempts: {reason}", "attempts"
+                        )
+                    )
                 else:
-                    msg.visibility = min(s.backoff_base_seconds * 2 ** (attempts - 1), s.backoff_max_seconds)
+                    msg.decide(attempt_backoff(attempts, s, "handling failed"))
         except _OUTAGE as outage:
             return outage
         return None
@@ -270,9 +276,12 @@ class Sender:
         due = time.monotonic() + (delay or 0.0)
         for i in failed:
             for msg in groups[i]:
-                msg.delete, msg.visibility, msg.retry_at = False, None, None
+                # The round's decisions are void: it is decided again from the start.
+                msg.reopen()
                 if i in outage and delay is not None and not msg.in_call:
-                    msg.retry_here(due, PRECISE_SAFETY_NET)
+                    msg.decide(Retry(due, PRECISE_SAFETY_NET))
+                else:
+                    msg.decide(Leave("SES may have it unrecorded" if msg.in_call else "outage"))
         unexpected = [e for i, e in failed.items() if i not in outage]
         if unexpected:
             return unexpected[0]  # not an Exception: an interpreter's exit, say
@@ -307,34 +316,14 @@ class Sender:
         for msg in messages:
             if msg.trace is not None:
                 # Deleted without a known end: finished elsewhere (another sender, a cancel).
-                msg.trace.end("finished" if msg.delete else "dispatched", error)
+                msg.trace.end("finished" if msg.deleted else "dispatched", error)
                 msg.trace = None
 
-    def _time(self, again: list[Received]) -> None:
-        delay = min(m.retry_at or 0.0 for m in again) - time.monotonic()
-        timer = asyncio.create_task(self._ask_again(again, delay), name="sender-precise-retry")
-        self._timers.add(timer)
-        timer.add_done_callback(self._timer_done)
-
-    async def _ask_again(self, messages: list[Received], delay: float) -> None:
-        """The quota frees in less than a second or two, or an outage may be over: ask
-        again at that moment.
-
-        SQS counts visibility in whole seconds, so parking for 0.3 s would
-        cost 1 s, a third of a per-second quota. The messages stay parked in
-        SQS meanwhile (with a margin), so if this process dies they come back
-        there; no worker slot is held while waiting, only this timer.
-        """
-        await asyncio.sleep(max(0.0, delay))
+    async def _ask_again(self, messages: list[Received]) -> None:
+        """A timed retry is due (fairpost.mailer.daemon.inbox.Inbox.settle): a new round."""
         for msg in messages:
-            msg.delete, msg.visibility, msg.retry_at = False, None, None
+            msg.reopen()
         await self._handle(messages, retried=True)
-
-    def _timer_done(self, timer: asyncio.Task[None]) -> None:
-        self._timers.discard(timer)
-        if not timer.cancelled() and timer.exception() is not None:
-            # Its messages stay parked in SQS and come back when their visibility ends.
-            log.error("timed retry failed", exc_info=timer.exception())
 
 
 def _grouped(messages: list[Received]) -> list[list[Received]]:

@@ -83,7 +83,7 @@ async def test_a_timed_retry_does_not_wait_for_its_batchs_deletes(redis_url: str
         finally:
             held.go.set()
             await processing
-            await asyncio.gather(*sender._timers)
+            await asyncio.gather(*sender.inbox.timers)
     assert ses_env.max_in_window(1.0) <= 1
 
 
