@@ -4,7 +4,8 @@ The sender times waits under ``PRECISE_WAIT_MAX`` itself (fairpost.mailer.daemon
 because SQS counts visibility in whole seconds. Every millisecond a timed retry
 comes late is a millisecond of the tenant's quota unused, in every window it
 waits: a deep backlog then gets less than its quota (BENCHMARKS.md,
-"Utilisation").
+"Utilisation"). When a timed retry is due is the group decision's, tested alone in
+tests/daemon/unit/test_group.py.
 """
 
 from __future__ import annotations
@@ -14,12 +15,10 @@ import time
 from typing import Any
 
 import boto3
-import pytest
 
 from fairpost import AsyncMailClient
 from fairpost.mailer.daemon.sender import Received, Sender
 from fairpost.mailer.ops.queue_setup import init_queue
-from fairpost.mailer.sdk.envelope import decode
 from fairpost.mailer.sdk.mail import Mail
 from fairpost.mailer.testing.ses_server import SesServer
 from fairpost.mailer.testing.wait import wait_for_async
@@ -85,25 +84,6 @@ async def test_a_timed_retry_does_not_wait_for_its_batchs_deletes(redis_url: str
             await processing
             await asyncio.gather(*sender.inbox.timers)
     assert ses_env.max_in_window(1.0) <= 1
-
-
-@pytest.mark.parametrize("retry_after", [0.05, 0.3, 1.5])
-async def test_a_tenants_timed_retry_is_due_when_its_quota_frees(
-    redis_url: str, ses_env: SesServer, retry_after: float
-) -> None:
-    """Jitter spreads many tenants waking for one global quota; a tenant waiting for its
-    own quota has no one to spread from, and a late retry only leaves its quota unused."""
-    settings = quick_settings(redis_url)
-    url, _ = init_queue(boto3.client("sqs"), settings)
-    async with AsyncMailClient(settings) as client, sender_only(settings, url) as sender:
-        batch = await received(sender, client, url, "t", 10)
-        for msg in batch:
-            msg.envelope = decode(msg.body)
-            # Parked one at a time: each draw of a jitter would show in its own retry_at.
-            before = time.monotonic()
-            await sender.groups.park("t", [msg], retry_after, "tenant", await sender.store.now_ms())
-            assert msg.retry_at is not None
-            assert before + retry_after <= msg.retry_at <= time.monotonic() + retry_after
 
 
 async def test_a_throttled_group_freed_by_its_timed_retry_is_received_again_at_once(
