@@ -102,7 +102,14 @@ class Received:
 
 
 class Inbox:
-    def __init__(self, sqs: SqsClient, queue_url: str, metrics: Metrics) -> None:
+    def __init__(
+        self,
+        sqs: SqsClient,
+        queue_url: str,
+        metrics: Metrics,
+        *,
+        on_due: Callable[[list[Received]], Awaitable[None]] | None = None,
+    ) -> None:
         self.sqs = sqs
         self.queue_url = queue_url
         self.metrics = metrics
@@ -113,8 +120,8 @@ class Inbox:
         self._sweep_above = _SWEEP_MIN
         self.timers: set[asyncio.Task[None]] = set()
         """The timed retries waiting (:class:`fairpost.mailer.daemon.settlement.Retry`)."""
-        self.on_due: Callable[[list[Received]], Awaitable[None]] | None = None
-        """Asks again for a timed retry's messages when due (set by the Sender)."""
+        self.on_due = on_due
+        """Asks again for a timed retry's messages when due (the Sender's new round)."""
 
     def hold(self, messages: Sequence[Received]) -> None:
         for msg in messages:

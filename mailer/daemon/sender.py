@@ -96,14 +96,13 @@ class Sender:
         self.settings = settings
         self.metrics = self.ctx.metrics
         self.gate = Gate(quota, self.ctx.limits)
-        self.inbox = Inbox(sqs, queue_url, self.ctx.metrics)
+        self.inbox = Inbox(sqs, queue_url, self.ctx.metrics, on_due=self._ask_again)
         self.endings = Endings(self.ctx)
         counting = Counting(self.ctx)
         sending = Sending(self.ctx, ses_client, self.gate, self.inbox, self.endings, counting)
         self.groups = GroupDecision(self.ctx, self.gate, counting, self.endings, sending)
         sending.answers.park = self.groups.park
         self.receiver = Receiver(self.ctx, self.gate, self.inbox, self.process)
-        self.inbox.on_due = self._ask_again
         # Failures in a row of handling messages on an outage: their retries back off on it.
         self._outage = OutageBackoff(settings.max_outage_seconds, first=0.2, most=RETRY_MOST)
 
