@@ -4,18 +4,21 @@ Reading order, one idea a module:
 
 - :mod:`fairpost.mailer.daemon.receive`: the receive loop (gate wait, long poll, hand back);
 - :mod:`fairpost.mailer.daemon.gate`: when nothing is received at all;
-- this module: one received batch, grouped by tenant, and the timed retries;
+- this module: one received batch, grouped by tenant, each group decided, and a
+  failed group's round (backed off, or asked for again here on an outage);
 - :mod:`fairpost.mailer.daemon.group`: one tenant group's quota decision and parking;
 - :mod:`fairpost.mailer.daemon.send`: the granted mails' sends, kept hidden until recorded;
 - :mod:`fairpost.mailer.daemon.answers`: what each SES answer means (and tenant holds);
-- :mod:`fairpost.mailer.daemon.counting`: keeping a mail counted until SES counts it;
+- :mod:`fairpost.mailer.daemon.counting`: a mail's quota units, from its grant until SES counts it;
 - :mod:`fairpost.mailer.daemon.endings`: dead letters and poison messages;
 - :mod:`fairpost.mailer.daemon.settlement`: how a message ends a round (one value each);
-- :mod:`fairpost.mailer.daemon.inbox`: the SQS messages held, and their settlements applied.
+- :mod:`fairpost.mailer.daemon.inbox`: the SQS messages held, their settlements applied
+  (and the timed retries timed).
 
 Nothing is put back on a queue and no worker slot waits: SQS counts
-visibility in whole seconds, so a wait of under two seconds is timed here as
-well (the message stays parked in SQS meanwhile, as the safety net), and
+visibility in whole seconds, so a wait of under two seconds is timed by the
+sender as well (a :class:`~fairpost.mailer.daemon.settlement.Retry`: the
+message stays parked in SQS meanwhile, as the safety net), and
 every other wait is SQS's alone.
 """
 
