@@ -178,9 +178,9 @@ class ScriptCalls:
             args += [job.content or b"", job.payload, len(fields) // 2, *fields]
         return keys, args
 
-    def claim(self, count: int) -> Call:
+    def claim(self, count: int, token: str) -> Call:
         k = self.keys
-        keys = [*self._ring_keys(), k.deficit(), k.weights(), k.leases()]
+        keys = [*self._ring_keys(), k.deficit(), k.weights(), k.leases(), k.claim(token)]
         limits = self.limits
         args: Args = [count, limits.default_weight, limits.lease_ms, k.job_prefix(), limits.inflight_ttl_ms]
         args += [k.payload_prefix(), ENTRY_SEP]

@@ -1,10 +1,15 @@
 -- Claim up to N jobs fairly: deficit round robin over the ring, each claim a lease.
 -- KEYS[1..9] ring context (ring.lua), KEYS[10] deficits (hash), KEYS[11] weights (hash),
--- KEYS[12] leases (zset)
+-- KEYS[12] leases (zset), KEYS[13] this claim's record (Keys.claim: a list, its token in the name)
 -- ARGV[1..3] ring context, ARGV[4] N, ARGV[5] default weight, ARGV[6] lease ms,
 -- ARGV[7] job key prefix, ARGV[8] in-flight TTL ms (what a hand-off gives a slot),
 -- ARGV[9] payload key prefix, ARGV[10] what separates a queue entry's id from its payload
 -- Returns a flat list: id, tenant, kind, payload, attempts, created_ms, replays for each job.
+--
+-- Idempotent per token: a claim asked again under the token of one that leased
+-- jobs (its answer was lost on the way back) answers those jobs, the ones still
+-- leased to it, and claims nothing more. Without that, nobody would know they
+-- are leased, and they would wait for the lease to end and the reaper.
 --
 -- A tenant's turn is settled once, not once per job: its cap, slots and
 -- deficit are read once, its jobs popped in one LMPOP (the first non-empty
@@ -12,7 +17,29 @@
 -- count of waiting jobs moved once. A turn of one job (the default weight)
 -- costs eight commands: five for the turn (LMOVE, ZCARD, LMPOP, ZADD,
 -- HINCRBY), three for the job (its record read and marked claimed, its payload).
---
+local record = KEYS[13]
+local earlier = redis.call('LRANGE', record, 0, -1)
+if #earlier > 0 then
+  -- The claim's time, then its jobs. A job still leased to it is claimed since
+  -- that time: reaped (its lease ran out), requeued or cancelled it is not
+  -- claimed, and claimed again it is so since a later time.
+  local again = {}
+  for i = 2, #earlier do
+    local job_id = earlier[i]
+    local rec = redis.call('HMGET', ARGV[7] .. job_id, 'state', 'claimed_ms', 'tenant', 'kind', 'payload',
+      'attempts', 'created_ms', 'replays')
+    if rec[1] == 'claimed' and rec[2] == earlier[1] then
+      again[#again + 1] = job_id
+      again[#again + 1] = rec[3]
+      again[#again + 1] = rec[4] or ''
+      again[#again + 1] = rec[5] or redis.call('GET', ARGV[9] .. job_id) or ''
+      again[#again + 1] = rec[6] or '0'
+      again[#again + 1] = rec[7] or '0'
+      again[#again + 1] = rec[8] or '0'
+    end
+  end
+  return again
+end
 -- Tenants in the ring: only this call moves them while it runs. An empty ring
 -- has nothing to claim; a dispatcher asks again after a short batch and after
 -- each wake-up, and such calls stop here, before ring.lua's helpers are built.
@@ -260,4 +287,15 @@ end
 write_leases()
 count_total_waiting(ctx, total_delta)
 count_inflight(ctx, slots_taken)
+if claimed > 0 then
+  -- Kept for a lease: past it the jobs are the reaper's, not this claim's.
+  local leased = {now_s}
+  for i = 1, #out, 7 do
+    leased[#leased + 1] = out[i]
+  end
+  for i = 1, #leased, MOST_PER_TURN do
+    redis.call('RPUSH', record, unpack(leased, i, math.min(i + MOST_PER_TURN - 1, #leased)))
+  end
+  redis.call('PEXPIRE', record, lease_ms)
+end
 return out

@@ -117,6 +117,11 @@ class Keys:
         """Sorted set: claimed jobs not yet handed off, scored by lease deadline (ms)."""
         return f"{self.root}:leases"
 
+    def claim(self, token: str) -> str:
+        """The jobs one claim leased (claim.lua): a list, the claim's time first, kept
+        for a lease, so that the claim asked again under its token answers them."""
+        return f"{self.root}:claim:{token}"
+
     def wake(self) -> str:
         """List: tokens that wake an idle dispatcher blocked on BLPOP: :data:`WAKE_WORK`
         (a tenant may be claimable) or :data:`WAKE_SCHEDULED` (dispatcher/ring.lua)."""

@@ -12,6 +12,7 @@ import contextlib
 import functools
 import logging
 import time
+import uuid
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 
@@ -64,6 +65,7 @@ class Dispatcher:
         # Claimed and not yet settled, in claim order (dict as an ordered set).
         self._held: dict[str, None] = {}
         self._retry_delay = _RETRY_DELAY_MIN
+        self._claim_token: str | None = None
         self.claimed_total = 0
         # Renew held claims several times per lease, and at least every loop
         # turn's longest wait, so that a slow hand-off never loses its lease.
@@ -121,17 +123,21 @@ class Dispatcher:
                 await asyncio.wait_for(self._slot_freed.wait(), self.reap_interval)
             return next_reap, next_promote
         wanted = min(self.batch_size, free)
-        jobs = await self.store.claim(wanted)
-        self.linger.claimed(len(jobs))
-        if jobs and len(jobs) < wanted and self.linger.base > 0:
-            # Work is trickling in: a moment's wait fills the batch, and a full
-            # batch is one SQS call instead of several. A sleep, not a wait on the
-            # wake list: Redis times a BLPOP out on its clock tick (1/hz, 100 ms by
-            # default), so the linger would last up to twice as long.
-            await asyncio.sleep(self.linger.seconds(wanted - len(jobs)))
-            more = await self.store.claim(wanted - len(jobs))
-            self.linger.claimed(len(more))
-            jobs += more
+        jobs = await self._claim(wanted)
+        try:
+            if jobs and len(jobs) < wanted and self.linger.base > 0:
+                # Work is trickling in: a moment's wait fills the batch, and a full
+                # batch is one SQS call instead of several. A sleep, not a wait on the
+                # wake list: Redis times a BLPOP out on its clock tick (1/hz, 100 ms by
+                # default), so the linger would last up to twice as long.
+                await asyncio.sleep(self.linger.seconds(wanted - len(jobs)))
+                jobs += await self._claim(wanted - len(jobs))
+        finally:
+            # Leased to this process alone: they go to their workers even when the
+            # second claim fails (its own jobs come with the next turn: _claim).
+            if jobs:
+                self.claimed_total += len(jobs)
+                self._start(jobs)
         if not jobs:
             until = min(next_reap, next_promote) - time.monotonic()
             woken = await self.store.wait_for_work(max(0.0, min(self.reap_interval, until)))
@@ -139,18 +145,33 @@ class Dispatcher:
                 # A scheduled job due before the one we waited for.
                 next_promote = 0.0
             return next_reap, next_promote
-        self.claimed_total += len(jobs)
-        self._start(jobs)
         return next_reap, next_promote
+
+    async def _claim(self, count: int) -> list[Job]:
+        """Claim under a token of the claim's own. A claim that raised (Redis may
+        have leased it jobs, and only its answer was lost) keeps its token for the
+        next one: asked again, it answers the jobs it leased (claim.lua), which
+        then go out at once instead of waiting a lease for the reaper."""
+        if self._claim_token is None:
+            self._claim_token = uuid.uuid4().hex
+        jobs = await self.store.claim(count, token=self._claim_token)
+        self._claim_token = None
+        self.linger.claimed(len(jobs))
+        return jobs
 
     async def drain(self, grace: float) -> None:
         """Let running workers finish within ``grace`` seconds, then cancel them
-        and give every job still held back to its queue."""
+        and give every job still held back to its queue (and those of a claim
+        whose answer was lost)."""
         if self._tasks:
             _, pending = await asyncio.wait(self._tasks, timeout=grace)
             for task in pending:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
+        if self._claim_token is not None:
+            # A claim whose answer never came: what it leased (asked again for none
+            # more) goes back too, not a lease later.
+            self._held.update(dict.fromkeys(job.id for job in await self._claim(0)))
         if self._held:
             returned = await self.store.requeue(list(self._held))
             log.info("returned %d claimed jobs to their queues", returned)

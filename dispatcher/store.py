@@ -7,6 +7,7 @@ what it claimed comes back when its lease expires.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -73,9 +74,13 @@ class JobStore:
             [results] = await self.execute_durably(pipe)
         return [submitted(r) for r in results]
 
-    async def claim(self, count: int) -> list[Job]:
-        """Claim up to ``count`` jobs, fairly across tenants, each under a lease."""
-        keys, args = self._calls.claim(count)
+    async def claim(self, count: int, *, token: str | None = None) -> list[Job]:
+        """Claim up to ``count`` jobs, fairly across tenants, each under a lease.
+
+        ``token`` names the claim: asked again under the same token (its answer was
+        lost on the way back), it answers the jobs it leased that are still leased to
+        it, and claims nothing more. Without one, a claim of its own."""
+        keys, args = self._calls.claim(count, token or uuid.uuid4().hex)
         return claimed(await self._claim(keys=keys, args=args))
 
     async def handed_off(self, job_ids: Sequence[str]) -> int:

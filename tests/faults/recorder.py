@@ -32,6 +32,8 @@ import redis.asyncio.client
 from botocore.exceptions import EndpointConnectionError, ReadTimeoutError
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+from fairpost.dispatcher.calls import RING_GOES_HERE
+
 Mode = Literal["lost-request", "lost-answer"]
 MODES: tuple[Mode, ...] = ("lost-request", "lost-answer")
 SCRIPT_PACKAGES = ("fairpost.dispatcher", "fairpost.mailer.quota")
@@ -82,15 +84,18 @@ class Recorder:
 
 
 def _script_sources() -> list[tuple[str, str]]:
-    """(file name, text) of every Lua script the product ships, longest first so
-    that a script is never named for a shorter one it happens to end with."""
+    """(file name, how its text ends) of every Lua script the product ships,
+    longest first so that a script is never named for a shorter one it happens
+    to end with. A script with ring.lua put inside it (RING_GOES_HERE: claim.lua)
+    is known by what follows that line."""
     found = [
-        (entry.name, entry.read_text(encoding="utf-8"))
+        (entry.name, entry.read_text(encoding="utf-8").partition(RING_GOES_HERE)[::2])
         for package in SCRIPT_PACKAGES
         for entry in files(package).iterdir()
         if entry.name.endswith(".lua")
     ]
-    return sorted(found, key=lambda item: -len(item[1]))
+    ends = [(name, tail or head) for name, (head, tail) in found]
+    return sorted(ends, key=lambda item: -len(item[1]))
 
 
 def _redis_name(recorder: Recorder, args: tuple[Any, ...]) -> str:
