@@ -179,6 +179,11 @@ class Keys:
     def quota_prefix(self) -> str:
         return f"{self.root}:quota:"
 
+    def quota_grant(self, token: str) -> str:
+        """String with a TTL: the answer of one quota acquire that counted units
+        (quota.lua), so that the acquire asked again under its token counts them once."""
+        return f"{self.root}:grant:{token}"
+
     # -- operations (live overrides, health) -----------------------------------
     def tenant_hold(self, tenant: str) -> str:
         """Hash with a TTL: SES refused this tenant's mail for a fault of its own (reason,

@@ -21,12 +21,15 @@ most one bucket width minus 1 ms, never early.
 
 from __future__ import annotations
 
+import uuid
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
+from redis.exceptions import RedisError
 
 from fairpost.config.limits import BUDGET_SECONDS, Window
 from fairpost.dispatcher.durable import Durability
@@ -51,6 +54,13 @@ SHARE_PARTS = ("tag", "until", "weight", "refused")
 """The fair share's keys (``Keys.quota_share``), in the order quota.lua takes them.
 (Not the parts of earlier versions, "tags", "seen", "weights", "waiting" and
 "binding": those hold other shapes and expire by themselves.)"""
+
+_MOST_UNANSWERED = 1024
+"""Asks whose answer was lost a process remembers (one per tenant at most, but
+for their costs); an ask forgotten counts again when asked again: the safe side."""
+
+_Ask = tuple[str, str, tuple[int, ...], tuple[Window, ...], tuple[Window, ...]]
+"""What an acquire asks: the tenant, the operation, the costs and the windows."""
 
 _BLOCKED: dict[int, Literal["global", "tenant", "share"] | None] = {
     0: None,
@@ -128,6 +138,9 @@ class QuotaEngine:
         # a lost grant leaves its units out of the windows, room for more than the limit.
         self._durability = durability or Durability()
         self._script = redis.register_script(lua_source("fairpost.mailer.quota", "quota"))
+        # The token of each ask whose answer never came (by what it asked): the same
+        # ask again, from this process, gets the grant Redis may have counted for it.
+        self._unanswered: OrderedDict[_Ask, str] = OrderedDict()
 
     @property
     def buckets_per_window(self) -> int:
@@ -160,18 +173,35 @@ class QuotaEngine:
         that window is empty and goes alone; bigger than a longer window (a
         budget), it is refused with :data:`NEVER` and ``too_big_for``.
         ``now_ms`` is a test hook (see the class); leave it out in production.
+
+        An acquire that raised (Redis may have counted it and lost only the
+        answer) is remembered by what it asked: the same ask again from this
+        engine (the tenant, costs and windows) gets the grant counted for it, if
+        any, instead of counting the units twice (quota.lua keeps each grant's
+        answer under the acquire's token for five minutes). Asked by another
+        replica, or with other costs, the lost grant's units stay counted until
+        they leave the window: the safe side.
         """
         for cost in costs:
             if cost < 1:
                 raise ValueError(f"a mail costs at least 1 recipient, not {cost}")
-        if weight is None or not global_windows:
-            reply = await self._run("acquire", tenant, global_windows, tenant_windows, now_ms, costs)
-        else:
+        op, tail = "acquire", list[int | str](costs)
+        if weight is not None and global_windows:
             if weight < 1:
                 raise ValueError(f"a weight is at least 1, not {weight}")
-            reply = await self._run(
-                "acquire_fair", tenant, global_windows, tenant_windows, now_ms, [tenant, weight, *costs]
-            )
+            op, tail = "acquire_fair", [tenant, weight, *costs]
+        ask: _Ask = (tenant, op, tuple(costs), tuple(global_windows), tuple(tenant_windows))
+        # Only one call may take a lost answer's grant: two sent under one count
+        # would go over the limit.
+        token = self._unanswered.pop(ask, None) or uuid.uuid4().hex
+        try:
+            reply = await self._run(op, tenant, global_windows, tenant_windows, now_ms, tail, record=token)
+        except RedisError:
+            # Redis may have counted it, and only the answer was lost.
+            self._unanswered[ask] = token
+            while len(self._unanswered) > _MOST_UNANSWERED:
+                self._unanswered.popitem(last=False)
+            raise
         granted, retry_ms, blocked, at_ms, never, binding = reply
         retry_after = NEVER if retry_ms < 0 else retry_ms / 1000
         windows = (*global_windows, *tenant_windows)
@@ -273,7 +303,9 @@ class QuotaEngine:
         tail: Sequence[int | str],
         *,
         pipeline: Pipeline | None = None,
+        record: str | None = None,
     ) -> list[int]:
+        """``record``: an acquire's token (quota.lua keeps its answer under it)."""
         keys: list[str] = []
         args: list[str | int] = [op, "" if time_ms is None else time_ms, self._buckets, len(global_windows)]
         for scope, windows in (("global", global_windows), (f"t:{tenant}", tenant_windows)):
@@ -284,6 +316,8 @@ class QuotaEngine:
                 args += [window.seconds, window.limit]
         if op == "acquire_fair":
             keys += [self._keys.quota_share(part) for part in SHARE_PARTS]
+        if record is not None:
+            keys.append(self._keys.quota_grant(record))
         args += tail
         if pipeline is not None:
             # Queued only; the reply comes from the caller's pipeline.execute().

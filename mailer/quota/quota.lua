@@ -14,6 +14,12 @@
 --              acquire (below) puts the tenant id and its weight first
 --              refund / restamp: the one cost to give back / to move
 --
+-- An acquire (plain or fair) takes one more KEY, last: its record
+-- (Keys.quota_grant, named by the acquire's token). An acquire that counted
+-- units keeps its answer there; asked again under the same token (its answer
+-- was lost on the way back), it answers that again and counts nothing, its
+-- retry_ms made what is left of it.
+--
 -- A fair acquire ("acquire_fair") also takes four more KEYS after the
 -- windows, the share state of the global quota: start tags (zset: tenant ->
 -- tag), contending until (zset: tenant -> ms), weights (hash: tenant ->
@@ -69,8 +75,9 @@ if fair_op then
 end
 local buckets = tonumber(ARGV[3])
 local global_count = tonumber(ARGV[4])
--- A fair acquire passes its four share keys after the windows.
-local window_count = #KEYS - (fair_op and 4 or 0)
+-- A fair acquire passes its four share keys after the windows, and an acquire its record last.
+local record = op == "acquire" and KEYS[#KEYS] or nil
+local window_count = #KEYS - (fair_op and 4 or 0) - (record and 1 or 0)
 local RATE_MS = 60000
 
 local function server_now_ms()
@@ -88,6 +95,21 @@ end
 -- Lua 5.1 prints large numbers in exponent form; bucket fields must be exact.
 local function field(index)
     return string.format("%d", index)
+end
+
+-- How long an acquire's answer is kept: longer than a sender takes to ask
+-- again (its outage back-off, a message's visibility timeout).
+local RECORD_MS = 300000
+if record then
+    local earlier = redis.call("GET", record)
+    if earlier then
+        local reply = {}
+        for value in string.gmatch(earlier, "%S+") do reply[#reply + 1] = tonumber(value) end
+        if reply[2] > 0 then
+            reply[2] = math.max(1, reply[2] - (now - reply[4]))
+        end
+        return reply
+    end
 end
 
 local windows = {}
@@ -625,4 +647,10 @@ if fair and op == "acquire" then
     end
 end
 
-return { granted, retry_ms, blocked, now, never_index, binding }
+local reply = { granted, retry_ms, blocked, now, never_index, binding }
+if record and granted > 0 then
+    -- Units counted: a second run must not count them again. (Nothing counted:
+    -- a second run answers afresh.)
+    redis.call("SET", record, string.format("%d %d %d %d %d %d", unpack(reply)), "PX", RECORD_MS)
+end
+return reply
