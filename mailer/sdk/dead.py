@@ -113,19 +113,19 @@ class DeadLetters(RedisOwner):
             raise UnknownJob(job_id)
         return DeadLetter.from_record(*found[0])
 
-    @redis_operation("dead letters: replay", writes=True)
+    @redis_operation("dead letters: replay", writes=True, repeatable=False)
     def replay(self, job_id: str) -> None:
         """Back to its tenant's queue. Raises :class:`NotReplayable` (not dead, or a
         poison message) or :class:`UnknownJob`."""
         self._lifecycle.replay(job_id)
 
-    @redis_operation("dead letters: replay", writes=True)
+    @redis_operation("dead letters: replay", writes=True, repeatable=False)
     def replay_tenant(self, tenant: str) -> ReplayReport:
         """Replay every dead letter of one tenant, oldest first."""
         check_tenant_id(tenant, "tenant")
         return self._replay_where(tenant)
 
-    @redis_operation("dead letters: replay", writes=True)
+    @redis_operation("dead letters: replay", writes=True, repeatable=False)
     def replay_all(self) -> ReplayReport:
         """Replay every dead letter, oldest first."""
         return self._replay_where(None)

@@ -6,13 +6,17 @@ Any redis-py error (one server, Cluster or Sentinel: they all derive from
 with its password masked, the timeout, and whether the write may have been
 done all the same, so that the caller knows whether retrying is safe.
 
-The mail client's calls go through :meth:`RedisFailures.call` (or ``acall``)
-instead: while Redis is away (a restart, a failover) they are tried again,
-backing off, for up to ``FAIRPOST_REDIS_RETRY_SECONDS``, and only then fail. Every
-such call is safe to repeat: an enqueue's job ids are made before the first try,
-so a try that reached Redis but lost its answer is recognised by the next one
-(enqueue.lua answers "this id exists" and writes nothing); a cancel is
-idempotent; the rest only read.
+The mail client's calls, and the admin clients' (:func:`redis_operation`), go
+through :meth:`RedisFailures.call` (or ``acall``) instead: while Redis is away (a
+restart, a failover, replicas that do not confirm a write in time) they are
+tried again, backing off, for up to ``FAIRPOST_REDIS_RETRY_SECONDS``, and only
+then fail. The mail client's calls are safe to repeat: an enqueue's job ids are
+made before the first try, so a try that reached Redis but lost its answer is
+recognised by the next one (enqueue.lua answers "this id exists" and writes
+nothing, and its ``WAIT`` waits for the replicas again); a cancel is idempotent;
+the rest only read. An admin write that a second run would repeat (a new webhook
+endpoint, another secret, events or dead letters queued again) is tried again
+only while no try may have reached Redis (``repeatable=False``).
 """
 
 from __future__ import annotations
@@ -45,9 +49,10 @@ AWAY = (
     redis.exceptions.ClusterError,  # CLUSTERDOWN, MASTERDOWN, a topology that would not settle
     redis.exceptions.TryAgainError,
     redis.exceptions.AskError,  # and MOVED: the slot is changing hands
+    NotReplicated,  # replicas behind, restarting or failing over (FAIRPOST_REDIS_MIN_REPLICAS)
 )
 """Errors that say Redis is away or moving, not that the call is wrong: worth trying
-again. Anything else (out of memory, a replica count not reached, a bug) is not."""
+again. Anything else (out of memory, a bug) is not."""
 
 _FIRST_DELAY = 0.05
 _MOST_DELAY = 1.0
@@ -70,33 +75,44 @@ class RedisFailures:
         except redis.exceptions.RedisError as exc:
             raise self.failed(operation, exc) from exc
 
-    def call(self, operation: str, attempt: Callable[[], _R]) -> _R:
+    def call(
+        self,
+        operation: str,
+        attempt: Callable[[], _R],
+        *,
+        writes: bool | None = None,
+        repeatable: bool = True,
+    ) -> _R:
         """``attempt()``, tried again while Redis is away; then :class:`RedisFailed`.
-        ``attempt`` must be safe to repeat (the module's docstring says why ours are)."""
-        tries = _Tries(self.settings.redis_retry_seconds)
+        ``attempt`` must be safe to repeat (the module's docstring says why ours are),
+        or ``repeatable=False``: then it is tried again only while no try may have
+        reached Redis. ``writes``: as for :meth:`failed`."""
+        tries = _Tries(self.settings.redis_retry_seconds, repeatable)
         while True:
             try:
                 return attempt()
             except redis.exceptions.RedisError as exc:
-                delay = self._again(operation, exc, tries)
+                delay = self._again(operation, exc, tries, writes)
             time.sleep(delay)
 
     async def acall(self, operation: str, attempt: Callable[[], Awaitable[_R]]) -> _R:
         """:meth:`call` for asyncio."""
-        tries = _Tries(self.settings.redis_retry_seconds)
+        tries = _Tries(self.settings.redis_retry_seconds, repeatable=True)
         while True:
             try:
                 return await attempt()
             except redis.exceptions.RedisError as exc:
-                delay = self._again(operation, exc, tries)
+                delay = self._again(operation, exc, tries, None)
             await asyncio.sleep(delay)
 
-    def _again(self, operation: str, exc: redis.exceptions.RedisError, tries: _Tries) -> float:
+    def _again(
+        self, operation: str, exc: redis.exceptions.RedisError, tries: _Tries, writes: bool | None
+    ) -> float:
         """The seconds to wait before the next try; raises :class:`RedisFailed` if there is none."""
-        tries.failed(self._maybe_written(operation, exc, None))
+        tries.failed(self._maybe_written(operation, exc, writes))
         delay = tries.next_delay(exc)
         if delay is None:
-            raise self.failed(operation, exc, tries=tries) from exc
+            raise self.failed(operation, exc, writes=writes, tries=tries) from exc
         log.info(
             "Redis is away for %s (%s); retrying in %.2f s, for up to %g s in all",
             operation,
@@ -171,10 +187,12 @@ class RedisFailures:
 class _Tries:
     """The tries of one call: how many, whether any may have written, and the
     back-off to the next one (doubling, with jitter, so that applications cut off
-    by the same failover do not all come back at once), within ``seconds``."""
+    by the same failover do not all come back at once), within ``seconds``; a call
+    that is not ``repeatable`` has none once a try may have written."""
 
-    def __init__(self, seconds: float) -> None:
+    def __init__(self, seconds: float, repeatable: bool) -> None:
         self.deadline = time.monotonic() + seconds
+        self.repeatable = repeatable
         self.count = 0
         self.maybe_written = False
 
@@ -184,7 +202,7 @@ class _Tries:
 
     def next_delay(self, exc: redis.exceptions.RedisError) -> float | None:
         left = self.deadline - time.monotonic()
-        if not isinstance(exc, AWAY) or left <= 0:
+        if not isinstance(exc, AWAY) or left <= 0 or (self.maybe_written and not self.repeatable):
             return None
         delay: float = min(_FIRST_DELAY * 2.0 ** (self.count - 1), _MOST_DELAY)
         return min(left, delay * random.uniform(0.5, 1.0))
@@ -198,18 +216,23 @@ _Owner = TypeVar("_Owner", bound=_HasSettings)
 
 
 def redis_operation(
-    operation: str, *, writes: bool = False
+    operation: str, *, writes: bool = False, repeatable: bool = True
 ) -> Callable[[Callable[Concatenate[_Owner, _P], _R]], Callable[Concatenate[_Owner, _P], _R]]:
-    """A blocking admin client's method (dead letters, suppressions, quotas) fails as
-    :class:`RedisFailed` naming ``operation``, like the mail client's calls."""
+    """A blocking admin client's method (dead letters, suppressions, quotas, webhooks)
+    is tried again while Redis is away and fails as :class:`RedisFailed` naming
+    ``operation``, like the mail client's calls (:meth:`RedisFailures.call`).
+
+    ``repeatable``: a second run leaves Redis as one run would (a read, a set, a
+    pause; an answer such as "it was already" may then speak of the first run's
+    work). A method that is not (it adds, rotates or queues again) is tried again
+    only while no try may have reached Redis."""
 
     def decorate(method: Callable[Concatenate[_Owner, _P], _R]) -> Callable[Concatenate[_Owner, _P], _R]:
         @functools.wraps(method)
         def wrapped(self: _Owner, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
-            try:
-                return method(self, *args, **kwargs)
-            except redis.exceptions.RedisError as exc:
-                raise RedisFailures(self.settings).failed(operation, exc, writes=writes) from exc
+            failures = RedisFailures(self.settings)
+            run = functools.partial(method, self, *args, **kwargs)
+            return failures.call(operation, run, writes=writes, repeatable=repeatable)
 
         return wrapped
 

@@ -121,10 +121,14 @@ async def test_writes_the_product_relies_on_wait_for_the_replicas(topology: dict
         grant = await quota.acquire("acme", [1], parse_limits("10/second"), parse_limits("5/second"))
         assert grant.granted == 1
 
-    too_many = quick_settings(redis_min_replicas=2, redis_wait_seconds=0.2, **topology)
+    # Replicas that never confirm: the SDK tries again (as for a failover), then gives up.
+    too_many = quick_settings(
+        redis_min_replicas=2, redis_wait_seconds=0.2, redis_retry_seconds=0.5, **topology
+    )
     with MailClient(too_many) as client, pytest.raises(RedisFailed) as info:
         client.send("acme", sender="app@example.com", to=["a@example.org"], subject="s", text="t")
     assert info.value.may_have_written
+    assert "tried" in str(info.value)
     cause = info.value.__cause__
     assert isinstance(cause, NotReplicated) and isinstance(cause, RedisError)
     assert (cause.acked, cause.wanted) == (1, 2)

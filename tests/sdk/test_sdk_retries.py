@@ -12,9 +12,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 import pytest
 import redis
@@ -24,36 +23,13 @@ from fairpost.config import ConfigError, Settings, load_settings
 from fairpost.dispatcher.keys import TOTAL_WAITING, Keys
 from fairpost.mailer.testing.services import free_port
 from fairpost.mailer.testing.wait import wait_for, wait_for_async
-from tests.support.topologies import SENTINEL_MASTER, Node, _binary, redis_sentinel
+from tests.support.topologies import SENTINEL_MASTER, Node, redis_sentinel
 
 MAIL: dict[str, Any] = {"sender": "app@example.com", "to": ["ada@example.org"], "subject": "s", "text": "t"}
 KEYS = Keys("fairpost")
+T = TypeVar("T")
 RIDES_OUT = 60.0
 """FAIRPOST_REDIS_RETRY_SECONDS where the outage must be ridden out: a deadline, not a budget."""
-
-
-@pytest.fixture
-def node(tmp_path: Path) -> Iterator[Node]:
-    """A redis-server of this test's own, to stop and start again on its port."""
-    port = free_port()
-    argv = [
-        _binary("redis-server"),
-        "--port",
-        str(port),
-        "--bind",
-        "127.0.0.1",
-        "--save",
-        "",
-        "--appendonly",
-        "no",
-    ]
-    server = Node(port, tmp_path, [*argv, "--dir", str(tmp_path)])
-    server.start()
-    try:
-        wait_for(server.answers, within=10, what="redis-server to answer")
-        yield server
-    finally:
-        server.stop()
 
 
 def settings_for(node: Node, **overrides: Any) -> Settings:
@@ -73,6 +49,32 @@ def retrying(caplog: pytest.LogCaptureFixture) -> bool:
     return any("retrying" in r.getMessage() for r in caplog.records if r.name == "fairpost.sdk")
 
 
+def through_outage(call: Callable[[], T], caplog: pytest.LogCaptureFixture, end: Callable[[], None]) -> T:
+    """``call()`` in a thread of its own while Redis is away; once it is seen trying
+    again (or it is done), ``end()`` the outage. Its result; what it raised is raised."""
+    result: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            result["value"] = call()
+        except Exception as exc:
+            result["error"] = exc
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    try:
+        tried = lambda: retrying(caplog) or not thread.is_alive()  # noqa: E731
+        wait_for(tried, within=10, what="the call to fail and retry")
+    finally:
+        end()
+    thread.join(timeout=30)
+    assert not thread.is_alive()
+    if "error" in result:
+        raise result["error"]
+    value: T = result["value"]
+    return value
+
+
 def test_a_send_during_a_redis_restart_returns_its_job_id_once_redis_is_back(
     node: Node, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -81,24 +83,7 @@ def test_a_send_during_a_redis_restart_returns_its_job_id_once_redis_is_back(
         # Connected, scripts loaded: the pool holds a connection the restart breaks.
         client.send("warmup", **MAIL)
         node.stop()
-        result: dict[str, Any] = {}
-
-        def send() -> None:
-            try:
-                result["job_id"] = client.send("acme", **MAIL)
-            except Exception as exc:
-                result["error"] = exc
-
-        thread = threading.Thread(target=send)
-        thread.start()
-        try:
-            wait_for(lambda: retrying(caplog), within=10, what="the send to fail and retry")
-        finally:
-            node.start()
-        thread.join(timeout=30)
-        assert not thread.is_alive()
-    assert "error" not in result, result
-    job_id = result["job_id"]
+        job_id = through_outage(lambda: client.send("acme", **MAIL), caplog, node.start)
     with node.client(decode_responses=True) as r:
         assert r.hget(KEYS.job(job_id), "state") == "queued"
     assert jobs_written(node) == (1, 1, 1)
@@ -121,20 +106,23 @@ async def test_the_async_client_rides_out_a_restart_too(node: Node, caplog: pyte
 
 
 class LosesOneReply(redis.Connection):
-    """A mock of the network: the first enqueue script's answer is lost on its way
-    back. Redis ran the script (its reply is read off the socket), then the
-    connection breaks as a cut cable would break it."""
+    """A mock of the network: the first enqueue script's answer (of one of ``only``'s
+    commands; None: any command's) is lost on its way back. Redis ran the command
+    (its reply is read off the socket), then the connection breaks as a cut cable
+    would break it."""
 
     armed = False
     lost = 0
+    only: tuple[str, ...] | None = ("EVALSHA", "EVAL")
 
     def send_command(self, *args: Any, **kwargs: Any) -> None:
-        self._evalsha = bool(args) and str(args[0]).upper() in ("EVALSHA", "EVAL")
+        only = type(self).only
+        self._losable = bool(args) and (only is None or str(args[0]).upper() in only)
         super().send_command(*args, **kwargs)  # type: ignore[no-untyped-call]  # redis-py leaves it untyped
 
     def read_response(self, *args: Any, **kwargs: Any) -> Any:
         response = super().read_response(*args, **kwargs)
-        if type(self).armed and getattr(self, "_evalsha", False):
+        if type(self).armed and getattr(self, "_losable", False):
             type(self).armed = False
             type(self).lost += 1
             self.disconnect()  # type: ignore[no-untyped-call]  # redis-py leaves it untyped

@@ -95,7 +95,7 @@ class Webhooks(RedisOwner):
         self._calls = DeliveryCalls(self.keys)
         self._replay = self._redis.register_script(script("replay"))
 
-    @redis_operation("webhook: add", writes=True)
+    @redis_operation("webhook: add", writes=True, repeatable=False)
     def add(self, tenant: str, url: str, *, events: Iterable[str] = ()) -> NewSecret:
         """Register an endpoint for the tenant's events (``events``: only these types)."""
         tenant = _tenant(tenant)
@@ -165,7 +165,7 @@ class Webhooks(RedisOwner):
             pipe.zrem(self.keys.webhook_ready(), endpoint)
             pipe.execute()
 
-    @redis_operation("webhook: rotate-secret", writes=True)
+    @redis_operation("webhook: rotate-secret", writes=True, repeatable=False)
     def rotate_secret(self, endpoint: str) -> NewSecret:
         """A new secret; the previous one still signs too for FAIRPOST_WEBHOOK_ROTATION_OVERLAP."""
         key = self.keys.webhook_endpoint(endpoint)
@@ -184,7 +184,7 @@ class Webhooks(RedisOwner):
         raw: Any = self._redis.lrange(self.keys.webhook_part(endpoint, "attempts"), 0, max(0, limit - 1))
         return [json.loads(text(r)) for r in raw]
 
-    @redis_operation("webhook: replay", writes=True)
+    @redis_operation("webhook: replay", writes=True, repeatable=False)
     def replay(self, endpoint: str, since: datetime) -> int:
         """Queue the tenant's events since ``since`` (those of its types) at the endpoint
         again, with their original ids; returns how many. Events past the feed's
