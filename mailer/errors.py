@@ -24,6 +24,7 @@ re-exported here, so ``fairpost.mailer.errors`` names every error fairpost raise
     ├── RefusedRequest            the recording SES server refuses a malformed request, as SES would
     │   └── SqsError              the SQS server (fairpost.mailer.testing) refuses a request, as SQS would
     ├── ConfirmationStale         a console bulk action's confirmed count no longer matches its filter
+    ├── SettledTwice              a received message decided twice in one round: a defect (also an AssertionError)
     └── TimedOut                  a condition awaited did not hold in time (also an AssertionError)
 
 An ``InvalidInput`` is the caller's to fix; the others are not.
@@ -61,6 +62,7 @@ __all__ = [
     "ServiceError",
     "SesAccountError",
     "SesTenantError",
+    "SettledTwice",
     "SqsError",
     "TimedOut",
     "TooLateToCancel",
@@ -172,6 +174,12 @@ class ConfirmationStale(FairpostError):
         self.confirmed = confirmed
         self.now = now
         super().__init__(f"{now} dead letters match now, not the {confirmed} confirmed: look again")
+
+
+class SettledTwice(FairpostError, AssertionError):
+    """A second decision for a received message within one round: a defect in the
+    sender. Only a named override (``Received.overrule``, ``Received.reopen`` in
+    fairpost.mailer.daemon.inbox) changes a decision."""
 
 
 class TimedOut(FairpostError, AssertionError):

@@ -29,10 +29,10 @@ from fairpost.mailer.daemon.settlement import (
     HandBack,
     Park,
     Retry,
-    SettledTwice,
     Settlement,
 )
 from fairpost.mailer.daemon.tracing import JobTrace
+from fairpost.mailer.errors import SettledTwice
 from fairpost.mailer.sdk.envelope import Envelope
 
 log = logging.getLogger("fairpost.sender")

@@ -75,9 +75,3 @@ def attempt_backoff(attempts: int, settings: SenderSettings, why: str) -> Backof
 Settlement = Delete | Park | Backoff | HandBack | Retry | Leave
 
 HAND_BACK = HandBack()
-
-
-class SettledTwice(AssertionError):
-    """A second decision for a message within one round: a defect. Only a named
-    override (:meth:`fairpost.mailer.daemon.inbox.Received.overrule`,
-    :meth:`~fairpost.mailer.daemon.inbox.Received.reopen`) changes a decision."""

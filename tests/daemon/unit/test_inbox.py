@@ -21,9 +21,9 @@ from fairpost.mailer.daemon.settlement import (
     Leave,
     Park,
     Retry,
-    SettledTwice,
     Settlement,
 )
+from fairpost.mailer.errors import SettledTwice
 from tests.daemon.unit.fakes import FakeSqs
 
 
