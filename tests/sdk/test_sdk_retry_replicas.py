@@ -18,7 +18,8 @@ from typing import Any
 
 import pytest
 
-from fairpost import MailClient
+from fairpost import MailClient, RedisFailed
+from fairpost.dispatcher.durable import Durability, NotReplicated
 from fairpost.mailer.testing.wait import wait_for
 from tests.sdk.test_sdk_retries import KEYS, MAIL, RIDES_OUT, jobs_written, settings_for, through_outage
 from tests.support.topologies import Node, _data_node, _replica_online
@@ -75,3 +76,56 @@ def test_a_send_while_the_replica_does_not_confirm_returns_once_it_does(
     # Handed back only once the replica holds it.
     with replica.client(decode_responses=True) as r:
         assert r.hget(KEYS.job(job_id), "state") == "queued"
+
+
+def test_a_send_repeated_on_another_connection_is_not_confirmed_before_the_replica_holds_it(
+    master: tuple[Node, Node],
+) -> None:
+    """``WAIT`` counts its own connection's writes only. A send repeated with the same
+    idempotency key finds its job written and writes nothing: its ``WAIT``, on a
+    connection whose writes the replica held long ago, would confirm at once, and
+    the job id would go back while only the master holds the job (a failover then
+    loses a mail the application was told is queued)."""
+    main, replica = master
+    settings = replicated(main, redis_retry_seconds=0)
+    mail = {**MAIL, "idempotency_key": "order-1"}
+    with MailClient(settings) as first:
+        first.send("warmup", **MAIL)
+        pause(replica)
+        with pytest.raises(RedisFailed):
+            first.send("acme", **mail)
+    with MailClient(settings) as second:
+        with pytest.raises(RedisFailed):
+            second.send("acme", **mail)
+        resume(replica)
+        job_id = second.send("acme", **mail)
+    with replica.client(decode_responses=True) as r:
+        assert r.hget(KEYS.job(job_id), "state") == "queued"
+
+
+def test_a_durable_pipeline_confirms_the_masters_earlier_writes_whichever_connection_made_them(
+    master: tuple[Node, Node],
+) -> None:
+    """A write that finds its work done (a grant replayed for its token, a finish of a
+    job finished already) writes nothing; the call still acts on a write another
+    connection made. Redis's ``WAIT`` covers it (on 7.0.15 a ``WAIT`` after another
+    connection's write waits for that write too), which fairpost.dispatcher.durable
+    relies on: pinned here, so that a Redis that counted the connection's own writes
+    only would be found out."""
+    main, replica = master
+    durable = Durability(replicas=1, timeout_ms=200)
+    with main.client() as other, main.client() as this:
+        this.set("warm", "1")  # this connection's own last write, held by the replica
+        assert this.execute_command("WAIT", 1, 2000) == 1
+        pause(replica)
+        other.set("grant", "1")  # what this call relies on, made on another connection
+        with this.pipeline(transaction=False) as pipe:
+            pipe.get("grant")
+            durable.queue_wait(pipe)
+            with pytest.raises(NotReplicated):
+                durable.check(pipe.execute())
+        resume(replica)
+        with this.pipeline(transaction=False) as pipe:
+            pipe.get("grant")
+            durable.queue_wait(pipe)
+            assert durable.check(pipe.execute()) == [b"1"]
