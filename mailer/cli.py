@@ -314,9 +314,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_quota_commands(sub)
 
     tenant_sub = add_tenant_parser(sub)  # with ``tenant warmup``
-    resume_text = (
-        "let it send again: lifts an operator's pause, the reputation guard's pause or throttle, "
-        "and a ses_tenant_disabled park (SES is asked again when it sends)"
+    from fairpost.mailer.quota.holds import LIFTED_BY_RESUME
+
+    resume_text = "let it send again at once: lifts " + "; ".join(
+        f"{what} ({reason})" for reason, what in LIFTED_BY_RESUME.items()
     )
     for action, text in (("pause", "stop claiming and sending its mail"), ("resume", resume_text)):
         cmd = tenant_sub.add_parser(action, help=text, description=text)

@@ -5,8 +5,8 @@ the mail's settlement (fairpost.mailer.daemon.settlement): a sent
 mail is deleted (and recorded with its group, fairpost.mailer.daemon.send); throttling
 holds the whole sender for a growing back-off, or, when SES says the day's
 quota is spent, until the day can free (the account read again); a refusal
-of the tenant's own set-up holds that tenant alone (``ses_<code>``, in Redis:
-fairpost.mailer.quota.holds), rechecked one mail at a time; an account pause holds
+of the tenant's own set-up holds that tenant alone (``ses_<code>``,
+fairpost.mailer.daemon.holds), rechecked one mail at a time; an account pause holds
 every tenant; a permanent refusal is a dead letter; a transient failure is
 an attempt, retried with back-off.
 """
@@ -27,11 +27,9 @@ from fairpost.mailer.daemon.endings import Endings
 from fairpost.mailer.daemon.gate import Gate
 from fairpost.mailer.daemon.inbox import MAX_VISIBILITY, Received
 from fairpost.mailer.daemon.ses_account import daily_quota_wait, is_daily_quota_exceeded
-from fairpost.mailer.daemon.ses_tenant_status import REASON
 from fairpost.mailer.daemon.settlement import HAND_BACK, Backoff, Delete, Settlement, attempt_backoff
 from fairpost.mailer.errors import SesAccountError
-from fairpost.mailer.quota.holds import TenantHolds
-from fairpost.mailer.quota.overrides import PAUSED_RECHECK_SECONDS
+from fairpost.mailer.quota.holds import SES_TENANT_DISABLED
 
 log = logging.getLogger("fairpost.sender")
 
@@ -39,23 +37,6 @@ _THROTTLE_BACKOFF_MIN = 0.5
 _THROTTLE_BACKOFF_MAX = 30.0
 
 Answered = list[tuple[Received, ses.SendResult, Stamp]]
-
-
-_SWEEP_MIN = 64
-"""Tenants the held map may hold before it is first swept."""
-FORGET_AFTER_SECONDS = 3600.0
-"""A tenant whose hold ended this long ago and that has not sent since is forgotten: its
-next mail is sent as any other, not as a lone probe (a refusal holds it again)."""
-
-
-def forget_ended(held: dict[str, tuple[str, float]], now: float) -> int:
-    """Drop from ``held`` (tenant -> (reason, monotonic end of its hold)) the tenants
-    whose hold ended over :data:`FORGET_AFTER_SECONDS` ago, or the map would keep
-    every tenant ever held that never sent again; returns the size past which to
-    sweep next (twice what is left: amortised O(1) a hold)."""
-    for tenant in [t for t, (_, until) in held.items() if until + FORGET_AFTER_SECONDS < now]:
-        del held[tenant]
-    return max(_SWEEP_MIN, 2 * len(held))
 
 
 class _Park(Protocol):
@@ -85,31 +66,14 @@ class Answers:
         self._daily_until = 0.0
         self.park: _Park | None = None
         """Parks a tenant's mail (fairpost.mailer.daemon.group.GroupDecision.park), set by the Sender."""
-        self.holds = TenantHolds(ctx.store.redis, ctx.store.keys, ctx.store.limits)
-        # Tenants SES refused for their own set-up: tenant → (ses_<code>, monotonic time
-        # of the recheck). Kept while the tenant has not sent since (the hold in Redis
-        # is cleared by the replica that sees it send again).
-        self._held: dict[str, tuple[str, float]] = {}
-        self._sweep_above = _SWEEP_MIN
-
-    def held(self, tenant: str) -> tuple[str, float] | None:
-        """(reason, seconds left) while the tenant is held for an SES fault of its own."""
-        if tenant not in self._held:
-            return None
-        reason, until = self._held[tenant]
-        left = until - time.monotonic()
-        return (reason, left) if left > 0 else None
-
-    def rechecking(self, tenant: str) -> bool:
-        """The tenant's hold ended and it has not sent since: its next mail is a probe."""
-        return tenant in self._held
 
     async def park_disabled(self, tenant: str, paused: list[Received], at_ms: int) -> None:
         """SES disabled the tenant's SES tenant: its refused mails wait (recheck, then
         resume), whatever their own answers decided."""
         assert self.park is not None and self.ctx.feedback is not None
         # The park says why in the job's status (waiting_for), as every park does.
-        await self.park(tenant, paused, PAUSED_RECHECK_SECONDS, REASON, at_ms, overrule=True)
+        hold = self.ctx.holds.until_lifted(SES_TENANT_DISABLED)
+        await self.park(tenant, paused, hold.recheck, hold.reason, at_ms, overrule=True)
 
     async def obey(self, tenant: str, msg: Received, stamp: Stamp, result: ses.SendResult) -> Settlement:
         """Do what SES's answer means for this mail (the table in fairpost.mailer.daemon.ses),
@@ -145,22 +109,13 @@ class Answers:
             return Backoff(min(delay + jitter, MAX_VISIBILITY), "ses_throttled")
         if result.verdict is ses.Verdict.TENANT:
             # This tenant's own SES set-up: it alone waits, nothing is counted against the mail.
-            s = ctx.settings.sender
-            hold, wait = await self.holds.hold(
-                tenant,
-                result.reason,
-                first_seconds=s.backoff_base_seconds,
-                most_seconds=s.backoff_max_seconds,
-            )
-            self._held[tenant] = (hold.reason, time.monotonic() + wait)
-            if len(self._held) > self._sweep_above:
-                self._sweep_above = forget_ended(self._held, time.monotonic())
-            ctx.metrics.throttled(tenant, hold.reason)
-            await ctx.store.mark_waiting([env.job_id], hold.reason, hold.until_ms)
+            reason, until_ms, wait = await ctx.holds.hold_for_ses(tenant, result.reason)
+            ctx.metrics.throttled(tenant, reason)
+            await ctx.store.mark_waiting([env.job_id], reason, until_ms)
             log.warning(
                 "SES refuses this tenant's mail (%s); tenant held %.1fs", result.error, wait, extra=extra
             )
-            return Backoff(wait, hold.reason)
+            return Backoff(wait, reason)
         if result.verdict is ses.Verdict.PAUSED:
             log.error(
                 "SES refuses to send (%s); sender paused %.0fs",
@@ -231,6 +186,5 @@ class Answers:
         for behind in faulted[1:]:
             # One message waits in flight; FIFO order keeps the rest behind it.
             behind.overrule(HAND_BACK)
-        if tenant in self._held and any(r.verdict is ses.Verdict.SENT for _, r, _ in answered):
-            del self._held[tenant]
-            await self.holds.clear(tenant)
+        if any(r.verdict is ses.Verdict.SENT for _, r, _ in answered):
+            await self.ctx.holds.sent(tenant)

@@ -15,6 +15,7 @@ The background tasks, each named and watched: ``dispatcher``, ``sender``,
 ``overrides`` (live quota overrides, :mod:`fairpost.mailer.quota.overrides`),
 ``ses-account`` (``FAIRPOST_GLOBAL_LIMITS=auto``, :mod:`fairpost.mailer.daemon.ses_account`),
 ``slots`` (in-flight slots kept while the sender's gate is closed, :mod:`fairpost.mailer.daemon.slots`),
+``holds`` (other replicas' and operators' changes of tenants' holds, :mod:`fairpost.mailer.daemon.holds`),
 ``ses-tenants`` (SES's verdict on SES tenants, :mod:`fairpost.mailer.daemon.ses_tenant_status`),
 ``events`` (SES events, with ``FAIRPOST_EVENTS_QUEUE_NAME``, :mod:`fairpost.mailer.daemon.events`),
 ``webhook-fanout`` and ``webhooks`` (the outcome feed's signed webhooks, roles ``all`` and
@@ -146,15 +147,21 @@ async def _run(
             )
             tasks["reconciler"] = asyncio.create_task(reconciler.run(stop), name="reconciler")
         if role in ("all", "sender"):
+
+            async def hold_changed(tenant: str | None = None) -> None:
+                # The one event (fairpost.mailer.daemon.holds): a hold lifted, or limits
+                # a park waited for changed (None: the global ones).
+                if sender is not None:
+                    await sender.holds.changed(tenant)
+
             auto = None
             if isinstance(settings.global_limits, str):
 
                 async def auto_limits_changed(old: Limits | None, new: Limits) -> None:
                     # SES allows more (a raised quota, a day's mail aging out): a gate
                     # closed, or mail parked, under the old limits is looked at now.
-                    if sender is not None and limits_rose(old, new):
-                        sender.regate()
-                        await sender.unpark(None)
+                    if limits_rose(old, new):
+                        await hold_changed(None)
 
                 account = SesAccountLimits(
                     ses_client, settings, client=client, keys=keys, quota=quota,
@@ -166,13 +173,11 @@ async def _run(
 
             async def overrides_changed(old: Overrides, new: Overrides) -> None:
                 # Mail parked under the old limits (or a pause) is weighed again now.
-                assert sender is not None
                 global_changed, tenants = changed_scopes(old, new)
                 if global_changed:
-                    sender.regate()
-                    await sender.unpark(None)
+                    await hold_changed(None)
                 for tenant in sorted(tenants):
-                    await sender.unpark(tenant)
+                    await hold_changed(tenant)
 
             overrides = OverrideCache(
                 client, keys, settings, auto=auto, on_change=overrides_changed, on_error=metrics.task_failed
@@ -180,13 +185,9 @@ async def _run(
             await overrides.refresh()
             tasks["overrides"] = asyncio.create_task(overrides.run(stop), name="overrides")
 
-            async def unpark(tenant: str) -> None:
-                assert sender is not None
-                await sender.unpark(tenant)
-
             reputation = await build_reputation(
                 settings=settings, store=store, sqs=sqs, ses_client=ses_client, metrics=metrics,
-                refresh_limits=overrides.refresh, unpark=unpark,
+                refresh_limits=overrides.refresh, lifted=hold_changed,
             )  # fmt: skip
             tasks.update(reputation.tasks(stop))
             sender = Sender(
@@ -202,6 +203,7 @@ async def _run(
                 tracing=tracing,
             )
             tasks["sender"] = asyncio.create_task(sender.run(stop), name="sender")
+            tasks["holds"] = asyncio.create_task(sender.holds.run(stop, metrics.task_failed), name="holds")
             # While the sender's gate is closed, mail waiting in SQS keeps its slots.
             keeper = SlotKeeper(
                 store, quota, overrides, ttl_ms=store.limits.inflight_ttl_ms, held=sender.gate.holding,

@@ -8,6 +8,7 @@ from fairpost.config import Settings
 from fairpost.config.limits import Limits
 from fairpost.dispatcher.store import JobStore
 from fairpost.mailer.daemon.feedback import Feedback
+from fairpost.mailer.daemon.holds import Holds
 from fairpost.mailer.daemon.metrics import Metrics
 from fairpost.mailer.quota.engine import Grant, QuotaEngine
 from fairpost.mailer.quota.overrides import LimitSource, OverrideCache
@@ -35,10 +36,12 @@ class SenderContext:
     limits: LimitSource
     """Quota limits and pauses: the settings, or live overrides (fairpost.mailer.quota.overrides)."""
     metrics: Metrics
+    holds: Holds
+    """Whether a tenant may send now, and its holds told (fairpost.mailer.daemon.holds)."""
     stats: SenderStats = field(default_factory=SenderStats)
     feedback: Feedback | None = None
-    """Reputation (fairpost.mailer.daemon.feedback): suppression lists, SES's verdict on SES
-    tenants, sends counted for the guard; None: none of it."""
+    """Reputation (fairpost.mailer.daemon.feedback): suppression lists, sends counted for
+    the guard, SES asked about a tenant's SES tenant; None: none of it."""
 
     def windows(self, tenant: str) -> tuple[Limits, Limits]:
         """The global and the tenant's quota windows, as the quota engine takes them."""

@@ -1,7 +1,5 @@
 """What the sender asks and tells about reputation, in one place.
 
-- :meth:`Feedback.hold`: is the tenant held beyond its quota (its SES tenant
-  disabled by SES)? Its mail is then parked, not sent.
 - :meth:`Feedback.screen`: drop the recipients on the tenant's suppression
   list before anything is counted or sent; a mail left with none ends
   ``suppressed`` (counted, never sent, never counted against its quota).
@@ -10,6 +8,9 @@
   its recipients in the tenant's reputation windows.
 - :meth:`Feedback.send_failed` / :meth:`Feedback.disabled_now`: a send naming
   the tenant failed: was it SES disabling the tenant's SES tenant?
+
+Whether a tenant is held (its SES tenant disabled among other reasons) is
+asked of fairpost.mailer.daemon.holds.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from fairpost.dispatcher.store import JobStore
 from fairpost.mailer.daemon.aws import SesClient, SqsClient
 from fairpost.mailer.daemon.events import EventConsumer
 from fairpost.mailer.daemon.metrics import Metrics
-from fairpost.mailer.daemon.ses_tenant_status import REASON, SesTenantStatus
+from fairpost.mailer.daemon.ses_tenant_status import SesTenantStatus
 from fairpost.mailer.quota.reputation import ReputationBook
 from fairpost.mailer.sdk.envelope import Envelope
 from fairpost.mailer.sdk.outcomes import feed
@@ -71,13 +72,6 @@ class Feedback:
         self.metrics = metrics or Metrics()
         self._send_seq = store.redis.register_script(lua_source("fairpost.mailer.quota", "send_seq"))
         self.journal = JournalWriter(store.redis, journal_of(store.keys, store.limits))
-
-    def hold(self, tenant: str) -> str | None:
-        """The reason the tenant's mail must wait now, beyond its quota; None: it may go."""
-        if self.status is None:
-            return None
-        self.status.waiting(tenant)
-        return REASON if self.status.is_disabled(tenant) else None
 
     async def screen(self, tenant: str, messages: list[M]) -> list[M]:
         """The messages still to send, their suppressed recipients dropped; a mail
@@ -204,11 +198,12 @@ async def build(
     ses_client: SesClient,
     metrics: Metrics,
     refresh_limits: Callable[[], Awaitable[Any]] | None = None,
-    unpark: Callable[[str], Awaitable[Any]] | None = None,
+    lifted: Callable[[str], Awaitable[Any]] | None = None,
 ) -> ReputationParts:
     """``refresh_limits``: re-read the live overrides now (the guard just paused or
     throttled a tenant: this replica acts on it at once, not at the next refresh);
-    ``unpark``: bring a tenant's parked mail back now (SES enabled it again)."""
+    ``lifted``: a tenant's hold was lifted (SES enabled its SES tenant again), the one
+    event of fairpost.mailer.daemon.holds.Holds.changed."""
 
     async def acted(tenant: str, action: str) -> None:
         metrics.guard_action(tenant, action)
@@ -219,7 +214,7 @@ async def build(
     status = None
     if uses_ses_tenants(settings):
         status = SesTenantStatus(
-            ses_client, store.redis, store.keys, settings, on_enabled=unpark, metrics=metrics
+            ses_client, store.redis, store.keys, settings, on_enabled=lifted, metrics=metrics
         )
     events = None
     if settings.events_queue_name:

@@ -1,8 +1,8 @@
 """One tenant's group of a received batch: what is sent now, and what waits.
 
 A batch's messages of one tenant (one FIFO group, in order) are weighed
-together: mail already sent or dead is deleted, a paused tenant's mail is
-parked, and the rest asks the quota engine in one atomic call for all its
+together: mail already sent or dead is deleted, a held tenant's mail is
+parked (fairpost.mailer.daemon.holds), and the rest asks the quota engine in one atomic call for all its
 recipients. The granted head goes to :class:`fairpost.mailer.daemon.send.Sending`;
 the refused tail is parked, its visibility extended to the moment the quota
 frees, which in a FIFO queue pauses that tenant alone. Each message's fate is
@@ -25,7 +25,6 @@ from fairpost.mailer.daemon.inbox import MAX_VISIBILITY, Received
 from fairpost.mailer.daemon.send import Sending
 from fairpost.mailer.daemon.settlement import HAND_BACK, Delete, Park, Retry
 from fairpost.mailer.quota.engine import never_fits_reason
-from fairpost.mailer.quota.overrides import PAUSED_RECHECK_SECONDS
 
 log = logging.getLogger("fairpost.sender")
 
@@ -42,11 +41,9 @@ _THROTTLE_REASON = {
     "global": "global_quota",
     "tenant": "tenant_quota",
     "share": "global_share",
-    "paused": "paused",
-    "ses_tenant_disabled": "ses_tenant_disabled",
 }
-"""The quota engine's ``blocked_by`` (or an operator's pause) → the metrics label;
-a tenant held for its SES set-up is labelled with its ``ses_<code>`` itself."""
+"""The quota engine's ``blocked_by`` → the metrics label; a held tenant's park is
+labelled with its hold's reason itself (fairpost.mailer.daemon.holds)."""
 
 
 class GroupDecision:
@@ -79,16 +76,13 @@ class GroupDecision:
                 todo.append(msg)
         if not todo:
             return
-        if ctx.limits.is_paused(tenant):
-            # An operator paused the tenant: its mail already in SQS waits too.
-            await self.park(tenant, todo, PAUSED_RECHECK_SECONDS, "paused", await ctx.store.now_ms())
+        hold = ctx.holds.of(tenant)
+        if hold is not None:
+            # Held (paused, its SES tenant disabled, its own SES fault): its mail waits,
+            # alone, uncounted, until the hold's recheck.
+            await self.park(tenant, todo, hold.recheck, hold.reason, await ctx.store.now_ms())
             return
         if ctx.feedback is not None:
-            held = ctx.feedback.hold(tenant)
-            if held is not None:
-                # SES disabled the tenant's SES tenant: its mail waits, alone, uncounted.
-                await self.park(tenant, todo, PAUSED_RECHECK_SECONDS, held, await ctx.store.now_ms())
-                return
             screened = await ctx.feedback.screen(tenant, todo)
             kept = {id(m) for m in screened}
             for msg in todo:
@@ -100,13 +94,7 @@ class GroupDecision:
             todo = screened
             if not todo:
                 return
-        ses_hold = self.sending.answers.held(tenant)
-        if ses_hold is not None:
-            # SES refused this tenant's own set-up lately: it waits alone until its recheck.
-            reason, wait = ses_hold
-            await self.park(tenant, todo, wait, reason, await ctx.store.now_ms())
-            return
-        if self.sending.answers.rechecking(tenant):
+        if ctx.holds.probing(tenant):
             # The hold ended: one mail asks SES whether the fault is gone; the rest
             # wait behind it in their FIFO group.
             for behind in todo[1:]:
@@ -192,8 +180,7 @@ class GroupDecision:
         ids = [m.envelope.job_id for m in refused if m.envelope]
         await ctx.store.count_throttled(ids, reason, at_ms + int(wait * 1000))
         # The jobs keep their tenant's in-flight slots while they wait in SQS.
-        ttl_ms = int(ctx.settings.dispatcher.inflight_ttl_seconds * 1000)
-        await ctx.store.touch_inflight(tenant, at_ms + int(wait * 1000) + ttl_ms)
+        await ctx.holds.keep_alive(tenant, at_ms + int(wait * 1000))
         log.info(
             "tenant over quota (%s): its next mail waits %.2fs",
             blocked_by,

@@ -43,6 +43,7 @@ from fairpost.mailer.daemon.endings import Endings
 from fairpost.mailer.daemon.feedback import Feedback
 from fairpost.mailer.daemon.gate import Gate
 from fairpost.mailer.daemon.group import PRECISE_SAFETY_NET, GroupDecision
+from fairpost.mailer.daemon.holds import Holds
 from fairpost.mailer.daemon.inbox import Inbox, Received
 from fairpost.mailer.daemon.metrics import Metrics
 from fairpost.mailer.daemon.receive import Receiver
@@ -80,19 +81,28 @@ class Sender:
         limits: LimitSource | None = None,
         metrics: Metrics | None = None,
         feedback: Feedback | None = None,
+        holds: Holds | None = None,
         tracing: Tracing | None = None,
     ) -> None:
+        """``holds``: every hold on a tenant (fairpost.mailer.daemon.holds); by default
+        the pauses of ``limits`` and SES's verdict on SES tenants of ``feedback``."""
         self.tracing = tracing
         """The processing spans of received jobs (mailer/daemon/tracing.py); None: untraced."""
         self._queue = queue_url.rsplit("/", 1)[-1]
+        limits = limits or StaticLimits(settings)
+        if holds is None:
+            status = feedback.status if feedback is not None else None
+            holds = Holds(store, settings, limits, ses_tenants=status)
         self.ctx = SenderContext(
             settings=settings,
             store=store,
             quota=quota,
-            limits=limits or StaticLimits(settings),
+            limits=limits,
             metrics=metrics or Metrics(),
+            holds=holds,
             feedback=feedback,
         )
+        self.holds = holds
         self.store = store
         self.keys = store.keys
         self.quota = quota
@@ -108,6 +118,8 @@ class Sender:
         self.receiver = Receiver(self.ctx, self.gate, self.inbox, self.process)
         # Failures in a row of handling messages on an outage: their retries back off on it.
         self._outage = OutageBackoff(settings.max_outage_seconds, first=0.2, most=RETRY_MOST)
+        # A hold lifted, or limits changed: parked mail is weighed again now.
+        holds.listen(self._woken)
 
     @property
     def stats(self) -> SenderStats:
@@ -129,6 +141,12 @@ class Sender:
     def regate(self) -> None:
         """The global limits changed: look at the gate again now, not when the old limits freed it."""
         self.gate.regate()
+
+    async def _woken(self, tenant: str | None) -> None:
+        """A hold of the tenant changed (``None``: the global limits, every tenant)."""
+        if tenant is None:
+            self.regate()
+        await self.unpark(tenant)
 
     async def unpark(self, tenant: str | None = None) -> int:
         """Limits changed or a tenant was resumed (fairpost.mailer.quota.overrides): bring the tenant's

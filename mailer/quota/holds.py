@@ -1,13 +1,27 @@
-"""Tenants held for a fault of their own SES set-up, shared by every replica.
+"""The holds on tenants that live in Redis, and what an operator's resume lifts.
 
-When SES refuses a tenant's mail for the tenant's own set-up (its sender
-identity unverified or denied, its configuration set or SES tenant missing,
-paused or disabled: fairpost.mailer.daemon.ses), the sender holds that tenant alone,
-rechecking after a backoff that doubles on each fault (``hold.lua``). The
-hold lives in Redis, so ``stats`` and every replica see why the tenant waits
-(``ses_<code>``) and until when; a send that succeeds clears it. A hold keeps
-the tenant's in-flight slots and its dispatched jobs alive until it ends (and
-an in-flight TTL after), however long the holds go on.
+A hold keeps a tenant's mail waiting whatever its quota (the sender asks
+:mod:`fairpost.mailer.daemon.holds` whether a tenant is held). Two of them
+are stored here:
+
+- ``ses_<code>``: SES refused the tenant's mail for a fault of its own set-up
+  (its sender identity unverified or denied, its configuration set or SES
+  tenant missing: fairpost.mailer.daemon.ses); the sender holds that tenant
+  alone, rechecking after a backoff that doubles on each fault (``hold.lua``).
+  The hold lives in Redis, so ``stats`` and every replica see why the tenant
+  waits and until when; a send that succeeds clears it.
+- ``ses_tenant_disabled``: SES disabled the tenant's SES tenant; the verdict is
+  written by the replica that read it (fairpost.mailer.daemon.ses_tenant_status),
+  and dropped here by a resume.
+
+An operator's pause is the dispatcher's ``paused`` set
+(fairpost.mailer.quota.overrides) and the reputation guard's pause or
+throttle is its own hash (fairpost.mailer.quota.reputation); ``fairpost tenant
+resume`` lifts all of them (:data:`LIFTED_BY_RESUME`, :func:`lift`).
+
+Every hold keeps the tenant's in-flight slots and its dispatched jobs alive
+while it lasts and an in-flight TTL after (the one way: ``dispatcher/touch.lua``,
+as a park keeps them), however long it goes on.
 """
 
 from __future__ import annotations
@@ -15,12 +29,29 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+import redis
 import redis.asyncio
 
+from fairpost.dispatcher.calls import ScriptCalls, script
 from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.replies import text
 from fairpost.dispatcher.scripts import lua_source
 from fairpost.dispatcher.store import StoreLimits
+
+__all__ = ["LIFTED_BY_RESUME", "SES_TENANT_DISABLED", "Hold", "TenantHolds", "lift"]
+
+SES_TENANT_DISABLED = "ses_tenant_disabled"
+"""The hold of a tenant whose SES tenant SES disabled (stats, metrics, the jobs' ``waiting_for``)."""
+
+LIFTED_BY_RESUME = {
+    "paused": "an operator's pause",
+    "guard_paused": "the reputation guard's pause",
+    "guard_throttled": "the reputation guard's throttle",
+    SES_TENANT_DISABLED: "a disabled SES tenant's park (SES is asked again when it sends)",
+    "ses_<code>": "a hold for an SES fault of its own set-up (its next mail rechecks it)",
+}
+"""The holds ``fairpost tenant resume`` lifts, by reason. Not lifted (no operator
+can): the sender's own holds for SES throttling or an account pause, and quota parks."""
 
 
 @dataclass(frozen=True)
@@ -38,7 +69,9 @@ class TenantHolds:
         self._redis = client
         self._keys = keys
         self._limits = limits
+        self._calls = ScriptCalls(keys, limits)
         self._hold = client.register_script(lua_source("fairpost.mailer.quota", "hold"))
+        self._touch = client.register_script(script("touch"))
 
     async def hold(
         self, tenant: str, reason: str, *, first_seconds: float, most_seconds: float
@@ -46,20 +79,21 @@ class TenantHolds:
         """Hold the tenant (or keep the hold in force); returns the hold and the
         seconds until it ends. Until then, and an in-flight TTL after, the tenant
         keeps its in-flight slots and its dispatched jobs count as waiting, not
-        stranded: its mail waits in SQS for as long as it is held, whatever the
-        reason (``hold.lua``)."""
-        limits = self._limits
+        stranded: its mail waits in SQS for as long as it is held."""
         until_ms, held_for, wait_ms = await self._hold(
-            keys=[self._keys.tenant_hold(tenant), self._keys.inflight(tenant), self._keys.dispatched()],
-            args=[
-                reason,
-                int(first_seconds * 1000),
-                int(most_seconds * 1000),
-                limits.inflight_ttl_ms,
-                limits.stranded_after_ms - limits.inflight_ttl_ms,
-            ],
+            keys=[self._keys.tenant_hold(tenant)],
+            args=[reason, int(first_seconds * 1000), int(most_seconds * 1000)],
         )
+        # Slots handed off since a hold in force began are kept as long too.
+        await self.keep_alive(tenant, int(until_ms))
         return Hold(text(held_for), int(until_ms)), int(wait_ms) / 1000
+
+    async def keep_alive(self, tenant: str, until_ms: int) -> None:
+        """The tenant's mail waits in SQS until ``until_ms`` (Redis time): its in-flight
+        slots last an in-flight TTL past that, its dispatched jobs' stranded deadlines as
+        long after (``dispatcher/touch.lua``: the one way every hold and park keeps them)."""
+        keys, args = self._calls.touch(tenant, until_ms + self._limits.inflight_ttl_ms)
+        await self._touch(keys=keys, args=args)
 
     async def clear(self, tenant: str) -> None:
         await self._redis.delete(self._keys.tenant_hold(tenant))
@@ -67,6 +101,8 @@ class TenantHolds:
     async def held(self, tenants: Iterable[str]) -> dict[str, Hold]:
         """The holds of these tenants (those held, or recently held, only)."""
         names = list(tenants)
+        if not names:
+            return {}
         async with self._redis.pipeline(transaction=False) as pipe:
             for tenant in names:
                 pipe.hmget(self._keys.tenant_hold(tenant), ["reason", "until_ms"])
@@ -76,3 +112,17 @@ class TenantHolds:
             for tenant, (reason, until) in zip(names, values, strict=True)
             if reason is not None and until is not None
         }
+
+
+def lift(client: redis.Redis, keys: Keys, tenant: str) -> list[str]:
+    """An operator resumed the tenant: lift its holds stored here (blocking; called by
+    ``fairpost tenant resume``); returns the reasons lifted. Every replica sees it
+    within a refresh and brings the tenant's parked mail back
+    (fairpost.mailer.daemon.holds, fairpost.mailer.daemon.ses_tenant_status)."""
+    with client.pipeline(transaction=True) as pipe:
+        pipe.hget(keys.tenant_hold(tenant), "reason")
+        pipe.delete(keys.tenant_hold(tenant))
+        pipe.hdel(keys.ses_tenant_status(), tenant)
+        reason, _, verdict = pipe.execute()
+    lifted = [text(reason)] if reason is not None else []
+    return lifted + ([SES_TENANT_DISABLED] if verdict else [])

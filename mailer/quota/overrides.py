@@ -17,8 +17,9 @@ Keys (all from :class:`fairpost.dispatcher.keys.Keys`):
   while a tenant warms up, the cache folds its step into its limits, the stricter
   window by window, from the moment the step is due.
 
-A paused tenant's mail already in SQS is not sent either: the sender parks
-it (``PAUSED_RECHECK_SECONDS``) until the tenant is resumed.
+A paused tenant's mail already in SQS is not sent either: the sender holds
+it (fairpost.mailer.daemon.holds) until the tenant is resumed; a resume lifts
+every hold an operator may lift (fairpost.mailer.quota.holds.LIFTED_BY_RESUME).
 
 This module needs only the SDK's dependencies (``redis``).
 """
@@ -45,13 +46,13 @@ from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.loop import OnError, forever
 from fairpost.dispatcher.replies import record, text, time_ms
 from fairpost.mailer.errors import InvalidOverride
+from fairpost.mailer.quota import holds
 from fairpost.mailer.quota.reputation import lift_guard
 from fairpost.mailer.quota.warmup import Warmups
 from fairpost.mailer.sdk.connection import RedisOwner
 from fairpost.mailer.sdk.failures import redis_operation
 
 __all__ = [
-    "PAUSED_RECHECK_SECONDS",
     "REFRESH_SECONDS",
     "EffectiveLimits",
     "LimitSource",
@@ -68,9 +69,6 @@ log = logging.getLogger("fairpost.overrides")
 
 REFRESH_SECONDS = 2.0
 """How often a replica re-reads the overrides: a change applies within about this long."""
-
-PAUSED_RECHECK_SECONDS = 10.0
-"""How long the sender parks a paused tenant's mail before looking again."""
 
 GLOBAL_FIELD = "global"
 _TENANT_FIELD = "t:"
@@ -435,20 +433,27 @@ class QuotaAdmin(RedisOwner):
         """Stop a tenant: nothing more is claimed or sent; its mail waits. False if already paused."""
         return bool(self._redis.sadd(self.keys.paused(), _check_tenant(tenant)))
 
-    @redis_operation("quota: resume", writes=True)
     def resume(self, tenant: str) -> bool:
-        """Let a paused tenant send again at once, lifting a reputation guard's pause or
-        throttle too (the guard then judges only what comes after), and a park for a
-        disabled SES tenant (``ses_tenant_disabled``: SES is asked again once the
-        tenant sends). False if it was held by none of these."""
+        """Let a held tenant send again at once: lifts every hold an operator may lift
+        (:data:`fairpost.mailer.quota.holds.LIFTED_BY_RESUME`: a pause, the reputation
+        guard's pause or throttle, after which the guard judges only what comes after,
+        a disabled SES tenant's park and a hold for an SES fault of its own, which SES is
+        asked about again when the tenant sends). False if it was held by none of these."""
+        return bool(self.lift_holds(tenant))
+
+    @redis_operation("quota: resume", writes=True)
+    def lift_holds(self, tenant: str) -> list[str]:
+        """:meth:`resume`, saying which holds it lifted (their reasons)."""
         tenant = _check_tenant(tenant)
         keys, args = self._calls.resume(tenant)
-        result = self._resume(keys=keys, args=args)
+        lifted = ["paused"] if int(self._resume(keys=keys, args=args)) else []
         # A pause (or throttle) by the reputation guard is lifted too.
-        lifted = lift_guard(self._redis, self.keys, tenant)
-        # Every replica unparks a tenant whose verdict is gone (mailer/daemon/ses_tenant_status.py).
-        unparked = self._redis.hdel(self.keys.ses_tenant_status(), tenant)
-        return bool(int(result)) or lifted is not None or bool(unparked)
+        guard = lift_guard(self._redis, self.keys, tenant)
+        if guard is not None:
+            lifted = [r for r in lifted if r != "paused"] + ["guard_" + guard.level]
+        # Every replica brings back the mail of a tenant whose hold is gone
+        # (mailer/daemon/holds.py, mailer/daemon/ses_tenant_status.py).
+        return lifted + holds.lift(self._redis, self.keys, tenant)
 
     @redis_operation("quota: read")
     def paused(self) -> list[str]:

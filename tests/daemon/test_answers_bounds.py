@@ -1,11 +1,12 @@
 """The sender forgets tenants held for their own SES fault once the hold is long over.
 
-Pure: the map :class:`Answers` keeps, swept by the function it calls on each hold.
+Pure: the map :class:`fairpost.mailer.daemon.holds.Holds` keeps, swept by the function it
+calls on each hold.
 """
 
 from __future__ import annotations
 
-from fairpost.mailer.daemon.answers import FORGET_AFTER_SECONDS, forget_ended
+from fairpost.mailer.daemon.holds import FORGET_AFTER_SECONDS, forget_ended
 
 
 def test_tenants_whose_holds_ended_long_ago_are_forgotten_and_the_rest_kept() -> None:

@@ -138,16 +138,16 @@ async def _pipeline(
             async def changed(old: Overrides, new: Overrides) -> None:
                 _, tenants = changed_scopes(old, new)
                 for tenant in tenants:
-                    await holder[0].unpark(tenant)
+                    await holder[0].holds.changed(tenant)
 
-            async def unpark(tenant: str) -> None:
-                await holder[0].unpark(tenant)
+            async def lifted(tenant: str) -> None:
+                await holder[0].holds.changed(tenant)
 
             overrides = OverrideCache(client, keys, settings, on_change=changed, refresh_seconds=0.2)
             await overrides.refresh()
             parts = await build_reputation(
                 settings=settings, store=store, sqs=sqs, ses_client=ses, metrics=metrics,
-                refresh_limits=overrides.refresh, unpark=unpark,
+                refresh_limits=overrides.refresh, lifted=lifted,
             )  # fmt: skip
             extra = {"limits": overrides, "feedback": parts.feedback, "metrics": metrics}
             tasks.append(asyncio.create_task(overrides.run(stop)))
@@ -158,6 +158,7 @@ async def _pipeline(
         )  # fmt: skip
         if reputation:
             holder.append(sender)
+            tasks.append(asyncio.create_task(sender.holds.run(stop)))
         tasks += [asyncio.create_task(dispatcher.run(stop)), asyncio.create_task(sender.run(stop))]
         try:
             yield Running(settings, store, quota, sender, dispatcher, log, url, parts, metrics)
