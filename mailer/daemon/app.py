@@ -15,7 +15,6 @@ The background tasks, each named and watched: ``dispatcher``, ``sender``,
 ``overrides`` (live quota overrides, :mod:`fairpost.mailer.quota.overrides`),
 ``ses-account`` (``FAIRPOST_GLOBAL_LIMITS=auto``, :mod:`fairpost.mailer.daemon.ses_account`),
 ``slots`` (in-flight slots kept while the sender's gate is closed, :mod:`fairpost.mailer.daemon.slots`),
-``holds`` (other replicas' and operators' changes of tenants' holds, :mod:`fairpost.mailer.daemon.holds`),
 ``ses-tenants`` (SES's verdict on SES tenants, :mod:`fairpost.mailer.daemon.ses_tenant_status`),
 ``events`` (SES events, with ``FAIRPOST_EVENTS_QUEUE_NAME``, :mod:`fairpost.mailer.daemon.events`),
 ``webhook-fanout`` and ``webhooks`` (the outcome feed's signed webhooks, roles ``all`` and
@@ -179,9 +178,15 @@ async def _run(
                 for tenant in sorted(tenants):
                     await hold_changed(tenant)
 
+            async def holds_refresh() -> None:
+                # Other replicas' and operators' changes of the tenants' holds, as often.
+                if sender is not None:
+                    await sender.holds.refresh()
+
             overrides = OverrideCache(
-                client, keys, settings, auto=auto, on_change=overrides_changed, on_error=metrics.task_failed
-            )
+                client, keys, settings, auto=auto, on_change=overrides_changed, on_refresh=holds_refresh,
+                on_error=metrics.task_failed,
+            )  # fmt: skip
             await overrides.refresh()
             tasks["overrides"] = asyncio.create_task(overrides.run(stop), name="overrides")
 
@@ -203,7 +208,6 @@ async def _run(
                 tracing=tracing,
             )
             tasks["sender"] = asyncio.create_task(sender.run(stop), name="sender")
-            tasks["holds"] = asyncio.create_task(sender.holds.run(stop, metrics.task_failed), name="holds")
             # While the sender's gate is closed, mail waiting in SQS keeps its slots.
             keeper = SlotKeeper(
                 store, quota, overrides, ttl_ms=store.limits.inflight_ttl_ms, held=sender.gate.holding,

@@ -24,24 +24,21 @@ A change of any hold, or of the limits a park waited for, is one event,
 :meth:`Holds.changed`: the sender brings the tenant's parked mail back at once.
 ``fairpost tenant resume`` lifts the holds an operator may lift
 (fairpost.mailer.quota.holds.LIFTED_BY_RESUME); every replica sees it within
-:data:`REFRESH_SECONDS` (:meth:`Holds.run`).
+a refresh of the live overrides (:meth:`Holds.refresh`, on their schedule).
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from fairpost.config import Settings
-from fairpost.dispatcher.backoff import OutageBackoff
-from fairpost.dispatcher.loop import OnError, forever
 from fairpost.dispatcher.store import JobStore
 from fairpost.mailer.daemon.ses_tenant_status import SesTenantStatus
 from fairpost.mailer.quota.holds import SES_TENANT_DISABLED, TenantHolds
-from fairpost.mailer.quota.overrides import REFRESH_SECONDS, LimitSource
+from fairpost.mailer.quota.overrides import LimitSource
 from fairpost.mailer.quota.reputation import guard_states
 
 __all__ = ["PAUSED_RECHECK_SECONDS", "Hold", "Holds"]
@@ -92,7 +89,6 @@ class Holds:
         limits: LimitSource,
         *,
         ses_tenants: SesTenantStatus | None = None,
-        refresh_seconds: float = REFRESH_SECONDS,
     ) -> None:
         """``limits``: the pauses (the live overrides); ``ses_tenants``: SES's verdict on
         SES tenants, when any tenant's mail names one."""
@@ -102,7 +98,6 @@ class Holds:
         self._settings = settings
         self._limits = limits
         self._ses_tenants = ses_tenants
-        self.refresh_seconds = refresh_seconds
         self._ses: dict[str, tuple[str, float]] = {}
         """Tenants SES refused for their own set-up: tenant → (``ses_<code>``, monotonic
         end of the hold). Kept while the tenant has not sent since (the hold in Redis is
@@ -200,14 +195,3 @@ class Holds:
                 await self.changed(tenant)
                 self._ses[tenant] = (reason, time.monotonic())
                 log.info("tenant's hold (%s) lifted", reason, extra={"tenant": tenant})
-
-    async def run(self, stop: asyncio.Event, on_error: OnError | None = None) -> None:
-        """:meth:`refresh` every :attr:`refresh_seconds` until ``stop``; a failed one is
-        tried again on the outage back-off."""
-
-        async def look() -> float:
-            await self.refresh()
-            return self.refresh_seconds
-
-        backoff = OutageBackoff(self._settings.max_outage_seconds, most=min(10.0, self.refresh_seconds))
-        await forever("holds", look, stop, backoff=backoff, on_error=on_error)

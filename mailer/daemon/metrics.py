@@ -99,7 +99,7 @@ the event raised while Redis answered, so it was dropped."""
 
 TASKS = (
     "dispatcher", "reconciler", "sender", "slots", "ses-account", "ses-tenants", "events",
-    "overrides", "holds", "heartbeat", "webhook-fanout", "webhooks",
+    "overrides", "heartbeat", "webhook-fanout", "webhooks",
 )  # fmt: skip
 """``fairpost_task_errors_total{task}``: the daemon's background tasks, whose failed steps
 are counted (fairpost.dispatcher.loop)."""

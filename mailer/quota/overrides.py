@@ -211,9 +211,12 @@ class OverrideCache:
         auto: Callable[[], Limits] | None = None,
         refresh_seconds: float = REFRESH_SECONDS,
         on_change: Callable[[Overrides, Overrides], Awaitable[None]] | None = None,
+        on_refresh: Callable[[], Awaitable[None]] | None = None,
         on_error: OnError | None = None,
     ) -> None:
-        """``on_error``: told of each failed refresh of :meth:`run` (the daemon counts them)."""
+        """``on_refresh``: run after each read of :meth:`run`, on its schedule (the
+        sender's holds read what other replicas and operators changed of them);
+        ``on_error``: told of each failed refresh of :meth:`run` (the daemon counts them)."""
         if isinstance(settings.global_limits, str) and auto is None:
             raise ConfigError([("FAIRPOST_GLOBAL_LIMITS", "auto needs the SES account limits source")])
         self._redis = client
@@ -222,6 +225,7 @@ class OverrideCache:
         self._auto = auto
         self.refresh_seconds = refresh_seconds
         self._on_change = on_change
+        self._on_refresh = on_refresh
         self._on_error = on_error
         self._overrides = Overrides()
         # A step due within two refreshes (and a second) is judged before it is due.
@@ -293,6 +297,8 @@ class OverrideCache:
         async def read() -> float:
             self._warmups.wake.clear()
             await self.refresh()
+            if self._on_refresh is not None:
+                await self._on_refresh()
             return self.refresh_seconds
 
         backoff = OutageBackoff(self._settings.max_outage_seconds, most=min(10.0, self.refresh_seconds))

@@ -143,7 +143,13 @@ async def _pipeline(
             async def lifted(tenant: str) -> None:
                 await holder[0].holds.changed(tenant)
 
-            overrides = OverrideCache(client, keys, settings, on_change=changed, refresh_seconds=0.2)
+            async def holds_refresh() -> None:
+                if holder:
+                    await holder[0].holds.refresh()
+
+            overrides = OverrideCache(
+                client, keys, settings, on_change=changed, on_refresh=holds_refresh, refresh_seconds=0.2
+            )
             await overrides.refresh()
             parts = await build_reputation(
                 settings=settings, store=store, sqs=sqs, ses_client=ses, metrics=metrics,
@@ -158,7 +164,6 @@ async def _pipeline(
         )  # fmt: skip
         if reputation:
             holder.append(sender)
-            tasks.append(asyncio.create_task(sender.holds.run(stop)))
         tasks += [asyncio.create_task(dispatcher.run(stop)), asyncio.create_task(sender.run(stop))]
         try:
             yield Running(settings, store, quota, sender, dispatcher, log, url, parts, metrics)
