@@ -33,15 +33,15 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from fairpost.config import Settings
 from fairpost.dispatcher.store import JobStore
-from fairpost.mailer.daemon.ses_tenant_status import SesTenantStatus
 from fairpost.mailer.quota.holds import SES_TENANT_DISABLED, TenantHolds
 from fairpost.mailer.quota.overrides import LimitSource
 from fairpost.mailer.quota.reputation import guard_states
 
-__all__ = ["PAUSED_RECHECK_SECONDS", "Hold", "Holds"]
+__all__ = ["PAUSED_RECHECK_SECONDS", "Hold", "Holds", "SesTenants"]
 
 log = logging.getLogger("fairpost.sender")
 
@@ -57,6 +57,14 @@ next mail is sent as any other, not as a lone probe (a refusal holds it again)."
 
 Woken = Callable[[str | None], Awaitable[object]]
 """Told of a change of a tenant's hold (``None``: every tenant's, the global limits)."""
+
+
+class SesTenants(Protocol):
+    """SES's verdict on the tenants' SES tenants (fairpost.mailer.daemon.ses_tenant_status)."""
+
+    def waiting(self, tenant: str) -> None: ...
+
+    def is_disabled(self, tenant: str) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -88,7 +96,7 @@ class Holds:
         settings: Settings,
         limits: LimitSource,
         *,
-        ses_tenants: SesTenantStatus | None = None,
+        ses_tenants: SesTenants | None = None,
     ) -> None:
         """``limits``: the pauses (the live overrides); ``ses_tenants``: SES's verdict on
         SES tenants, when any tenant's mail names one."""
