@@ -17,7 +17,8 @@ Verdicts are shared through Redis (:meth:`fairpost.dispatcher.keys.Keys.ses_tena
 so every replica parks the tenant and ``stats`` shows it. A verdict lasts only
 while something holds the tenant: once it names an SES tenant the settings no
 longer map the tenant to (its mapping removed or changed), or an operator ran
-``fairpost tenant resume``, it is gone and every replica unparks the tenant.
+``fairpost tenant resume``, it is gone and every replica unparks the tenant
+(through the one event of fairpost.mailer.daemon.holds, ``on_enabled``).
 
 The task outlives any failed step: the step is logged, counted
 (``fairpost_task_errors_total{task="ses-tenants"}``) and retried after the
@@ -44,14 +45,15 @@ from fairpost.dispatcher.replies import time_ms
 from fairpost.mailer.daemon.aws import SesClient
 from fairpost.mailer.daemon.metrics import Metrics
 from fairpost.mailer.daemon.ses import redact
+from fairpost.mailer.quota.holds import SES_TENANT_DISABLED
 from fairpost.mailer.quota.reputation import TenantVerdict, read_verdicts
 
 __all__ = ["REASON", "SesTenantStatus"]
 
 log = logging.getLogger("fairpost.ses_tenants")
 
-REASON = "ses_tenant_disabled"
-"""The park reason, in stats, metrics and the jobs' ``last_error``."""
+REASON = SES_TENANT_DISABLED
+"""The hold's reason, in stats, metrics and the jobs' ``waiting_for``."""
 
 _TICK = 1.0
 _MAX_READS_PER_TICK = 5

@@ -33,6 +33,7 @@ from fairpost.config.warmup import stricter
 from fairpost.dispatcher.keys import TOTAL_INFLIGHT, TOTAL_WAITING, Keys
 from fairpost.dispatcher.replies import record, text, time_ms
 from fairpost.mailer.quota.engine import QuotaEngine
+from fairpost.mailer.quota.holds import parse_hold, read_hold
 from fairpost.mailer.quota.overrides import read_auto_limits, read_overrides, resolve_global, resolve_tenant
 from fairpost.mailer.quota.reputation import (
     GuardState,
@@ -232,15 +233,14 @@ async def collect_stats(
             # The scripts' count: a queue may still hold ids of cancelled jobs.
             pipe.hget(keys.counts(), tenant)
             pipe.zcount(keys.inflight(tenant), "(" + str(at_ms), "+inf")
-            pipe.hmget(keys.tenant_hold(tenant), ["reason", "until_ms"])
+            read_hold(pipe, keys, tenant)
         counts = await pipe.execute()
     backlog = {t: int(counts[3 * i] or 0) for i, t in enumerate(ordered)}
     inflight = {t: int(counts[3 * i + 1]) for i, t in enumerate(ordered)}
     holds = {
-        t: (text(reason), int(until))
+        t: (hold.reason, hold.until_ms)
         for i, t in enumerate(ordered)
-        for reason, until in [counts[3 * i + 2]]
-        if reason is not None and until is not None and int(until) > at_ms
+        if (hold := parse_hold(counts[3 * i + 2])) is not None and hold.until_ms > at_ms
     }
 
     # Bounded: thousands of tenants must not mean thousands of connections.

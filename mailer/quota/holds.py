@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import redis
 import redis.asyncio
@@ -38,7 +39,15 @@ from fairpost.dispatcher.replies import text
 from fairpost.dispatcher.scripts import lua_source
 from fairpost.dispatcher.store import StoreLimits
 
-__all__ = ["LIFTED_BY_RESUME", "SES_TENANT_DISABLED", "Hold", "TenantHolds", "lift"]
+__all__ = [
+    "LIFTED_BY_RESUME",
+    "SES_TENANT_DISABLED",
+    "Hold",
+    "TenantHolds",
+    "lift",
+    "parse_hold",
+    "read_hold",
+]
 
 SES_TENANT_DISABLED = "ses_tenant_disabled"
 """The hold of a tenant whose SES tenant SES disabled (stats, metrics, the jobs' ``waiting_for``)."""
@@ -60,6 +69,18 @@ class Hold:
     """``ses_<code>``: the SES error that holds the tenant."""
     until_ms: int
     """Redis time the tenant's next mail is tried again."""
+
+
+def read_hold(pipe: redis.asyncio.client.Pipeline, keys: Keys, tenant: str) -> None:
+    """Queue the read of the tenant's SES-fault hold on ``pipe``; its reply is
+    :func:`parse_hold`'s to read."""
+    pipe.hmget(keys.tenant_hold(tenant), ["reason", "until_ms"])
+
+
+def parse_hold(reply: Any) -> Hold | None:
+    """The hold :func:`read_hold` read; None: the tenant is not held (nor recently was)."""
+    reason, until = reply
+    return None if reason is None or until is None else Hold(text(reason), int(until))
 
 
 class TenantHolds:
@@ -105,13 +126,10 @@ class TenantHolds:
             return {}
         async with self._redis.pipeline(transaction=False) as pipe:
             for tenant in names:
-                pipe.hmget(self._keys.tenant_hold(tenant), ["reason", "until_ms"])
+                read_hold(pipe, self._keys, tenant)
             values = await pipe.execute()
-        return {
-            tenant: Hold(text(reason), int(until))
-            for tenant, (reason, until) in zip(names, values, strict=True)
-            if reason is not None and until is not None
-        }
+        read = {tenant: parse_hold(reply) for tenant, reply in zip(names, values, strict=True)}
+        return {tenant: hold for tenant, hold in read.items() if hold is not None}
 
 
 def lift(client: redis.Redis, keys: Keys, tenant: str) -> list[str]:
