@@ -27,7 +27,7 @@ from fairpost.mailer.daemon.endings import Endings
 from fairpost.mailer.daemon.gate import Gate
 from fairpost.mailer.daemon.inbox import MAX_VISIBILITY, Received
 from fairpost.mailer.daemon.ses_account import daily_quota_wait, is_daily_quota_exceeded
-from fairpost.mailer.daemon.settlement import HAND_BACK, Backoff, Delete, Settlement, attempt_backoff
+from fairpost.mailer.daemon.settlement import HAND_BACK, Backoff, Delete, Park, Settlement, attempt_backoff
 from fairpost.mailer.errors import SesAccountError
 from fairpost.mailer.quota.holds import SES_TENANT_DISABLED
 
@@ -115,7 +115,8 @@ class Answers:
             log.warning(
                 "SES refuses this tenant's mail (%s); tenant held %.1fs", result.error, wait, extra=extra
             )
-            return Backoff(wait, reason)
+            # Parked, not backed off: a lift of the hold (a resume) brings it back at once.
+            return Park(wait, tenant, reason)
         if result.verdict is ses.Verdict.PAUSED:
             log.error(
                 "SES refuses to send (%s); sender paused %.0fs",

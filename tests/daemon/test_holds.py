@@ -3,7 +3,8 @@
 Fast: a real redis-server (the fixture's), no SQS and no SES. The pauses come
 from a fake of the live overrides and SES's verdict on SES tenants from a fake
 of the status task: both are read from memory by the sender, so a set is all
-they are.
+they are. One test runs the pipeline, for what only SQS can show: a resume
+brings the held tenant's mail back at once.
 """
 
 from __future__ import annotations
@@ -14,16 +15,21 @@ import pytest
 import redis
 import redis.asyncio
 
+from fairpost import AsyncMailClient
 from fairpost.config import Settings, load_settings
 from fairpost.config.limits import Limits
+from fairpost.dispatcher.jobs import JobState
 from fairpost.dispatcher.replies import time_ms
 from fairpost.dispatcher.store import JobStore, NewJob, StoreLimits
 from fairpost.mailer.daemon.holds import PAUSED_RECHECK_SECONDS, Hold, Holds
 from fairpost.mailer.quota.holds import LIFTED_BY_RESUME, SES_TENANT_DISABLED
 from fairpost.mailer.quota.overrides import QuotaAdmin
 from fairpost.mailer.quota.reputation import GuardState
+from fairpost.mailer.sdk.mail import Mail
+from fairpost.mailer.testing.ses_server import Faults, SesServer
 from fairpost.mailer.testing.wait import wait_for_async
 from tests.support import KEYS
+from tests.support.pipeline import pipeline, quick_settings
 
 TTL_MS = 2_000
 LIMITS = StoreLimits(default_cap=2, lease_ms=1_000, inflight_ttl_ms=TTL_MS, stranded_after_ms=TTL_MS + 7_000)
@@ -213,3 +219,36 @@ def _guard(level: str) -> GuardState:
         window="24h",
         at_ms=0,
     )
+
+
+async def test_resume_sends_an_ses_held_tenants_mail_at_once_not_after_its_backoff(
+    redis_url: str, ses_env: SesServer
+) -> None:
+    """The pipeline (moto's SQS, the recording SES server): the tenant's set-up fixed,
+    an operator's resume brings its mail, the message SES refused included, back at
+    once: a hold of a minute would otherwise keep its FIFO group waiting."""
+    ses = ses_env
+    settings = quick_settings(
+        redis_url,
+        tenants={"bad": {"configuration_set": "bad-events"}},
+        sender={"wait_seconds": 1, "receivers": 1, "backoff_base_seconds": 60, "max_jitter_seconds": 0.2},
+    )
+    rule = ses.fail_when(lambda m: m.tag("fairpost-tenant") == "bad", Faults.CONFIGURATION_SET_MISSING)
+    async with pipeline(settings, reputation=True), AsyncMailClient(settings) as client:
+        mail = Mail(sender="app@example.com", to=["u@example.org"], subject="m", text="hi")
+        ids = await client.send_many("bad", [mail] * 3)
+
+        async def held() -> bool:
+            return (await client.status(ids[0])).waiting_for == "ses_NotFoundException"
+
+        await wait_for_async(held, within=20, what="the tenant held for its configuration set")
+        rule.cancel()
+        with QuotaAdmin(settings) as admin:
+            assert "ses_NotFoundException" in admin.lift_holds("bad")
+
+        async def sent() -> bool:
+            return {(await client.status(i)).state for i in ids} == {JobState.SENT}
+
+        # Well within the hold's minute: the replica reads the lift within a refresh.
+        await wait_for_async(sent, within=20, what="the tenant's mail once resumed")
+    assert sorted(m.job_id or "" for m in ses.sent) == sorted(ids), "each sent once"
