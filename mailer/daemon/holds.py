@@ -6,7 +6,7 @@ asks :meth:`Holds.of` once per group and parks the mail for the hold's
 
 - ``paused``: an operator's pause (``fairpost tenant pause``: the dispatcher's
   ``paused`` set, read through the live overrides);
-- ``guard_paused``: the reputation guard's pause (the same set; the guard's
+- ``reputation_paused``: the reputation guard's pause (the same set; the guard's
   hash says it was the guard, fairpost.mailer.quota.reputation);
 - ``ses_tenant_disabled``: SES disabled the tenant's SES tenant
   (fairpost.mailer.daemon.ses_tenant_status reads SES and shares the verdict);
@@ -72,7 +72,7 @@ class Hold:
     """Why a tenant may not send now."""
 
     reason: str
-    """``paused``, ``guard_paused``, ``ses_tenant_disabled`` or ``ses_<code>``."""
+    """``paused``, ``reputation_paused``, ``ses_tenant_disabled`` or ``ses_<code>``."""
     recheck: float
     """Seconds until the sender looks at the tenant's mail again."""
     until: float | None = None
@@ -121,7 +121,7 @@ class Holds:
         on schedule meanwhile)."""
         if self._limits.is_paused(tenant):
             # An operator's or the guard's pause: its mail already in SQS waits too.
-            return self.until_lifted("guard_paused" if tenant in self._guard_paused else "paused")
+            return self.until_lifted("reputation_paused" if tenant in self._guard_paused else "paused")
         status = self._ses_tenants
         if status is not None:
             status.waiting(tenant)

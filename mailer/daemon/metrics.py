@@ -57,12 +57,12 @@ OTHER_TENANT = "~other"
 """The ``tenant`` label of every tenant beyond the bounded set."""
 
 THROTTLE_REASONS = (
-    "tenant_quota", "global_quota", "global_share", "ses", "paused", "guard_paused",
+    "tenant_quota", "global_quota", "global_share", "ses", "paused", "reputation_paused",
     "ses_tenant_disabled", "warmup", "warmup_held",
 )  # fmt: skip
 """``fairpost_mail_throttled_total{reason}``: who held the mail back (``warmup``: the
 tenant's warm-up step; ``warmup_held``: a step held for its bounce or complaint rate;
-``paused``, ``guard_paused``, ``ses_tenant_disabled`` and ``ses_<code>``: the tenant's
+``paused``, ``reputation_paused``, ``ses_tenant_disabled`` and ``ses_<code>``: the tenant's
 hold, fairpost.mailer.daemon.holds)."""
 
 DEAD_REASONS = (

@@ -54,8 +54,8 @@ SES_TENANT_DISABLED = "ses_tenant_disabled"
 
 LIFTED_BY_RESUME = {
     "paused": "an operator's pause",
-    "guard_paused": "the reputation guard's pause",
-    "guard_throttled": "the reputation guard's throttle",
+    "reputation_paused": "the reputation guard's pause",
+    "reputation_throttled": "the reputation guard's throttle",
     SES_TENANT_DISABLED: "a disabled SES tenant's park (SES is asked again when it sends)",
     "ses_<code>": "a hold for an SES fault of its own set-up (its next mail rechecks it)",
 }

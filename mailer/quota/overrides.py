@@ -457,7 +457,7 @@ class QuotaAdmin(RedisOwner):
         guard = lift_guard(self._redis, self.keys, tenant)
         if guard is not None:
             # The guard's pause is the same set's: named as the guard's.
-            lifted = [r for r in lifted if guard.level != "paused"] + ["guard_" + guard.level]
+            lifted = [r for r in lifted if guard.level != "paused"] + ["reputation_" + guard.level]
         # Every replica brings back the mail of a tenant whose hold is gone
         # (mailer/daemon/holds.py, mailer/daemon/ses_tenant_status.py).
         return lifted + holds.lift(self._redis, self.keys, tenant)

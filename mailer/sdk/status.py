@@ -45,7 +45,7 @@ class JobStatus:
     """Recipients dropped unsent: on the tenant's suppression list."""
     waiting_for: str | None = None
     """While it is not finished: why it last waited (``tenant_quota``, ``global_quota``,
-    ``global_share``, ``paused`` (by an operator), ``guard_paused`` (by the reputation
+    ``global_share``, ``paused`` (by an operator), ``reputation_paused`` (by the reputation
     guard), ``ses`` (throttled), ``ses_<code>`` (its tenant held
     for an SES fault of its own), ``ses_tenant_disabled`` (SES disabled its SES tenant))."""
     waiting_until: datetime | None = None

@@ -88,7 +88,7 @@ async def test_the_one_question_names_each_hold_with_its_recheck(
     # The same pause, made by the reputation guard: the guard's hash says so.
     await aredis.hset(KEYS.guard(), "acme", json.dumps(_guard("paused").to_json()))
     await holds.refresh()
-    assert holds.of("acme") == Hold("guard_paused", PAUSED_RECHECK_SECONDS)
+    assert holds.of("acme") == Hold("reputation_paused", PAUSED_RECHECK_SECONDS)
     pauses.paused.clear()
     assert holds.of("acme") is None, "a guard state without the pause holds nothing"
 
@@ -199,15 +199,15 @@ def test_resume_lifts_every_hold_an_operator_may_lift_and_says_which(
     with QuotaAdmin(quick, redis_client=redis_client) as admin:
         admin.pause("acme")
         lifted = admin.lift_holds("acme")
-        assert lifted == ["paused", "guard_throttled", "ses_MessageRejected", SES_TENANT_DISABLED]
+        assert lifted == ["paused", "reputation_throttled", "ses_MessageRejected", SES_TENANT_DISABLED]
         assert admin.resume("acme") is False, "nothing holds it any more"
         admin.pause("globex")
         redis_client.hset(KEYS.guard(), "globex", json.dumps(_guard("paused").to_json()))
-        assert admin.lift_holds("globex") == ["guard_paused"], "the guard's pause, named as such"
+        assert admin.lift_holds("globex") == ["reputation_paused"], "the guard's pause, named as such"
     assert not redis_client.exists(KEYS.tenant_hold("acme"))
     assert not redis_client.hexists(KEYS.ses_tenant_status(), "acme")
     named = {"ses_<code>" if r == "ses_MessageRejected" else r for r in lifted}
-    assert named | {"guard_paused"} == set(LIFTED_BY_RESUME), "--help names every hold resume lifts"
+    assert named | {"reputation_paused"} == set(LIFTED_BY_RESUME), "--help names every hold resume lifts"
 
 
 def _guard(level: str) -> GuardState:
