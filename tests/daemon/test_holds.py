@@ -21,7 +21,13 @@ from fairpost.config.limits import Limits
 from fairpost.dispatcher.jobs import JobState
 from fairpost.dispatcher.replies import time_ms
 from fairpost.dispatcher.store import JobStore, NewJob, StoreLimits
-from fairpost.mailer.daemon.holds import PAUSED_RECHECK_SECONDS, Hold, Holds
+from fairpost.mailer.daemon.holds import (
+    FORGET_AFTER_SECONDS,
+    PAUSED_RECHECK_SECONDS,
+    Hold,
+    Holds,
+    forget_ended,
+)
 from fairpost.mailer.quota.holds import LIFTED_BY_RESUME, SES_TENANT_DISABLED
 from fairpost.mailer.quota.overrides import QuotaAdmin
 from fairpost.mailer.quota.reputation import GuardState
@@ -123,6 +129,18 @@ async def test_an_ses_fault_hold_ends_in_a_probe_and_a_send_clears_it_everywhere
     await holds.sent("acme")
     assert not holds.probing("acme")
     assert not await aredis.exists(KEYS.tenant_hold("acme")), "every replica sees it cleared"
+
+
+def test_tenants_whose_holds_ended_long_ago_are_forgotten_and_the_rest_kept() -> None:
+    """Pure: the map of SES-fault holds, swept by the function Holds calls on each hold
+    (moved from tests/daemon/test_answers_bounds.py with the map)."""
+    now = 100_000.0
+    held = {f"gone-{n}": ("ses_AccessDenied", now - FORGET_AFTER_SECONDS - 1) for n in range(1_000)}
+    held["rechecking"] = ("ses_AccessDenied", now - 10)  # ended a moment ago: its next mail probes
+    held["held"] = ("ses_AccessDenied", now + 30)
+    next_sweep = forget_ended(held, now)
+    assert set(held) == {"rechecking", "held"}
+    assert next_sweep == 64  # never below the first bound: sweeps stay rare
 
 
 async def test_a_hold_lifted_elsewhere_wakes_the_sender_through_the_one_event(
