@@ -38,7 +38,6 @@ from typing import Protocol
 from fairpost.config import Settings
 from fairpost.dispatcher.store import JobStore
 from fairpost.mailer.quota.holds import SES_TENANT_DISABLED, TenantHolds
-from fairpost.mailer.quota.overrides import LimitSource
 from fairpost.mailer.quota.reputation import guard_states
 
 __all__ = ["PAUSED_RECHECK_SECONDS", "Hold", "Holds", "SesTenants"]
@@ -94,17 +93,18 @@ class Holds:
         self,
         store: JobStore,
         settings: Settings,
-        limits: LimitSource,
+        is_paused: Callable[[str], bool],
         *,
         ses_tenants: SesTenants | None = None,
     ) -> None:
-        """``limits``: the pauses (the live overrides); ``ses_tenants``: SES's verdict on
-        SES tenants, when any tenant's mail names one."""
+        """``is_paused``: the pauses (the live overrides', LimitSource.is_paused);
+        ``ses_tenants``: SES's verdict on SES tenants, when any tenant's mail names one."""
+        self._jobs = store
         self._store = TenantHolds(store.redis, store.keys, store.limits)
         self._redis = store.redis
         self._keys = store.keys
         self._settings = settings
-        self._limits = limits
+        self._is_paused = is_paused
         self._ses_tenants = ses_tenants
         self._ses: dict[str, tuple[str, float]] = {}
         """Tenants SES refused for their own set-up: tenant → (``ses_<code>``, monotonic
@@ -119,7 +119,7 @@ class Holds:
         """Whether the tenant is held now, why and for how long; None: it may send.
         Asking tells that the tenant has mail waiting (its SES tenant's status is read
         on schedule meanwhile)."""
-        if self._limits.is_paused(tenant):
+        if self._is_paused(tenant):
             # An operator's or the guard's pause: its mail already in SQS waits too.
             return self.until_lifted("reputation_paused" if tenant in self._guard_paused else "paused")
         status = self._ses_tenants
@@ -169,8 +169,9 @@ class Holds:
     async def keep_alive(self, tenant: str, until_ms: int) -> None:
         """The tenant's mail waits in SQS until ``until_ms`` (Redis time), whatever the
         reason: its in-flight slots and dispatched jobs are kept that long and an
-        in-flight TTL after (fairpost.mailer.quota.holds.TenantHolds.keep_alive)."""
-        await self._store.keep_alive(tenant, until_ms)
+        in-flight TTL after (``dispatcher/touch.lua``, as an SES-fault hold keeps them:
+        fairpost.mailer.quota.holds.TenantHolds.keep_alive)."""
+        await self._jobs.touch_inflight(tenant, until_ms + self._jobs.limits.inflight_ttl_ms)
 
     # -- the one event -----------------------------------------------------------------
     def listen(self, woken: Woken) -> None:

@@ -92,7 +92,7 @@ class Sender:
         limits = limits or StaticLimits(settings)
         if holds is None:
             status = feedback.status if feedback is not None else None
-            holds = Holds(store, settings, limits, ses_tenants=status)
+            holds = Holds(store, settings, limits.is_paused, ses_tenants=status)
         self.ctx = SenderContext(
             settings=settings,
             store=store,

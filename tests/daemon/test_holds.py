@@ -17,7 +17,6 @@ import redis.asyncio
 
 from fairpost import AsyncMailClient
 from fairpost.config import Settings, load_settings
-from fairpost.config.limits import Limits
 from fairpost.dispatcher.jobs import JobState
 from fairpost.dispatcher.replies import time_ms
 from fairpost.dispatcher.store import JobStore, NewJob, StoreLimits
@@ -47,12 +46,6 @@ class Pauses:
     def __init__(self) -> None:
         self.paused: set[str] = set()
 
-    def global_limits(self) -> Limits:
-        return ()
-
-    def limits_for(self, tenant: str) -> Limits:
-        return ()
-
     def is_paused(self, tenant: str) -> bool:
         return tenant in self.paused
 
@@ -78,7 +71,7 @@ def quick(redis_url: str) -> Settings:
 
 def made(aredis: redis.asyncio.Redis, settings: Settings) -> tuple[Holds, Pauses, SesTenants]:
     pauses, ses = Pauses(), SesTenants()
-    return Holds(JobStore(aredis, KEYS, LIMITS), settings, pauses, ses_tenants=ses), pauses, ses
+    return Holds(JobStore(aredis, KEYS, LIMITS), settings, pauses.is_paused, ses_tenants=ses), pauses, ses
 
 
 async def test_the_one_question_names_each_hold_with_its_recheck(

@@ -16,6 +16,7 @@ from fairpost.config import Settings, load_settings
 from fairpost.dispatcher.calls import StoreLimits
 from fairpost.dispatcher.keys import Keys
 from fairpost.mailer.daemon.context import SenderContext
+from fairpost.mailer.daemon.holds import Holds
 from fairpost.mailer.daemon.inbox import Received
 from fairpost.mailer.daemon.metrics import Metrics
 from fairpost.mailer.quota.engine import Grant
@@ -127,6 +128,8 @@ def fake_context(**settings: Any) -> tuple[SenderContext, FakeStore, FakeQuota]:
         quota=cast(Any, quota),
         limits=StaticLimits(config),
         metrics=Metrics(),
+        # The pauses as the context's limits say when asked: a test may swap them.
+        holds=Holds(cast(Any, store), config, lambda tenant: ctx.limits.is_paused(tenant)),
     )
     return ctx, store, quota
 

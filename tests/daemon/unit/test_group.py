@@ -18,10 +18,11 @@ from fairpost.mailer.daemon.counting import Counting
 from fairpost.mailer.daemon.endings import Endings
 from fairpost.mailer.daemon.gate import Gate
 from fairpost.mailer.daemon.group import PRECISE_SAFETY_NET, GroupDecision
+from fairpost.mailer.daemon.holds import PAUSED_RECHECK_SECONDS
 from fairpost.mailer.daemon.inbox import Received
 from fairpost.mailer.daemon.settlement import HAND_BACK, Delete, Park, Retry
 from fairpost.mailer.quota.engine import NEVER, Grant
-from fairpost.mailer.quota.overrides import PAUSED_RECHECK_SECONDS, StaticLimits
+from fairpost.mailer.quota.overrides import StaticLimits
 from tests.daemon.unit.fakes import FakeQuota, FakeStore, fake_context, mail
 
 
