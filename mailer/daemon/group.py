@@ -3,11 +3,11 @@
 A batch's messages of one tenant (one FIFO group, in order) are weighed
 together: mail already sent or dead is deleted, a held tenant's mail is
 parked (fairpost.mailer.daemon.holds), and the rest asks the quota engine in
-one atomic call for all its recipients. The granted head goes to :class:`fairpost.mailer.daemon.send.Sending`;
-the refused tail is parked, its visibility extended to the moment the quota
-frees, which in a FIFO queue pauses that tenant alone. Each message's fate is
-decided here as a settlement (fairpost.mailer.daemon.settlement), which the
-inbox applies.
+one atomic call for all its recipients. The granted head goes to
+:class:`fairpost.mailer.daemon.send.Sending`; the refused tail is parked, its
+visibility extended to the moment the quota frees, which in a FIFO queue
+pauses that tenant alone. Each message's fate is decided here as a settlement
+(fairpost.mailer.daemon.settlement), which the inbox applies.
 """
 
 from __future__ import annotations
