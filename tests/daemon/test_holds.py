@@ -20,6 +20,7 @@ from fairpost.config import Settings, load_settings
 from fairpost.dispatcher.jobs import JobState
 from fairpost.dispatcher.replies import time_ms
 from fairpost.dispatcher.store import JobStore, NewJob, StoreLimits
+from fairpost.mailer.cli import main
 from fairpost.mailer.daemon.holds import (
     FORGET_AFTER_SECONDS,
     PAUSED_RECHECK_SECONDS,
@@ -263,3 +264,11 @@ async def test_resume_sends_an_ses_held_tenants_mail_at_once_not_after_its_backo
         # Well within the hold's minute: the replica reads the lift within a refresh.
         await wait_for_async(sent, within=20, what="the tenant's mail once resumed")
     assert sorted(m.job_id or "" for m in ses.sent) == sorted(ids), "each sent once"
+
+
+def test_tenant_resume_help_lists_every_hold_it_lifts(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["tenant", "resume", "--help"])
+    shown = " ".join(capsys.readouterr().out.split())
+    missing = [reason for reason in LIFTED_BY_RESUME if reason not in shown]
+    assert missing == [], shown
