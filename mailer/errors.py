@@ -24,7 +24,7 @@ re-exported here, so ``fairpost.mailer.errors`` names every error fairpost raise
     ├── RefusedRequest            the recording SES server refuses a malformed request, as SES would
     │   └── SqsError              the SQS server (fairpost.mailer.testing) refuses a request, as SQS would
     ├── ConfirmationStale         a console bulk action's confirmed count no longer matches its filter
-    ├── SettledTwice              a received message decided twice in one round: a defect (also an AssertionError)
+    ├── SettledTwice              a message decided twice in one round: a defect (also an AssertionError)
     └── TimedOut                  a condition awaited did not hold in time (also an AssertionError)
 
 An ``InvalidInput`` is the caller's to fix; the others are not.
