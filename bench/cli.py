@@ -23,7 +23,18 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
-from bench import fairshare, isolation, machine, quota_engine, safety, scale, strategies, throughput
+from bench import (
+    fairshare,
+    isolation,
+    machine,
+    outcomes,
+    quota_engine,
+    safety,
+    scale,
+    strategies,
+    throughput,
+    tracing,
+)
 from bench.cluster import Backend
 from bench.figures import Figure, markdown_table, table
 from fairpost.mailer.testing.localstack import localstack_server
@@ -40,6 +51,8 @@ SCENARIOS: dict[str, Scenario] = {
     "throughput": throughput.run,
     "strategies": strategies.run,
     "scale": scale.run,
+    "tracing": tracing.run,
+    "outcomes": outcomes.run,
 }
 
 

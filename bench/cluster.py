@@ -20,7 +20,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -163,6 +163,11 @@ class Replica:
         data = answer[0]
         return Counts(data["time"], data["cpu_seconds"], data["calls"], data["received_by_group"])
 
+    def imported_otel(self) -> bool | None:
+        """Whether the replica had imported any of OpenTelemetry at its last counts."""
+        data = self._read_counts()
+        return None if data is None else bool(data.get("otel_imported"))
+
     def log_tail(self, chars: int = 3000) -> str:
         try:
             return self.log_path.read_text(errors="replace")[-chars:]
@@ -209,8 +214,16 @@ class World:
             env[var] = json.dumps(value) if isinstance(value, Mapping) else str(value)
         return env
 
-    def start_replicas(self, count: int, *, timeout: float = 30.0) -> list[Replica]:
-        env = self.env()
+    def start_replicas(
+        self,
+        count: int,
+        *,
+        timeout: float = 30.0,
+        env: Mapping[str, str] | None = None,
+        args: Sequence[str] = (),
+    ) -> list[Replica]:
+        """``count`` more replicas; ``env``: variables over the world's, ``args``: to ``fairpost run``."""
+        env = {**self.env(), **(env or {})}
         started = []
         for i in range(count):
             name = f"{self.name}-{len(self.replicas) + 1}"
@@ -220,7 +233,7 @@ class World:
             log_path = self.backend.workdir / f"{name}.log"
             with log_path.open("wb") as log:
                 process = subprocess.Popen(
-                    [sys.executable, "-m", "bench.replica"],
+                    [sys.executable, "-m", "bench.replica", *args],
                     env=replica_env,
                     cwd=ROOT,
                     stdin=subprocess.DEVNULL,

@@ -53,6 +53,13 @@ FIGURES = {
     "scale_mails_per_shard",
     "scale_mail_in_sets",
     "scale_sqs_inflight_per_throttled_tenant",
+    "tracing_off_cpu_ratio",
+    "tracing_off_redis_ratio",
+    "tracing_on_cpu_ratio",
+    "tracing_on_redis_ratio",
+    "outcome_redis_cpu_ratio",
+    "outcome_event_redis_usec",
+    "webhook_deliveries_per_second",
 }
 
 
