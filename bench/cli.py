@@ -72,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--quick",
         action="store_true",
-        help="a tiny version of every scenario (about two minutes on an idle 2-core machine)",
+        help="a tiny version of every scenario (about three minutes on an idle 2-core machine)",
     )
     parser.add_argument(
         "--json", type=Path, default=RESULTS / "latest.json", help="where to write the results (JSON)"

@@ -8,9 +8,10 @@ each, lets them settle, and drains a burst of mails through all of them **at
 the same time** (enqueued by the SDK, as the throughput drain does): whatever
 else the machine does meanwhile hits every variant alike. Each Redis's own
 figures (``INFO``: the server's CPU, commands run, bytes in and out) are that
-replica's and its load's. The servers change hands from round to round, so no
-variant keeps a server; a first round, not counted, loads the scripts into
-every server. Each figure is the median, over rounds, of a round's ratio.
+replica's and its load's. From round to round the servers change hands and
+the order the replicas start and drain in turns, so no variant keeps a server
+or a place; a first round, not counted, loads the scripts into every server.
+Each figure is the median, over rounds, of a round's ratio.
 """
 
 from __future__ import annotations
@@ -124,17 +125,20 @@ async def rounds(
             for _ in variants[1:]
         ]
         out = []
+        n = len(variants)
         for r in range(count + 1):
-            turn = r % len(servers)
-            placed = [*servers[turn:], *servers[:turn]]
+            # Who starts and drains first changes from round to round (the first replica
+            # started has its burst to itself for a moment), and so does each one's server.
+            order = [variants[(p + r) % n] for p in range(n)]
+            placed = [servers[(p + 2 * r) % n] for p in range(n)]
             with contextlib.ExitStack() as worlds:
                 each = [worlds.enter_context(world(s, f"{name}{i}", config)) for i, s in enumerate(placed)]
                 # Started here, one after the other, before any drain: from the main thread,
                 # so that each dies with the bench (bench.cluster, die_with_parent).
-                started = [w.start_replicas(1, env=v.env)[0] for w, v in zip(each, variants, strict=True)]
+                started = [w.start_replicas(1, env=v.env)[0] for w, v in zip(each, order, strict=True)]
                 size = mails if r else min(mails, warm)
                 done = await asyncio.gather(
-                    *(drain(w, v, p, size) for w, v, p in zip(each, variants, started, strict=True))
+                    *(drain(w, v, p, size) for w, v, p in zip(each, order, started, strict=True))
                 )
             if r:
                 out.append({d.variant: d for d in done})
