@@ -33,7 +33,7 @@ import redis.asyncio
 from redis.exceptions import RedisError
 
 from fairpost.config import Settings
-from fairpost.dispatcher.backoff import OutageBackoff
+from fairpost.dispatcher.backoff import OutageBackoff, wait_or_stop
 from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.loop import OnError, forever
 from fairpost.dispatcher.replies import text, time_ms
@@ -121,28 +121,38 @@ class WebhookDeliveries:
             self._poster = None
 
     async def _fanout_step(self, stop: asyncio.Event) -> int:
-        return await self.fanout_once()
+        return await self.fanout_once(stop=stop)
 
-    async def fanout_once(self, block_ms: int = 1000) -> int:
+    async def fanout_once(self, block_ms: int = 1000, stop: asyncio.Event | None = None) -> int:
         """Queue the next batch of the feed at its endpoints; with nothing new, wait up
         to ``block_ms`` for it. Returns the deliveries queued."""
         raw = await self.redis.get(self.keys.webhook_cursor())
         cursor = "" if raw is None else text(raw)
+        if not await self.redis.scard(self.keys.webhook_endpoints()):
+            return await self._pass_by(cursor, block_ms, stop)
         page: Any = await self.redis.xrange(
             self.keys.outcomes(), min="(" + cursor if cursor else "-", count=self.batch
         )
         if not page:
             await self.redis.xread({self.keys.outcomes(): cursor or "0-0"}, count=1, block=block_ms)
             return 0
-        last = text(page[-1][0])
-        if not await self.redis.scard(self.keys.webhook_endpoints()):
-            keys, args = self.calls.fanout(cursor, None, last)
-            queued = int(await self._fanout(keys=keys, args=args))
-            if queued != -2:
-                return max(0, queued)
         events = [e for e in (from_entry(i, f) for i, f in page) if e is not None]
-        keys, args = self.calls.fanout(cursor, events, last)
+        keys, args = self.calls.fanout(cursor, events, text(page[-1][0]))
         return max(0, int(await self._fanout(keys=keys, args=args)))
+
+    async def _pass_by(self, cursor: str, block_ms: int, stop: asyncio.Event | None) -> int:
+        """No endpoint anywhere: what the feed holds goes to nobody. The cursor moves
+        past it unread (a mail's events are most of the feed's bytes: an application
+        without webhooks must not pay for reading them), and the next look is
+        ``block_ms`` later; an endpoint registered meanwhile gets what follows."""
+        newest: Any = await self.redis.xrevrange(self.keys.outcomes(), count=1)
+        last = text(newest[0][0]) if newest else cursor
+        if last != cursor:
+            keys, args = self.calls.fanout(cursor, None, last)
+            if int(await self._fanout(keys=keys, args=args)) == -2:
+                return 0  # an endpoint came meanwhile: the next look reads the batch for it
+        await wait_or_stop(stop or asyncio.Event(), block_ms / 1000)
+        return 0
 
     async def _delivery_step(self, stop: asyncio.Event) -> None:
         if time.monotonic() >= self._next_reap:
