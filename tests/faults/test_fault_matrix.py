@@ -16,9 +16,12 @@ answer lost, and the promises are checked:
 - no background task died (the pipeline fails the test when one did).
 
 The steps come from the recording, so a call site added later is covered
-without editing this file. ``make test`` runs a sample (six steps spread over
-the recording, three of the batch's, the same ones each run); ``make faults``
-runs all of them (FAIRPOST_FAULT_MATRIX=all).
+without editing this file. ``make test`` runs a sample: a step of every kind
+(an SES call, an SQS call, a Redis command, pipeline and script) in each mode of
+the one mail, and every kind once in the batch, its kinds shared between the
+two modes (each batch run takes seconds of throttling and slow answers);
+``make faults`` runs all of them (FAIRPOST_FAULT_MATRIX=all). The recording
+without a fault is made once per scenario: both modes fail steps of it.
 """
 
 from __future__ import annotations
@@ -41,8 +44,8 @@ from tests.support.pipeline import pipeline, quick_settings
 pytestmark = [pytest.mark.slow, pytest.mark.faults]
 
 FULL = os.environ.get("FAIRPOST_FAULT_MATRIX") == "all"
-SAMPLE = 6
-"""Steps per mode in the sample ``make test`` runs (a scenario may take fewer: ``sample``)."""
+KINDS = frozenset({"sesv2", "sqs", "redis command", "redis pipeline", "redis script"})
+"""What sorts of call a step is (:func:`kind`): the sample fails one of each."""
 RECOVERY_S = 90.0
 """A lost delete comes back after the visibility timeout (5 s here) and the
 outage back-off is counted in seconds: far more than either needs."""
@@ -57,8 +60,9 @@ class Scenario:
     """One tenant id per mail, in the order they are enqueued."""
     tenant_limits: dict[str, str] = field(default_factory=dict)
     ses_latency: float = 0.0
-    sample: int = SAMPLE
-    """Steps per mode ``make test`` runs of it."""
+    kinds_shared: bool = False
+    """In ``make test``'s sample, each kind in one mode only (the modes take turns),
+    rather than in both."""
 
     def settings(self, redis_url: str, run: int) -> Settings:
         # A prefix of its own for each run: nothing of an earlier run is seen.
@@ -85,7 +89,7 @@ BATCH = Scenario(
     # Long enough that the sender keeps a call counted while it runs.
     ses_latency=1.5,
     # Each run takes seconds of throttling and slow answers: fewer in the sample.
-    sample=3,
+    kinds_shared=True,
 )
 
 
@@ -131,13 +135,48 @@ def allowed_duplicates(recorder: Recorder) -> int:
     return int(recorder.mode == "lost-answer" and fired is not None and fired.name == "sesv2.SendEmail")
 
 
-def spread(steps: list[Step], count: int) -> list[Step]:
-    """``count`` steps spread over the recording, the same ones each run; all of them
-    with ``make faults``."""
-    if FULL or len(steps) <= count:
+def kind(step: Step) -> str:
+    """The sort of call a step is: the AWS service called, or a Redis command, pipeline or script."""
+    if step.system == "aws":
+        return step.name.partition(".")[0]
+    if step.name.startswith("script "):
+        return "redis script"
+    return "redis pipeline" if step.name.startswith("MULTI ") else "redis command"
+
+
+def sample(steps: list[Step], scenario: Scenario, mode: Mode) -> list[Step]:
+    """A step of every kind (of every other kind, taking turns, if the scenario
+    shares its kinds between the modes), the same ones each run; all of them with
+    ``make faults``. Within a kind, each mode takes a different step: one a third
+    of the way along its steps, the other two thirds."""
+    if FULL:
         return steps
-    stride = len(steps) / count
-    return [steps[int(i * stride)] for i in range(count)]
+    by_kind: dict[str, list[Step]] = {}
+    for step in steps:
+        by_kind.setdefault(kind(step), []).append(step)
+    turn = MODES.index(mode)
+    kinds = sorted(by_kind)
+    if scenario.kinds_shared:
+        kinds = kinds[turn :: len(MODES)]
+    return [by_kind[k][(turn + 1) * len(by_kind[k]) // (len(MODES) + 1)] for k in kinds]
+
+
+_RECORDED: dict[str, list[Step]] = {}
+"""Each scenario's steps, recorded without a fault by the first of its tests to run."""
+
+
+async def recorded_steps(
+    scenario: Scenario, redis_url: str, ses: SesServer, recorder: Recorder
+) -> list[Step]:
+    """The scenario's steps, from its run without a fault: made once, for both modes."""
+    if scenario.name not in _RECORDED:
+        await run_scenario(scenario, scenario.settings(redis_url, 0), ses, recorder, "no fault")
+        # Polls and heartbeats repeat; their later calls are the same step again.
+        steps = sorted({step for step in recorder.steps if step.occurrence <= 2})
+        assert any(step.name == "sesv2.SendEmail" for step in steps), steps
+        assert {kind(step) for step in steps} >= KINDS, steps
+        _RECORDED[scenario.name] = steps
+    return _RECORDED[scenario.name]
 
 
 @pytest.mark.timeout(0 if FULL else 900)
@@ -152,12 +191,9 @@ async def test_the_pipeline_survives_a_fault_at_any_step(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     with recording(monkeypatch) as recorder:
-        await run_scenario(scenario, scenario.settings(redis_url, 0), ses_env, recorder, "no fault")
-        # Polls and heartbeats repeat; their later calls are the same step again.
-        steps = sorted({step for step in recorder.steps if step.occurrence <= 2})
-        assert any(step.name == "sesv2.SendEmail" for step in steps), steps
+        steps = await recorded_steps(scenario, redis_url, ses_env, recorder)
         failures = []
-        chosen = spread(steps, scenario.sample)
+        chosen = sample(steps, scenario, mode)
         for run, step in enumerate(chosen, start=1):
             moto_srv.reset()
             ses_env.reset()
