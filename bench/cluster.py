@@ -44,6 +44,9 @@ AWS_ENV = {
     "AWS_SECRET_ACCESS_KEY": "bench",
 }
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
+STOP_PATIENCE_SECONDS = 1.0
+"""How long past its shutdown grace :meth:`World.stop_replicas` lets a replica go on
+stopping before it signals again."""
 
 
 class BenchError(RuntimeError):
@@ -273,22 +276,42 @@ class World:
         return total
 
     def stop_replicas(self, grace: float = 20.0) -> dict[str, int]:
-        """SIGTERM every replica; SIGKILL what is left after ``grace``. Returns exit codes."""
+        """SIGTERM every replica, and again once its shutdown is past its grace; SIGKILL
+        what is left after ``grace``. Returns exit codes.
+
+        Past its grace a stopping daemon hands back what it holds, and waits for the
+        long polls it had in flight to land (up to the sender's wait, 20 s by
+        default) to hand back what they received: nothing a benchmark measures, as
+        the world is torn down next. A second signal makes it exit at once
+        (mailer/daemon/app.py); waiting out the polls took 20 s of each world."""
         for replica in self.replicas:
             if replica.alive():
                 replica.process.send_signal(signal.SIGTERM)
         codes = {}
-        deadline = time.monotonic() + grace
+        start = time.monotonic()
+        patience, deadline = start + self.settings.shutdown_grace + STOP_PATIENCE_SECONDS, start + grace
         for replica in self.replicas:
-            try:
-                codes[replica.name] = replica.process.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
+            code = _exit_code(replica.process, patience)
+            if code is None:
+                with contextlib.suppress(ProcessLookupError):
+                    replica.process.send_signal(signal.SIGTERM)
+                code = _exit_code(replica.process, deadline)
+            if code is None:
                 os.killpg(replica.process.pid, signal.SIGKILL)
-                codes[replica.name] = replica.process.wait(timeout=10)
+                code = replica.process.wait(timeout=10)
+            codes[replica.name] = code
         return codes
 
     def replica_errors(self) -> list[str]:
         return [line for replica in self.replicas for line in replica.errors()]
+
+
+def _exit_code(process: subprocess.Popen[bytes], deadline: float) -> int | None:
+    """The process's exit code once it exits, or None if it still runs at ``deadline`` (monotonic)."""
+    try:
+        return process.wait(timeout=max(0.1, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        return None
 
 
 def base_config(backend: Backend, name: str) -> dict[str, Any]:

@@ -68,11 +68,13 @@ FIGURES = {
 @pytest.mark.timeout(1000)
 def test_quick_bench_runs_and_reports_every_figure(tmp_path: Path) -> None:
     # What is tested is that every figure is taken and reported, not how fast: the
-    # quick bench takes about 3 minutes on an idle 2-core machine and 7.5 with other
-    # tests beside it (2026-11-26). The limit only catches a hang.
-    out = tmp_path / "bench.json"
+    # quick bench took about 3 minutes on an idle 2-core machine and 7.5 with other
+    # tests beside it (2026-11-26), before its worlds stopped their replicas without
+    # waiting out idle long polls (bench/cluster.py). The limit only catches a hang.
+    out, table = tmp_path / "bench.json", tmp_path / "bench.md"
+    # Both files in tmp_path: a test must not overwrite the developer's bench/results.
     result = subprocess.run(
-        [sys.executable, "-m", "bench", "--quick", "--json", str(out)],
+        [sys.executable, "-m", "bench", "--quick", "--json", str(out), "--markdown", str(table)],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -86,5 +88,6 @@ def test_quick_bench_runs_and_reports_every_figure(tmp_path: Path) -> None:
         assert "value" in figure and "verdict" in figure, key
         assert figure["verdict"] in {"meets", "misses", "reported"}, (key, figure["verdict"])
     assert data["quick"] is True
+    assert table.read_text().count("\n") > len(FIGURES)
     assert data["machine"]["cores"] >= 1
     assert "figure" in result.stdout and "python -m bench --quick" in result.stdout
