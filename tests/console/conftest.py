@@ -8,6 +8,12 @@ browser tests skip, saying so; in CI (``CI`` set) they fail.
 
 A browser test that fails leaves a screenshot of its page in its tmp_path,
 named in its report (pytest keeps the tmp_path of failed tests).
+
+The browser is started once (starting Playwright's driver and Chromium took
+about a second a test) and each test gets a context of its own, so no cookie or
+page outlives its test. Playwright's objects belong to the event loop they were
+made in: a test that drives the browser runs in the session's loop
+(``BROWSER_LOOP``), as do the async fixtures it uses.
 """
 
 from __future__ import annotations
@@ -20,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import pytest_asyncio
+import redis.asyncio
 from aiohttp import web
 from playwright.async_api import Browser, BrowserContext, Page, async_playwright
 
@@ -27,6 +35,8 @@ from fairpost.config import Settings, load_settings
 from fairpost.mailer.console.app import build_app
 
 CHROMIUM = Path("/usr/lib/chromium/chromium")
+BROWSER_LOOP = pytest.mark.asyncio(loop_scope="session")
+"""The mark of every test that drives the browser: it runs in the browser's event loop."""
 TOKEN = "test-console-token-0123456789abcdef"
 
 # Chromium as root in a container, with no network beyond loopback: no sandbox
@@ -88,7 +98,7 @@ def pytest_runtest_makereport(
 _REPORTS = pytest.StashKey[dict[str, pytest.TestReport]]()
 
 
-@pytest.fixture
+@pytest_asyncio.fixture(scope="session", loop_scope="session")
 async def browser(chromium: Path) -> AsyncIterator[Browser]:
     async with async_playwright() as playwright:
         launched = await playwright.chromium.launch(executable_path=str(chromium), args=CHROMIUM_ARGS)
@@ -98,7 +108,7 @@ async def browser(chromium: Path) -> AsyncIterator[Browser]:
             await launched.close()
 
 
-@pytest.fixture
+@pytest_asyncio.fixture(loop_scope="session")
 async def context(browser: Browser) -> AsyncIterator[BrowserContext]:
     made = await browser.new_context(viewport={"width": 1280, "height": 900})
     made.set_default_timeout(10_000)
@@ -108,7 +118,7 @@ async def context(browser: Browser) -> AsyncIterator[BrowserContext]:
         await made.close()
 
 
-@pytest.fixture
+@pytest_asyncio.fixture(loop_scope="session")
 async def page(
     context: BrowserContext, request: pytest.FixtureRequest, tmp_path: Path
 ) -> AsyncIterator[Page]:
@@ -123,6 +133,14 @@ async def page(
             print(f"console test failed: screenshot of the page at {shot} ({opened.url})", file=sys.stderr)
         except Exception as exc:  # the page may be what broke
             print(f"console test failed; no screenshot ({exc})", file=sys.stderr)
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def aredis(redis_url: str) -> AsyncIterator[redis.asyncio.Redis]:
+    """tests/conftest.py's ``aredis``, made in the browser's loop, where the tests that use it here run."""
+    client = redis.asyncio.Redis.from_url(redis_url, decode_responses=True)
+    yield client
+    await client.aclose()
 
 
 async def log_in(page: Page, base: str, token: str = TOKEN) -> None:

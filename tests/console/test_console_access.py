@@ -15,7 +15,7 @@ from fairpost import MailClient
 from fairpost.mailer.console.auth import Auth, safe_next
 from fairpost.mailer.quota.overrides import QuotaAdmin
 from fairpost.mailer.sdk.suppression import Suppressions
-from tests.console.conftest import TOKEN, console_settings, log_in, serve
+from tests.console.conftest import BROWSER_LOOP, TOKEN, console_settings, log_in, serve
 
 MAIL = {"sender": "no-reply@acme.example", "to": ["ada@example.com"], "subject": "Hi", "text": "Hello"}
 BEARER = {"Authorization": f"Bearer {TOKEN}"}
@@ -77,6 +77,7 @@ async def test_without_the_token_pages_go_to_login_and_the_rest_is_401(redis_url
     unchanged(redis_url)
 
 
+@BROWSER_LOOP
 async def test_read_only_shows_no_buttons_and_refuses_every_action(page: Page, redis_url: str) -> None:
     dead = seed(redis_url)
     async with serve(console_settings(redis_url)) as base:
@@ -101,6 +102,7 @@ async def test_read_only_shows_no_buttons_and_refuses_every_action(page: Page, r
     unchanged(redis_url)
 
 
+@BROWSER_LOOP
 async def test_an_action_without_the_csrf_token_is_refused(page: Page, redis_url: str) -> None:
     dead = seed(redis_url)
     async with serve(console_settings(redis_url, write=True)) as base:
@@ -129,6 +131,7 @@ async def test_an_action_without_the_csrf_token_is_refused(page: Page, redis_url
         assert admin.overrides().paused == {"acme"}
 
 
+@BROWSER_LOOP
 async def test_addresses_are_masked_unless_shown(page: Page, redis_url: str) -> None:
     seed(redis_url)
     async with serve(console_settings(redis_url, write=True)) as base:

@@ -25,9 +25,11 @@ from fairpost.dispatcher.store import store_limits
 from fairpost.mailer.quota.engine import QuotaEngine
 from fairpost.mailer.quota.holds import TenantHolds
 from fairpost.mailer.quota.overrides import QuotaAdmin
-from tests.console.conftest import TOKEN, console_settings, log_in, serve
+from tests.console.conftest import BROWSER_LOOP, TOKEN, console_settings, log_in, serve
 
 MAIL = {"sender": "no-reply@acme.example", "to": ["ada@example.com"], "subject": "Hi", "text": "Hello"}
+
+pytestmark = BROWSER_LOOP
 
 
 def send(redis_url: str, tenant: str, **options: object) -> str:

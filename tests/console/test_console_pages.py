@@ -18,12 +18,14 @@ from fairpost.dispatcher.keys import Keys
 from fairpost.mailer.quota.engine import QuotaEngine
 from fairpost.mailer.quota.overrides import QuotaAdmin
 from fairpost.mailer.testing.ses_server import SesServer
-from tests.console.conftest import console_settings, log_in, serve
+from tests.console.conftest import BROWSER_LOOP, console_settings, log_in, serve
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS_SCREENSHOT = ROOT / "docs" / "console.png"
 MAIL = {"sender": "no-reply@acme.example", "to": ["ada@example.com"], "subject": "Hi", "text": "Hello"}
 TENANTS = 100_000
+
+pytestmark = BROWSER_LOOP
 
 
 def command_calls(client: redis.Redis) -> int:

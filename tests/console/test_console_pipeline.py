@@ -16,10 +16,12 @@ from fairpost import AsyncMailClient
 from fairpost.mailer.quota.overrides import QuotaAdmin
 from fairpost.mailer.testing.ses_server import SesServer
 from fairpost.mailer.testing.wait import wait_for_async
-from tests.console.conftest import TOKEN, log_in, serve
+from tests.console.conftest import BROWSER_LOOP, TOKEN, log_in, serve
 from tests.support.pipeline import pipeline, quick_settings
 
 MAIL = {"sender": "no-reply@acme.example", "to": ["ada@example.com"], "subject": "Hi", "text": "Hello"}
+
+pytestmark = BROWSER_LOOP
 
 
 async def test_what_the_operator_does_in_the_browser_the_pipeline_does(

@@ -18,13 +18,15 @@ from fairpost.config import Settings
 from fairpost.mailer.quota.reputation import ReputationBook
 from fairpost.mailer.quota.warmup_admin import WarmupAdmin
 from fairpost.mailer.testing.wait import wait_for_async
-from tests.console.conftest import console_settings, log_in, serve
+from tests.console.conftest import BROWSER_LOOP, console_settings, log_in, serve
 from tests.warmup.support import KEYS, running_cache, stored
 
 MAIL = {"sender": "no-reply@acme.example", "to": ["ada@example.com"], "subject": "Hi", "text": "Hello"}
 SLOW_PLAN = "2/second; 100/day from 0s | 10/second from 1 hour | none from 1 day"
 HELD_PLAN = "1/second from 0s | 3/second from 1s | none from 1 day"
 WHEN = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC")
+
+pytestmark = BROWSER_LOOP
 
 
 async def hold(aredis: redis.asyncio.Redis, settings: Settings, tenant: str) -> None:
