@@ -87,7 +87,7 @@ class Dispatcher:
         due = [0.0, 0.0]  # the next reap, the next promotion
 
         async def step() -> None:
-            due[:] = await self._step(*due)
+            due[:] = await self._step(*due, stop=stop)
 
         # Redis failing: claims already made come back when their leases end.
         await forever(
@@ -98,7 +98,9 @@ class Dispatcher:
             on_error=self.on_error,
         )
 
-    async def _step(self, next_reap: float, next_promote: float) -> tuple[float, float]:
+    async def _step(
+        self, next_reap: float, next_promote: float, *, stop: asyncio.Event
+    ) -> tuple[float, float]:
         """One turn of the loop: maintenance when due, then claim, or wait for work."""
         if self._held and time.monotonic() >= self._next_renew:
             # Before reaping: however late this turn comes, this replica's own
@@ -140,12 +142,27 @@ class Dispatcher:
                 self._start(jobs)
         if not jobs:
             until = min(next_reap, next_promote) - time.monotonic()
-            woken = await self.store.wait_for_work(max(0.0, min(self.reap_interval, until)))
+            woken = await self._wait_for_work(max(0.0, min(self.reap_interval, until)), stop)
             if woken == WAKE_SCHEDULED:
                 # A scheduled job due before the one we waited for.
                 next_promote = 0.0
             return next_reap, next_promote
         return next_reap, next_promote
+
+    async def _wait_for_work(self, seconds: float, stop: asyncio.Event) -> str | None:
+        """Block on Redis for a wake (JobStore.wait_for_work), or until ``stop``: the
+        shutdown waits for this task before it hands the claims back. A wake token
+        the cancelled wait took is lost; another replica only waits out its own wait."""
+        waiting = asyncio.ensure_future(self.store.wait_for_work(seconds))
+        stopping = asyncio.ensure_future(stop.wait())
+        try:
+            await asyncio.wait({waiting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopping.cancel()
+            if not waiting.done():
+                waiting.cancel()
+            await asyncio.gather(waiting, stopping, return_exceptions=True)
+        return None if waiting.cancelled() else waiting.result()
 
     async def _claim(self, count: int) -> list[Job]:
         """Claim under a token of the claim's own. A claim that raised (Redis may

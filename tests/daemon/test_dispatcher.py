@@ -413,3 +413,28 @@ async def test_a_live_dispatchers_claims_outlast_their_lease_while_its_worker_is
     await asyncio.gather(*(d.drain(5) for d in dispatchers))
     assert other.seen == {}, "a live replica's claims were reaped and handed out again"
     assert max(busy.seen.values()) == 1
+
+
+async def test_an_idle_dispatcher_stops_at_once_not_when_its_wait_for_work_ends(
+    aredis: redis.asyncio.Redis,
+) -> None:
+    """With nothing to claim the dispatcher blocks on Redis for work (a BLPOP of
+    seconds). A stop must end that wait at once: the daemon's shutdown waits for
+    the task, before it hands its claims back."""
+    dispatcher = Dispatcher(make_store(aredis), [HandOffWorker()], reap_interval=30.0)
+    stop = asyncio.Event()
+    task = asyncio.create_task(dispatcher.run(stop))
+
+    async def waiting() -> bool:
+        return any(c.get("cmd") == "blpop" for c in await aredis.client_list())
+
+    try:
+        await wait_for_async(waiting, within=10, what="the dispatcher waiting for work")
+        stop.set()
+        # The wait it blocks in lasts 5 s here; a stop takes a moment.
+        await asyncio.wait_for(task, 2.5)
+    finally:
+        stop.set()
+        if not task.done():
+            task.cancel()
+        await asyncio.gather(task, return_exceptions=True)

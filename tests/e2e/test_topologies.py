@@ -122,8 +122,9 @@ async def test_writes_the_product_relies_on_wait_for_the_replicas(topology: dict
         assert grant.granted == 1
 
     # Replicas that never confirm: the SDK tries again (as for a failover), then gives up.
+    # Two seconds of retries: time for a second try however slow a busy machine makes the first.
     too_many = quick_settings(
-        redis_min_replicas=2, redis_wait_seconds=0.2, redis_retry_seconds=0.5, **topology
+        redis_min_replicas=2, redis_wait_seconds=0.2, redis_retry_seconds=2.0, **topology
     )
     with MailClient(too_many) as client, pytest.raises(RedisFailed) as info:
         client.send("acme", sender="app@example.com", to=["a@example.org"], subject="s", text="t")
