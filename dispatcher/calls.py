@@ -16,7 +16,7 @@ from typing import Any
 from fairpost.config import Settings
 from fairpost.dispatcher.durable import Durability
 from fairpost.dispatcher.errors import NotReplayable, TooLateToCancel, UnknownJob
-from fairpost.dispatcher.jobs import Job, JobState, NewJob
+from fairpost.dispatcher.jobs import Job, NewJob
 from fairpost.dispatcher.journal import Entry, Journal, entry_args, journal_args, journal_keys
 from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.record import ENTRY_SEP
@@ -212,15 +212,16 @@ class ScriptCalls:
     def finish(
         self,
         jobs: Sequence[tuple[str, Mapping[str, str | int] | None]],
-        state: JobState,
+        state: str,
         keep_seconds: int,
         entries: Mapping[str, Entry] | None = None,
     ) -> Call:
-        """One call for every (job id, fields to set) given (finish.lua); ``entries``:
-        job id → what its journal entry adds (dispatcher/journal.py)."""
+        """One call for every (job id, fields to set) given (finish.lua); ``state``: a
+        final one (:meth:`JobStore.finish`); ``entries``: job id → what its journal
+        entry adds (dispatcher/journal.py)."""
         k, journal = self.keys, self.journal
         keys = [*self._ring_keys(), k.leases(), k.dead(), k.dispatched()]
-        args: Args = [*self._ring_args(), state.value, keep_seconds, *journal_args(journal)]
+        args: Args = [*self._ring_args(), str(state), keep_seconds, *journal_args(journal)]
         for job_id, fields in jobs:
             keys += [k.job(job_id), k.content(job_id), k.payload(job_id), k.sending(job_id)]
             pairs: Args = []
@@ -237,16 +238,21 @@ class ScriptCalls:
         args: Args = [k.inflight_prefix(), keep_ms, due_ms, self._stranded_margin(), offset, page]
         return [k.expiring(), k.dispatched()], args
 
-    def send_claim(self, job_ids: Sequence[str], lifetime_ms: int, claimants: Sequence[str] = ()) -> Call:
-        k = self.keys
-        return [k.job(i) for i in job_ids] + [k.sending(i) for i in job_ids], [lifetime_ms, *claimants]
-
-    def dead_letter(self, job_id: str, tenant: str, reason: str, raw_body: str, keep_seconds: int) -> Call:
-        # The raw body is kept to 256 KiB: enough to see what was wrong with it.
+    def dead_letter(
+        self,
+        job_id: str,
+        tenant: str,
+        kind: str,
+        reason: str,
+        fields: Mapping[str, str],
+        keep_seconds: int,
+    ) -> Call:
         journal = self.journal
         keys = [self.keys.job(job_id), self.keys.dead(), *journal_keys(journal)]
-        args: Args = [job_id, tenant, reason, raw_body[:262_144], keep_seconds, *journal_args(journal)]
-        return keys, [*args, *entry_args(None)]
+        args: Args = [job_id, tenant, kind, reason, keep_seconds, len(fields)]
+        for name, value in fields.items():
+            args += [name, value]
+        return keys, [*args, *journal_args(journal), *entry_args(None)]
 
     # -- a job's lifecycle -----------------------------------------------------------
     def promote(self, max_jobs: int) -> Call:

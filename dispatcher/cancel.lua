@@ -3,7 +3,7 @@
 -- drops it unsent). It becomes a dead letter with the given reason.
 -- KEYS[1..9] ring context (ring.lua), KEYS[10] job hash, KEYS[11] scheduled (zset),
 -- KEYS[12] leases (zset), KEYS[13] dead letters (zset), KEYS[14] the job's content,
--- KEYS[15] the job's sending marker (mailer/send_claim.lua), KEYS[16] the job's payload,
+-- KEYS[15] the job's sending marker (mailer/daemon/send_claim.lua), KEYS[16] the job's payload,
 -- KEYS[17] the journal (stream) when there is one (journal.lua)
 -- ARGV[1..3] ring context, ARGV[4] job id, ARGV[5] seconds to keep the record
 -- (0: forever), ARGV[6] the reason, ARGV[7..] the journal (journal.lua), then the

@@ -1,12 +1,13 @@
--- Jobs ended (sent, dead, or suppressed): record each and free its in-flight
--- slot. One call for a sender's whole group (store.record_sent): the slots
--- are freed and each tenant re-activated once a call, not once a job.
+-- Jobs ended (sent, dead, or a final state of the caller's own): record each
+-- and free its in-flight slot. One call for a sender's whole group
+-- (store.finish_all): the slots are freed and each tenant re-activated once a
+-- call, not once a job.
 -- KEYS[1..9] ring context (ring.lua), KEYS[10] leases (zset), KEYS[11] dead
 -- letters (zset), KEYS[12] dispatched jobs (zset, dispatcher/reconcile.lua),
 -- then per job: its hash, its content (string, may not exist), its payload
--- (string) and its sending marker (send_claim.lua: a final job needs none)
+-- (string) and its sending marker (Keys.sending: a final job needs none)
 -- and, last, the journal (stream) when there is one (journal.lua)
--- ARGV[1..3] ring context, ARGV[4] final state ('sent', 'dead' or 'suppressed'),
+-- ARGV[1..3] ring context, ARGV[4] final state ('sent', 'dead' or the caller's own),
 -- ARGV[5] seconds to keep the records (0: forever), ARGV[6..] the journal
 -- (journal.lua), then per job: its id, the number N of fields to set, then N
 -- field, value pairs, then its journal entry (a count M and M pairs)

@@ -12,6 +12,10 @@ from fairpost.dispatcher.record import ENTRY_SEP
 
 
 class JobState(enum.StrEnum):
+    """The states the dispatcher gives. An application may end a job in a final
+    state of its own as well (:meth:`~fairpost.dispatcher.store.JobStore.finish`):
+    kept as a sent job is, its record without its content."""
+
     SCHEDULED = "scheduled"
     """Waiting for its send time; then it enters its tenant's queue."""
     QUEUED = "queued"
@@ -24,11 +28,6 @@ class JobState(enum.StrEnum):
     """Finished: delivered."""
     DEAD = "dead"
     """Finished: undelivered, kept with the reason."""
-    SUPPRESSED = "suppressed"
-    """Finished: not sent, every recipient on its tenant's suppression list."""
-
-
-FINAL_STATES = frozenset({JobState.SENT, JobState.DEAD, JobState.SUPPRESSED})
 
 
 def new_job_id() -> str:

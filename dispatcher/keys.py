@@ -137,7 +137,7 @@ class Keys:
         return f"{self.root}:reconciled"
 
     def sending(self, job_id: str) -> str:
-        """String with a TTL: a sender is sending this job now (dispatcher/send_claim.lua)."""
+        """String with a TTL: a sender is sending this job now (mailer/daemon/send_claim.lua)."""
         return f"{self.root}:sending:{job_id}"
 
     def sending_prefix(self) -> str:

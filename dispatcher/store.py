@@ -24,7 +24,7 @@ from fairpost.dispatcher.calls import (
     store_limits,
     submitted,
 )
-from fairpost.dispatcher.jobs import Job, JobState, NewJob
+from fairpost.dispatcher.jobs import Job, NewJob
 from fairpost.dispatcher.journal import Entry
 from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.record import job_record
@@ -51,7 +51,6 @@ class JobStore:
         self._touch = client.register_script(script("touch"))
         self._keep = client.register_script(script("keep"))
         self._renew = client.register_script(script("renew"))
-        self._send_claim = client.register_script(script("send_claim"))
         self._dead_letter = client.register_script(script("dead_letter"))
 
     async def enqueue(self, jobs: Sequence[NewJob]) -> list[bool]:
@@ -118,14 +117,16 @@ class JobStore:
     async def finish(
         self,
         job_id: str,
-        state: JobState,
+        state: str,
         *,
         keep_seconds: int = 0,
         fields: Mapping[str, str | int] | None = None,
         pipeline: redis.asyncio.client.Pipeline | None = None,
         entry: Entry | None = None,
     ) -> int:
-        """End a job as sent or dead and free its tenant's in-flight slot.
+        """End a job and free its tenant's in-flight slot: as :data:`JobState.SENT`,
+        :data:`JobState.DEAD` (a dead letter, kept whole), or a final state of the
+        caller's own (kept as a sent job is, its record only).
 
         Returns 1, 0 when the job was already sent (nothing changed), -1 if unknown.
         With ``pipeline`` the call is only queued on it (returns 0): its result
@@ -137,6 +138,23 @@ class JobStore:
         )
         result = await self._finish(keys=keys, args=args, client=pipeline)  # None: at once
         return 0 if pipeline is not None else int(result[0])
+
+    async def finish_all(
+        self,
+        jobs: Sequence[tuple[str, Mapping[str, str | int]]],
+        state: str,
+        *,
+        keep_seconds: int,
+        pipeline: redis.asyncio.client.Pipeline,
+        entries: Mapping[str, Entry] | None = None,
+    ) -> None:
+        """Queue on ``pipeline``: each (job id, fields to set) ends as :meth:`finish`
+        ends it, in one call for them all (its slots freed and each tenant made
+        claimable again once); ``entries``: job id → what its journal entry adds."""
+        if not jobs:
+            return
+        keys, args = self._calls.finish(jobs, state, keep_seconds, entries)
+        await self._finish(keys=keys, args=args, client=pipeline)
 
     async def touch_inflight(self, tenant: str, until_ms: int) -> None:
         """Keep the tenant's in-flight slots while its mail waits in SQS for its quota."""
@@ -168,7 +186,7 @@ class JobStore:
             raw, payload = await pipe.execute()
         return job_record(raw, payload)
 
-    # -- what a sender records about a job (mailer/daemon) -----------------------
+    # -- what a worker's downstream records about a job ---------------------------
 
     def pipeline(self) -> redis.asyncio.client.Pipeline:
         """A pipeline on the store's client, for calls queued with ``pipeline=``."""
@@ -190,53 +208,14 @@ class JobStore:
             values = await pipe.execute()
         return {job_id: text(v) for job_id, v in zip(job_ids, values, strict=True) if v is not None}
 
-    async def claim_sending(
-        self, job_ids: Sequence[str], lifetime_ms: int, *, claimants: Sequence[str] = ()
-    ) -> list[int]:
-        """Take each job's sending marker (send_claim.lua): 1 taken, 0 another sender
-        holds it, 2 the job is final already, 3 it has no record. ``claimants``: who
-        claims each job; a marker its claimant holds already is taken again."""
-        if not job_ids:
-            return []
-        keys, args = self._calls.send_claim(job_ids, lifetime_ms, claimants)
-        codes: list[Any] = await self._send_claim(keys=keys, args=args)
-        return [int(c) for c in codes]
-
-    async def hold_sending(self, job_ids: Sequence[str], lifetime_ms: int) -> None:
-        """The sends go on: each marker still held lasts ``lifetime_ms`` from now."""
-        async with self.pipeline() as pipe:
-            for job_id in job_ids:
-                pipe.pexpire(self.keys.sending(job_id), lifetime_ms)
-            await pipe.execute()
-
-    async def release_sending(self, job_id: str) -> None:
-        await self.redis.delete(self.keys.sending(job_id))
-
     async def contents(self, job_ids: Sequence[str]) -> list[bytes | None]:
-        """The stored content (a claim check) of each job, None where it is gone."""
+        """The content each job was enqueued with (:attr:`NewJob.content`, a claim
+        check), None where it is gone."""
         async with self.pipeline() as pipe:
             for job_id in job_ids:
                 pipe.get(self.keys.content(job_id))
             values: list[bytes | None] = await pipe.execute()
         return values
-
-    async def count_throttled(self, job_ids: Sequence[str], reason: str, until_ms: int) -> None:
-        """The jobs wait for a quota once more (not an attempt): until ``until_ms``
-        (Redis time), because of ``reason`` (``tenant_quota``, ``paused``, ...)."""
-        await self.mark_waiting(job_ids, reason, until_ms, count=True)
-
-    async def mark_waiting(
-        self, job_ids: Sequence[str], reason: str, until_ms: int, *, count: bool = False
-    ) -> None:
-        """Why the jobs wait, and until when (Redis time), for their status."""
-        async with self.pipeline() as pipe:
-            for job_id in job_ids:
-                if count:
-                    pipe.hincrby(self.keys.job(job_id), "throttled", 1)
-                pipe.hset(
-                    self.keys.job(job_id), mapping={"waiting_for": reason, "waiting_until_ms": until_ms}
-                )
-            await pipe.execute()
 
     async def count_attempt(self, job_id: str, error: str) -> int:
         """A send of the job failed: count it and keep the error; returns the attempts."""
@@ -246,30 +225,21 @@ class JobStore:
             attempts, _ = await pipe.execute()
         return int(attempts)
 
-    async def record_sent(
+    async def dead_letter(
         self,
-        sent: Sequence[tuple[str, str]],
+        job_id: str,
+        tenant: str,
         *,
+        kind: str,
+        reason: str,
         keep_seconds: int,
-        pipeline: redis.asyncio.client.Pipeline,
-        entries: Mapping[str, Entry] | None = None,
+        fields: Mapping[str, str] | None = None,
     ) -> None:
-        """Queue on ``pipeline``: each (job id, SES message id) ends sent and its
-        sending marker is released, in one call for them all; ``entries``: job id →
-        what its journal entry adds."""
-        if not sent:
-            return
-        jobs = [(job_id, {"ses_message_id": message_id}) for job_id, message_id in sent]
-        keys, args = self._calls.finish(jobs, JobState.SENT, keep_seconds, entries)
-        await self._finish(keys=keys, args=args, client=pipeline)
-
-    async def record_dead(
-        self, job_id: str, tenant: str, reason: str, raw_body: str, *, keep_seconds: int
-    ) -> None:
-        """A dead letter for a job without a record (expired, lost, or an unreadable
-        message that names none): written whole (dead_letter.lua), so it can be
-        listed and read."""
-        keys, args = self._calls.dead_letter(job_id, tenant, reason, raw_body, keep_seconds)
+        """A dead letter for a job without a record, which its downstream still found
+        (its record expired or lost, or a message that names none): written whole
+        (dead_letter.lua), with ``fields`` of the caller's own, so it can be listed
+        and read."""
+        keys, args = self._calls.dead_letter(job_id, tenant, kind, reason, fields or {}, keep_seconds)
         await self._dead_letter(keys=keys, args=args)
 
     async def now_ms(self) -> int:

@@ -104,14 +104,14 @@ class Answers:
                 delay = daily
             self.gate.hold(delay)
             jitter = random.uniform(0, ctx.settings.sender.max_jitter_seconds)
-            await ctx.store.count_throttled([env.job_id], "ses", await ctx.store.now_ms() + int(delay * 1000))
+            await ctx.mail.count_throttled([env.job_id], "ses", await ctx.store.now_ms() + int(delay * 1000))
             log.warning("SES throttled; sender backs off %.1fs", delay, extra=extra)
             return Backoff(min(delay + jitter, MAX_VISIBILITY), "ses_throttled")
         if result.verdict is ses.Verdict.TENANT:
             # This tenant's own SES set-up: it alone waits, nothing is counted against the mail.
             reason, until_ms, wait = await ctx.holds.hold_for_ses(tenant, result.reason)
             ctx.metrics.throttled(tenant, reason)
-            await ctx.store.mark_waiting([env.job_id], reason, until_ms)
+            await ctx.mail.mark_waiting([env.job_id], reason, until_ms)
             log.warning(
                 "SES refuses this tenant's mail (%s); tenant held %.1fs", result.error, wait, extra=extra
             )

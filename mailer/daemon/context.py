@@ -9,6 +9,7 @@ from fairpost.config.limits import Limits
 from fairpost.dispatcher.store import JobStore
 from fairpost.mailer.daemon.feedback import Feedback
 from fairpost.mailer.daemon.holds import Holds
+from fairpost.mailer.daemon.mail_jobs import MailJobs
 from fairpost.mailer.daemon.metrics import Metrics
 from fairpost.mailer.quota.engine import Grant, QuotaEngine
 from fairpost.mailer.quota.overrides import LimitSource, OverrideCache
@@ -38,6 +39,8 @@ class SenderContext:
     metrics: Metrics
     holds: Holds
     """Whether a tenant may send now, and its holds told (fairpost.mailer.daemon.holds)."""
+    mail: MailJobs
+    """What only mail keeps of its jobs (fairpost.mailer.daemon.mail_jobs)."""
     stats: SenderStats = field(default_factory=SenderStats)
     feedback: Feedback | None = None
     """Reputation (fairpost.mailer.daemon.feedback): suppression lists, sends counted for

@@ -70,7 +70,7 @@ class Endings:
         return Delete("poison")
 
     async def _record_dead(self, job_id: str, tenant: str, reason: str, raw_body: str) -> None:
-        await self.ctx.store.record_dead(job_id, tenant, reason, raw_body, keep_seconds=self.ctx.finished_ttl)
+        await self.ctx.mail.record_dead(job_id, tenant, reason, raw_body, keep_seconds=self.ctx.finished_ttl)
 
 
 def _job_id_in(body: str) -> str | None:

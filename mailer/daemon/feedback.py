@@ -27,13 +27,13 @@ from redis.exceptions import RedisError
 
 from fairpost.config import Settings
 from fairpost.dispatcher.calls import journal_of
-from fairpost.dispatcher.jobs import JobState
 from fairpost.dispatcher.journal import JournalWriter
 from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.scripts import lua_source
 from fairpost.dispatcher.store import JobStore
 from fairpost.mailer.daemon.aws import SesClient, SqsClient
 from fairpost.mailer.daemon.events import EventConsumer
+from fairpost.mailer.daemon.mail_jobs import MailState
 from fairpost.mailer.daemon.metrics import Metrics
 from fairpost.mailer.daemon.ses_tenant_status import SesTenantStatus
 from fairpost.mailer.quota.reputation import ReputationBook
@@ -109,7 +109,7 @@ class Feedback:
                 continue
             await self.store.finish(
                 env.job_id,
-                JobState.SUPPRESSED,
+                MailState.SUPPRESSED,
                 keep_seconds=self.settings.job_ttl,
                 fields={"suppressed": dropped},
                 entry=event,

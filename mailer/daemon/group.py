@@ -16,12 +16,12 @@ import logging
 import random
 import time
 
-from fairpost.dispatcher.jobs import FINAL_STATES
 from fairpost.mailer.daemon.context import SenderContext
 from fairpost.mailer.daemon.counting import Counting
 from fairpost.mailer.daemon.endings import Endings
 from fairpost.mailer.daemon.gate import Gate
 from fairpost.mailer.daemon.inbox import MAX_VISIBILITY, Received
+from fairpost.mailer.daemon.mail_jobs import FINAL_STATES
 from fairpost.mailer.daemon.send import Sending
 from fairpost.mailer.daemon.settlement import HAND_BACK, Delete, Park, Retry
 from fairpost.mailer.quota.engine import never_fits_reason
@@ -178,7 +178,7 @@ class GroupDecision:
                 msg, Retry(now + wait, PRECISE_SAFETY_NET, tenant) if precise else Park(wait, tenant, reason)
             )
         ids = [m.envelope.job_id for m in refused if m.envelope]
-        await ctx.store.count_throttled(ids, reason, at_ms + int(wait * 1000))
+        await ctx.mail.count_throttled(ids, reason, at_ms + int(wait * 1000))
         # The jobs keep their tenant's in-flight slots while they wait in SQS.
         await ctx.holds.keep_alive(tenant, at_ms + int(wait * 1000))
         log.info(

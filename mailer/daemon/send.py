@@ -82,7 +82,7 @@ class Sending:
             await asyncio.sleep(lifetime / 3)
             try:
                 await self.inbox.extend(messages, lifetime)
-                await self.ctx.store.hold_sending(ids, lifetime * 1000)
+                await self.ctx.mail.hold_sending(ids, lifetime * 1000)
             except (RedisError, BotoCoreError, ClientError, OSError) as exc:
                 # Tried again a third of a lifetime later, before anything lapses.
                 log.warning("could not keep a send's messages hidden: %s", exc)
@@ -127,7 +127,7 @@ class Sending:
         # Each receive claims as itself: tried again after a failure (an answer lost
         # on its way back, say), it takes back the marker it holds already.
         claimants = [m.claimant for m in granted if m.envelope]
-        codes = await ctx.store.claim_sending(
+        codes = await ctx.mail.claim_sending(
             ids, ctx.settings.sender.visibility_timeout * 1000, claimants=claimants
         )
         claimed = []
@@ -189,14 +189,14 @@ class Sending:
             # Shutdown mid-call: SES may have the mail. Keep the marker (it ends
             # with the message's visibility), so no other replica sends it meanwhile.
             if not msg.in_call:
-                await self.ctx.store.release_sending(job_id)
+                await self.ctx.mail.release_sending(job_id)
             raise
         except BaseException:
-            await self.ctx.store.release_sending(job_id)
+            await self.ctx.mail.release_sending(job_id)
             raise
         if result.verdict is not ses.Verdict.SENT:
             # A sent job's marker goes with its record, in _record.
-            await self.ctx.store.release_sending(job_id)
+            await self.ctx.mail.release_sending(job_id)
         return result
 
     async def _call(self, tenant: str, msg: Received, stamp: Stamp) -> ses.SendResult:
@@ -255,7 +255,7 @@ class Sending:
             try:
                 async with ctx.store.pipeline() as pipe:
                     await self.counting.move_to_answers(tenant, answered, pipe)
-                    await ctx.store.record_sent(
+                    await ctx.mail.record_sent(
                         sent, keep_seconds=ctx.finished_ttl, pipeline=pipe, entries=events
                     )
                     if ctx.feedback is not None:

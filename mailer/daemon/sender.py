@@ -45,6 +45,7 @@ from fairpost.mailer.daemon.gate import Gate
 from fairpost.mailer.daemon.group import PRECISE_SAFETY_NET, GroupDecision
 from fairpost.mailer.daemon.holds import Holds
 from fairpost.mailer.daemon.inbox import Inbox, Received
+from fairpost.mailer.daemon.mail_jobs import MailJobs
 from fairpost.mailer.daemon.metrics import Metrics
 from fairpost.mailer.daemon.receive import Receiver
 from fairpost.mailer.daemon.send import Sending
@@ -100,6 +101,7 @@ class Sender:
             limits=limits,
             metrics=metrics or Metrics(),
             holds=holds,
+            mail=MailJobs(store),
             feedback=feedback,
         )
         self.holds = holds

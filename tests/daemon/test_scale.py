@@ -17,6 +17,7 @@ from fairpost.dispatcher.jobs import Job, JobState
 from fairpost.dispatcher.keys import TOTAL_INFLIGHT, TOTAL_WAITING, Keys
 from fairpost.dispatcher.lifecycle import Lifecycle
 from fairpost.dispatcher.store import JobStore, NewJob, StoreLimits
+from fairpost.mailer.daemon.mail_jobs import MailJobs
 from fairpost.mailer.ops.stats import collect_stats
 from fairpost.mailer.testing.wait import wait_for_async
 from tests.support import entry_ids
@@ -322,7 +323,7 @@ async def test_a_groups_sent_records_are_one_call_that_keeps_every_counter(
     before = await commands_run(aredis)
     async with store.pipeline() as pipe:
         sent = [(job_id, f"ses-{job_id}") for job_id in [*ids, "never-enqueued"]]
-        await store.record_sent(sent, keep_seconds=600, pipeline=pipe)
+        await MailJobs(store).record_sent(sent, keep_seconds=600, pipeline=pipe)
         [answers] = await pipe.execute()
     ran = await commands_run(aredis) - before
     assert answers == [0, *([1] * 9), -1]

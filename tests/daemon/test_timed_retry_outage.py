@@ -31,7 +31,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from fairpost import AsyncMailClient
 from fairpost.config import Settings
 from fairpost.dispatcher.jobs import JobState
-from fairpost.dispatcher.store import JobStore
+from fairpost.mailer.daemon.mail_jobs import MailJobs
 from fairpost.mailer.ops.queue_setup import init_queue
 from fairpost.mailer.sdk.mail import Mail
 from fairpost.mailer.testing.ses_server import Faults, SesServer
@@ -145,16 +145,16 @@ async def test_a_claim_whose_answer_was_lost_is_sent_soon_not_after_its_marker_l
     with the visibility timeout (a minute), as if another sender held them."""
     ses = ses_env
     lost: list[list[str]] = []
-    real = JobStore.claim_sending
+    real = MailJobs.claim_sending
 
-    async def claim_sending(self: JobStore, job_ids: Sequence[str], *args: Any, **kwargs: Any) -> list[int]:
+    async def claim_sending(self: MailJobs, job_ids: Sequence[str], *args: Any, **kwargs: Any) -> list[int]:
         codes = await real(self, job_ids, *args, **kwargs)
         if not lost:
             lost.append(list(job_ids))
             raise RedisConnectionError("Connection reset by peer (injected: the answer lost)")
         return codes
 
-    monkeypatch.setattr(JobStore, "claim_sending", claim_sending)
+    monkeypatch.setattr(MailJobs, "claim_sending", claim_sending)
     settings = quick_settings(redis_url, sender={"wait_seconds": 1, "receivers": 1, "visibility_timeout": 60})
     async with pipeline(settings), AsyncMailClient(settings) as client:
         ids = await client.send_many("acme", mails(3))

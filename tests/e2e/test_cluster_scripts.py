@@ -38,6 +38,7 @@ from fairpost.dispatcher.scripts import lua_source
 from fairpost.dispatcher.store import JobStore
 from fairpost.dispatcher.stranded import StrandedJobs
 from fairpost.mailer.daemon.feedback import Feedback
+from fairpost.mailer.daemon.mail_jobs import MailJobs
 from fairpost.mailer.daemon.webhooks.loop import WebhookDeliveries
 from fairpost.mailer.daemon.webhooks.metrics import WebhookMetrics
 from fairpost.mailer.quota.engine import QuotaEngine
@@ -55,7 +56,12 @@ from tests.support.topologies import Cluster
 
 pytestmark = pytest.mark.cluster
 
-PACKAGES = ("fairpost.dispatcher", "fairpost.mailer.quota", "fairpost.mailer.sdk.outcomes")
+PACKAGES = (
+    "fairpost.dispatcher",
+    "fairpost.mailer.daemon",
+    "fairpost.mailer.quota",
+    "fairpost.mailer.sdk.outcomes",
+)
 HELPERS = {"dispatcher/ring", "dispatcher/journal", "outcomes/deliveries"}
 """Not scripts of their own: the shared helpers other scripts start with."""
 
@@ -205,13 +211,15 @@ async def test_every_script_runs_on_a_cluster_within_fairposts_slot(
         await store.handed_off([a.id, c.id])
         await store.touch_inflight("acme", now + 60_000)
         await store.keep_inflight(60_000, now + 60_000, 0, 100)
-        assert await store.claim_sending([a.id], 60_000) == [1]
+        assert await MailJobs(store).claim_sending([a.id], 60_000) == [1]
         assert await store.finish(a.id, JobState.SENT, keep_seconds=60) == 1
         await store.reap()
 
         # cancel, dead letters, replay, purge, the reconciler's scan
         assert await lifecycle.cancel(b.id, 60) == "queued"
-        await store.record_dead(uuid.uuid4().hex, "beta", "an unreadable message", "raw", keep_seconds=60)
+        await MailJobs(store).record_dead(
+            uuid.uuid4().hex, "beta", "an unreadable message", "raw", keep_seconds=60
+        )
         with redis_client(settings) as sync_client:
             sync_lifecycle = SyncLifecycle(sync_client, keys, limits)
             sync_lifecycle.replay(b.id)

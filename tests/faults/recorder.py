@@ -36,7 +36,7 @@ from fairpost.dispatcher.calls import RING_GOES_HERE
 
 Mode = Literal["lost-request", "lost-answer"]
 MODES: tuple[Mode, ...] = ("lost-request", "lost-answer")
-SCRIPT_PACKAGES = ("fairpost.dispatcher", "fairpost.mailer.quota")
+SCRIPT_PACKAGES = ("fairpost.dispatcher", "fairpost.mailer.daemon", "fairpost.mailer.quota")
 
 
 @dataclass(frozen=True, order=True)

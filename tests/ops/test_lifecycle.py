@@ -327,7 +327,7 @@ def test_cancel_is_too_late_while_a_sender_holds_the_job(
 ) -> None:
     # A copy of the job's message reached a sender while its record still says
     # queued (a dispatcher's lease ran out mid hand-off): the sender has claimed
-    # it (dispatcher/send_claim.lua) and is sending it.
+    # it (mailer/daemon/send_claim.lua) and is sending it.
     job_id = client.send("acme", **GOOD)
     redis_client.set(KEYS.sending(job_id), "1", px=60_000)
     with pytest.raises(TooLateToCancel) as caught:
@@ -434,7 +434,7 @@ def make_dead(client: MailClient, redis_client: redis.Redis, tenant: str, n: int
 
 def add_poison(redis_client: redis.Redis, tenant: str = "acme") -> str:
     """What the sender writes for an unreadable SQS message
-    (fairpost.dispatcher.store.JobStore.record_dead)."""
+    (fairpost.mailer.daemon.mail_jobs.MailJobs.record_dead)."""
     job_id = "poison-1234"
     now = int(time.time() * 1000)
     redis_client.hset(

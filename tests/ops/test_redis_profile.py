@@ -11,6 +11,7 @@ import redis
 
 from bench.redis_profile import attribute, script_names
 from fairpost.dispatcher.calls import script
+from fairpost.dispatcher.scripts import lua_source
 
 
 @pytest.fixture
@@ -45,6 +46,8 @@ def test_a_scripts_commands_are_charged_to_it_and_plain_commands_to_themselves(l
 
 def test_every_script_is_named_as_fairpost_loads_it(redis_client: redis.Redis) -> None:
     names = script_names()
-    for name in ("claim", "finish", "handoff", "enqueue", "send_claim"):
+    for name in ("claim", "finish", "handoff", "enqueue"):
         assert names[redis_client.register_script(script(name)).sha] == f"dispatcher/{name}.lua"
+    send_claim = lua_source("fairpost.mailer.daemon", "send_claim")
+    assert names[redis_client.register_script(send_claim).sha] == "mailer/daemon/send_claim.lua"
     assert "mailer/quota/quota.lua" in names.values()

@@ -14,6 +14,7 @@ from bench.redis_profile import script_sources
 from bench.shard_replay import Recorder, instructions, parse_monitor_line, replay
 from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.store import JobStore, NewJob, StoreLimits
+from fairpost.mailer.daemon.mail_jobs import MailJobs
 from fairpost.mailer.testing.services import RedisServer, redis_server
 
 
@@ -72,7 +73,9 @@ def recorded_drain(server: RedisServer) -> list[list[bytes]]:
             claimed = await store.claim(10)
             await store.handed_off([job.id for job in claimed])
             async with store.pipeline() as pipe:
-                await store.record_sent([(job.id, "m") for job in claimed], keep_seconds=60, pipeline=pipe)
+                await MailJobs(store).record_sent(
+                    [(job.id, "m") for job in claimed], keep_seconds=60, pipeline=pipe
+                )
                 await pipe.execute()
             assert {job.id for job in claimed} == {"j0", "j1", "j2"}
             assert await client.hget(keys.job("j0"), "state") == b"sent"

@@ -18,6 +18,7 @@ from fairpost.config import Settings, load_settings
 from fairpost.dispatcher.jobs import JobState
 from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.store import JobStore, NewJob, store_limits
+from fairpost.mailer.daemon.mail_jobs import MailJobs
 from fairpost.mailer.sdk.outcomes import feed
 from fairpost.mailer.sdk.outcomes.feed import EVENT_TYPES, Outcome, from_entry
 from tests.outcomes.support import feed_now, feed_of
@@ -47,7 +48,7 @@ async def test_a_sent_mail_is_one_event_with_its_ses_message_id_and_recipients(
         "j2": feed.entry(feed.SENT, {"ses_message_id": "ses-2", "recipients": ["bo@example.org"]}),
     }
     async with store.pipeline() as pipe:
-        await store.record_sent(
+        await MailJobs(store).record_sent(
             [("j1", "ses-1"), ("j2", "ses-2")], keep_seconds=60, pipeline=pipe, entries=events
         )
         await pipe.execute()
@@ -75,7 +76,7 @@ async def test_a_finish_that_changes_nothing_appends_nothing(
     await dispatched(store, job("j1"))
     for _ in range(3):
         async with store.pipeline() as pipe:
-            await store.record_sent([("j1", "ses-1")], keep_seconds=60, pipeline=pipe)
+            await MailJobs(store).record_sent([("j1", "ses-1")], keep_seconds=60, pipeline=pipe)
             await pipe.execute()
     assert await store.finish("nobody", JobState.DEAD, fields={"dead_reason": "x"}) == -1
     assert [e.type for e in await feed_of(aredis, KEYS)] == ["mail.sent"]
@@ -89,7 +90,9 @@ async def test_dead_letters_of_every_path_are_mail_dead_with_their_reason(
     # The runner, the reconciler and the sender's endings all finish through the store.
     await store.finish("j1", JobState.DEAD, keep_seconds=60, fields={"dead_reason": "rejected by SES"})
     # A job without a record (an unreadable SQS message) is written whole, with its event.
-    await store.record_dead("poison-1", "acme", "unreadable SQS message: not JSON", "{", keep_seconds=60)
+    await MailJobs(store).record_dead(
+        "poison-1", "acme", "unreadable SQS message: not JSON", "{", keep_seconds=60
+    )
     [dead, poison] = await feed_of(aredis, KEYS)
     assert (dead.type, dead.data["reason"], dead.data["idempotency_key"]) == (
         "mail.dead",
@@ -125,7 +128,7 @@ async def test_no_event_is_written_with_the_feed_off(redis_url: str, aredis: red
     await dispatched(store, job("j1"), job("j2"))
     await store.finish("j1", JobState.DEAD, fields={"dead_reason": "x"})
     async with store.pipeline() as pipe:
-        await store.record_sent([("j2", "s")], keep_seconds=60, pipeline=pipe)
+        await MailJobs(store).record_sent([("j2", "s")], keep_seconds=60, pipeline=pipe)
         await pipe.execute()
     assert (await store.job("j2"))["state"] == "sent"
     assert not await aredis.exists(KEYS.outcomes())

@@ -54,7 +54,8 @@ class _UnusedRedis:
 
 @dataclass
 class FakeStore:
-    """The job store's calls a decision makes, answered from memory."""
+    """The job store's calls a decision makes, and the mail side's of the same records
+    (fairpost.mailer.daemon.mail_jobs), answered from memory."""
 
     redis: Any = field(default_factory=_UnusedRedis)
     keys: Keys = field(default_factory=lambda: Keys("fp"))
@@ -130,6 +131,7 @@ def fake_context(**settings: Any) -> tuple[SenderContext, FakeStore, FakeQuota]:
         metrics=Metrics(),
         # The pauses as the context's limits say when asked: a test may swap them.
         holds=Holds(cast(Any, store), config, lambda tenant: ctx.limits.is_paused(tenant)),
+        mail=cast(Any, store),
     )
     return ctx, store, quota
 
