@@ -40,7 +40,7 @@ from bench.cluster import REGION, Backend
 from bench.figures import Figure, percentile
 from bench.load import mail
 from fairpost.config import Settings
-from fairpost.config.settings import TenantSettings
+from fairpost.config.settings import DispatcherSettings, TenantSettings
 from fairpost.dispatcher.jobs import Job
 from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.runner import Dispatcher
@@ -49,6 +49,7 @@ from fairpost.dispatcher.worker import Done, Outcome, Retry, Worker
 from fairpost.mailer.daemon import ses
 from fairpost.mailer.daemon.aws import SES_CONFIG, SQS_CONFIG, session
 from fairpost.mailer.daemon.handoff import MailWorker
+from fairpost.mailer.daemon.parts import build_parts
 from fairpost.mailer.daemon.sender import Sender
 from fairpost.mailer.ops.queue_setup import init_queue
 from fairpost.mailer.quota.engine import QuotaEngine
@@ -260,6 +261,9 @@ def _settings(backend: Backend, prefix: str) -> Settings:
         global_limits="1000/second",
         tenant_limits="100/second",
         tenants={THROTTLED: TenantSettings(limits=f"{QUOTA}/second")},
+        # No linger, as the naive strategies' dispatchers have none: the three differ
+        # only in how they throttle.
+        dispatcher=DispatcherSettings(concurrency=SLOTS, linger_seconds=0),
     )
 
 
@@ -296,13 +300,15 @@ async def one(backend: Backend, name: str, seconds: float, burst: int) -> Result
                 workers.append(PutBack(quota, settings, ses_client, tally))
                 dispatcher = PutBackDispatcher(store, workers, concurrency=SLOTS, tally=tally)
             else:
-                workers.append(CountingMailWorker(MailWorker(sqs, queue_url), tally))
-                dispatcher = Dispatcher(store, workers, concurrency=SLOTS)
-                sender = Sender(
-                    sqs=ReceiveCounter(sqs, tally), ses_client=ses_client, queue_url=queue_url, store=store,
-                    quota=quota,
-                    settings=settings,
+                # The product as fairpost run builds it: the dispatcher (its concurrency
+                # and linger in the settings) and the sender, on the settings' limits.
+                parts = await build_parts(
+                    settings, client, sqs=sqs, ses_client=ses_client, queue_url=queue_url, full=False,
+                    sender_sqs=ReceiveCounter(sqs, tally),
+                    workers=lambda mail: [*workers, CountingMailWorker(mail, tally)],
                 )  # fmt: skip
+                assert parts.dispatcher is not None and parts.sender is not None
+                dispatcher, sender = parts.dispatcher, parts.sender
             stop = asyncio.Event()
             tasks = [asyncio.create_task(dispatcher.run(stop))]
             if sender is not None:

@@ -29,38 +29,25 @@ import asyncio
 import logging
 import os
 import signal
-from typing import Literal
 
 import redis.asyncio
 
 from fairpost.config import Settings
-from fairpost.config.limits import Limits
 from fairpost.dispatcher.connect import async_redis_client
-from fairpost.dispatcher.durable import durability, replica_shortfall
+from fairpost.dispatcher.durable import replica_shortfall
 from fairpost.dispatcher.keys import Keys
-from fairpost.dispatcher.runner import Dispatcher
-from fairpost.dispatcher.store import JobStore, store_limits
 from fairpost.mailer.daemon.aws import SES_CONFIG, SQS_CONFIG, session
-from fairpost.mailer.daemon.feedback import build as build_reputation
-from fairpost.mailer.daemon.handoff import MailWorker
-from fairpost.mailer.daemon.health import Heartbeat, Liveness, replica_name, sender_alive
+from fairpost.mailer.daemon.health import Heartbeat, Liveness, replica_name
 from fairpost.mailer.daemon.http import Check, HttpServer
 from fairpost.mailer.daemon.metrics import Metrics, TenantLabels
+from fairpost.mailer.daemon.parts import Role, build_parts
 from fairpost.mailer.daemon.ready import readiness
-from fairpost.mailer.daemon.reconcile import Reconciler
-from fairpost.mailer.daemon.sender import Sender
-from fairpost.mailer.daemon.ses_account import SesAccountLimits, limits_rose
-from fairpost.mailer.daemon.slots import SlotKeeper
 from fairpost.mailer.daemon.tracing import Tracing
 from fairpost.mailer.daemon.tracing import from_env as tracing_from_env
 from fairpost.mailer.daemon.webhooks.loop import WebhookDeliveries
 from fairpost.mailer.ops.stats import collect_stats
-from fairpost.mailer.quota.engine import QuotaEngine
-from fairpost.mailer.quota.overrides import OverrideCache, Overrides, changed_scopes
 
 log = logging.getLogger("fairpost.daemon")
-
-Role = Literal["all", "dispatcher", "sender", "webhooks"]
 
 HAND_BACK_SECONDS = 2.0
 """After the grace period, the most the hand-back (visibility 0, requeue) may take."""
@@ -94,24 +81,13 @@ async def run_daemon(settings: Settings, role: Role = "all") -> int:
             await asyncio.to_thread(tracing.close)
 
 
-async def publish_tenant_settings(store: JobStore, settings: Settings) -> None:
-    """Put the per-tenant weights and in-flight caps where the dispatcher's scripts read them."""
-    await store.sync_tenant_settings(
-        {t: o.weight for t, o in settings.tenants.items() if o.weight},
-        {t: settings.inflight_cap_for(t) for t, o in settings.tenants.items() if o.inflight_cap or o.weight},
-    )
-
-
 async def _run(
     settings: Settings, role: Role, client: redis.asyncio.Redis, stop: asyncio.Event, tracing: Tracing | None
 ) -> int:
-    keys = Keys(settings.key_prefix)
-    store = JobStore(client, keys, store_limits(settings))
-    await publish_tenant_settings(store, settings)
     shortfall = await replica_shortfall(client, settings.redis_min_replicas)
     if shortfall is not None:
         log.warning("%s", shortfall)
-    quota = QuotaEngine(client, keys, durability=durability(settings))
+    keys = Keys(settings.key_prefix)
     metrics = Metrics(TenantLabels(settings.tenants, settings.metrics_tenant_labels), process_metrics=True)
     liveness = Liveness()
     heartbeat = Heartbeat(
@@ -125,95 +101,12 @@ async def _run(
     ):
         loop = asyncio.get_running_loop()
         queue_url: str = (await sqs.get_queue_url(QueueName=settings.queue_name))["QueueUrl"]
-        dispatcher: Dispatcher | None = None
-        sender: Sender | None = None
-        tasks: dict[str, asyncio.Task[None]] = {}
-        if role in ("all", "dispatcher"):
-            worker = MailWorker(sqs, queue_url, metrics=metrics, tracing=tracing)
-            dispatcher = Dispatcher(
-                store,
-                [worker],
-                concurrency=settings.dispatcher.concurrency,
-                batch_size=settings.dispatcher.batch_size,
-                linger_seconds=settings.dispatcher.linger_seconds,
-                finished_ttl_seconds=settings.job_ttl,
-                max_outage_seconds=settings.max_outage_seconds,
-                on_error=metrics.task_failed,
-            )
-            tasks["dispatcher"] = asyncio.create_task(dispatcher.run(stop), name="dispatcher")
-            reconciler = Reconciler(
-                store, worker, settings, metrics=metrics, may_act=lambda: sender_alive(client, keys)
-            )
-            tasks["reconciler"] = asyncio.create_task(reconciler.run(stop), name="reconciler")
-        if role in ("all", "sender"):
-
-            async def hold_changed(tenant: str | None = None) -> None:
-                # The one event (fairpost.mailer.daemon.holds): a hold lifted, or limits
-                # a park waited for changed (None: the global ones).
-                if sender is not None:
-                    await sender.holds.changed(tenant)
-
-            auto = None
-            if isinstance(settings.global_limits, str):
-
-                async def auto_limits_changed(old: Limits | None, new: Limits) -> None:
-                    # SES allows more (a raised quota, a day's mail aging out): a gate
-                    # closed, or mail parked, under the old limits is looked at now.
-                    if limits_rose(old, new):
-                        await hold_changed(None)
-
-                account = SesAccountLimits(
-                    ses_client, settings, client=client, keys=keys, quota=quota,
-                    on_change=auto_limits_changed, on_error=metrics.task_failed,
-                )  # fmt: skip
-                await account.start()
-                auto = account.current
-                tasks["ses-account"] = asyncio.create_task(account.run(stop), name="ses-account")
-
-            async def overrides_changed(old: Overrides, new: Overrides) -> None:
-                # Mail parked under the old limits (or a pause) is weighed again now.
-                global_changed, tenants = changed_scopes(old, new)
-                if global_changed:
-                    await hold_changed(None)
-                for tenant in sorted(tenants):
-                    await hold_changed(tenant)
-
-            async def holds_refresh() -> None:
-                # Other replicas' and operators' changes of the tenants' holds, as often.
-                if sender is not None:
-                    await sender.holds.refresh()
-
-            overrides = OverrideCache(
-                client, keys, settings, auto=auto, on_change=overrides_changed, on_refresh=holds_refresh,
-                on_error=metrics.task_failed,
-            )  # fmt: skip
-            await overrides.refresh()
-            tasks["overrides"] = asyncio.create_task(overrides.run(stop), name="overrides")
-
-            reputation = await build_reputation(
-                settings=settings, store=store, sqs=sqs, ses_client=ses_client, metrics=metrics,
-                refresh_limits=overrides.refresh, lifted=hold_changed,
-            )  # fmt: skip
-            tasks.update(reputation.tasks(stop))
-            sender = Sender(
-                sqs=sqs,
-                ses_client=ses_client,
-                queue_url=queue_url,
-                store=store,
-                quota=quota,
-                settings=settings,
-                limits=overrides,
-                metrics=metrics,
-                feedback=reputation.feedback,
-                tracing=tracing,
-            )
-            tasks["sender"] = asyncio.create_task(sender.run(stop), name="sender")
-            # While the sender's gate is closed, mail waiting in SQS keeps its slots.
-            keeper = SlotKeeper(
-                store, quota, overrides, ttl_ms=store.limits.inflight_ttl_ms, held=sender.gate.holding,
-                max_outage_seconds=settings.max_outage_seconds, on_error=metrics.task_failed,
-            )  # fmt: skip
-            tasks["slots"] = asyncio.create_task(keeper.run(stop), name="slots")
+        parts = await build_parts(
+            settings, client, sqs=sqs, ses_client=ses_client, queue_url=queue_url, role=role,
+            metrics=metrics, tracing=tracing,
+        )  # fmt: skip
+        quota, dispatcher, sender = parts.quota, parts.dispatcher, parts.sender
+        tasks = parts.tasks(stop)
         if settings.webhook.enabled and role in ("all", "webhooks"):
             webhooks = WebhookDeliveries(
                 client, keys, settings, metrics.webhooks, on_error=metrics.task_failed

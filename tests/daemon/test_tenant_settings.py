@@ -8,7 +8,7 @@ import redis.asyncio
 from fairpost.config import load_settings
 from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.store import JobStore, store_limits
-from fairpost.mailer.daemon.app import publish_tenant_settings
+from fairpost.mailer.daemon.parts import publish_tenant_settings
 from fairpost.mailer.quota.overrides import QuotaAdmin
 
 

@@ -14,20 +14,17 @@ import redis.asyncio
 
 from fairpost.config import Settings, load_settings
 from fairpost.dispatcher.connect import async_redis_client
-from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.runner import Dispatcher
-from fairpost.dispatcher.store import JobStore, store_limits
-from fairpost.mailer.daemon.app import publish_tenant_settings
+from fairpost.dispatcher.store import JobStore
 from fairpost.mailer.daemon.aws import SES_CONFIG, SQS_CONFIG, session
 from fairpost.mailer.daemon.feedback import ReputationParts
-from fairpost.mailer.daemon.feedback import build as build_reputation
-from fairpost.mailer.daemon.handoff import MailWorker
 from fairpost.mailer.daemon.metrics import Metrics
+from fairpost.mailer.daemon.parts import build_parts
 from fairpost.mailer.daemon.sender import Sender
 from fairpost.mailer.daemon.tracing import Tracing
 from fairpost.mailer.ops.queue_setup import init_queue
 from fairpost.mailer.quota.engine import QuotaEngine
-from fairpost.mailer.quota.overrides import LimitSource, OverrideCache, Overrides, changed_scopes
+from fairpost.mailer.quota.overrides import LimitSource
 
 
 @dataclass
@@ -97,9 +94,11 @@ async def pipeline(
 ) -> AsyncIterator[Running]:
     """Dispatcher and sender running until the block ends; then a clean shutdown.
 
-    ``reputation``: as ``fairpost run`` has it: live overrides (so pauses apply),
-    suppression, SES's verdict on SES tenants, and the SES event consumer
-    (with ``events_queue_name``). ``tracing``: the daemon's spans (tests/tracing)."""
+    Built by the daemon's own :func:`~fairpost.mailer.daemon.parts.build_parts`.
+    ``reputation``: every part ``fairpost run`` has: live overrides (so pauses
+    apply), suppression, SES's verdict on SES tenants, the SES event consumer
+    (with ``events_queue_name``), the reconciler and the slot keeper; without it,
+    the dispatcher and the sender alone. ``tracing``: the daemon's spans (tests/tracing)."""
     url, _ = init_queue(boto3.client("sqs"), settings)
     client = async_redis_client(settings)
     try:
@@ -118,55 +117,20 @@ async def _pipeline(
     reputation: bool,
     tracing: Tracing | None = None,
 ) -> AsyncIterator[Running]:
-    keys = Keys(settings.key_prefix)
-    store = JobStore(client, keys, store_limits(settings))
-    await publish_tenant_settings(store, settings)
-    quota = QuotaEngine(client, keys)
     log = ReceiveLog()
     aws = session()
     async with aws.client("sqs", config=SQS_CONFIG) as sqs, aws.client("sesv2", config=SES_CONFIG) as ses:
-        recording = RecordingSqs(sqs, log, before_receive)
-        dispatcher = Dispatcher(store, [MailWorker(sqs, url, tracing=tracing)], reap_interval=0.2)
-        stop = asyncio.Event()
-        tasks = []
-        parts: ReputationParts | None = None
-        metrics = Metrics()
-        extra: dict[str, Any] = {}
-        if reputation:
-            holder: list[Sender] = []
-
-            async def changed(old: Overrides, new: Overrides) -> None:
-                _, tenants = changed_scopes(old, new)
-                for tenant in tenants:
-                    await holder[0].holds.changed(tenant)
-
-            async def lifted(tenant: str) -> None:
-                await holder[0].holds.changed(tenant)
-
-            async def holds_refresh() -> None:
-                if holder:
-                    await holder[0].holds.refresh()
-
-            overrides = OverrideCache(
-                client, keys, settings, on_change=changed, on_refresh=holds_refresh, refresh_seconds=0.2
-            )
-            await overrides.refresh()
-            parts = await build_reputation(
-                settings=settings, store=store, sqs=sqs, ses_client=ses, metrics=metrics,
-                refresh_limits=overrides.refresh, lifted=lifted,
-            )  # fmt: skip
-            extra = {"limits": overrides, "feedback": parts.feedback, "metrics": metrics}
-            tasks.append(asyncio.create_task(overrides.run(stop)))
-            tasks += list(parts.tasks(stop).values())
-        sender = Sender(
-            sqs=recording, ses_client=ses, queue_url=url, store=store, quota=quota, settings=settings,
-            tracing=tracing, **extra,
+        parts = await build_parts(
+            settings, client, sqs=sqs, ses_client=ses, queue_url=url, tracing=tracing, full=reputation,
+            sender_sqs=RecordingSqs(sqs, log, before_receive), reap_interval=0.2, refresh_seconds=0.2,
         )  # fmt: skip
-        if reputation:
-            holder.append(sender)
-        tasks += [asyncio.create_task(dispatcher.run(stop)), asyncio.create_task(sender.run(stop))]
+        assert parts.sender is not None and parts.dispatcher is not None
+        sender, dispatcher = parts.sender, parts.dispatcher
+        stop = asyncio.Event()
+        tasks = list(parts.tasks(stop).values())
         try:
-            yield Running(settings, store, quota, sender, dispatcher, log, url, parts, metrics)
+            store, quota, metrics = parts.store, parts.quota, parts.metrics
+            yield Running(settings, store, quota, sender, dispatcher, log, url, parts.reputation, metrics)
         finally:
             # A task that died while the test ran fails it, after the same shutdown as
             # any other: no task is left running on the client once it is closed.
@@ -188,15 +152,15 @@ async def sender_only(
 ) -> AsyncIterator[Sender]:
     """A sender whose loop does not run: the test hands it received messages itself."""
     client = async_redis_client(settings)
-    keys = Keys(settings.key_prefix)
-    store = JobStore(client, keys, store_limits(settings))
     aws = session()
     try:
         async with aws.client("sqs", config=SQS_CONFIG) as sqs, aws.client("sesv2", config=SES_CONFIG) as ses:
-            yield Sender(
-                sqs=sqs, ses_client=ses, queue_url=queue_url, store=store, quota=QuotaEngine(client, keys),
-                settings=settings, limits=limits,
+            parts = await build_parts(
+                settings, client, sqs=sqs, ses_client=ses, queue_url=queue_url, role="sender", full=False,
+                limits=limits,
             )  # fmt: skip
+            assert parts.sender is not None
+            yield parts.sender
     finally:
         await client.aclose()
 

@@ -1,0 +1,229 @@
+"""The daemon's parts, built and wired in one place.
+
+``fairpost run`` (:mod:`fairpost.mailer.daemon.app`), the tests' pipeline
+(``tests/support/pipeline.py``) and the bench (``bench/strategies.py``) all
+build the dispatcher and the sender with :func:`build_parts`, so what the
+tests and the bench run is what the daemon runs. What they need otherwise is
+a parameter of it, never a wiring of their own. What belongs to the process
+rather than to the parts stays in ``app.py``: signals, the heartbeat, the
+HTTP server, the webhooks and the two-phase shutdown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+import redis.asyncio
+
+from fairpost.config import Settings
+from fairpost.config.limits import Limits
+from fairpost.dispatcher.durable import durability
+from fairpost.dispatcher.keys import Keys
+from fairpost.dispatcher.runner import Dispatcher
+from fairpost.dispatcher.store import JobStore, store_limits
+from fairpost.dispatcher.worker import Worker
+from fairpost.mailer.daemon.aws import SesClient, SqsClient
+from fairpost.mailer.daemon.feedback import ReputationParts
+from fairpost.mailer.daemon.feedback import build as build_reputation
+from fairpost.mailer.daemon.handoff import MailWorker
+from fairpost.mailer.daemon.health import sender_alive
+from fairpost.mailer.daemon.metrics import Metrics
+from fairpost.mailer.daemon.reconcile import Reconciler
+from fairpost.mailer.daemon.sender import Sender
+from fairpost.mailer.daemon.ses_account import SesAccountLimits, limits_rose
+from fairpost.mailer.daemon.slots import SlotKeeper
+from fairpost.mailer.daemon.tracing import Tracing
+from fairpost.mailer.quota.engine import QuotaEngine
+from fairpost.mailer.quota.overrides import (
+    REFRESH_SECONDS,
+    LimitSource,
+    OverrideCache,
+    Overrides,
+    changed_scopes,
+)
+
+__all__ = ["Parts", "Role", "build_parts", "publish_tenant_settings"]
+
+Role = Literal["all", "dispatcher", "sender", "webhooks"]
+
+
+@dataclass
+class Parts:
+    """What :func:`build_parts` built; a part the role or the knobs left out is None."""
+
+    settings: Settings
+    store: JobStore
+    quota: QuotaEngine
+    metrics: Metrics
+    dispatcher: Dispatcher | None = None
+    worker: MailWorker | None = None
+    """The dispatcher's mail worker, which hands jobs to SQS."""
+    reconciler: Reconciler | None = None
+    sender: Sender | None = None
+    account: SesAccountLimits | None = None
+    """With ``FAIRPOST_GLOBAL_LIMITS=auto``: SES's account limits."""
+    overrides: OverrideCache | None = None
+    reputation: ReputationParts | None = None
+    keeper: SlotKeeper | None = None
+
+    def tasks(self, stop: asyncio.Event) -> dict[str, asyncio.Task[None]]:
+        """Start the background task of every part built, each named as the daemon names it."""
+        tasks: dict[str, asyncio.Task[None]] = {}
+
+        def start(name: str, part: _Runs | None) -> None:
+            if part is not None:
+                tasks[name] = asyncio.create_task(part.run(stop), name=name)
+
+        start("dispatcher", self.dispatcher)
+        start("reconciler", self.reconciler)
+        start("ses-account", self.account)
+        start("overrides", self.overrides)
+        if self.reputation is not None:
+            tasks.update(self.reputation.tasks(stop))
+        start("sender", self.sender)
+        start("slots", self.keeper)
+        return tasks
+
+
+class _Runs(Protocol):
+    async def run(self, stop: asyncio.Event) -> None: ...
+
+
+async def publish_tenant_settings(store: JobStore, settings: Settings) -> None:
+    """Put the per-tenant weights and in-flight caps where the dispatcher's scripts read them."""
+    await store.sync_tenant_settings(
+        {t: o.weight for t, o in settings.tenants.items() if o.weight},
+        {t: settings.inflight_cap_for(t) for t, o in settings.tenants.items() if o.inflight_cap or o.weight},
+    )
+
+
+async def build_parts(
+    settings: Settings,
+    client: redis.asyncio.Redis,
+    *,
+    sqs: SqsClient,
+    ses_client: SesClient,
+    queue_url: str,
+    role: Role = "all",
+    metrics: Metrics | None = None,
+    tracing: Tracing | None = None,
+    full: bool = True,
+    sender_sqs: SqsClient | None = None,
+    limits: LimitSource | None = None,
+    workers: Callable[[MailWorker], Sequence[Worker]] | None = None,
+    reap_interval: float = 1.0,
+    refresh_seconds: float = REFRESH_SECONDS,
+) -> Parts:
+    """Build the parts of ``role`` (``webhooks``: none of these) and wire them together.
+
+    Knobs, for the tests and the bench (``fairpost run`` leaves each as it is):
+
+    - ``full``: every part ``fairpost run`` has. False: the dispatcher and the
+      sender alone, which weighs mail against ``limits`` (the settings' by
+      default), with no live overrides, reputation, reconciler or slot keeper.
+    - ``sender_sqs``: the sender's SQS client, when not ``sqs`` (one that records
+      or counts the receives).
+    - ``workers``: the dispatcher's workers, given the mail worker (it alone by default).
+    - ``reap_interval``, ``refresh_seconds``: how often the dispatcher reaps and
+      the live overrides are read again.
+    """
+    keys = Keys(settings.key_prefix)
+    store = JobStore(client, keys, store_limits(settings))
+    await publish_tenant_settings(store, settings)
+    quota = QuotaEngine(client, keys, durability=durability(settings))
+    parts = Parts(settings, store, quota, metrics or Metrics())
+    metrics = parts.metrics
+    if role in ("all", "dispatcher"):
+        worker = MailWorker(sqs, queue_url, metrics=metrics, tracing=tracing)
+        parts.worker = worker
+        parts.dispatcher = Dispatcher(
+            store,
+            workers(worker) if workers is not None else [worker],
+            concurrency=settings.dispatcher.concurrency,
+            batch_size=settings.dispatcher.batch_size,
+            linger_seconds=settings.dispatcher.linger_seconds,
+            reap_interval=reap_interval,
+            finished_ttl_seconds=settings.job_ttl,
+            max_outage_seconds=settings.max_outage_seconds,
+            on_error=metrics.task_failed,
+        )
+        if full:
+            parts.reconciler = Reconciler(
+                store, worker, settings, metrics=metrics, may_act=lambda: sender_alive(client, keys)
+            )
+    if role not in ("all", "sender"):
+        return parts
+
+    async def hold_changed(tenant: str | None = None) -> None:
+        # The one event (fairpost.mailer.daemon.holds): a hold lifted, or limits
+        # a park waited for changed (None: the global ones).
+        if parts.sender is not None:
+            await parts.sender.holds.changed(tenant)
+
+    feedback = None
+    if full:
+        auto = None
+        if isinstance(settings.global_limits, str):
+
+            async def auto_limits_changed(old: Limits | None, new: Limits) -> None:
+                # SES allows more (a raised quota, a day's mail aging out): a gate
+                # closed, or mail parked, under the old limits is looked at now.
+                if limits_rose(old, new):
+                    await hold_changed(None)
+
+            account = SesAccountLimits(
+                ses_client, settings, client=client, keys=keys, quota=quota,
+                on_change=auto_limits_changed, on_error=metrics.task_failed,
+            )  # fmt: skip
+            await account.start()
+            auto = account.current
+            parts.account = account
+
+        async def overrides_changed(old: Overrides, new: Overrides) -> None:
+            # Mail parked under the old limits (or a pause) is weighed again now.
+            global_changed, tenants = changed_scopes(old, new)
+            if global_changed:
+                await hold_changed(None)
+            for tenant in sorted(tenants):
+                await hold_changed(tenant)
+
+        async def holds_refresh() -> None:
+            # Other replicas' and operators' changes of the tenants' holds, as often.
+            if parts.sender is not None:
+                await parts.sender.holds.refresh()
+
+        overrides = OverrideCache(
+            client, keys, settings, auto=auto, refresh_seconds=refresh_seconds,
+            on_change=overrides_changed, on_refresh=holds_refresh, on_error=metrics.task_failed,
+        )  # fmt: skip
+        await overrides.refresh()
+        parts.overrides = limits = overrides
+        parts.reputation = await build_reputation(
+            settings=settings, store=store, sqs=sqs, ses_client=ses_client, metrics=metrics,
+            refresh_limits=overrides.refresh, lifted=hold_changed,
+        )  # fmt: skip
+        feedback = parts.reputation.feedback
+    parts.sender = Sender(
+        sqs=sender_sqs if sender_sqs is not None else sqs,
+        ses_client=ses_client,
+        queue_url=queue_url,
+        store=store,
+        quota=quota,
+        settings=settings,
+        limits=limits,
+        metrics=metrics,
+        feedback=feedback,
+        tracing=tracing,
+    )
+    if full:
+        assert parts.overrides is not None
+        # While the sender's gate is closed, mail waiting in SQS keeps its slots.
+        parts.keeper = SlotKeeper(
+            store, quota, parts.overrides, ttl_ms=store.limits.inflight_ttl_ms,
+            held=parts.sender.gate.holding, max_outage_seconds=settings.max_outage_seconds,
+            on_error=metrics.task_failed,
+        )  # fmt: skip
+    return parts
