@@ -35,8 +35,11 @@ log = logging.getLogger("fairpost.sender")
 
 Process = Callable[[list[Received]], Awaitable[None]]
 
-RECEIVE_RETRY_MOST = 4.0
-"""Seconds at most between tries of a receive loop that fails (Redis or SQS away)."""
+RECEIVE_RETRY_MOST = 2.0
+"""Seconds at most between tries of a receive loop that fails (Redis or SQS away): a
+throttled tenant sends again within 5 s of Redis answering, and a busy machine
+needs the rest of that for the receive, the quota and the SES call. As the
+sender's own retries (fairpost.mailer.daemon.sender.RETRY_MOST)."""
 
 _LANDING_MARGIN = 2.0
 """Seconds past its wait a poll in flight at the stop is still waited on (the network's share)."""
