@@ -19,6 +19,8 @@ MAKEFLAGS += --no-builtin-rules
 BIN := .venv/bin
 BOOTSTRAP := bash scripts/bootstrap.sh
 PYTEST_ARGS ?=
+# Two workers (pytest-xdist): each starts its own Redis and emulators. PYTEST_WORKERS= runs serially.
+PYTEST_WORKERS ?= -n 2
 
 test-stress:
 	FAIRPOST_BOOTSTRAP_STRESS=1 $(BOOTSTRAP) test
@@ -52,7 +54,7 @@ types: bootstrap-test
 # Exit code 5 means pytest collected no tests: a broken testpaths or marker
 # selection, never a pass. Say so instead of failing with a bare code.
 pytest: bootstrap-test
-	$(BIN)/pytest $(PYTEST_ARGS) || { rc=$$?; \
+	$(BIN)/pytest $(PYTEST_WORKERS) $(PYTEST_ARGS) || { rc=$$?; \
 	  if [[ $$rc == 5 ]]; then echo 'make: pytest collected no tests (exit 5); check testpaths and -m/-k in PYTEST_ARGS' >&2; fi; \
 	  exit $$rc; }
 
