@@ -25,7 +25,7 @@
 -- tag), contending until (zset: tenant -> ms), weights (hash: tenant ->
 -- weight, plus "~sum", the sum over every contending tenant, and "~exp", when
 -- tags, untils and weights expire) and refused (zset: tenant -> ms until
--- which it counts as refused for global room).
+-- which it counts as refused for global room: its due time, plus DUE_SLACK_MS).
 --
 -- Returns
 --   acquire / peek: {granted, retry_ms, blocked, now_ms, never}
@@ -303,6 +303,15 @@ end
 -- lowest tag (ZRANGE 0 1), the weight sum a running total ("~sum"), and who
 -- is refused for room the lowest "refused" score still ahead of now.
 -- Tenants that stopped asking are forgotten a few at a time.
+--
+-- Work-conserving: a tenant ahead of its share waits only while another is
+-- due back for room, and only until then; room nobody waits for goes to
+-- whoever asks. A refused tenant comes back when its mail fits: the sender
+-- times waits that short itself (fairpost.mailer.daemon.group, PRECISE_*), a
+-- few ms late at most; DUE_SLACK_MS covers that lateness under load. One late
+-- for longer (a long park, back in SQS's whole seconds) finds its room taken,
+-- is refused again, and is first in line at the next moment room frees.
+local DUE_SLACK_MS = 50
 local fair = nil
 if fair_op and global_count > 0 then
     local base = window_count
@@ -357,8 +366,8 @@ if fair_op and global_count > 0 then
     -- the call that creates it), for the TTLs written at the end; nil: unknown.
     -- Tags and untils hold the same tenants: they exist together.
     fair.had = {}
-    -- The soonest another tenant refused for global room is due back, if any:
-    -- shares are enforced only until then.
+    -- The soonest another tenant refused for global room is due back, if any
+    -- (its due time plus the slack): shares are enforced only until then.
     local function read_refused()
         local refused = redis.call("ZRANGE", fair.refused, 0, 1, "WITHSCORES")
         if #refused > 0 and tonumber(refused[2]) <= now then
@@ -578,8 +587,8 @@ if op == "acquire" then
 end
 
 if stop_for_share then
-    -- Until the refused tenant is due back (then it is served or forgotten),
-    -- and at most one reference window.
+    -- Until the refused tenant is due back (then it is served or late, and the
+    -- room is anyone's), and at most one reference window.
     blocked, retry_ms, binding = 3, math.max(1, math.min(fair.ref.window_ms, fair.bound_until - now)), 0
 end
 
@@ -612,15 +621,15 @@ if fair and op == "acquire" then
             end
         end
         if blocked == 1 and retry_ms > 0 then
-            -- Refused for global room: due back when it fits, give or take the
-            -- sender's jitter and SQS's whole seconds.
-            redis.call("ZADD", fair.refused, untilms, fair.tenant)
-            extend(fair.refused, untilms - now)
+            -- Refused for global room: due back when it fits.
+            local due = now + retry_ms + DUE_SLACK_MS
+            redis.call("ZADD", fair.refused, due, fair.tenant)
+            extend(fair.refused, due - now)
         elseif blocked == 0 and fair.had[fair.refused] then
-            -- Granted in full: there was room. It was refused a moment ago and
-            -- may be back for more at once, so it stays "refused" for the
-            -- memory only, not for the rest of its old wait.
-            redis.call("ZADD", fair.refused, "XX", "LT", untilms, fair.tenant)
+            -- Granted in full: it waits for room no more. It may be back for the
+            -- rest of its backlog at once, so it counts as refused for the
+            -- slack, not for the rest of its old wait.
+            redis.call("ZADD", fair.refused, "XX", "LT", now + DUE_SLACK_MS, fair.tenant)
         end
         -- The three keys written on every call expire together, the running sum
         -- with them, at "~exp" (in weights): a call that needs them longer moves
