@@ -69,7 +69,8 @@ class Keys:
 
     def blocked_pass(self) -> str:
         """String: where the reaper's pass over the blocked set stands (an SSCAN
-        cursor, or ``done``); none means a pass is due (dispatcher/reap.lua)."""
+        cursor, or ``done``); none means a pass is due: no daemon of this version has
+        reaped the store yet, or an operator deleted it (dispatcher/reap.lua)."""
         return f"{self.root}:blocked:pass"
 
     def expiring(self) -> str:

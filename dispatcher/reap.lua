@@ -29,14 +29,18 @@ for _, tenant in ipairs(redis.call('ZRANGEBYSCORE', ctx.expiring, '-inf', now, '
   activate(ctx, tenant, now)
 end
 -- A safety net: a blocked tenant the expiring zset does not know (blocked
--- by a replica older than it, during or before an upgrade) would never be
--- visited when its slots expire; give it its place. One pass over the blocked
--- set, a page a call, after every daemon start (store.start_blocked_pass):
--- then one GET a call, whatever the number of blocked tenants. (Sampling on
--- every call cost more the more tenants were blocked.) A small page keeps an
--- idle daemon's Redis CPU flat during the pass (100,000 blocked tenants take
--- about 6,000 reaps, under two hours with one replica): such a tenant also
--- comes back at its next enqueue or finish.
+-- by a daemon older than it, before an upgrade) would never be visited when
+-- its slots expire; give it its place. One pass over the blocked set, a page
+-- a call, once for a store (KEYS[11] absent: no daemon of this version has
+-- reaped it yet), going on across restarts until it ends: then one GET a
+-- call, whatever the number of blocked tenants. Not again at every daemon
+-- start: the scripts since the expiring zset give every tenant they block its
+-- place, and no older daemon runs beside or after them (that upgrade stops
+-- every daemon first, docs/operations.md). (Sampling on every call cost more
+-- the more tenants were blocked.) A small page keeps an idle daemon's Redis
+-- CPU flat during the pass (100,000 blocked tenants take about 6,000 reaps,
+-- under two hours with one replica): such a tenant also comes back at its
+-- next enqueue or finish.
 local pass = redis.call('GET', KEYS[11])
 if pass ~= 'done' then
   local page = redis.call('SSCAN', ctx.blocked, pass or '0', 'COUNT', 16)

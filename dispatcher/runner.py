@@ -71,7 +71,6 @@ class Dispatcher:
         # turn's longest wait, so that a slow hand-off never loses its lease.
         self._renew_interval = min(store.limits.lease_ms / 4000, reap_interval)
         self._next_renew = 0.0
-        self._passed_blocked = False
         self.lifecycle = Lifecycle(store.redis, store.keys, store.limits)
 
     @property
@@ -108,10 +107,6 @@ class Dispatcher:
             await self.store.renew(list(self._held))
             self._next_renew = time.monotonic() + self._renew_interval
         if time.monotonic() >= next_reap:
-            if not self._passed_blocked:
-                # Once per start: tenants an older replica blocked get a way back.
-                await self.store.start_blocked_pass()
-                self._passed_blocked = True
             reaped = await self.store.reap()
             if reaped:
                 log.warning("returned %d expired claims to their queues", reaped)

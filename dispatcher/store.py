@@ -109,11 +109,6 @@ class JobStore:
         keys, args = self._calls.reap(max_leases)
         return int(await self._reap(keys=keys, args=args))
 
-    async def start_blocked_pass(self) -> None:
-        """Have the reaper pass over every blocked tenant once more (a daemon starts:
-        an older replica may have blocked tenants without an expiry to visit them by)."""
-        await self.redis.delete(self.keys.blocked_pass())
-
     async def finish(
         self,
         job_id: str,
