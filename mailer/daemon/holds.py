@@ -49,6 +49,16 @@ PAUSED_RECHECK_SECONDS = 10.0
 SES tenant) before looking again: a lift is seen sooner (:meth:`Holds.changed`)."""
 
 _SWEEP_MIN = 64
+
+KEEP_ALIVE_SLACK_MS = 10_000
+"""A park's keep-alive is skipped while this process kept the tenant's slots alive
+to within this of what the park asks: they live an in-flight TTL (30 min by
+default) past it. A tenant over its quota is parked every few hundred ms, and
+each keep-alive touches every job of it (dispatcher/touch.lua)."""
+
+_KEPT_MOST = 10_000
+"""Tenants whose last keep-alive is remembered; past this, forgotten all at once
+(a forgotten tenant's next park touches its jobs again: the safe side)."""
 """Tenants the SES-fault map may hold before it is first swept."""
 FORGET_AFTER_SECONDS = 3600.0
 """A tenant whose hold ended this long ago and that has not sent since is forgotten: its
@@ -113,6 +123,8 @@ class Holds:
         self._sweep_above = _SWEEP_MIN
         self._guard_paused: frozenset[str] = frozenset()
         self._listeners: list[Woken] = []
+        self._kept: dict[str, int] = {}
+        """Tenant → the ``until_ms`` its last keep-alive from here asked for."""
 
     # -- the sender's one question (no I/O) -------------------------------------------
     def of(self, tenant: str) -> Hold | None:
@@ -170,8 +182,18 @@ class Holds:
         """The tenant's mail waits in SQS until ``until_ms`` (Redis time), whatever the
         reason: its in-flight slots and dispatched jobs are kept that long and an
         in-flight TTL after (``dispatcher/touch.lua``, as an SES-fault hold keeps them:
-        fairpost.mailer.quota.holds.TenantHolds.keep_alive)."""
-        await self._jobs.touch_inflight(tenant, until_ms + self._jobs.limits.inflight_ttl_ms)
+        fairpost.mailer.quota.holds.TenantHolds.keep_alive). Skipped while an
+        earlier keep-alive from here covers it within KEEP_ALIVE_SLACK_MS (or half the
+        TTL, if that is shorter)."""
+        ttl_ms = self._jobs.limits.inflight_ttl_ms
+        kept = self._kept.get(tenant)
+        # Half the TTL at most: what is skipped still lives half a TTL past the park.
+        if kept is not None and kept >= until_ms - min(KEEP_ALIVE_SLACK_MS, ttl_ms // 2):
+            return
+        await self._jobs.touch_inflight(tenant, until_ms + ttl_ms)
+        if len(self._kept) >= _KEPT_MOST:
+            self._kept.clear()
+        self._kept[tenant] = until_ms
 
     # -- the one event -----------------------------------------------------------------
     def listen(self, woken: Woken) -> None:

@@ -23,6 +23,7 @@ from fairpost.dispatcher.store import JobStore, NewJob, StoreLimits
 from fairpost.mailer.cli import main
 from fairpost.mailer.daemon.holds import (
     FORGET_AFTER_SECONDS,
+    KEEP_ALIVE_SLACK_MS,
     PAUSED_RECHECK_SECONDS,
     Hold,
     Holds,
@@ -200,6 +201,32 @@ async def test_every_hold_and_park_keeps_the_tenants_slots_and_jobs_alive_one_wa
         await holds.keep_alive("acme", until_ms)
     assert await aredis.zscore(KEYS.inflight("acme"), "acme-0") == until_ms + TTL_MS
     assert await aredis.zscore(KEYS.dispatched(), "acme-0") == until_ms + LIMITS.stranded_after_ms
+
+
+async def test_a_throttled_tenants_parks_touch_its_jobs_once_a_while_not_at_each(
+    aredis: redis.asyncio.Redis, quick: Settings
+) -> None:
+    # A tenant over its quota is parked every few hundred ms, each park a little
+    # later than the last: its slots live an in-flight TTL (30 min) past the park,
+    # so touching every job of it at each park bought milliseconds of a half hour.
+    store = JobStore(aredis, KEYS, LIMITS)
+    holds, _, _ = made(aredis, quick)
+    await store.enqueue([NewJob(id=f"acme-{i}", tenant="acme", kind="mail", payload="{}") for i in range(3)])
+    await store.handed_off([job.id for job in await store.claim(10)])
+    now_ms = time_ms(await aredis.time())
+    await holds.keep_alive("acme", now_ms + 100)
+    kept = await aredis.zscore(KEYS.inflight("acme"), "acme-0")
+    assert kept == now_ms + 100 + TTL_MS
+    # Here the TTL is 2 s: the slack is half of it.
+    slack = min(KEEP_ALIVE_SLACK_MS, TTL_MS // 2)
+    for step in range(1, 21):
+        await holds.keep_alive("acme", now_ms + 100 + slack * step // 20)
+    # Within the slack, the first touch stands.
+    assert await aredis.zscore(KEYS.inflight("acme"), "acme-0") == kept
+    # A park that ends later than the slack allows touches them again.
+    later = now_ms + 100 + slack + 1
+    await holds.keep_alive("acme", later)
+    assert await aredis.zscore(KEYS.inflight("acme"), "acme-0") == later + TTL_MS
 
 
 def test_resume_lifts_every_hold_an_operator_may_lift_and_says_which(
