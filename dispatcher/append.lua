@@ -12,4 +12,6 @@ if not journal then
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-return journal_append(journal, KEYS[1], ARGV[at], nil, ARGV, at + 1, now)
+local id = journal_append(journal, KEYS[1], ARGV[at], nil, ARGV, at + 1)
+journal_trim(journal, now)
+return id

@@ -47,6 +47,7 @@ if keep > 0 then
   redis.call('EXPIRE', KEYS[16], keep)
 end
 local journal, entry = journal_context(KEYS[17], ARGV, 7)
-journal_append(journal, job_key, job_id, 'dead', ARGV, entry, now)
+journal_append(journal, job_key, job_id, 'dead', ARGV, entry)
+journal_trim(journal, now)
 activate(ctx, tenant, now)
 return {1, state}

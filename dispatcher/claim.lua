@@ -1,6 +1,6 @@
 -- Claim up to N jobs fairly: deficit round robin over the ring, each claim a lease.
 -- KEYS[1..9] ring context (ring.lua), KEYS[10] deficits (hash), KEYS[11] weights (hash),
--- KEYS[12] leases (zset), KEYS[13] this claim's record (Keys.claim: a list, its token in the name)
+-- KEYS[12] leases (zset), KEYS[13] this claim's record (Keys.claim: a string, its token in the name)
 -- ARGV[1..3] ring context, ARGV[4] N, ARGV[5] default weight, ARGV[6] lease ms,
 -- ARGV[7] job key prefix, ARGV[8] in-flight TTL ms (what a hand-off gives a slot),
 -- ARGV[9] payload key prefix, ARGV[10] what separates a queue entry's id from its payload
@@ -18,11 +18,21 @@
 -- costs eight commands: five for the turn (LMOVE, ZCARD, LMPOP, ZADD,
 -- HINCRBY), three for the job (its record read and marked claimed, its payload).
 local record = KEYS[13]
-local earlier = redis.call('LRANGE', record, 0, -1)
-if #earlier > 0 then
-  -- The claim's time, then its jobs. A job still leased to it is claimed since
-  -- that time: reaped (its lease ran out), requeued or cancelled it is not
-  -- claimed, and claimed again it is so since a later time.
+local written = redis.call('GET', record)
+if written then
+  -- The claim's time, then its jobs, each after ARGV[10] (no job id holds it).
+  -- A job still leased to it is claimed since that time: reaped (its lease ran
+  -- out), requeued or cancelled it is not claimed, and claimed again it is so
+  -- since a later time.
+  local earlier, from = {}, 1
+  while true do
+    local at = string.find(written, ARGV[10], from, true)
+    earlier[#earlier + 1] = string.sub(written, from, at and at - 1 or -1)
+    if not at then
+      break
+    end
+    from = at + #ARGV[10]
+  end
   local again = {}
   for i = 2, #earlier do
     local job_id = earlier[i]
@@ -288,14 +298,12 @@ write_leases()
 count_total_waiting(ctx, total_delta)
 count_inflight(ctx, slots_taken)
 if claimed > 0 then
-  -- Kept for a lease: past it the jobs are the reaper's, not this claim's.
+  -- Kept for a lease: past it the jobs are the reaper's, not this claim's. One
+  -- string written with its TTL, in one command.
   local leased = {now_s}
   for i = 1, #out, 7 do
     leased[#leased + 1] = out[i]
   end
-  for i = 1, #leased, MOST_PER_TURN do
-    redis.call('RPUSH', record, unpack(leased, i, math.min(i + MOST_PER_TURN - 1, #leased)))
-  end
-  redis.call('PEXPIRE', record, lease_ms)
+  redis.call('SET', record, table.concat(leased, ARGV[10]), 'PX', lease_ms)
 end
 return out

@@ -15,5 +15,6 @@ redis.call('HSET', KEYS[1], 'tenant', ARGV[2], 'kind', ARGV[3], 'state', 'dead',
 redis.call('ZADD', KEYS[2], now, ARGV[1])
 redis.call('EXPIRE', KEYS[1], tonumber(ARGV[5]))
 local journal, entry = journal_context(KEYS[3], ARGV, 7 + 2 * n)
-journal_append(journal, KEYS[1], ARGV[1], 'dead', ARGV, entry, now)
+journal_append(journal, KEYS[1], ARGV[1], 'dead', ARGV, entry)
+journal_trim(journal, now)
 return now

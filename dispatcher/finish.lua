@@ -20,6 +20,26 @@ local final, keep = ARGV[4], tonumber(ARGV[5])
 local now = now_ms()
 local now_s = as_text(now)
 local journal, a = journal_context(KEYS[#KEYS], ARGV, 6)
+-- The record's fields the journal copies are read with its own (rec[4..]), and
+-- made what they are after its change before its entry copies them (as a read
+-- after the change would): what its HSET and HDEL wrote, in place.
+local copied_names = journal_copied_names(journal)
+local copied_at = {}
+for i, name in ipairs(copied_names) do
+  copied_at[name] = 3 + i
+end
+local function copied_now(rec, fields, payload_gone)
+  for i = 1, #fields, 2 do
+    local at = copied_at[fields[i]]
+    if at then
+      rec[at] = fields[i + 1]
+    end
+  end
+  if payload_gone and copied_at.payload then
+    rec[copied_at.payload] = false
+  end
+  return rec
+end
 local out = {}
 -- Per tenant, in the order first seen: the jobs whose slots to free.
 local tenants, slots = {}, {}
@@ -34,7 +54,7 @@ while a <= #ARGV do
   k = k + 4
   -- 'payload': only a record written before the payload had a key of its own
   -- has that field (nil, and free, for the rest).
-  local rec = redis.call('HMGET', job_key, 'tenant', 'state', 'payload')
+  local rec = redis.call('HMGET', job_key, 'tenant', 'state', 'payload', unpack(copied_names))
   local tenant, state = rec[1], rec[2]
   if not tenant then
     redis.call('DEL', marker_key)
@@ -90,7 +110,9 @@ while a <= #ARGV do
       if keep > 0 then
         redis.call('EXPIRE', job_key, keep)
       end
-      journal_append(journal, job_key, job_id, final, ARGV, entry, now)
+      if journal then
+        journal_append(journal, job_key, job_id, final, ARGV, entry, copied_now(rec, fields, final ~= 'dead'), 3)
+      end
       out[#out + 1] = 1
     end
   end
@@ -102,4 +124,5 @@ for _, tenant in ipairs(tenants) do
   release_slots(ctx, tenant, slots[tenant])
   activate(ctx, tenant, now)
 end
+journal_trim(journal, now)
 return out

@@ -32,29 +32,53 @@ local function journal_skip(argv, at)
   return at + 1 + 2 * tonumber(argv[at])
 end
 
-local function journal_append(journal, job_key, job_id, state, argv, at, now)
+-- The record fields the journal copies, to read with the script's own HMGET of
+-- the record (journal_append's `values`); none without a journal.
+local function journal_copied_names(journal)
+  return journal and journal.copy or {}
+end
+
+-- One table for every entry of a call, refilled: a table built afresh for each
+-- entry, and grown field by field, was most of the Lua a finish spent on it.
+local journal_entry = {}
+
+-- Appends the job's entry. `values`, when given, holds the copied fields as the
+-- record has them now, in journal.copy's order from values[offset + 1] (read by
+-- the caller with a read of its own); otherwise they are read here. Trimming
+-- is journal_trim's, once a call: every entry of a call has the same time.
+local function journal_append(journal, job_key, job_id, state, argv, at, values, offset)
   if not journal then
     return
   end
-  local entry = {'job', job_id}
+  local entry, n = journal_entry, 2
+  entry[1], entry[2] = 'job', job_id
   if state then
-    entry[3], entry[4] = 'state', state
+    entry[3], entry[4], n = 'state', state, 4
   end
-  if #journal.copy > 0 then
-    local values = redis.call('HMGET', job_key, unpack(journal.copy))
-    for i, name in ipairs(journal.copy) do
-      if values[i] then
-        entry[#entry + 1] = name
-        entry[#entry + 1] = values[i]
+  local names = journal.copy
+  if #names > 0 then
+    if not values then
+      values, offset = redis.call('HMGET', job_key, unpack(names)), 0
+    end
+    for i = 1, #names do
+      local value = values[offset + i]
+      if value then
+        entry[n + 1], entry[n + 2], n = names[i], value, n + 2
       end
     end
   end
   for i = at + 1, journal_skip(argv, at) - 1 do
-    entry[#entry + 1] = argv[i]
+    n = n + 1
+    entry[n] = argv[i]
   end
-  local id = redis.call('XADD', journal.key, 'MAXLEN', '~', journal.max_length, '*', unpack(entry))
-  if journal.max_age > 0 then
+  journal.appended = true
+  return redis.call('XADD', journal.key, 'MAXLEN', '~', journal.max_length, '*', unpack(entry, 1, n))
+end
+
+-- Entries older than the journal's most age go (MINID ~): once a call, after its
+-- last append (entries are never older than the call's time `now`).
+local function journal_trim(journal, now)
+  if journal and journal.appended and journal.max_age > 0 then
     redis.call('XTRIM', journal.key, 'MINID', '~', now - journal.max_age)
   end
-  return id
 end

@@ -119,8 +119,9 @@ class Keys:
         return f"{self.root}:leases"
 
     def claim(self, token: str) -> str:
-        """The jobs one claim leased (claim.lua): a list, the claim's time first, kept
-        for a lease, so that the claim asked again under its token answers them."""
+        """The jobs one claim leased (claim.lua): a string, the claim's time, then its
+        job ids, each after :data:`~fairpost.dispatcher.record.ENTRY_SEP`, kept for a
+        lease, so that the claim asked again under its token answers them."""
         return f"{self.root}:claim:{token}"
 
     def wake(self) -> str:

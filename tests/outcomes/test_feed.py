@@ -68,6 +68,29 @@ async def test_a_sent_mail_is_one_event_with_its_ses_message_id_and_recipients(
     assert one.id.split("-")[0] == str(int(one.timestamp.timestamp() * 1000))
 
 
+async def test_a_group_sent_together_costs_an_append_each_and_one_trim(
+    settings: Settings, aredis: redis.asyncio.Redis
+) -> None:
+    # A shard's capacity is in commands a mail (bench/shard_replay.py): the record's
+    # copied fields come with the finish's own read of it, and the feed is trimmed by
+    # age once a call (every entry of a call has the call's time), not once an entry.
+    store = JobStore(aredis, KEYS, store_limits(settings))
+    jobs = [job(f"j{i}", key=f"k{i}") for i in range(10)]
+    await dispatched(store, *jobs)
+    events = {j.id: feed.entry(feed.SENT, {"ses_message_id": f"ses-{j.id}"}) for j in jobs}
+    await aredis.config_resetstat()
+    async with store.pipeline() as pipe:
+        sent = [(j.id, f"ses-{j.id}") for j in jobs]
+        await MailJobs(store).record_sent(sent, keep_seconds=60, pipeline=pipe, entries=events)
+        await pipe.execute()
+    stats = await aredis.info("commandstats")
+    calls = {name: stats.get(f"cmdstat_{name}", {}).get("calls", 0) for name in ("xadd", "xtrim", "hmget")}
+    assert calls == {"xadd": 10, "xtrim": 1, "hmget": 10}
+    assert [(e.job_id, e.data["idempotency_key"]) for e in await feed_of(aredis, KEYS)] == [
+        (j.id, f"k{j.id[1:]}") for j in jobs
+    ]
+
+
 async def test_a_finish_that_changes_nothing_appends_nothing(
     settings: Settings, aredis: redis.asyncio.Redis
 ) -> None:
