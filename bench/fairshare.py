@@ -10,7 +10,8 @@ Then the global quota as several replicas share it, under SQS's real FIFO
 rules (a parked head holds its whole group): three tenants of equal weight,
 each with the same backlog and a quota of half the global one, three
 replicas. While every tenant has mail waiting, the global quota is used at
-97 % or more; the tenants finish within 20 % of each other.
+97 % or more, each tenant's share of it is within 10 % of a third, and the
+tenants finish within 20 % of each other.
 """
 
 from __future__ import annotations
@@ -98,6 +99,11 @@ async def _shared_by_replicas(backend: Backend, quick: bool) -> list[Figure]:
     allowed = rate * (until - first) + rate
     used = during / allowed
     spread = (max(finish.values()) - min(finish.values())) / (sum(finish.values()) / len(finish))
+    shares = {
+        t: sum(m.recipient_count for m in sent if m.wall_time <= until and m.tag(TENANT_TAG) == t)
+        for t in SHARED
+    }
+    deviation = max(abs(shares[t] / during * len(SHARED) - 1) for t in SHARED)
     finished = ", ".join(f"{t} at {s:.1f} s" for t, s in sorted(finish.items()))
     common = (
         f"{REPLICAS} replicas, global {rate}/second, each tenant {rate // 2}/second, {per_tenant} mails each"
@@ -112,6 +118,16 @@ async def _shared_by_replicas(backend: Backend, quick: bool) -> list[Figure]:
             target=97.0,
             detail=f"{during} sent in {until - first:.1f} s of {allowed:.0f} allowed; {common}",
             data={"sent": during, "allowed": allowed, "seconds": until - first},
+        ),
+        Figure(
+            key="global_share_deviation",
+            title="Global quota shared by replicas: largest deviation of a share from its weight",
+            value=100 * deviation,
+            unit=" %",
+            op="<=",
+            target=10.0,
+            detail=f"{', '.join(f'{t} {n}' for t, n in sorted(shares.items()))} of {during}; {common}",
+            data={"shares": shares},
         ),
         Figure(
             key="global_finish_spread",

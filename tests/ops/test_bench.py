@@ -30,6 +30,7 @@ FIGURES = {
     "receives_per_throttled_mail",
     "fair_share_deviation",
     "global_utilisation",
+    "global_share_deviation",
     "global_finish_spread",
     "sqs_requests_per_mail",
     "cpu_per_mail_ratio",
