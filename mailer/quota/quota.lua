@@ -593,10 +593,10 @@ if stop_for_share then
 end
 
 if fair and op == "acquire" then
-    if blocked == 2 then
-        -- Held back by its own quota: it is not contending for the global one.
-        if redis.call("ZSCORE", fair.untils, fair.tenant) then fair.forget(fair.tenant) end
-    else
+    do
+        -- A tenant held back by its own quota keeps its tag: forgotten, it came
+        -- back level with the furthest behind, however far ahead it was, and a
+        -- tenant waiting for room never caught up with it.
         redis.call("ZADD", fair.tags, fair.tag, fair.tenant)
         if fair.own_weight == nil then fair.read_weights() end
         local weights = {}
@@ -604,9 +604,10 @@ if fair and op == "acquire" then
             weights = { fair.tenant, fair.weight, "~sum", fair.sum - fair.own_weight + fair.weight }
         end
         -- Granted in full or not, a tenant that asks is contending: its backlog
-        -- may sit in SQS, beyond what this batch brought. A refused one is
-        -- contending while it waits, plus the same memory.
-        local wait = (blocked ~= 0 and retry_ms > 0) and retry_ms or 0
+        -- may sit in SQS, beyond what this batch brought. One refused for room
+        -- or its share is contending while it waits, plus the same memory; one
+        -- its own quota holds, for the memory only (it may wait a day).
+        local wait = (blocked ~= 0 and blocked ~= 2 and retry_ms > 0) and retry_ms or 0
         local untilms = now + wait + fair.memory_ms
         redis.call("ZADD", fair.untils, untilms, fair.tenant)
         -- Every key lives as long as its longest entry. GT keeps a longer TTL,
@@ -630,6 +631,9 @@ if fair and op == "acquire" then
             -- rest of its backlog at once, so it counts as refused for the
             -- slack, not for the rest of its old wait.
             redis.call("ZADD", fair.refused, "XX", "LT", now + DUE_SLACK_MS, fair.tenant)
+        elseif blocked == 2 and fair.had[fair.refused] then
+            -- Its own quota holds it now: it waits for room no more.
+            redis.call("ZREM", fair.refused, fair.tenant)
         end
         -- The three keys written on every call expire together, the running sum
         -- with them, at "~exp" (in weights): a call that needs them longer moves

@@ -16,6 +16,7 @@ from collections import Counter
 import pytest
 
 from fairpost.config import parse_limits
+from fairpost.config.limits import Window
 from fairpost.mailer.daemon.group import PRECISE_JITTER, PRECISE_WAIT_MAX
 from fairpost.mailer.quota.engine import QuotaEngine
 
@@ -24,7 +25,13 @@ TENANT = parse_limits("1000/second")
 
 
 async def simulate(
-    engine: QuotaEngine, weights: dict[str, int], seconds: float, seed: int = 7
+    engine: QuotaEngine,
+    weights: dict[str, int],
+    seconds: float,
+    seed: int = 7,
+    *,
+    tenant_limits: list[Window] = TENANT,
+    tick_ms: int = 10,
 ) -> Counter[str]:
     rng = random.Random(seed)
     start = 1_000_000_000
@@ -35,13 +42,15 @@ async def simulate(
         for tenant, weight in weights.items():
             if next_try[tenant] > now:
                 continue
-            grant = await engine.acquire(tenant, [1] * 10, GLOBAL, TENANT, weight=weight, now_ms=now)
+            grant = await engine.acquire(
+                tenant, [1] * 10, GLOBAL, tenant_limits, weight=weight, now_ms=now
+            )
             granted[tenant] += grant.granted
             if grant.granted == 10:
                 next_try[tenant] = now + 20
             else:
                 next_try[tenant] = now + comes_back_in(grant.retry_after, rng)
-        now += 10
+        now += tick_ms
     return granted
 
 
@@ -109,3 +118,18 @@ async def test_nobody_waits_for_fairness_while_the_global_quota_has_room(engine:
             grant = await engine.acquire(tenant, [cost], GLOBAL, TENANT, weight=1, now_ms=now)
             refused += 1 - grant.granted
     assert refused == 0
+
+
+@pytest.mark.parametrize("seed", [7, 11])
+async def test_tenants_capped_by_their_own_quota_still_share_by_weight(engine: QuotaEngine, seed: int) -> None:
+    # Each may send half the global quota: any two fill it, and each is now and
+    # then refused by its own quota. That refusal must not wipe out how far
+    # ahead it is, or the third, waiting for room, never catches up.
+    half = parse_limits("6/second")
+    granted = await simulate(
+        engine, {"a": 1, "b": 1, "c": 1}, seconds=30, seed=seed, tenant_limits=half, tick_ms=1
+    )
+    total = sum(granted.values())
+    assert total >= 0.97 * 12 * 30, granted
+    for tenant in "abc":
+        assert granted[tenant] / total == pytest.approx(1 / 3, rel=0.10), granted
