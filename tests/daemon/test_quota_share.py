@@ -42,9 +42,7 @@ async def simulate(
         for tenant, weight in weights.items():
             if next_try[tenant] > now:
                 continue
-            grant = await engine.acquire(
-                tenant, [1] * 10, GLOBAL, tenant_limits, weight=weight, now_ms=now
-            )
+            grant = await engine.acquire(tenant, [1] * 10, GLOBAL, tenant_limits, weight=weight, now_ms=now)
             granted[tenant] += grant.granted
             if grant.granted == 10:
                 next_try[tenant] = now + 20
@@ -121,7 +119,9 @@ async def test_nobody_waits_for_fairness_while_the_global_quota_has_room(engine:
 
 
 @pytest.mark.parametrize("seed", [7, 11])
-async def test_tenants_capped_by_their_own_quota_still_share_by_weight(engine: QuotaEngine, seed: int) -> None:
+async def test_tenants_capped_by_their_own_quota_still_share_by_weight(
+    engine: QuotaEngine, seed: int
+) -> None:
     # Each may send half the global quota: any two fill it, and each is now and
     # then refused by its own quota. That refusal must not wipe out how far
     # ahead it is, or the third, waiting for room, never catches up.
