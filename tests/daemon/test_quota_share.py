@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import random
 from collections import Counter
+from collections.abc import Sequence
 
 import pytest
 
@@ -30,7 +31,7 @@ async def simulate(
     seconds: float,
     seed: int = 7,
     *,
-    tenant_limits: list[Window] = TENANT,
+    tenant_limits: Sequence[Window] = TENANT,
     tick_ms: int = 10,
 ) -> Counter[str]:
     rng = random.Random(seed)
