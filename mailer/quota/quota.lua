@@ -593,68 +593,66 @@ if stop_for_share then
 end
 
 if fair and op == "acquire" then
-    do
-        -- A tenant held back by its own quota keeps its tag: forgotten, it came
-        -- back level with the furthest behind, however far ahead it was, and a
-        -- tenant waiting for room never caught up with it.
-        redis.call("ZADD", fair.tags, fair.tag, fair.tenant)
-        if fair.own_weight == nil then fair.read_weights() end
-        local weights = {}
-        if fair.own_weight ~= fair.weight then
-            weights = { fair.tenant, fair.weight, "~sum", fair.sum - fair.own_weight + fair.weight }
+    -- A tenant held back by its own quota keeps its tag: forgotten, it came
+    -- back level with the furthest behind, however far ahead it was, and a
+    -- tenant waiting for room never caught up with it.
+    redis.call("ZADD", fair.tags, fair.tag, fair.tenant)
+    if fair.own_weight == nil then fair.read_weights() end
+    local weights = {}
+    if fair.own_weight ~= fair.weight then
+        weights = { fair.tenant, fair.weight, "~sum", fair.sum - fair.own_weight + fair.weight }
+    end
+    -- Granted in full or not, a tenant that asks is contending: its backlog
+    -- may sit in SQS, beyond what this batch brought. One refused for room
+    -- or its share is contending while it waits, plus the same memory; one
+    -- its own quota holds, for the memory only (it may wait a day).
+    local wait = (blocked ~= 0 and blocked ~= 2 and retry_ms > 0) and retry_ms or 0
+    local untilms = now + wait + fair.memory_ms
+    redis.call("ZADD", fair.untils, untilms, fair.tenant)
+    -- Every key lives as long as its longest entry. GT keeps a longer TTL,
+    -- but never sets one on a key without (no TTL counts as forever): a key
+    -- this call created gets a plain PEXPIRE.
+    local function extend(key, ttl, plain)
+        local had = fair.had[key]
+        if plain or had == false then
+            redis.call("PEXPIRE", key, ttl)
+        elseif redis.call("PEXPIRE", key, ttl, "GT") == 0 and had == nil and redis.call("PTTL", key) == -1 then
+            redis.call("PEXPIRE", key, ttl)
         end
-        -- Granted in full or not, a tenant that asks is contending: its backlog
-        -- may sit in SQS, beyond what this batch brought. One refused for room
-        -- or its share is contending while it waits, plus the same memory; one
-        -- its own quota holds, for the memory only (it may wait a day).
-        local wait = (blocked ~= 0 and blocked ~= 2 and retry_ms > 0) and retry_ms or 0
-        local untilms = now + wait + fair.memory_ms
-        redis.call("ZADD", fair.untils, untilms, fair.tenant)
-        -- Every key lives as long as its longest entry. GT keeps a longer TTL,
-        -- but never sets one on a key without (no TTL counts as forever): a key
-        -- this call created gets a plain PEXPIRE.
-        local function extend(key, ttl, plain)
+    end
+    if blocked == 1 and retry_ms > 0 then
+        -- Refused for global room: due back when it fits.
+        local due = now + retry_ms + DUE_SLACK_MS
+        redis.call("ZADD", fair.refused, due, fair.tenant)
+        extend(fair.refused, due - now)
+    elseif blocked == 0 and fair.had[fair.refused] then
+        -- Granted in full: it waits for room no more. It may be back for the
+        -- rest of its backlog at once, so it counts as refused for the
+        -- slack, not for the rest of its old wait.
+        redis.call("ZADD", fair.refused, "XX", "LT", now + DUE_SLACK_MS, fair.tenant)
+    elseif blocked == 2 and fair.had[fair.refused] then
+        -- Its own quota holds it now: it waits for room no more.
+        redis.call("ZREM", fair.refused, fair.tenant)
+    end
+    -- The three keys written on every call expire together, the running sum
+    -- with them, at "~exp" (in weights): a call that needs them longer moves
+    -- it half a memory further, so most calls set no TTL at all.
+    if fair.exp == nil or fair.exp < untilms then
+        -- Each of the three expires at the old "~exp", if there was one.
+        local known = fair.exp ~= nil
+        fair.exp = untilms + math.floor(fair.memory_ms / 2)
+        weights[#weights + 1], weights[#weights + 2] = "~exp", fair.exp
+        redis.call("HSET", fair.weights, unpack(weights))
+        for _, key in ipairs({ fair.tags, fair.untils, fair.weights }) do
+            extend(key, fair.exp - now, known)
+        end
+    else
+        if #weights > 0 then redis.call("HSET", fair.weights, unpack(weights)) end
+        for _, key in ipairs({ fair.tags, fair.untils }) do
+            -- Recreated by this call (its last tenant was forgotten): no TTL yet.
             local had = fair.had[key]
-            if plain or had == false then
-                redis.call("PEXPIRE", key, ttl)
-            elseif redis.call("PEXPIRE", key, ttl, "GT") == 0 and had == nil and redis.call("PTTL", key) == -1 then
-                redis.call("PEXPIRE", key, ttl)
-            end
-        end
-        if blocked == 1 and retry_ms > 0 then
-            -- Refused for global room: due back when it fits.
-            local due = now + retry_ms + DUE_SLACK_MS
-            redis.call("ZADD", fair.refused, due, fair.tenant)
-            extend(fair.refused, due - now)
-        elseif blocked == 0 and fair.had[fair.refused] then
-            -- Granted in full: it waits for room no more. It may be back for the
-            -- rest of its backlog at once, so it counts as refused for the
-            -- slack, not for the rest of its old wait.
-            redis.call("ZADD", fair.refused, "XX", "LT", now + DUE_SLACK_MS, fair.tenant)
-        elseif blocked == 2 and fair.had[fair.refused] then
-            -- Its own quota holds it now: it waits for room no more.
-            redis.call("ZREM", fair.refused, fair.tenant)
-        end
-        -- The three keys written on every call expire together, the running sum
-        -- with them, at "~exp" (in weights): a call that needs them longer moves
-        -- it half a memory further, so most calls set no TTL at all.
-        if fair.exp == nil or fair.exp < untilms then
-            -- Each of the three expires at the old "~exp", if there was one.
-            local known = fair.exp ~= nil
-            fair.exp = untilms + math.floor(fair.memory_ms / 2)
-            weights[#weights + 1], weights[#weights + 2] = "~exp", fair.exp
-            redis.call("HSET", fair.weights, unpack(weights))
-            for _, key in ipairs({ fair.tags, fair.untils, fair.weights }) do
-                extend(key, fair.exp - now, known)
-            end
-        else
-            if #weights > 0 then redis.call("HSET", fair.weights, unpack(weights)) end
-            for _, key in ipairs({ fair.tags, fair.untils }) do
-                -- Recreated by this call (its last tenant was forgotten): no TTL yet.
-                local had = fair.had[key]
-                if had == false or (had == nil and redis.call("PTTL", key) == -1) then
-                    redis.call("PEXPIRE", key, fair.exp - now)
-                end
+            if had == false or (had == nil and redis.call("PTTL", key) == -1) then
+                redis.call("PEXPIRE", key, fair.exp - now)
             end
         end
     end
