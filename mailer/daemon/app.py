@@ -26,6 +26,7 @@ The background tasks, each named and watched: ``dispatcher``, ``sender``,
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import signal
@@ -142,6 +143,7 @@ async def _run(
             tasks["http"] = asyncio.create_task(http.run(stop), name="http")
         tasks["heartbeat"] = asyncio.create_task(heartbeat.run(stop), name="heartbeat")
         liveness.watch(tasks)
+        _freeze_start_up()
         log.info("fairpost running (role %s, queue %s)", role, settings.queue_name)
 
         stopping = asyncio.create_task(stop.wait(), name="stop-signal")
@@ -199,3 +201,12 @@ async def _run(
             log.warning("heartbeat not cleared (it expires by itself): %s", exc)
         log.info("fairpost stopped (exit code %d)", exit_code)
         return exit_code
+
+
+def _freeze_start_up() -> None:
+    """What start-up built (modules, clients, settings: most of the heap) lives as long
+    as the process: out of the garbage collector's sight, a full collection no
+    longer walks it all again, a cost the daemon paid per mail (BENCHMARKS.md, "CPU
+    per mail"). Start-up's own garbage goes first, so none is kept for good."""
+    gc.collect()
+    gc.freeze()

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 
 from redis.asyncio.client import Pipeline
@@ -81,28 +81,26 @@ class Counting:
             stamp.at_ms, stamp.mono = moved, time.monotonic()
 
     async def keep_during(
-        self, call: asyncio.Future[ses.SendResult], tenant: str, cost: int, stamp: Stamp, every: float
-    ) -> None:
-        """Keep a mail counted until its SES call ends. A keep that fails must not end
-        the wait: SES has the call, and an answer left unrecorded sends the mail again
-        when its message comes back. The keep is tried again on the outage back-off,
-        never later than ``every``, for as long as the call runs."""
-        backoff = OutageBackoff(self.ctx.settings.max_outage_seconds, first=0.2, most=every)
-        wait = every
-        while not (await asyncio.wait({call}, timeout=wait))[0]:
-            try:
-                await self.keep(tenant, cost, stamp, every)
-            except Exception as exc:
-                wait = min(backoff.failed() or every, every)
-                log.warning(
-                    "could not keep a mail in an SES call counted (%s: %s); again in %.1fs",
-                    type(exc).__name__,
-                    exc,
-                    wait,
-                )
-            else:
-                backoff.succeeded()
-                wait = every
+        self, call: Awaitable[ses.SendResult], tenant: str, cost: int, stamp: Stamp, every: float
+    ) -> ses.SendResult:
+        """Await ``call`` (a mail's SES call), keeping the mail counted until it ends.
+
+        The call is awaited in the caller's task: a mail's send is one task, not
+        two, and a call that ends within ``every`` (nearly every call) costs one
+        timer. One that outlasts it is kept counted beside it (:class:`_Keeper`).
+        A keep that fails must not end the wait: SES has the call, and an answer
+        left unrecorded sends the mail again when its message comes back."""
+        keeper = _Keeper(self, tenant, cost, stamp, every)
+        timer = asyncio.get_running_loop().call_later(every, keeper.start)
+        cancelled = False
+        try:
+            return await call
+        except asyncio.CancelledError:
+            cancelled = True
+            raise
+        finally:
+            timer.cancel()
+            await keeper.stop(cancel=cancelled)
 
     async def wait_for_answers(
         self,
@@ -110,12 +108,12 @@ class Counting:
         granted: list[Received],
         stamps: list[Stamp],
         sends: Sequence[asyncio.Future[ses.SendResult]],
+        every: float,
     ) -> None:
         """Wait for a group's SES calls. A mail SES answered early waits for the slowest
         of its group before :meth:`move_to_answers`; until then it is kept counted like
         a mail in a call, or its units could leave the window (counted from the grant)
-        before SES's count of it (from its arrival) does."""
-        every = self.every(tenant)
+        before SES's count of it (from its arrival) does. ``every``: :meth:`every`."""
         pending: set[asyncio.Future[ses.SendResult]] = set(sends)
         while pending:
             _, pending = await asyncio.wait(pending, timeout=every)
@@ -145,3 +143,60 @@ class Counting:
                 counted[stamp.at_ms] = counted.get(stamp.at_ms, 0) + msg.envelope.mail.recipients
         for at_ms, cost in counted.items():
             await self.ctx.quota.restamp(tenant, cost, at_ms, *self.ctx.windows(tenant), pipeline=pipeline)
+
+
+class _Keeper:
+    """Keeps a mail in a slow SES call counted, beside the call: a keep now and
+    then every ``every`` (a failed one is tried again on the outage back-off, never
+    later than ``every``), for as long as the call runs."""
+
+    def __init__(self, counting: Counting, tenant: str, cost: int, stamp: Stamp, every: float) -> None:
+        self._counting = counting
+        self._tenant = tenant
+        self._cost = cost
+        self._stamp = stamp
+        self._every = every
+        self._task: asyncio.Task[None] | None = None
+        self._sleeping = False
+        self._done = False
+
+    def start(self) -> None:
+        """The call outlasted ``every``: its keeping starts."""
+        self._task = asyncio.create_task(self._run(), name="sender-keep-counted")
+
+    async def _run(self) -> None:
+        every = self._every
+        backoff = OutageBackoff(self._counting.ctx.settings.max_outage_seconds, first=0.2, most=every)
+        while not self._done:
+            try:
+                await self._counting.keep(self._tenant, self._cost, self._stamp, every)
+            except Exception as exc:
+                wait = min(backoff.failed() or every, every)
+                log.warning(
+                    "could not keep a mail in an SES call counted (%s: %s); again in %.1fs",
+                    type(exc).__name__,
+                    exc,
+                    wait,
+                )
+            else:
+                backoff.succeeded()
+                wait = every
+            if self._done:
+                return
+            self._sleeping = True
+            try:
+                await asyncio.sleep(wait)
+            finally:
+                self._sleeping = False
+
+    async def stop(self, *, cancel: bool) -> None:
+        """The call ended: a keep under way ends first (its stamp is the one the
+        answer's record moves from), a wait for the next one ends now. ``cancel``:
+        the caller was cancelled (shutdown), and so is a keep under way."""
+        self._done = True
+        task = self._task
+        if task is None:
+            return
+        if cancel or self._sleeping:
+            task.cancel()
+        await asyncio.gather(task, return_exceptions=True)

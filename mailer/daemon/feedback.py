@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
@@ -39,9 +39,9 @@ from fairpost.mailer.daemon.ses_tenant_status import SesTenantStatus
 from fairpost.mailer.quota.reputation import ReputationBook
 from fairpost.mailer.sdk.envelope import Envelope
 from fairpost.mailer.sdk.outcomes import feed
-from fairpost.mailer.sdk.suppression import suppressed_among
+from fairpost.mailer.sdk.suppression import normalize, suppressed_among
 
-__all__ = ["Feedback", "ReputationParts", "build", "uses_ses_tenants"]
+__all__ = ["Asked", "Feedback", "ReputationParts", "build", "uses_ses_tenants"]
 
 log = logging.getLogger("fairpost.sender")
 
@@ -73,11 +73,25 @@ class Feedback:
         self._send_seq = store.redis.register_script(lua_source("fairpost.mailer.quota", "send_seq"))
         self.journal = JournalWriter(store.redis, journal_of(store.keys, store.limits))
 
-    async def screen(self, tenant: str, messages: list[M]) -> list[M]:
+    def ask_suppressed(
+        self, pipe: redis.asyncio.client.Pipeline, tenant: str, envelopes: Sequence[Envelope]
+    ) -> Asked:
+        """Queue on ``pipe`` the read :meth:`screen` makes (which of these mails'
+        recipients are on the tenant's list, one ``HMGET``), to be read with other
+        things in one round trip; the answer is the :class:`Asked`'s to read."""
+        given = list(dict.fromkeys(a for env in envelopes for a in _recipients(env)))
+        if given:
+            pipe.hmget(self.keys.suppressed(tenant), [normalize(a) for a in given])
+        return Asked(given)
+
+    async def screen(self, tenant: str, messages: list[M], suppressed: set[str] | None = None) -> list[M]:
         """The messages still to send, their suppressed recipients dropped; a mail
-        with none left is finished ``suppressed`` and left out (its message is the caller's to delete)."""
-        addresses = [a for m in messages if m.envelope for a in _recipients(m.envelope)]
-        suppressed = await suppressed_among(self.redis, self.keys, tenant, addresses)
+        with none left is finished ``suppressed`` and left out (its message is the caller's to delete).
+        ``suppressed``: the addresses on the tenant's list among theirs, when read already
+        (:meth:`ask_suppressed`)."""
+        if suppressed is None:
+            addresses = [a for m in messages if m.envelope for a in _recipients(m.envelope)]
+            suppressed = await suppressed_among(self.redis, self.keys, tenant, addresses)
         if not suppressed:
             return messages
         kept: list[M] = []
@@ -157,6 +171,20 @@ class Feedback:
             return False
         verdict = await self.status.check(tenant)
         return verdict is not None and verdict.disabled
+
+
+@dataclass(frozen=True)
+class Asked:
+    """The addresses :meth:`Feedback.ask_suppressed` asked about, in the order of its answer."""
+
+    addresses: list[str]
+
+    def answer(self, replies: Sequence[Any]) -> set[str]:
+        """Those on the list, from the pipeline's replies after the caller's own (none
+        when nothing was asked)."""
+        if not self.addresses:
+            return set()
+        return {a for a, value in zip(self.addresses, replies[0], strict=True) if value is not None}
 
 
 def _recipients(env: Envelope) -> tuple[str, ...]:

@@ -17,6 +17,7 @@ import logging
 import random
 import time
 
+from fairpost.dispatcher.replies import text
 from fairpost.mailer.daemon.context import SenderContext
 from fairpost.mailer.daemon.counting import Counting
 from fairpost.mailer.daemon.endings import Endings
@@ -26,6 +27,7 @@ from fairpost.mailer.daemon.mail_jobs import FINAL_STATES
 from fairpost.mailer.daemon.send import Sending
 from fairpost.mailer.daemon.settlement import HAND_BACK, Delete, Park, Retry
 from fairpost.mailer.quota.engine import never_fits_reason
+from fairpost.mailer.sdk.envelope import Envelope
 
 log = logging.getLogger("fairpost.sender")
 
@@ -60,7 +62,7 @@ class GroupDecision:
     async def handle(self, tenant: str, group: list[Received]) -> None:
         ctx = self.ctx
         envelopes = [m.envelope for m in group if m.envelope is not None]
-        states = await ctx.store.job_states([e.job_id for e in envelopes])
+        states, suppressed = await self._look_up(tenant, envelopes)
         todo: list[Received] = []
         seen: set[str] = set()
         for msg in group:
@@ -84,7 +86,7 @@ class GroupDecision:
             await self.park(tenant, todo, hold.recheck, hold.reason, await ctx.store.now_ms())
             return
         if ctx.feedback is not None:
-            screened = await ctx.feedback.screen(tenant, todo)
+            screened = await ctx.feedback.screen(tenant, todo, suppressed)
             kept = {id(m) for m in screened}
             for msg in todo:
                 if id(msg) not in kept:
@@ -123,6 +125,24 @@ class GroupDecision:
         for outcome in outcomes:
             if isinstance(outcome, BaseException):
                 raise outcome
+
+    async def _look_up(
+        self, tenant: str, envelopes: list[Envelope]
+    ) -> tuple[dict[str, str], set[str] | None]:
+        """Each job's state (a job without a record left out) and, with reputation on,
+        which of the mails' recipients are on the tenant's suppression list (else None):
+        one round trip for both, not one each."""
+        ctx = self.ctx
+        ids = [e.job_id for e in envelopes]
+        if ctx.feedback is None:
+            return await ctx.store.job_states(ids), None
+        async with ctx.store.pipeline() as pipe:
+            for job_id in ids:
+                pipe.hget(ctx.store.keys.job(job_id), "state")
+            asked = ctx.feedback.ask_suppressed(pipe, tenant, envelopes)
+            values = await pipe.execute()
+        states = {job_id: text(v) for job_id, v in zip(ids, values[: len(ids)], strict=True) if v is not None}
+        return states, asked.answer(values[len(ids) :])
 
     async def park(
         self,

@@ -14,8 +14,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import os
 import time
-import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -65,7 +65,7 @@ class Received:
     recorded yet: it is never handed back or tried again here (at shutdown, or after
     a failure), but left to come back after its visibility timeout, its sending
     marker still held."""
-    claimant: str = field(default_factory=lambda: uuid.uuid4().hex)
+    claimant: str = field(default_factory=lambda: os.urandom(16).hex())
     """Whose sending marker this receive takes (send_claim.lua): trying it again here
     after a failure takes the marker it may hold already as its own."""
     trace: JobTrace | None = None

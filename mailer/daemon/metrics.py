@@ -141,6 +141,22 @@ class TenantLabels:
         return self._fixed | self._seen
 
 
+class _Children:
+    """A labelled counter's children, each looked up once: ``labels()`` checks its
+    values and takes a lock on every call, a cost paid per mail. As bounded as the
+    label values are (the tenants by :class:`TenantLabels`)."""
+
+    def __init__(self, counter: Counter) -> None:
+        self._counter = counter
+        self._children: dict[tuple[str, ...], Counter] = {}
+
+    def __call__(self, *values: str) -> Counter:
+        child = self._children.get(values)
+        if child is None:
+            child = self._children[values] = self._counter.labels(*values)
+        return child
+
+
 class Metrics:
     """Every metric of one daemon, in its own registry (none is global)."""
 
@@ -315,6 +331,12 @@ class Metrics:
             ["task"],
             registry=r,
         )
+        # The counters moved once or more per mail, their children looked up once each.
+        self._dispatched = _Children(self.dispatched_total)
+        self._sent = _Children(self.sent_total)
+        self._throttled = _Children(self.throttled_total)
+        self._ses_calls = _Children(self.ses_calls_total)
+        self._receives = _Children(self.sqs_receives_total)
         for result in SES_RESULTS:
             self.ses_calls_total.labels(result)
         for result in ("messages", "empty", "error"):
@@ -326,15 +348,15 @@ class Metrics:
 
     # -- events (called by the sender and the mail worker) ------------------------
     def dispatched(self, tenant: str, count: int = 1) -> None:
-        self.dispatched_total.labels(self.labels(tenant)).inc(count)
+        self._dispatched(self.labels(tenant)).inc(count)
 
     def sent(self, tenant: str, created_ms: int) -> None:
-        self.sent_total.labels(self.labels(tenant)).inc()
+        self._sent(self.labels(tenant)).inc()
         if created_ms > 0:
             self.latency.observe(max(0.0, time.time() - created_ms / 1000))
 
     def throttled(self, tenant: str, reason: str, count: int = 1) -> None:
-        self.throttled_total.labels(self.labels(tenant), reason).inc(count)
+        self._throttled(self.labels(tenant), reason).inc(count)
 
     def retried(self, tenant: str) -> None:
         self.retried_total.labels(self.labels(tenant)).inc()
@@ -362,14 +384,14 @@ class Metrics:
         self.guard_actions_total.labels(self.labels(tenant), action).inc()
 
     def ses_call(self, result: str, seconds: float) -> None:
-        self.ses_calls_total.labels(result).inc()
+        self._ses_calls(result).inc()
         self.ses_call_seconds.observe(seconds)
 
     def received(self, count: int) -> None:
-        self.sqs_receives_total.labels("messages" if count else "empty").inc()
+        self._receives("messages" if count else "empty").inc()
 
     def receive_failed(self) -> None:
-        self.sqs_receives_total.labels("error").inc()
+        self._receives("error").inc()
 
     def handed_back(self, count: int) -> None:
         self.handed_back_total.inc(count)

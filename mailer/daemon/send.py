@@ -62,40 +62,55 @@ class Sending:
         """Send the mails a grant at ``at_ms`` covers; each is decided (its settlement)
         once its answer is known. Raises the first error after every answer is recorded."""
         granted = await self._claim(tenant, granted, at_ms)
-        keeper = asyncio.create_task(self._keep_hidden(granted), name="sender-keep-hidden")
+        # Kept hidden from a third of a lifetime on: until then a timer, and a task only
+        # for a group whose sends last that long (nearly none do).
+        keepers: list[asyncio.Task[None]] = []
+        timer = None
+        if granted:
+            timer = asyncio.get_running_loop().call_later(
+                self.ctx.settings.sender.visibility_timeout / 3,
+                lambda: keepers.append(
+                    asyncio.create_task(self._keep_hidden(granted), name="sender-keep-hidden")
+                ),
+            )
         try:
             await self._send_claimed(tenant, granted, at_ms)
         finally:
-            keeper.cancel()
-            await asyncio.gather(keeper, return_exceptions=True)
+            if timer is not None:
+                timer.cancel()
+            for keeper in keepers:
+                keeper.cancel()
+            if keepers:
+                await asyncio.gather(*keepers, return_exceptions=True)
 
     async def _keep_hidden(self, messages: list[Received]) -> None:
         """While a group is being sent and recorded, its messages stay hidden in SQS and
         their sending markers held: a send may outlive the receive's visibility (a slow
         SES call, a wait for an SES slot, a Redis blip while recording), and a message
-        that came back then would be sent again by the next receiver."""
-        if not messages:
-            return
+        that came back then would be sent again by the next receiver. Started a third
+        of a lifetime into the sends, and again every third of a lifetime."""
         lifetime = self.ctx.settings.sender.visibility_timeout
         ids = [m.envelope.job_id for m in messages if m.envelope]
         while True:
-            await asyncio.sleep(lifetime / 3)
             try:
                 await self.inbox.extend(messages, lifetime)
                 await self.ctx.mail.hold_sending(ids, lifetime * 1000)
             except (RedisError, BotoCoreError, ClientError, OSError) as exc:
                 # Tried again a third of a lifetime later, before anything lapses.
                 log.warning("could not keep a send's messages hidden: %s", exc)
+            await asyncio.sleep(lifetime / 3)
 
     async def _send_claimed(self, tenant: str, granted: list[Received], at_ms: int) -> None:
         granted = await self._load_content(tenant, granted, at_ms)
         stamps = [Stamp(at_ms, time.monotonic()) for _ in granted]
+        # How often a mail not yet answered is kept counted: the same for the whole group.
+        every = self.counting.every(tenant)
         sends = [
-            asyncio.ensure_future(self._send_one(tenant, m, stamp))
+            asyncio.ensure_future(self._send_one(tenant, m, stamp, every))
             for m, stamp in zip(granted, stamps, strict=True)
         ]
         try:
-            await self.counting.wait_for_answers(tenant, granted, stamps, sends)
+            await self.counting.wait_for_answers(tenant, granted, stamps, sends, every)
         except asyncio.CancelledError:
             for send in sends:
                 send.cancel()
@@ -180,11 +195,11 @@ class Sending:
                 msg.envelope = dataclasses.replace(env, mail=mail)
         return [m for m in granted if m.receipt not in lost]
 
-    async def _send_one(self, tenant: str, msg: Received, stamp: Stamp) -> ses.SendResult:
+    async def _send_one(self, tenant: str, msg: Received, stamp: Stamp, every: float) -> ses.SendResult:
         assert msg.envelope is not None
         job_id = msg.envelope.job_id
         try:
-            result = await self._call(tenant, msg, stamp)
+            result = await self._call(tenant, msg, stamp, every)
         except asyncio.CancelledError:
             # Shutdown mid-call: SES may have the mail. Keep the marker (it ends
             # with the message's visibility), so no other replica sends it meanwhile.
@@ -199,25 +214,23 @@ class Sending:
             await self.ctx.mail.release_sending(job_id)
         return result
 
-    async def _call(self, tenant: str, msg: Received, stamp: Stamp) -> ses.SendResult:
-        """Wait for an SES slot and call SES, keeping the mail counted meanwhile."""
+    async def _call(self, tenant: str, msg: Received, stamp: Stamp, every: float) -> ses.SendResult:
+        """Wait for an SES slot and call SES, keeping the mail counted meanwhile (once
+        ``every`` seconds)."""
         env = msg.envelope
         assert env is not None
         cost = env.mail.recipients
-        every = self.counting.every(tenant)
         async with self._slots:
             await self.counting.keep(tenant, cost, stamp, every)
             started = time.monotonic()
             msg.in_call = True
-            call = asyncio.ensure_future(
-                ses.send(self.ses, env, self.ctx.settings.tenant(tenant), self.account)
+            result = await self.counting.keep_during(
+                ses.send(self.ses, env, self.ctx.settings.tenant(tenant), self.account),
+                tenant,
+                cost,
+                stamp,
+                every,
             )
-            try:
-                await self.counting.keep_during(call, tenant, cost, stamp, every)
-            except asyncio.CancelledError:
-                call.cancel()
-                raise
-            result = call.result()
             # SES has it, or may have: it stays in the call until its answer is recorded.
             msg.in_call = may_have_it(result.verdict)
             self.ctx.metrics.ses_call(result.verdict.value, time.monotonic() - started)
