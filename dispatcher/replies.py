@@ -4,10 +4,13 @@ server's clock."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
-__all__ = ["record", "text", "time_ms"]
+__all__ = ["Queued", "record", "text", "time_ms"]
+
+T = TypeVar("T")
 
 
 def text(value: Any) -> str:
@@ -25,3 +28,17 @@ def time_ms(reply: Sequence[Any]) -> int:
     the one every stored time is read from."""
     seconds, micros = reply
     return int(seconds) * 1000 + int(micros) // 1000
+
+
+@dataclass(frozen=True)
+class Queued(Generic[T]):
+    """Reads queued on a pipeline beside others (one round trip for them all): their
+    ``size`` replies, and how those read. Owners of stored state queue their own
+    reads; the caller only runs the pipeline and hands each its replies in turn."""
+
+    size: int
+    read: Callable[[Sequence[Any]], T]
+
+    def take(self, replies: Iterator[Any]) -> T:
+        """This read's answer, from the next ``size`` of the pipeline's ``replies``."""
+        return self.read([next(replies) for _ in range(self.size)])

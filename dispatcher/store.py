@@ -28,7 +28,7 @@ from fairpost.dispatcher.jobs import Job, NewJob
 from fairpost.dispatcher.journal import Entry
 from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.record import job_record
-from fairpost.dispatcher.replies import text, time_ms
+from fairpost.dispatcher.replies import Queued, text, time_ms
 
 # The store is where its callers find what they hand it (NewJob, StoreLimits).
 __all__ = ["JobStore", "NewJob", "StoreLimits", "SyncJobStore", "store_limits"]
@@ -198,10 +198,20 @@ class JobStore:
     async def job_states(self, job_ids: Sequence[str]) -> dict[str, str]:
         """Each job's state, in one round trip; a job without a record is left out."""
         async with self.pipeline() as pipe:
-            for job_id in job_ids:
-                pipe.hget(self.keys.job(job_id), "state")
-            values = await pipe.execute()
-        return {job_id: text(v) for job_id, v in zip(job_ids, values, strict=True) if v is not None}
+            asked = self.ask_job_states(pipe, job_ids)
+            return asked.take(iter(await pipe.execute()))
+
+    def ask_job_states(
+        self, pipe: redis.asyncio.client.Pipeline, job_ids: Sequence[str]
+    ) -> Queued[dict[str, str]]:
+        """:meth:`job_states`, queued on ``pipe`` beside the caller's other reads."""
+        ids = list(job_ids)
+        for job_id in ids:
+            pipe.hget(self.keys.job(job_id), "state")
+        return Queued(
+            len(ids),
+            lambda values: {job_id: text(v) for job_id, v in zip(ids, values, strict=True) if v is not None},
+        )
 
     async def contents(self, job_ids: Sequence[str]) -> list[bytes | None]:
         """The content each job was enqueued with (:attr:`NewJob.content`, a claim

@@ -29,6 +29,7 @@ from fairpost.config import Settings
 from fairpost.dispatcher.calls import journal_of
 from fairpost.dispatcher.journal import JournalWriter
 from fairpost.dispatcher.keys import Keys
+from fairpost.dispatcher.replies import Queued
 from fairpost.dispatcher.scripts import lua_source
 from fairpost.dispatcher.store import JobStore
 from fairpost.mailer.daemon.aws import SesClient, SqsClient
@@ -39,9 +40,9 @@ from fairpost.mailer.daemon.ses_tenant_status import SesTenantStatus
 from fairpost.mailer.quota.reputation import ReputationBook
 from fairpost.mailer.sdk.envelope import Envelope
 from fairpost.mailer.sdk.outcomes import feed
-from fairpost.mailer.sdk.suppression import normalize, suppressed_among
+from fairpost.mailer.sdk.suppression import ask_suppressed_among, suppressed_among
 
-__all__ = ["Asked", "Feedback", "ReputationParts", "build", "uses_ses_tenants"]
+__all__ = ["Feedback", "ReputationParts", "build", "uses_ses_tenants"]
 
 log = logging.getLogger("fairpost.sender")
 
@@ -75,14 +76,13 @@ class Feedback:
 
     def ask_suppressed(
         self, pipe: redis.asyncio.client.Pipeline, tenant: str, envelopes: Sequence[Envelope]
-    ) -> Asked:
+    ) -> Queued[set[str]]:
         """Queue on ``pipe`` the read :meth:`screen` makes (which of these mails'
-        recipients are on the tenant's list, one ``HMGET``), to be read with other
-        things in one round trip; the answer is the :class:`Asked`'s to read."""
-        given = list(dict.fromkeys(a for env in envelopes for a in _recipients(env)))
-        if given:
-            pipe.hmget(self.keys.suppressed(tenant), [normalize(a) for a in given])
-        return Asked(given)
+        recipients are on the tenant's list), to be read with other things in one
+        round trip."""
+        return ask_suppressed_among(
+            pipe, self.keys, tenant, (a for env in envelopes for a in _recipients(env))
+        )
 
     async def screen(self, tenant: str, messages: list[M], suppressed: set[str] | None = None) -> list[M]:
         """The messages still to send, their suppressed recipients dropped; a mail
@@ -171,20 +171,6 @@ class Feedback:
             return False
         verdict = await self.status.check(tenant)
         return verdict is not None and verdict.disabled
-
-
-@dataclass(frozen=True)
-class Asked:
-    """The addresses :meth:`Feedback.ask_suppressed` asked about, in the order of its answer."""
-
-    addresses: list[str]
-
-    def answer(self, replies: Sequence[Any]) -> set[str]:
-        """Those on the list, from the pipeline's replies after the caller's own (none
-        when nothing was asked)."""
-        if not self.addresses:
-            return set()
-        return {a for a, value in zip(self.addresses, replies[0], strict=True) if value is not None}
 
 
 def _recipients(env: Envelope) -> tuple[str, ...]:

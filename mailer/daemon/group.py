@@ -17,7 +17,6 @@ import logging
 import random
 import time
 
-from fairpost.dispatcher.replies import text
 from fairpost.mailer.daemon.context import SenderContext
 from fairpost.mailer.daemon.counting import Counting
 from fairpost.mailer.daemon.endings import Endings
@@ -137,12 +136,10 @@ class GroupDecision:
         if ctx.feedback is None:
             return await ctx.store.job_states(ids), None
         async with ctx.store.pipeline() as pipe:
-            for job_id in ids:
-                pipe.hget(ctx.store.keys.job(job_id), "state")
-            asked = ctx.feedback.ask_suppressed(pipe, tenant, envelopes)
-            values = await pipe.execute()
-        states = {job_id: text(v) for job_id, v in zip(ids, values[: len(ids)], strict=True) if v is not None}
-        return states, asked.answer(values[len(ids) :])
+            states = ctx.store.ask_job_states(pipe, ids)
+            suppressed = ctx.feedback.ask_suppressed(pipe, tenant, envelopes)
+            replies = iter(await pipe.execute())
+        return states.take(replies), suppressed.take(replies)
 
     async def park(
         self,

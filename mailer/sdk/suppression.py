@@ -32,7 +32,7 @@ import redis.asyncio
 from fairpost.config import Settings
 from fairpost.config.tenant_id import TENANT_ID_RULE, is_valid_tenant_id
 from fairpost.dispatcher.keys import Keys
-from fairpost.dispatcher.replies import text, time_ms
+from fairpost.dispatcher.replies import Queued, text, time_ms
 from fairpost.mailer.errors import InvalidSuppression
 from fairpost.mailer.sdk.connection import RedisOwner
 from fairpost.mailer.sdk.failures import redis_operation
@@ -93,6 +93,21 @@ async def suppressed_among(
     if not given:
         return set()
     values = await client.hmget(keys.suppressed(tenant), [normalize(a) for a in given])
+    return _on_the_list(given, values)
+
+
+def ask_suppressed_among(
+    pipe: redis.asyncio.client.Pipeline, keys: Keys, tenant: str, addresses: Iterable[str]
+) -> Queued[set[str]]:
+    """:func:`suppressed_among`, queued on ``pipe`` beside the caller's other reads."""
+    given = list(dict.fromkeys(addresses))
+    if not given:
+        return Queued(0, lambda _: set())
+    pipe.hmget(keys.suppressed(tenant), [normalize(a) for a in given])
+    return Queued(1, lambda replies: _on_the_list(given, replies[0]))
+
+
+def _on_the_list(given: list[str], values: Sequence[Any]) -> set[str]:
     return {address for address, value in zip(given, values, strict=True) if value is not None}
 
 
