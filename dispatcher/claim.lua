@@ -101,13 +101,31 @@ local slots_taken = 0
 local total_delta = 0
 -- Score, member pairs for the leases zset and the expiring zset, written a
 -- few hundred at a time (one ZADD's arguments stay well inside Lua's stack).
-local all_leases, due_tenants = {}, {}
+local all_leases, due_tenants, n_leases = {}, {}, 0
 local function write_leases()
-  if #all_leases > 0 then
-    redis.call('ZADD', leases, unpack(all_leases))
+  if n_leases > 0 then
+    redis.call('ZADD', leases, unpack(all_leases, 1, n_leases))
     redis.call('ZADD', ctx.expiring, 'LT', unpack(due_tenants))
-    all_leases, due_tenants = {}, {}
+    all_leases, due_tenants, n_leases = {}, {}, 0
   end
+end
+-- The claimed jobs' answer, seven values a job, and how many values so far.
+local n_out = 0
+-- The deadline of the claim's job number `claimed` (from 0), as tostring
+-- writes it: the lease's end plus claimed / 1000 ms. The fraction keeps claim
+-- order among equal deadlines, so expired claims go back to their queue in
+-- the order they left it. A time of 13 digits keeps one decimal (%.14g): for
+-- the first 50 jobs of a call that is none, the lease's end as written once
+-- (formatting the float, and Redis parsing a fraction, cost a few thousand
+-- instructions a job).
+local lease_end = now + lease_ms
+local lease_s = as_text(lease_end)
+local whole_until = (lease_end >= 1e12 and lease_end < 1e13) and 50 or 0
+local function deadline(claimed)
+  if claimed < whole_until then
+    return lease_s
+  end
+  return tostring(lease_end + claimed / 1000)
 end
 
 -- Pop up to `room` of the tenant's jobs and claim those still queued (an
@@ -116,61 +134,67 @@ end
 -- place, replayed: its id waits at the tail. The payload such an entry
 -- carries is kept for the job). Returns (jobs claimed, entries popped, slots
 -- taken).
+--
+-- The per-job work is what a claim costs under load, so it builds no table
+-- of its own: its lease pairs go straight into all_leases (the turn's slots
+-- are a slice of it), and the record's 'payload' field (absent but for jobs
+-- written before payloads had keys: a scan of the whole hash to find it
+-- missing) is read only for an entry that carries no payload.
 local function take(tenant, room)
-  local args = queue_keys(ctx, tenant)
-  args[#args + 1] = 'LEFT'
-  args[#args + 1] = 'COUNT'
-  args[#args + 1] = room
-  local popped = redis.call('LMPOP', #PRIORITIES, unpack(args))
+  -- Its queues, as queue_keys names them (ring.lua's three priorities), with no table built.
+  local prefix = ctx.queue_prefix .. tenant .. ':'
+  local popped = redis.call('LMPOP', #PRIORITIES, prefix .. PRIORITIES[1], prefix .. PRIORITIES[2],
+    prefix .. PRIORITIES[3], 'LEFT', 'COUNT', room)
   if not popped then
     return 0, 0, 0
   end
   local ids = popped[2]
-  local scored = {}
-  for _, entry in ipairs(ids) do
-    local job_id, payload = split_entry(entry)
+  local first = n_leases + 1
+  for i = 1, #ids do
+    local job_id, payload = split_entry(ids[i])
     local job_key = job_prefix .. job_id
-    local rec = redis.call('HMGET', job_key, 'state', 'kind', 'payload', 'attempts', 'created_ms',
-      'replays', 'inline')
-    if rec[1] == 'queued' and (not payload or rec[7] == '1') then
-      -- The fraction keeps claim order among equal deadlines, so expired
-      -- claims go back to their queue in the order they left it.
-      local deadline = tostring(now + lease_ms + claimed / 1000)
+    local rec
+    if payload then
+      rec = redis.call('HMGET', job_key, 'state', 'kind', 'attempts', 'created_ms', 'replays', 'inline')
+    else
+      rec = redis.call('HMGET', job_key, 'state', 'kind', 'attempts', 'created_ms', 'replays', 'inline',
+        'payload')
+    end
+    if rec[1] == 'queued' and (not payload or rec[6] == '1') then
       if payload then
         redis.call('HSET', job_key, 'state', 'claimed', 'claimed_ms', now_s, 'inline', '0')
         redis.call('SET', payload_prefix .. job_id, payload)
       else
         -- In the record if it was written so before the payload had a key of its own.
-        payload = rec[3] or redis.call('GET', payload_prefix .. job_id) or ''
+        payload = rec[7] or redis.call('GET', payload_prefix .. job_id) or ''
         redis.call('HSET', job_key, 'state', 'claimed', 'claimed_ms', now_s)
       end
-      scored[#scored + 1] = deadline
-      scored[#scored + 1] = job_id
-      out[#out + 1] = job_id
-      out[#out + 1] = tenant
-      out[#out + 1] = rec[2] or ''
-      out[#out + 1] = payload
-      out[#out + 1] = rec[4] or '0'
-      out[#out + 1] = rec[5] or '0'
-      out[#out + 1] = rec[6] or '0'
+      all_leases[n_leases + 1] = deadline(claimed)
+      all_leases[n_leases + 2] = job_id
+      n_leases = n_leases + 2
+      out[n_out + 1] = job_id
+      out[n_out + 2] = tenant
+      out[n_out + 3] = rec[2] or ''
+      out[n_out + 4] = payload
+      out[n_out + 5] = rec[3] or '0'
+      out[n_out + 6] = rec[4] or '0'
+      out[n_out + 7] = rec[5] or '0'
+      n_out = n_out + 7
       claimed = claimed + 1
-    elseif payload and (rec[7] == '1' or rec[7] == '2') then
+    elseif payload and (rec[6] == '1' or rec[6] == '2') then
       keep_payload(job_key, payload_prefix .. job_id, payload)
     end
   end
-  local n = #scored / 2
+  local n = (n_leases - first + 1) / 2
   if n == 0 then
     return 0, #ids, 0
   end
   -- The lease and the slot share the deadline: a claim's slot lasts its lease.
   -- The leases and the reaper's schedule are written once, after the last turn.
-  local added = redis.call('ZADD', ctx.inflight_prefix .. tenant, unpack(scored))
-  for _, v in ipairs(scored) do
-    all_leases[#all_leases + 1] = v
-  end
+  local added = redis.call('ZADD', ctx.inflight_prefix .. tenant, unpack(all_leases, first, n_leases))
   due_tenants[#due_tenants + 1] = due_s
   due_tenants[#due_tenants + 1] = tenant
-  if #all_leases >= 2 * MOST_PER_TURN then
+  if n_leases >= 2 * MOST_PER_TURN then
     write_leases()
   end
   return n, #ids, added
@@ -301,9 +325,9 @@ if claimed > 0 then
   -- Kept for a lease: past it the jobs are the reaper's, not this claim's. One
   -- string written with its TTL, in one command.
   local leased = {now_s}
-  for i = 1, #out, 7 do
+  for i = 1, n_out, 7 do
     leased[#leased + 1] = out[i]
   end
-  redis.call('SET', record, table.concat(leased, ARGV[10]), 'PX', lease_ms)
+  redis.call('SET', record, table.concat(leased, ARGV[10]), 'PX', ARGV[6])
 end
 return out

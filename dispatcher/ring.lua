@@ -33,9 +33,10 @@ local function ring_context(keys, argv)
   }
 end
 
+-- (Arithmetic converts TIME's strings once; tonumber() converts twice.)
 local function now_ms()
   local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  return t[1] * 1000 + math.floor(t[2] / 1000)
 end
 
 -- A number passed to redis.call is formatted with sprintf("%.14g") each time:
