@@ -68,13 +68,23 @@
 -- SES does the same: it accepts a 50-recipient mail at 14/second. A window
 -- of a minute or more is a budget: a mail over its limit can never fit.
 
+-- Numbers this script wrote, or its callers pass as numbers: tonumber() of a
+-- string converts it twice (it checks, then converts: strtod each time), and
+-- a call converts dozens. Arithmetic converts once. (false, a missing field,
+-- gives nil, as tonumber does.)
+local function num(s)
+    if s then
+        return s + 0
+    end
+end
+
 local op = ARGV[1]
 local fair_op = op == "acquire_fair"
 if fair_op then
     op = "acquire"
 end
-local buckets = tonumber(ARGV[3])
-local global_count = tonumber(ARGV[4])
+local buckets = num(ARGV[3])
+local global_count = num(ARGV[4])
 -- A fair acquire passes its four share keys after the windows, and an acquire its record last.
 local record = op == "acquire" and KEYS[#KEYS] or nil
 local window_count = #KEYS - (fair_op and 4 or 0) - (record and 1 or 0)
@@ -82,7 +92,7 @@ local RATE_MS = 60000
 
 local function server_now_ms()
     local time = redis.call("TIME")
-    return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+    return num(time[1]) * 1000 + math.floor(num(time[2]) / 1000)
 end
 
 local now
@@ -112,19 +122,25 @@ if record then
     end
 end
 
+-- A window's stale buckets when none left it since the last call (most calls):
+-- shared, never written, so that a call builds no list it does not need.
+local NO_STALE = {}
+-- Every field a window gets is in its table from the start: one added later,
+-- past the table's room, would grow it (a rehash of every field).
 local windows = {}
 for i = 1, window_count do
-    local window_ms = tonumber(ARGV[3 + 2 * i]) * 1000
+    local window_ms = num(ARGV[3 + 2 * i]) * 1000
     local width = math.max(1, math.floor(window_ms / buckets))
     windows[i] = {
         key = KEYS[i],
         scope = (i <= global_count) and 1 or 2,
         window_ms = window_ms,
-        limit = tonumber(ARGV[4 + 2 * i]),
+        limit = num(ARGV[4 + 2 * i]),
         width = width,
         lo = math.floor((now - window_ms + 1) / width),
         current = math.floor(now / width),
         rate = window_ms < RATE_MS,
+        held = 0, total = 0, added = 0, stale = NO_STALE,
     }
 end
 local rest = 5 + 2 * window_count
@@ -145,7 +161,7 @@ local function all_buckets(key)
     for j = 1, #flat, 2 do
         local index = tonumber(flat[j])
         if index then
-            local units = tonumber(flat[j + 1])
+            local units = num(flat[j + 1])
             list[#list + 1] = { index, units, flat[j] }
             sum = sum + units
             if low == nil or index < low then low = index end
@@ -167,8 +183,8 @@ local GUESS = 8
 local AHEAD = math.floor(buckets / 10)
 local function count(win, room_for)
     local got = redis.call("HMGET", win.key, "n", "lo", "hi", field(win.current))
-    local n, lo, hi = tonumber(got[1]), tonumber(got[2]), tonumber(got[3])
-    win.held, win.stale = tonumber(got[4]) or 0, {}
+    local n, lo, hi = num(got[1]), num(got[2]), num(got[3])
+    win.held, win.stale = num(got[4]) or 0, NO_STALE
     if room_for and n and lo and hi and n + room_for <= win.limit then
         -- A peek: the total with the buckets that left still in it leaves room
         -- already, so the count without them does too.
@@ -177,7 +193,7 @@ local function count(win, room_for)
     end
     if n == nil or lo == nil or hi == nil or (lo < win.lo - GUESS and hi >= win.lo) then
         local list, sum, _, high = all_buckets(win.key)
-        win.list, win.hi, win.fresh = list, high, true
+        win.list, win.hi, win.fresh, win.stale = list, high, true, {}
         for _, b in ipairs(list) do
             if b[1] < win.lo then
                 win.stale[#win.stale + 1] = b[3]
@@ -198,10 +214,11 @@ local function count(win, room_for)
         local names = {}
         for index = lo, win.lo - 1 do names[#names + 1] = field(index) end
         local values = redis.call("HMGET", win.key, unpack(names))
-        local stale = win.stale
+        local stale = {}
+        win.stale = stale
         for j, units in ipairs(values) do
             if units then
-                n = n - tonumber(units)
+                n = n - num(units)
                 stale[#stale + 1] = names[j]
             end
         end
@@ -221,8 +238,8 @@ local function move(win, index, cost, to, now_ms)
     else
         got = redis.call("HMGET", win.key, "n", "lo", "hi", field(index), field(to))
     end
-    local n, lo, hi = tonumber(got[1]), tonumber(got[2]), tonumber(got[3])
-    local held = tonumber(got[4])
+    local n, lo, hi = num(got[1]), num(got[2]), num(got[3])
+    local held = num(got[4])
     local taken = held and math.min(held, cost) or 0
     if (to == nil and taken == 0) or (to == index and taken == cost) then
         return
@@ -234,7 +251,7 @@ local function move(win, index, cost, to, now_ms)
     end
     local units = {}
     if held then units[index] = held - taken end
-    if to then units[to] = (units[to] or tonumber(got[5]) or 0) + cost end
+    if to then units[to] = (units[to] or num(got[5]) or 0) + cost end
     n = n - taken + (to and cost or 0)
     if n <= 0 then
         -- Nothing left in any bucket.
@@ -261,7 +278,7 @@ local function move(win, index, cost, to, now_ms)
 end
 
 if op == "refund" then
-    local cost = tonumber(ARGV[rest])
+    local cost = num(ARGV[rest])
     for _, win in ipairs(windows) do
         move(win, win.current, cost, nil, now)
     end
@@ -274,7 +291,7 @@ if op == "restamp" then
     -- somewhere between the two; counting it from the grant until a window
     -- after the return covers wherever it landed, so a slow call followed by
     -- a fast one cannot put two windows' worth of mail into one at SES.
-    local cost = tonumber(ARGV[rest])
+    local cost = num(ARGV[rest])
     local returned = server_now_ms()
     for _, win in ipairs(windows) do
         move(win, win.current, cost, math.floor(returned / win.width), returned)
@@ -317,7 +334,12 @@ if fair_op and global_count > 0 then
     local base = window_count
     fair = {
         tags = KEYS[base + 1], untils = KEYS[base + 2], weights = KEYS[base + 3], refused = KEYS[base + 4],
-        tenant = ARGV[rest], weight = tonumber(ARGV[rest + 1]),
+        tenant = ARGV[rest], weight = num(ARGV[rest + 1]),
+        -- Set below. Listed here (nil for now), so that the table has room for
+        -- them from the start: each added past its room would grow it, a
+        -- rehash of every field.
+        ref = nil, memory_ms = nil, forget = nil, read_weights = nil, had = nil, bound_until = nil,
+        floor = nil, tag = nil, lead = nil, own_weight = nil, sum = nil, exp = nil,
     }
     rest = rest + 2
     local ref = windows[1]
@@ -334,7 +356,7 @@ if fair_op and global_count > 0 then
         redis.call("ZREM", fair.tags, name)
         redis.call("ZREM", fair.untils, name)
         redis.call("ZREM", fair.refused, name)
-        local w = tonumber(redis.call("HGET", fair.weights, name))
+        local w = num(redis.call("HGET", fair.weights, name))
         if w then
             redis.call("HDEL", fair.weights, name)
             redis.call("HINCRBY", fair.weights, "~sum", -w)
@@ -344,11 +366,11 @@ if fair_op and global_count > 0 then
     -- The weights hash holds "~sum" for as long as it exists, and "~exp" (below).
     function fair.read_weights()
         local got = redis.call("HMGET", fair.weights, fair.tenant, "~sum", "~exp")
-        fair.own_weight, fair.sum, fair.exp = tonumber(got[1]) or 0, tonumber(got[2]) or 0, tonumber(got[3])
+        fair.own_weight, fair.sum, fair.exp = num(got[1]) or 0, num(got[2]) or 0, num(got[3])
         fair.had[fair.weights] = got[2] ~= false
     end
     local function live(name)
-        local untilms = tonumber(redis.call("ZSCORE", fair.untils, name))
+        local untilms = num(redis.call("ZSCORE", fair.untils, name))
         return untilms ~= nil and untilms >= now
     end
 
@@ -357,7 +379,7 @@ if fair_op and global_count > 0 then
     local gone = redis.call("ZRANGE", fair.untils, "-inf", "(" .. now, "BYSCORE", "LIMIT", 0, FORGET)
     for _, name in ipairs(gone) do forget(name) end
 
-    local own = tonumber(redis.call("ZSCORE", fair.tags, fair.tenant))
+    local own = num(redis.call("ZSCORE", fair.tags, fair.tenant))
     if own and not live(fair.tenant) then
         forget(fair.tenant)
         own = nil
@@ -370,7 +392,7 @@ if fair_op and global_count > 0 then
     -- (its due time plus the slack): shares are enforced only until then.
     local function read_refused()
         local refused = redis.call("ZRANGE", fair.refused, 0, 1, "WITHSCORES")
-        if #refused > 0 and tonumber(refused[2]) <= now then
+        if #refused > 0 and num(refused[2]) <= now then
             -- Refusals whose wait is over no longer count.
             redis.call("ZREMRANGEBYSCORE", fair.refused, "-inf", now)
             refused = redis.call("ZRANGE", fair.refused, 0, 1, "WITHSCORES")
@@ -379,7 +401,7 @@ if fair_op and global_count > 0 then
         fair.bound_until = nil
         for j = 1, #refused, 2 do
             if refused[j] ~= fair.tenant and fair.bound_until == nil then
-                fair.bound_until = tonumber(refused[j + 1])
+                fair.bound_until = num(refused[j + 1])
             end
         end
     end
@@ -401,7 +423,7 @@ if fair_op and global_count > 0 then
             fair.had[fair.tags] = #low > 0
             local name, score = nil, nil
             for j = 1, #low, 2 do
-                if low[j] ~= fair.tenant and name == nil then name, score = low[j], tonumber(low[j + 1]) end
+                if low[j] ~= fair.tenant and name == nil then name, score = low[j], num(low[j + 1]) end
             end
             if name == nil then break end
             if live(name) then
@@ -431,7 +453,7 @@ end
 
 -- acquire / peek
 local asked = 0
-for c = rest, #ARGV do asked = asked + tonumber(ARGV[c]) end
+for c = rest, #ARGV do asked = asked + num(ARGV[c]) end
 for _, win in ipairs(windows) do
     count(win, op == "peek" and asked or nil)
     win.added = 0
@@ -505,12 +527,12 @@ if whole then
     grant(asked)
     granted = #ARGV - rest + 1
     if fair then
-        for c = rest, #ARGV do fair.tag = fair.tag + tonumber(ARGV[c]) / fair.weight end
+        for c = rest, #ARGV do fair.tag = fair.tag + num(ARGV[c]) / fair.weight end
     end
     first = #ARGV + 1
 end
 for c = first, #ARGV do
-    local cost = tonumber(ARGV[c])
+    local cost = num(ARGV[c])
     if fair and fair.lead and fair.tag - fair.floor > fair.lead then
         stop_for_share = true
         break
