@@ -19,87 +19,93 @@
 -- already (by an earlier job, or by one earlier in this batch). Only 1 writes.
 local ctx = ring_context(KEYS, ARGV)
 local tenants_key, scheduled, sep = KEYS[10], KEYS[11], ARGV[5]
-local jobs = {}
-local a = 6
-for i = 1, tonumber(ARGV[4]) do
-  local k = 11 + (i - 1) * 4
-  local job = {
-    key = KEYS[k + 1], content_key = KEYS[k + 2], payload_key = KEYS[k + 3], idem_key = KEYS[k + 4],
-    id = ARGV[a], tenant = ARGV[a + 1], priority = ARGV[a + 2],
-    send_at = tonumber(ARGV[a + 3]), idem_ttl = tonumber(ARGV[a + 4]), content = ARGV[a + 5],
-    payload = ARGV[a + 6], first_field = a + 8, last_field = a + 7 + 2 * tonumber(ARGV[a + 7]),
-  }
-  a = job.last_field + 1
-  jobs[#jobs + 1] = job
-end
+local n = tonumber(ARGV[4])
+-- Per job, where its values start in ARGV (its KEYS: 11 + (i - 1) * 4, then
+-- one to four), and its code; starts[n + 1] is one past the last job's. No
+-- table a job: a batch of a hundred built a hundred, a tenth of the call's
+-- Lua work with the garbage they left. Numbers are ARGV's strings made
+-- numbers by arithmetic: once, where tonumber() converts twice.
+local starts, codes = {}, {}
 
 -- First every check, so that nothing is written unless the whole batch is decided.
 local out = {}
 local ids_seen, keys_seen = {}, {}
-for i, job in ipairs(jobs) do
+local a = 6
+for i = 1, n do
+  local k = 7 + 4 * i
+  local id, idem_key = ARGV[a], KEYS[k + 4]
+  local idem = ARGV[a + 4] + 0 > 0
   local first = nil
-  if job.idem_ttl > 0 then
-    first = keys_seen[job.idem_key] or redis.call('GET', job.idem_key)
+  if idem then
+    first = keys_seen[idem_key] or redis.call('GET', idem_key)
   end
+  local code, answer
   if first then
-    job.code, job.answer = 2, first
-  elseif ids_seen[job.id] or redis.call('EXISTS', job.key) == 1 then
-    job.code, job.answer = 0, job.id
+    code, answer = 2, first
+  elseif ids_seen[id] or redis.call('EXISTS', KEYS[k + 1]) == 1 then
+    code, answer = 0, id
   else
-    job.code, job.answer = 1, job.id
-    ids_seen[job.id] = true
-    if job.idem_ttl > 0 then
-      keys_seen[job.idem_key] = job.id
+    code, answer = 1, id
+    ids_seen[id] = true
+    if idem then
+      keys_seen[idem_key] = id
     end
   end
-  out[i] = {job.code, job.answer}
+  out[i] = {code, answer}
+  starts[i], codes[i] = a, code
+  a = a + 8 + 2 * ARGV[a + 7]
 end
+starts[n + 1] = a
 
 local now = now_ms()
 local now_s = as_text(now)
 -- Per tenant, in the order first seen: its new entries by priority, and how many.
 local tenants, waiting = {}, {}
-for _, job in ipairs(jobs) do
-  if job.code == 1 then
+for i = 1, n do
+  if codes[i] == 1 then
+    local at, k = starts[i], 7 + 4 * i
+    local id, tenant, priority, send_at = ARGV[at], ARGV[at + 1], ARGV[at + 2], ARGV[at + 3] + 0
+    local content, payload = ARGV[at + 5], ARGV[at + 6]
     -- A waiting job's payload rides in its queue entry, several to an 8 KB
     -- listpack node, rather than in a key of its own: 'inline' says so until
     -- the claim takes the entry (a cancelled job's entry may still hold its
     -- only copy: replay.lua). A scheduled job is in no queue: its payload has
     -- its key now, and its queue entry will be its id alone (promote.lua).
     local state, mark, value = 'queued', 'inline', '1'
-    if job.send_at > now then
-      state, mark, value = 'scheduled', 'send_at_ms', job.send_at
-      redis.call('SET', job.payload_key, job.payload)
+    if send_at > now then
+      state, mark, value = 'scheduled', 'send_at_ms', send_at
+      redis.call('SET', KEYS[k + 3], payload)
     end
-    redis.call('HSET', job.key, 'tenant', job.tenant, 'priority', job.priority, 'state', state,
-      'created_ms', now_s, 'attempts', '0', mark, value, unpack(ARGV, job.first_field, job.last_field))
-    if job.content ~= '' then
-      redis.call('SET', job.content_key, job.content)
+    redis.call('HSET', KEYS[k + 1], 'tenant', tenant, 'priority', priority, 'state', state,
+      'created_ms', now_s, 'attempts', '0', mark, value, unpack(ARGV, at + 8, starts[i + 1] - 1))
+    if content ~= '' then
+      redis.call('SET', KEYS[k + 2], content)
     end
-    if job.idem_ttl > 0 then
-      redis.call('SET', job.idem_key, job.id, 'EX', job.idem_ttl)
+    local idem_ttl = ARGV[at + 4] + 0
+    if idem_ttl > 0 then
+      redis.call('SET', KEYS[k + 4], id, 'EX', idem_ttl)
     end
     if state == 'scheduled' then
-      redis.call('SADD', tenants_key, job.tenant)
-      redis.call('ZADD', scheduled, job.send_at, job.id)
+      redis.call('SADD', tenants_key, tenant)
+      redis.call('ZADD', scheduled, send_at, id)
       -- The new earliest: wake an idle dispatcher, so that it waits for this one.
-      if redis.call('ZRANGE', scheduled, 0, 0)[1] == job.id then
+      if redis.call('ZRANGE', scheduled, 0, 0)[1] == id then
         wake_dispatchers(ctx, 's')
       end
     else
-      local queues = waiting[job.tenant]
+      local queues = waiting[tenant]
       if not queues then
         queues = {count = 0, order = {}, entries = {}}
-        waiting[job.tenant] = queues
-        tenants[#tenants + 1] = job.tenant
+        waiting[tenant] = queues
+        tenants[#tenants + 1] = tenant
       end
-      local entries = queues.entries[job.priority]
+      local entries = queues.entries[priority]
       if not entries then
         entries = {}
-        queues.entries[job.priority] = entries
-        queues.order[#queues.order + 1] = job.priority
+        queues.entries[priority] = entries
+        queues.order[#queues.order + 1] = priority
       end
-      entries[#entries + 1] = job.id .. sep .. job.payload
+      entries[#entries + 1] = id .. sep .. payload
       queues.count = queues.count + 1
     end
   end
