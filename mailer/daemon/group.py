@@ -118,7 +118,7 @@ class GroupDecision:
         # The granted are on their way to SES while the refused are parked: their
         # quota units count from the grant on, and waiting for the park's Redis
         # calls first left them counted, unsent, that much longer (docs/design.md,
-        # "the global quota shared by replicas").
+        # "Where a binding global quota's units go").
         outcomes = await asyncio.gather(
             self.sending.send_granted(tenant, granted, grant.at_ms),
             self.park(

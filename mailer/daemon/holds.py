@@ -49,6 +49,10 @@ PAUSED_RECHECK_SECONDS = 10.0
 SES tenant) before looking again: a lift is seen sooner (:meth:`Holds.changed`)."""
 
 _SWEEP_MIN = 64
+"""Tenants the SES-fault map may hold before it is first swept."""
+FORGET_AFTER_SECONDS = 3600.0
+"""A tenant whose hold ended this long ago and that has not sent since is forgotten: its
+next mail is sent as any other, not as a lone probe (a refusal holds it again)."""
 
 KEEP_ALIVE_SLACK_MS = 10_000
 """A park's keep-alive is skipped while this process kept the tenant's slots alive
@@ -59,10 +63,6 @@ each keep-alive touches every job of it (dispatcher/touch.lua)."""
 _KEPT_MOST = 10_000
 """Tenants whose last keep-alive is remembered; past this, forgotten all at once
 (a forgotten tenant's next park touches its jobs again: the safe side)."""
-"""Tenants the SES-fault map may hold before it is first swept."""
-FORGET_AFTER_SECONDS = 3600.0
-"""A tenant whose hold ended this long ago and that has not sent since is forgotten: its
-next mail is sent as any other, not as a lone probe (a refusal holds it again)."""
 
 Woken = Callable[[str | None], Awaitable[object]]
 """Told of a change of a tenant's hold (``None``: every tenant's, the global limits)."""
