@@ -60,14 +60,20 @@ async def test_a_share_refusal_lasts_only_until_the_refused_tenant_is_due_back(e
     assert after.granted == 1
 
 
-async def test_a_share_refusal_ends_when_the_refused_tenant_is_due_back(engine: QuotaEngine) -> None:
-    windows = [Window(1, 12)]
+async def _b_refused_for_room_behind_a(engine: QuotaEngine, windows: list[Window]) -> int:
+    """a takes 11 of a 12 a second window, b 1; b is then refused for room: when it is
+    due back (ms). a is 10 units ahead of b, a share 6."""
     await engine.acquire("b", [1], windows, ROOMY, weight=1, now_ms=T0)
     await engine.acquire("a", [1], windows, ROOMY, weight=1, now_ms=T0)
     assert (await engine.acquire("a", [10], windows, ROOMY, weight=1, now_ms=T0 + 1)).granted == 1
     refused = await engine.acquire("b", [1], windows, ROOMY, weight=1, now_ms=T0 + 10)
     assert refused.blocked_by == "global"
-    due_ms = T0 + 10 + round(refused.retry_after * 1000)
+    return T0 + 10 + round(refused.retry_after * 1000)
+
+
+async def test_a_share_refusal_ends_when_the_refused_tenant_is_due_back(engine: QuotaEngine) -> None:
+    windows = [Window(1, 12)]
+    due_ms = await _b_refused_for_room_behind_a(engine, windows)
     # Room is free from b's due time on. a is 10 units ahead of b, a share is 6:
     # held while b is due (b's wake-up may be a few ms late), not a window longer.
     held = await engine.acquire("a", [1], windows, ROOMY, weight=1, now_ms=due_ms)
@@ -81,11 +87,7 @@ async def test_a_share_refusal_ends_when_the_refused_tenant_is_due_back(engine: 
 
 async def test_a_tenant_granted_in_full_holds_nobody_back_after_the_slack(engine: QuotaEngine) -> None:
     windows = [Window(1, 12)]
-    await engine.acquire("b", [1], windows, ROOMY, weight=1, now_ms=T0)
-    await engine.acquire("a", [1], windows, ROOMY, weight=1, now_ms=T0)
-    assert (await engine.acquire("a", [10], windows, ROOMY, weight=1, now_ms=T0 + 1)).granted == 1
-    refused = await engine.acquire("b", [1], windows, ROOMY, weight=1, now_ms=T0 + 10)
-    due_ms = T0 + 10 + round(refused.retry_after * 1000)
+    due_ms = await _b_refused_for_room_behind_a(engine, windows)
     # b is back on time and granted what it asked: it waits for room no more.
     assert (await engine.acquire("b", [1], windows, ROOMY, weight=1, now_ms=due_ms)).granted == 1
     free = await engine.acquire("a", [1], windows, ROOMY, weight=1, now_ms=due_ms + DUE_SLACK_MS + 1)
