@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -12,13 +13,18 @@ from pathlib import Path
 
 import pytest
 import redis.asyncio
+from rich.console import Console
 
-from fairpost.config import Window
+from fairpost.config import Settings, Window
+from fairpost.dispatcher.keys import Keys
 from fairpost.mailer.demo.load import schedule
+from fairpost.mailer.demo.monitor import JobBook
 from fairpost.mailer.demo.report import max_in_window, percentile, rate_series
 from fairpost.mailer.demo.run import to_toml
 from fairpost.mailer.demo.scenario import builtin_names, load_scenario, parse_scenario
+from fairpost.mailer.demo.view import LiveView, Phase
 from fairpost.mailer.errors import DemoError
+from fairpost.mailer.ops.stats import collect_stats
 from fairpost.mailer.quota.engine import BUCKETS_PER_WINDOW, QuotaEngine
 from tests.support import KEYS
 
@@ -213,9 +219,51 @@ def test_rate_series_never_draws_a_kept_quota_above_it() -> None:
     assert max(ys) == 8.0
 
 
-async def test_the_quota_state_the_demo_shows_is_the_engines(aredis: redis.asyncio.Redis) -> None:
-    # The demo shows collect_stats, which asks the quota engine: these are the
-    # numbers the demo once re-computed from the buckets itself.
+async def test_the_quota_state_the_demo_shows_is_the_engines(
+    aredis: redis.asyncio.Redis, redis_url: str
+) -> None:
+    # What the demo does each tick (Demo._with_replicas): collect_stats for the scenario's
+    # tenants, under the settings the scenario implies, shown by its LiveView. Off a
+    # terminal that is one plain line: each tenant's quota use and how long it waits.
+    scenario = parse_scenario(
+        'global_limits = "100/minute"\ntenant_limits = "8/minute"\n[tenants.acme]\nrate = 1\n'
+        "[tenants.noisy]\nburst = 20\n",
+        "shown",
+    )
+    settings = Settings(redis_url=redis_url, **scenario.config())
+    keys = Keys(settings.key_prefix)
+    engine = QuotaEngine(aredis, keys)
+    for tenant, costs in (("acme", [1, 2]), ("noisy", [1] * 9)):
+        await engine.acquire(tenant, costs, scenario.global_limits, scenario.limits_for(tenant))
+
+    stats = await collect_stats(aredis, keys, settings, tenants=list(scenario.tenants))
+    console = Console(record=True, force_terminal=False, width=500)
+    LiveView(console, scenario, replicas=1).update(Phase("load", 0.0, 10.0), stats, JobBook())
+    shown = dict(part.split(": ", 1) for part in console.export_text().strip().split(" | ")[1:])
+
+    [(_, used_by_all)] = await engine.usage(None, scenario.global_limits, now_ms=stats.at_ms)
+    assert shown.pop("all") == f"sent 0/{scenario.total_planned()}, {used_by_all}/100 per minute"
+    assert set(shown) == set(scenario.tenants)
+    shown_line = re.compile(r"backlog 0 in flight 0 sent 0 (\d+)/(\d+) per minute(?: paused \+([\d.]+)s)?")
+    for tenant in scenario.tenants:
+        windows = scenario.limits_for(tenant)
+        # The engine asked at the moment the demo's numbers were read (Redis time).
+        [(window, used)] = await engine.usage(tenant, windows, now_ms=stats.at_ms)
+        wait = await engine.retry_after(tenant, windows, now_ms=stats.at_ms)
+        match = shown_line.fullmatch(shown[tenant])
+        assert match is not None, shown[tenant]
+        assert (int(match[1]), int(match[2])) == (used, window.limit), (tenant, shown[tenant])
+        # Shown to a tenth of a second; read a moment after stats.at_ms, never longer.
+        shown_wait = float(match[3] or 0)
+        assert (shown_wait > 0) == (wait > 0), (tenant, shown[tenant], wait)
+        assert wait - 1.0 <= shown_wait <= wait + 0.05, (tenant, shown[tenant], wait)
+    assert shown["acme"].endswith("3/8 per minute")  # fits: no wait shown
+    assert shown["noisy"].startswith("backlog 0 in flight 0 sent 0 8/8 per minute paused +")
+
+
+async def test_the_engine_counts_a_window_from_its_buckets(aredis: redis.asyncio.Redis) -> None:
+    # Usage and the wait for one more unit at a window's edge, from the buckets as
+    # stored: what collect_stats (and so the demo and `fairpost stats`) shows.
     engine, keys = QuotaEngine(aredis, KEYS), KEYS
 
     async def state(buckets: dict[int, int]) -> tuple[int, int]:
