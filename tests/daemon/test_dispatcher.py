@@ -10,7 +10,7 @@ import pytest
 import redis.asyncio
 
 from fairpost.dispatcher.jobs import Job, JobState
-from fairpost.dispatcher.keys import Keys
+from fairpost.dispatcher.keys import WAKE_WORK, Keys
 from fairpost.dispatcher.lifecycle import PROMOTE_BATCH, Lifecycle
 from fairpost.dispatcher.replies import time_ms
 from fairpost.dispatcher.runner import Dispatcher
@@ -268,31 +268,65 @@ async def test_a_short_claim_lingers_for_company(aredis: redis.asyncio.Redis) ->
         await dispatcher.drain(1)
 
 
-async def test_idle_dispatcher_blocks_and_wakes_on_enqueue(aredis: redis.asyncio.Redis) -> None:
-    store = make_store(aredis)
-    dispatcher = Dispatcher(store, [HandOffWorker()], reap_interval=1.0)
+async def test_idle_dispatcher_blocks_and_wakes_on_enqueue(
+    aredis: redis.asyncio.Redis, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Idle, the dispatcher blocks in Redis this long unless an enqueue wakes it (its
+    # client waits longer: redis-py's default socket timeout is shorter).
+    reap_interval = 30.0
+    client = redis.asyncio.Redis.from_url(redis_url, decode_responses=True, socket_timeout=60)
+    store = make_store(client)
+    dispatcher = Dispatcher(store, [HandOffWorker()], reap_interval=reap_interval)
     await aredis.config_resetstat()
+    waits: list[tuple[float, int]] = []
+    """Each wait for work: the seconds it blocks at most, and the scripts run before it."""
+    woken: list[str | None] = []
+    """What ended each wait: a wake token, or None (it timed out)."""
+    real_wait = store.wait_for_work
+
+    async def wait_for_work(seconds: float) -> str | None:
+        waits.append((seconds, await script_calls(aredis)))
+        woken.append(await real_wait(seconds))
+        return woken[-1]
+
+    monkeypatch.setattr(store, "wait_for_work", wait_for_work)
     stop = asyncio.Event()
     task = asyncio.create_task(dispatcher.run(stop))
     try:
-        # Give it an idle second: it must sit in BLPOP, not loop over claims.
-        await asyncio.sleep(1.0)
-        stats = await aredis.info("commandstats")
-        evals = sum(v["calls"] for k, v in stats.items() if k.startswith("cmdstat_evalsha"))
-        assert evals <= 6, f"{evals} script calls in one idle second: polling"
-        start = asyncio.get_running_loop().time()
+
+        async def blocked() -> bool:
+            assert not task.done(), task
+            return bool(waits) and (await aredis.info("clients"))["blocked_clients"] == 1
+
+        # Idle, it sits in BLPOP until its next reap, after one turn's scripts
+        # (reap, promote, claim): it does not poll.
+        await wait_for_async(blocked, within=10, what="the idle dispatcher blocked in Redis")
+        [(seconds, scripts)] = waits
+        assert seconds > reap_interval - 5, f"an idle wait of {seconds} s: polling"
+        assert scripts <= 3, f"{scripts} script calls before its idle wait"
         await store.enqueue(jobs_for("acme", 1, kind="mail"))
 
         async def dispatched() -> bool:
             return (await store.job("acme-0")).get("state") == JobState.DISPATCHED
 
-        # Two seconds from before the enqueue, as the wake-up is what is measured.
-        within = start + 2 - asyncio.get_running_loop().time()
-        await wait_for_async(dispatched, within=within, what="enqueue to wake the dispatcher", interval=0.01)
+        # Far sooner than the wait would have ended by itself: the enqueue's wake ended it.
+        await wait_for_async(dispatched, within=10, what="the enqueue to wake the dispatcher", interval=0.01)
+        assert woken[0] == WAKE_WORK, woken
     finally:
         stop.set()
         await asyncio.wait_for(task, 5)
         await dispatcher.drain(1)
+        await client.aclose()
+
+
+async def script_calls(client: redis.asyncio.Redis) -> int:
+    """Scripts run (a script's first call, which Redis answers NOSCRIPT, is not a run)."""
+    stats = await client.info("commandstats")
+    return sum(
+        v["calls"] - v["failed_calls"] - v["rejected_calls"]
+        for k, v in stats.items()
+        if k.startswith("cmdstat_evalsha")
+    )
 
 
 async def test_only_a_wake_for_an_earlier_scheduled_job_looks_for_due_ones(
