@@ -16,21 +16,23 @@ import shlex
 import shutil
 import subprocess
 import sys
-import time
 import tomllib
 import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass
+from email.parser import Parser
 from pathlib import Path
 from typing import Any
 
 import pytest
+from packaging.requirements import Requirement
 
 REPO = Path(__file__).resolve().parents[2]
 DOCKERFILE = REPO / "Dockerfile"
-# Building the wheel and installing it with its three core dependencies takes
-# about 10 s here; a minute leaves room for a cold pip cache.
-INSTALL_BUDGET_S = 60.0
+SDK_DEPENDENCIES = frozenset({"redis", "pydantic-settings", "email-validator", "idna"})
+"""All an SDK-only install pulls in (pyproject's dependencies): the SDK stays small."""
+WHEEL_MAX_BYTES = 2_000_000
+"""The wheel holds code, Lua scripts and the demo's scenarios: nothing big."""
 # Installed only with the daemon extra; an SDK-only install must not pull them.
 DAEMON_ONLY_MODULES = ("aioboto3", "boto3", "hiredis", "prometheus_client", "rich")
 
@@ -214,7 +216,6 @@ class Installed:
     wheel: Path
     venv: Path
     workdir: Path  # an empty directory to run commands in, away from the sources
-    seconds: float
 
     def run(self, *command: str, extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
         env = {
@@ -236,7 +237,6 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
     root = tmp_path_factory.mktemp("packaging")
     dist, venv, workdir = root / "dist", root / "venv", root / "work"
     workdir.mkdir()
-    started = time.monotonic()
     run_checked([sys.executable, "-m", "build", "--wheel", "--outdir", str(dist), str(REPO)], cwd=root)
     (wheel,) = dist.glob("fairpost-*.whl")
     # No pip in the new venv: this environment's pip installs into it, which
@@ -256,7 +256,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
         ],
         cwd=root,
     )
-    return Installed(wheel=wheel, venv=venv, workdir=workdir, seconds=time.monotonic() - started)
+    return Installed(wheel=wheel, venv=venv, workdir=workdir)
 
 
 slow = pytest.mark.slow
@@ -266,11 +266,15 @@ install_timeout = pytest.mark.timeout(300)
 
 @slow
 @install_timeout
-def test_wheel_builds_and_installs_quickly(installed: Installed) -> None:
-    assert installed.seconds < INSTALL_BUDGET_S, (
-        f"building the wheel and installing it took {installed.seconds:.0f} s, "
-        f"over the budget of {INSTALL_BUDGET_S:.0f} s"
-    )
+def test_wheel_is_small_and_needs_only_the_sdk_dependencies(installed: Installed) -> None:
+    # What an install costs that is fairpost's to decide: the wheel's size and what it
+    # pulls in without an extra (how long pip takes is the machine's and the network's).
+    assert installed.wheel.stat().st_size < WHEEL_MAX_BYTES, installed.wheel.stat().st_size
+    with zipfile.ZipFile(installed.wheel) as wheel:
+        (metadata,) = [n for n in wheel.namelist() if n.endswith(".dist-info/METADATA")]
+        requires = Parser().parsestr(wheel.read(metadata).decode()).get_all("Requires-Dist") or []
+    core = {r.name for r in map(Requirement, requires) if r.marker is None or "extra" not in str(r.marker)}
+    assert core == SDK_DEPENDENCIES
 
 
 @slow
