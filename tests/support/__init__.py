@@ -4,7 +4,7 @@ The services themselves (redis-server, moto, LocalStack, the recording SES) and
 the one wait helper live in fairpost.mailer.testing, where the demo and bench use them too.
 """
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import redis
@@ -14,9 +14,21 @@ from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.record import ENTRY_SEP
 from fairpost.dispatcher.replies import text
 from fairpost.mailer.sdk.envelope import encode
+from fairpost.mailer.testing.ses_server import SentMail
 
 KEYS = Keys()
 """The keys under the default prefix, the one ``Settings()`` uses."""
+
+
+SQS_BATCH = 10
+"""The most messages one SQS receive hands a sender."""
+
+
+def overtaken_by(sent: Sequence[SentMail], tenant: str, since: int, job: str) -> int:
+    """How many of ``tenant``'s mails SES got after the first ``since`` and before ``job``'s:
+    what overtook ``job``, as SES saw it, whatever the machine's speed."""
+    at = next(i for i, mail in enumerate(sent) if mail.job_id == job)
+    return sum(1 for mail in sent[since:at] if mail.tag("fairpost-tenant") == tenant)
 
 
 def entry_ids(entries: Iterable[Any]) -> list[str]:
