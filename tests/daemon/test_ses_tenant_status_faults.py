@@ -1,8 +1,9 @@
 """SES's verdict on SES tenants, under faults: the task outlives any failed step, and
 no verdict parks a tenant that nothing holds any more.
 
-:class:`SesTenantStatus` runs as the daemon runs it (its task), against a fake SES
-control plane and a real Redis.
+:class:`SesTenantStatus` runs as the daemon runs it (its task), against the recording
+SES server (mailer/testing/ses_server.py: GetTenant, GetReputationEntity) over HTTP and
+a real Redis.
 """
 
 from __future__ import annotations
@@ -20,32 +21,22 @@ from botocore.exceptions import EndpointConnectionError
 from fairpost.config import Settings
 from fairpost.dispatcher.keys import Keys
 from fairpost.mailer.cli import main
+from fairpost.mailer.daemon.aws import SES_CONFIG, session
 from fairpost.mailer.daemon.metrics import Metrics
 from fairpost.mailer.daemon.ses_tenant_status import REASON, SesTenantStatus
 from fairpost.mailer.quota.reputation import TenantVerdict
+from fairpost.mailer.testing.ses_server import SesServer
+from fairpost.mailer.testing.ses_tenancy import Status
 from fairpost.mailer.testing.wait import wait_for_async as wait_for
 from tests.support.pipeline import quick_settings
 
 
-class FakeSes:
-    """GetTenant and GetReputationEntity, with each SES tenant's aggregate status as set."""
-
-    def __init__(self, **statuses: str) -> None:
-        self.statuses = statuses
-
-    async def get_tenant(self, *, TenantName: str) -> dict[str, Any]:
-        return {"Tenant": {"TenantArn": f"arn:aws:ses:us-east-1:123456789012:tenant/{TenantName}/t-1"}}
-
-    async def get_reputation_entity(self, **request: str) -> dict[str, Any]:
-        name = request["ReputationEntityReference"].split("/")[1]
-        status = self.statuses[name]
-        return {
-            "ReputationEntity": {
-                "AwsSesManagedStatus": {"Status": status},
-                "CustomerManagedStatus": {"Status": "ENABLED"},
-                "SendingStatusAggregate": status,
-            }
-        }
+def ses_tenants(ses: SesServer, **statuses: Status) -> SesServer:
+    """The recording SES server with each SES tenant made, SES's own verdict on it as given."""
+    for name, status in statuses.items():
+        ses.tenancy.create(name)
+        ses.tenancy.set_aws_status(name, status)
+    return ses
 
 
 def _verdict(ses_tenant: str) -> str:
@@ -68,20 +59,29 @@ class Unparks:
 
 @asynccontextmanager
 async def status_task(
-    settings: Settings, ses: FakeSes, client: redis.asyncio.Redis, unpark: Unparks, metrics: Metrics
+    settings: Settings, ses: SesServer, client: redis.asyncio.Redis, unpark: Unparks, metrics: Metrics
 ) -> AsyncIterator[tuple[SesTenantStatus, asyncio.Task[None]]]:
-    status = SesTenantStatus(
-        ses, client, Keys(settings.key_prefix), settings, on_enabled=unpark, metrics=metrics
-    )
-    stop = asyncio.Event()
-    task = asyncio.create_task(status.run(stop), name="ses-tenants")
-    try:
-        yield status, task
-    finally:
-        stop.set()
-        await asyncio.wait({task}, timeout=10)
-        if not task.done():
-            task.cancel()
+    """The task as the daemon runs it, asking the recording SES server over HTTP."""
+    async with session().client(
+        "sesv2",
+        config=SES_CONFIG,
+        endpoint_url=ses.url,
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    ) as ses_client:
+        status = SesTenantStatus(
+            ses_client, client, Keys(settings.key_prefix), settings, on_enabled=unpark, metrics=metrics
+        )
+        stop = asyncio.Event()
+        task = asyncio.create_task(status.run(stop), name="ses-tenants")
+        try:
+            yield status, task
+        finally:
+            stop.set()
+            await asyncio.wait({task}, timeout=10)
+            if not task.done():
+                task.cancel()
 
 
 def _alive(task: asyncio.Task[None]) -> bool:
@@ -94,13 +94,16 @@ def _alive(task: asyncio.Task[None]) -> bool:
 
 
 async def test_sqs_failing_while_a_re_enabled_tenant_is_unparked_is_survived_and_the_unpark_retried(
-    redis_url: str, aredis: redis.asyncio.Redis
+    redis_url: str, aredis: redis.asyncio.Redis, ses: SesServer
 ) -> None:
     settings = quick_settings(redis_url, tenants={"acme": {"ses_tenant_name": "acme"}})
     keys = Keys(settings.key_prefix)
     await aredis.hset(keys.ses_tenant_status(), "acme", _verdict("acme"))  # disabled once; SES enabled it
     unpark, metrics = Unparks(failing=1), Metrics()
-    async with status_task(settings, FakeSes(acme="ENABLED"), aredis, unpark, metrics) as (status, task):
+    async with status_task(settings, ses_tenants(ses, acme="ENABLED"), aredis, unpark, metrics) as (
+        status,
+        task,
+    ):
         await wait_for(
             lambda: _alive(task) and unpark.calls == ["acme", "acme"],
             within=10,
@@ -121,13 +124,13 @@ class Broken(Unparks):
 
 
 async def test_any_exception_from_a_step_is_survived_and_counted(
-    redis_url: str, aredis: redis.asyncio.Redis
+    redis_url: str, aredis: redis.asyncio.Redis, ses: SesServer
 ) -> None:
     settings = quick_settings(redis_url, tenants={"acme": {"ses_tenant_name": "acme"}})
     keys = Keys(settings.key_prefix)
     await aredis.hset(keys.ses_tenant_status(), "acme", _verdict("acme"))
     unpark, metrics = Broken(), Metrics()
-    async with status_task(settings, FakeSes(acme="ENABLED"), aredis, unpark, metrics) as (_, task):
+    async with status_task(settings, ses_tenants(ses, acme="ENABLED"), aredis, unpark, metrics) as (_, task):
 
         def failed_twice() -> bool:
             value = metrics.registry.get_sample_value("fairpost_task_errors_total", {"task": "ses-tenants"})
@@ -137,18 +140,22 @@ async def test_any_exception_from_a_step_is_survived_and_counted(
         assert _alive(task) and unpark.calls[:2] == ["acme", "acme"]
 
 
-class Garbled(FakeSes):
-    async def get_reputation_entity(self, **request: str) -> dict[str, Any]:
-        return {"Unexpected": {}}
-
-
 async def test_an_unreadable_ses_answer_keeps_the_last_verdict(
-    redis_url: str, aredis: redis.asyncio.Redis
+    redis_url: str, aredis: redis.asyncio.Redis, ses: SesServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     settings = quick_settings(redis_url, tenants={"acme": {"ses_tenant_name": "acme"}})
     keys = Keys(settings.key_prefix)
     await aredis.hset(keys.ses_tenant_status(), "acme", _verdict("acme"))
-    ses = Garbled()
+    ses_tenants(ses, acme="ENABLED")
+    real_handle = ses.tenancy.handle
+
+    def garbled(method: str, path: str, body: bytes) -> tuple[int, dict[str, Any]]:
+        # Not SES's model: the one answer the recording server would never give.
+        if method == "GET" and "/reputation/entities/" in path:
+            return 200, {"Unexpected": {}}
+        return real_handle(method, path, body)
+
+    monkeypatch.setattr(ses.tenancy, "handle", garbled)
     async with status_task(settings, ses, aredis, Unparks(), Metrics()) as (status, task):
         assert await status.check("acme") is None
         await wait_for(lambda: _alive(task) and status.is_disabled("acme"), within=10, what="acme parked")
@@ -162,13 +169,13 @@ async def test_an_unreadable_ses_answer_keeps_the_last_verdict(
     "mapping", [{}, {"acme": {"ses_tenant_name": "acme-new"}}], ids=["mapping-removed", "mapping-changed"]
 )
 async def test_a_verdict_on_an_ses_tenant_the_tenant_no_longer_maps_to_is_dropped_and_the_tenant_unparked(
-    redis_url: str, aredis: redis.asyncio.Redis, mapping: dict[str, Any]
+    redis_url: str, aredis: redis.asyncio.Redis, ses: SesServer, mapping: dict[str, Any]
 ) -> None:
     settings = quick_settings(redis_url, tenants=mapping)
     keys = Keys(settings.key_prefix)
     await aredis.hset(keys.ses_tenant_status(), "acme", _verdict("acme"))  # SES disabled "acme" once
     unpark = Unparks()
-    ses = FakeSes(**{"acme-new": "ENABLED"})
+    ses_tenants(ses, **{"acme-new": "ENABLED"})
     async with status_task(settings, ses, aredis, unpark, Metrics()) as (status, task):
 
         async def dropped() -> bool:
@@ -182,6 +189,7 @@ async def test_a_verdict_on_an_ses_tenant_the_tenant_no_longer_maps_to_is_droppe
 async def test_tenant_resume_lifts_a_ses_tenant_disabled_park(
     redis_url: str,
     aredis: redis.asyncio.Redis,
+    ses: SesServer,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
@@ -192,8 +200,17 @@ async def test_tenant_resume_lifts_a_ses_tenant_disabled_park(
     keys = Keys(settings.key_prefix)
     await aredis.hset(keys.ses_tenant_status(), "acme", _verdict("acme"))
     unpark = Unparks()
-    async with status_task(settings, FakeSes(acme="DISABLED"), aredis, unpark, Metrics()) as (status, task):
-        await wait_for(lambda: _alive(task) and status.is_disabled("acme"), within=10, what="acme parked")
+    async with status_task(settings, ses_tenants(ses, acme="DISABLED"), aredis, unpark, Metrics()) as (
+        status,
+        task,
+    ):
+
+        def parked_by_ses() -> bool:
+            # Parked on SES's own answer, not only on the verdict stored before (checked_ms=1).
+            verdict = status.verdict("acme")
+            return _alive(task) and verdict is not None and verdict.checked_ms > 1
+
+        await wait_for(parked_by_ses, within=10, what="acme parked on SES's verdict")
         assert await asyncio.to_thread(main, ["tenant", "resume", "acme"]) == 0
         assert capsys.readouterr().out.strip() == "tenant acme: resumed"
         assert not await aredis.hexists(keys.ses_tenant_status(), "acme")
@@ -215,12 +232,13 @@ def test_tenant_resume_help_names_the_holds_it_lifts(capsys: pytest.CaptureFixtu
 
 
 async def test_a_tenant_that_stopped_sending_is_forgotten(
-    redis_url: str, aredis: redis.asyncio.Redis
+    redis_url: str, aredis: redis.asyncio.Redis, ses: SesServer
 ) -> None:
     settings = quick_settings(
         redis_url, tenants={"acme": {"ses_tenant_name": "acme"}}, reputation={"ses_status_refresh": 1}
     )
-    async with status_task(settings, FakeSes(acme="ENABLED"), aredis, Unparks(), Metrics()) as (status, task):
+    ses_tenants(ses, acme="ENABLED")
+    async with status_task(settings, ses, aredis, Unparks(), Metrics()) as (status, task):
         status.waiting("acme")  # the sender asks about acme's mail once, then never again
         await wait_for(lambda: _alive(task) and "acme" in status._checked, within=10, what="acme read")
         # Read once more while it may still be waiting, then dropped: no map keeps it.
