@@ -175,7 +175,8 @@ async def test_a_verdict_on_an_ses_tenant_the_tenant_no_longer_maps_to_is_droppe
     keys = Keys(settings.key_prefix)
     await aredis.hset(keys.ses_tenant_status(), "acme", _verdict("acme"))  # SES disabled "acme" once
     unpark = Unparks()
-    ses_tenants(ses, **{"acme-new": "ENABLED"})
+    enabled: dict[str, Status] = {"acme-new": "ENABLED"}
+    ses_tenants(ses, **enabled)
     async with status_task(settings, ses, aredis, unpark, Metrics()) as (status, task):
 
         async def dropped() -> bool:
