@@ -205,8 +205,8 @@ async def _run(
 
 def _freeze_start_up() -> None:
     """What start-up built (modules, clients, settings: most of the heap) lives as long
-    as the process: out of the garbage collector's sight, a full collection no
-    longer walks it all again, a cost the daemon paid per mail (BENCHMARKS.md, "CPU
+    as the process: out of the garbage collector's sight, a full collection does not
+    walk it all again, which would cost the daemon CPU per mail (BENCHMARKS.md, "CPU
     per mail"). Start-up's own garbage goes first, so none is kept for good."""
     gc.collect()
     gc.freeze()

@@ -36,9 +36,9 @@ PRECISE_WAIT_MAX = 2.0
 PRECISE_JITTER = 0.002
 """The jitter of a timed wait for the global quota (or a share of it): replicas
 waiting for the same freed units need not wake at the same ms, but every ms of it
-keeps freed units unused (10 ms of it cost the bench's shared global quota 1.5 ms
-a round of its window, 0.15 %: docs/design.md, "Where a binding global quota's
-units go")."""
+keeps freed units unused (on the bench's shared global quota, 10 ms of jitter
+leave 1.5 ms of each window's units unused, 0.15 %: docs/design.md, "Where a
+binding global quota's units go")."""
 
 PRECISE_SAFETY_NET = 10.0
 """Seconds added to the SQS visibility of a mail the sender times itself: if the

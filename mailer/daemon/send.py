@@ -240,9 +240,9 @@ class Sending:
     async def _record(self, tenant: str, answered: list[tuple[Received, ses.SendResult, Stamp]]) -> None:
         """Record a group's answers in one round trip (one pipeline): the quota units
         of every mail SES may have move to the answer (fairpost.mailer.daemon.counting); then
-        each sent job is finished and its sending marker released. Per mail this was
-        three round trips, the largest cost the daemon had over the calls it cannot
-        avoid (bench/profile.py)."""
+        each sent job is finished and its sending marker released. One pipeline, not
+        three round trips per mail: Redis round trips are the largest cost the daemon
+        has beside the calls it cannot avoid (bench/profile.py)."""
         sent = [
             (m.envelope.job_id, r.message_id or "")
             for m, r, _ in answered

@@ -51,9 +51,7 @@ window is empty. Longer windows are budgets: a mail over the limit never fits
 (``fairpost.config.limits.Window.is_budget``, which the SDK checks too; quota.lua's RATE_MS)."""
 
 SHARE_PARTS = ("tag", "until", "weight", "refused")
-"""The fair share's keys (``Keys.quota_share``), in the order quota.lua takes them.
-(Not the parts of earlier versions, "tags", "seen", "weights", "waiting" and
-"binding": those hold other shapes and expire by themselves.)"""
+"""The fair share's keys (``Keys.quota_share``), in the order quota.lua takes them."""
 
 _MOST_UNANSWERED = 1024
 """Asks whose answer was lost a process remembers (one per tenant at most, but

@@ -48,7 +48,7 @@ from fairpost.dispatcher.replies import record, text, time_ms
 from fairpost.mailer.errors import InvalidOverride
 from fairpost.mailer.quota import holds
 from fairpost.mailer.quota.reputation import lift_guard
-from fairpost.mailer.quota.warmup import Warmups
+from fairpost.mailer.quota.warmup import PENDING, Warmups
 from fairpost.mailer.sdk.connection import RedisOwner
 from fairpost.mailer.sdk.failures import redis_operation
 
@@ -278,7 +278,7 @@ class OverrideCache:
         new = dataclasses.replace(read_overrides(raw, paused), warmup=self._warmups.fingerprints())
         if met:
             # Met before they were known: their limits may have been too strict meanwhile.
-            old = dataclasses.replace(old, warmup={**old.warmup, **dict.fromkeys(met, "pending")})
+            old = dataclasses.replace(old, warmup={**old.warmup, **dict.fromkeys(met, PENDING)})
         _log_changes(old, new)
         self._overrides = new
         self.refreshed += 1

@@ -51,6 +51,7 @@ from fairpost.mailer.quota.reputation import Reputation, ReputationBook
 
 __all__ = [
     "HOLD_KINDS",
+    "PENDING",
     "Hold",
     "Place",
     "WarmupView",

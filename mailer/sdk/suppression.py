@@ -179,8 +179,3 @@ def _address(address: object) -> str:
     except EmailNotValidError:
         raise InvalidSuppression("address", "must be one e-mail address (name@domain)") from None
     return bare
-
-
-def drop_suppressed(recipients: Sequence[str], suppressed: set[str]) -> list[str]:
-    """``recipients`` without the suppressed ones, in order."""
-    return [r for r in recipients if r not in suppressed]

@@ -41,7 +41,6 @@ from fairpost.mailer.daemon.webhooks.metrics import WebhookMetrics
 from fairpost.mailer.daemon.webhooks.post import Answer, Poster
 from fairpost.mailer.sdk.outcomes.deliveries import Claimed, DeliveryCalls, claimed, script
 from fairpost.mailer.sdk.outcomes.feed import from_entry, iso_timestamp
-from fairpost.mailer.sdk.outcomes.pending import pending_deliveries
 from fairpost.mailer.sdk.outcomes.signing import headers
 
 __all__ = ["WebhookDeliveries"]
@@ -91,11 +90,6 @@ class WebhookDeliveries:
             "webhook-fanout": asyncio.create_task(self._forever("webhook-fanout", self._fanout_step, stop)),
             "webhooks": asyncio.create_task(self._forever("webhooks", self._delivery_step, stop)),
         }
-
-    async def refresh_metrics(self) -> None:
-        """The gauges, read from Redis (at each scrape)."""
-        pending = await pending_deliveries(self.redis, self.keys)
-        self.metrics.update(pending, time_ms(await self.redis.time()))
 
     # -- the loops ---------------------------------------------------------------------
 

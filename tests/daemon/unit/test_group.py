@@ -26,19 +26,10 @@ from fairpost.mailer.quota.overrides import StaticLimits
 from tests.daemon.unit.fakes import FakeQuota, FakeStore, fake_context, mail
 
 
-class _Answers:
-    def held(self, tenant: str) -> tuple[str, float] | None:
-        return None
-
-    def rechecking(self, tenant: str) -> bool:
-        return False
-
-
 class _Sending:
     """Takes the granted mails (their sending is the pipeline tests')."""
 
     def __init__(self) -> None:
-        self.answers = _Answers()
         self.granted: list[Received] = []
 
     async def send_granted(self, tenant: str, granted: list[Received], at_ms: int) -> None:
