@@ -2,6 +2,7 @@
 #
 #   make demo     the demo, with its own Redis and AWS emulator
 #   make test     lint, types, Dockerfile lint, then the whole test suite
+#   make test-fast  the fast tier only: the sender's decisions against fakes, no servers (seconds)
 #   make test-stress  the whole test suite while stress-ng keeps every core busy
 #   make faults   the whole fault matrix (make test runs a sample of it)
 #   make lint     ruff (check and format), hadolint and the layer contracts (lint-imports)
@@ -26,10 +27,10 @@ test-stress:
 	FAIRPOST_BOOTSTRAP_STRESS=1 $(BOOTSTRAP) test
 	bash scripts/test-stress.sh $(PYTEST_ARGS)
 
-.PHONY: help demo test test-stress faults lint types pytest bench clean distclean bootstrap-test bootstrap-demo
+.PHONY: help demo test test-fast test-stress faults lint types pytest bench clean distclean bootstrap-test bootstrap-demo
 
 help:
-	@sed -n '3,10p' $(firstword $(MAKEFILE_LIST)) | sed 's/^# *//'
+	@sed -n '3,11p' $(firstword $(MAKEFILE_LIST)) | sed 's/^# *//'
 
 bootstrap-test:
 	$(BOOTSTRAP) test
@@ -41,6 +42,11 @@ demo: bootstrap-demo
 	$(BIN)/fairpost demo
 
 test: lint types pytest
+
+# tests/daemon/unit: fakes in one process, no Redis, no emulators, no workers to
+# start; under 60 s (a few seconds here), for the edit-test loop.
+test-fast: bootstrap-test
+	$(BIN)/pytest tests/daemon/unit $(PYTEST_ARGS)
 
 lint: bootstrap-test
 	$(BIN)/ruff check .
