@@ -10,20 +10,18 @@ and the whole attempt ends after FAIRPOST_WEBHOOK_TIMEOUT_SECONDS.
 
 from __future__ import annotations
 
-import ipaddress
 import socket
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
-from urllib.parse import urlsplit
 
 import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
 
 from fairpost.config import Settings
-from fairpost.mailer.errors import AddressNotPublic
-from fairpost.mailer.sdk.outcomes.urls import is_public
+from fairpost.mailer.errors import AddressNotPublic, InvalidWebhook
+from fairpost.mailer.sdk.outcomes.urls import check_url, is_public
 
 __all__ = ["MAX_RESPONSE_BYTES", "Answer", "Poster", "PublicResolver", "retry_after"]
 
@@ -38,8 +36,8 @@ connection (refused, reset, unresolvable); an address fairpost may not call."""
 class PublicResolver(AbstractResolver):
     """Resolves as the system does, and refuses a host with any non-public address."""
 
-    def __init__(self, allow_private: bool) -> None:
-        self._inner = aiohttp.ThreadedResolver()
+    def __init__(self, allow_private: bool, *, inner: AbstractResolver | None = None) -> None:
+        self._inner = inner or aiohttp.ThreadedResolver()
         self._allow_private = allow_private
 
     async def resolve(
@@ -136,17 +134,12 @@ class Poster:
             return answer("connection", error=f"{type(exc).__name__}: {str(exc)[:200]}")
 
     def _refused(self, url: str) -> str | None:
-        """Why this URL may not be called now (checked again at each delivery), or None."""
-        parts = urlsplit(url)
-        if parts.scheme != "https" and not (self._allow_private and parts.scheme == "http"):
-            return "the endpoint's URL is not https://"
-        host = parts.hostname or ""
+        """Why this URL may not be called now (the check ``add`` made, again at each
+        delivery; a name is left to the resolver, which checks what it answers), or None."""
         try:
-            ipaddress.ip_address(host)
-        except ValueError:
-            return None  # a name: the resolver checks what it resolves to
-        if not self._allow_private and not is_public(host):
-            return "the endpoint's address is not public"
+            check_url(url, allow_private=self._allow_private, resolver=None)
+        except InvalidWebhook as exc:
+            return f"the endpoint's URL: {exc.rule}"
         return None
 
 
