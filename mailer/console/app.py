@@ -121,7 +121,11 @@ def _templates(settings: Settings) -> jinja2.Environment:
         number=lambda n: f"{n:,}",
     )
     env.globals.update(
-        waits=waits, warmup_source=warmup_source, prefix=settings.console.prefix, show_addresses=show
+        waits=waits,
+        warmup_source=warmup_source,
+        prefix=settings.console.prefix,
+        show_addresses=show,
+        tenant_path=pages.tenant_path,
     )
     return env
 

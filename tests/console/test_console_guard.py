@@ -1,7 +1,8 @@
 """The console's doors: a login goes on only to the console itself (``next`` is
 parsed, control characters refused); wrong tokens are slowed, logged and counted
 per client address without locking the right token out; a session ends on the
-server at logout; the console binds 127.0.0.1 unless told otherwise.
+server at logout; the console binds 127.0.0.1 unless told otherwise; a link to a
+tenant whose id is ``.`` or ``..`` leads to that tenant, not elsewhere.
 
 The slowing is asserted on what the server announces (``Retry-After``) and on
 a count of the tokens it actually checked, with the guard's clock in the test's
@@ -11,11 +12,14 @@ hands: no wall-clock budget that a busy machine could use up.
 from __future__ import annotations
 
 import logging
+import re
+from html import unescape
 from urllib.parse import urljoin, urlsplit
 
 import aiohttp
 import pytest
 
+from fairpost import MailClient
 from fairpost.config import load_settings
 from fairpost.mailer.console.auth import Auth, safe_next
 from fairpost.mailer.console.guard import Guard
@@ -178,3 +182,32 @@ def test_the_guard_forgets_a_quiet_address_and_keys_ipv6_by_its_64() -> None:
 def test_the_console_binds_localhost_unless_told_otherwise() -> None:
     assert load_settings().console.host == "127.0.0.1"
     assert load_settings(console={"host": "0.0.0.0"}).console.host == "0.0.0.0"
+
+
+@pytest.mark.parametrize("prefix", ["", "/ops"])
+async def test_a_tenant_named_dot_dot_is_linked_to_itself(redis_url: str, prefix: str) -> None:
+    settings = console_settings(redis_url, prefix=prefix, write=True)
+    mail = {"sender": "no-reply@acme.example", "to": ["ada@example.com"], "subject": "Hi", "text": "Hello"}
+    with MailClient(settings) as client:
+        for tenant in ("..", ".", "..."):
+            client.send(tenant, **mail)  # type: ignore[arg-type]
+    async with serve(settings) as base, aiohttp.ClientSession() as http:
+        async with http.get(base + "/tenants", headers=BEARER) as response:
+            listing = await response.text()
+        for tenant in ("..", ".", "..."):
+            [href] = [
+                unescape(h)
+                for h, text in re.findall(r'<a href="([^"]*)">([^<]*)</a>', listing)
+                if unescape(text) == tenant
+            ]
+            # As a browser resolves it (dot segments too): the tenant's own page.
+            target = urljoin(base + "/tenants", href)
+            own = urlsplit(target).path
+            assert own.startswith(prefix + "/tenants/") and own != prefix + "/tenants/", (tenant, href)
+            async with http.get(target, headers=BEARER) as response:
+                assert response.status == 200, (tenant, href)
+                page = await response.text()
+            assert f"<h1>Tenant {tenant}</h1>" in page
+            # Its forms post to it too: pausing it pauses this tenant, not another.
+            actions = [unescape(a) for a in re.findall(r'<form[^>]*action="([^"]*/tenants/[^"]*)"', page)]
+            assert actions and all(urlsplit(urljoin(target, a)).path.startswith(own + "/") for a in actions)

@@ -12,7 +12,9 @@ multicast (224.0.0.0/4, ff00::/8).
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
+import json
 import socket
 from datetime import UTC, datetime
 
@@ -22,10 +24,12 @@ from aiohttp.abc import AbstractResolver, ResolveResult
 
 from fairpost.config import load_settings
 from fairpost.dispatcher.keys import Keys
+from fairpost.mailer.daemon.webhooks import post
 from fairpost.mailer.daemon.webhooks.post import Poster, PublicResolver
 from fairpost.mailer.errors import AddressNotPublic, InvalidWebhook
 from fairpost.mailer.sdk.outcomes.endpoints import Webhooks
 from fairpost.mailer.sdk.outcomes.urls import check_url, is_public
+from fairpost.mailer.testing.wait import wait_for_async
 from tests.outcomes.conftest import hook_settings
 from tests.outcomes.receiver import Receiver
 from tests.outcomes.test_webhooks import endpoint
@@ -214,3 +218,40 @@ async def test_enable_and_replay_refuse_an_endpoint_whose_url_is_not_public_any_
                 act()
             assert raised.value.field == "url" and "not public" in raised.value.rule
         assert not hooks.get(hook).enabled
+
+
+async def test_the_client_resolves_a_name_again_after_its_dns_cache_expires(
+    receiver: Receiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An endpoint behind a load balancer changes addresses: a name is resolved again
+    # (and checked again) once its cached answer is older than DNS_CACHE_SECONDS.
+    monkeypatch.setattr(post, "DNS_CACHE_SECONDS", 1)
+    answers = Answers("127.0.0.1")
+    poster = Poster(hook_settings("redis://unused"), inner=answers)
+    url = receiver.url("/dns").replace("127.0.0.1", "hooks.test")
+    try:
+
+        async def asked_again() -> bool:
+            answer = await poster.post(url, {"Connection": "close"}, "{}")
+            assert answer.result == "delivered", answer
+            return answers.asked >= 2
+
+        await wait_for_async(asked_again, within=10, what="the name resolved a second time")
+    finally:
+        await poster.close()
+
+
+async def test_with_private_addresses_allowed_an_answer_is_kept_as_its_length_and_hash(
+    receiver: Receiver,
+) -> None:
+    # Inside the cluster an answer's text could be a private service's: storing it would
+    # turn a blind SSRF into a read. Its status, length and digest say enough.
+    poster = Poster(hook_settings("redis://unused"))
+    try:
+        answer = await poster.post(receiver.url("/inside"), {}, "{}")
+    finally:
+        await poster.close()
+    body = json.dumps({"ok": True}).encode()
+    assert (answer.result, answer.status, answer.response) == ("delivered", 200, None)
+    assert answer.response_bytes == len(body)
+    assert answer.response_sha256 == hashlib.sha256(body).hexdigest()
