@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from fairpost.mailer.errors import InvalidMail
 
 __all__ = [
+    "CONTROLS",
     "MAX_NAME_CHARS",
     "MAX_VALUE_CHARS",
     "RESERVED_HEADERS",
@@ -56,7 +57,8 @@ ARNs): a tenant's own could redirect its events or forge the tenant tag."""
 
 _NAME_CHARS = frozenset(chr(c) for c in range(33, 127)) - {":"}
 _VALUE_CHARS = frozenset(chr(c) for c in range(32, 127))
-_CONTROLS = frozenset(chr(c) for c in (*range(0x20), *range(0x7F, 0xA0)))
+CONTROLS = frozenset(chr(c) for c in (*range(0x20), *range(0x7F, 0xA0)))
+"""C0, DEL and C1: no header (subject, address, display name) may hold one."""
 
 
 def check_headers(value: object, field_name: str) -> dict[str, str]:
@@ -101,6 +103,6 @@ def check_subject(value: object, field_name: str) -> str:
         raise InvalidMail(field_name, f"must be a string, got {type(value).__name__}")
     if "\r" in value or "\n" in value:
         raise InvalidMail(field_name, "must not contain CR or LF (header injection)")
-    if not _CONTROLS.isdisjoint(value):
+    if not CONTROLS.isdisjoint(value):
         raise InvalidMail(field_name, "must not contain control characters (NUL, tab, escapes)")
     return value

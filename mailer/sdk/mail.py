@@ -14,7 +14,7 @@ from email_validator import EmailNotValidError, validate_email
 from fairpost.config.tenant_id import TENANT_ID_RULE, is_valid_tenant_id
 from fairpost.mailer.errors import InvalidMail
 from fairpost.mailer.sdk.attachments import Attachment
-from fairpost.mailer.sdk.headers import check_headers, check_subject
+from fairpost.mailer.sdk.headers import CONTROLS, check_headers, check_subject
 
 MAX_RECIPIENTS = 50
 """SES's limit on To + Cc + Bcc of one message."""
@@ -90,19 +90,38 @@ class ValidMail:
 
     @classmethod
     def from_json(cls, text: str) -> ValidMail:
-        """Rebuild a mail written by :meth:`to_json`. Raises ValueError/KeyError/TypeError if malformed."""
+        """Rebuild a mail written by :meth:`to_json`. Raises ValueError/KeyError/TypeError if
+        malformed: each field of the type :meth:`to_json` writes, or the mail is not read."""
         data: dict[str, Any] = json.loads(text)
+        headers = data["headers"]
+        if not isinstance(headers, dict) or not all(isinstance(v, str) for v in headers.values()):
+            raise TypeError("headers: not an object of strings")
+        text_body, html = data["text"], data["html"]
+        if not all(b is None or isinstance(b, str) for b in (text_body, html)):
+            raise TypeError("text, html: not strings")
         return cls(
-            sender=str(data["from"]),
-            to=tuple(data["to"]),
-            cc=tuple(data["cc"]),
-            bcc=tuple(data["bcc"]),
-            reply_to=tuple(data["reply_to"]),
-            subject=str(data["subject"]),
-            text=data["text"],
-            html=data["html"],
-            headers=dict(data["headers"]),
+            sender=_string(data["from"], "from"),
+            to=_strings(data["to"], "to"),
+            cc=_strings(data["cc"], "cc"),
+            bcc=_strings(data["bcc"], "bcc"),
+            reply_to=_strings(data["reply_to"], "reply_to"),
+            subject=_string(data["subject"], "subject"),
+            text=text_body,
+            html=html,
+            headers=dict(headers),
         )
+
+
+def _string(value: object, name: str) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{name}: not a string")
+    return value
+
+
+def _strings(value: object, name: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise TypeError(f"{name}: not a list of strings")
+    return tuple(value)
 
 
 def check_tenant_id(tenant_id: object, field_name: str = "tenant_id") -> str:
@@ -153,6 +172,8 @@ def _address(value: object, field_name: str) -> str:
         raise InvalidMail(field_name, f"must be an e-mail address string, got {type(value).__name__}")
     if "\r" in value or "\n" in value:
         raise InvalidMail(field_name, "must not contain CR or LF")
+    if not CONTROLS.isdisjoint(value):
+        raise InvalidMail(field_name, "must not contain control characters (in the address or its name)")
     if not value.strip():
         hint = " (or set the tenant's default_sender)" if field_name.endswith("sender") else ""
         raise InvalidMail(field_name, "must be a valid e-mail address, not empty" + hint)
