@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from hypothesis import strategies as st
 
@@ -32,3 +33,16 @@ def with_holes(base: dict[str, Any]) -> st.SearchStrategy[dict[str, Any]]:
         return {k: v for k, v in out.items() if k not in dropped}
 
     return st.tuples(changes, drops).map(apply)
+
+
+T = TypeVar("T")
+
+
+def accepted(call: Callable[[], T], *refusals: type[Exception]) -> T | None:
+    """What ``call`` answers, or None if it raised one of its documented refusals
+    (with a message saying why); any other exception fails the property."""
+    try:
+        return call()
+    except refusals as exc:
+        assert str(exc), "a refusal that says nothing"
+        return None
