@@ -18,12 +18,13 @@ from urllib.parse import urljoin, urlsplit
 
 import aiohttp
 import pytest
+from playwright.async_api import Page
 
 from fairpost import MailClient
 from fairpost.config import load_settings
 from fairpost.mailer.console.auth import Auth, safe_next
 from fairpost.mailer.console.guard import Guard
-from tests.console.conftest import TOKEN, console_settings, serve
+from tests.console.conftest import BROWSER_LOOP, TOKEN, console_settings, serve
 
 BEARER = {"Authorization": f"Bearer {TOKEN}"}
 
@@ -84,6 +85,21 @@ async def test_a_login_never_leads_off_the_console(redis_url: str, prefix: str) 
             assert landed.netloc == urlsplit(base).netloc, (wanted, location)
             assert landed.path.startswith(prefix + "/"), (wanted, location)
         assert location == f"{prefix}/tenants?q=a"  # a path of its own is kept
+
+
+@BROWSER_LOOP
+@pytest.mark.parametrize("wanted", ["/%09/evil.example/", "/%0A/evil.example/", "/%5C/evil.example/"])
+async def test_a_browser_logging_in_from_a_crafted_link_stays_on_the_console(
+    page: Page, redis_url: str, wanted: str
+) -> None:
+    # The link a phisher would send: the console's own login page, with next carrying a
+    # tab, a line break or a backslash that the browser itself would drop or turn into '/'.
+    async with serve(console_settings(redis_url), guard=Guard()) as base:
+        await page.goto(f"{base}/login?next={wanted}")
+        await page.get_by_label("Token").fill(TOKEN)
+        await page.get_by_role("button", name="Log in").click()
+        await page.wait_for_url(base + "/")
+        assert urlsplit(page.url).netloc == urlsplit(base).netloc
 
 
 async def test_a_logged_out_cookie_is_refused_by_every_console(redis_url: str) -> None:
