@@ -5,6 +5,7 @@
 #   make test-fast  the fast tier only: the sender's decisions against fakes, no servers (seconds)
 #   make test-stress  the whole test suite while stress-ng keeps every core busy
 #   make faults   the whole fault matrix (make test runs a sample of it)
+#   make fuzz     the property tests (tests/properties) with many more examples
 #   make lint     ruff (check and format), hadolint and the layer contracts (lint-imports)
 #   make types    mypy only
 #   make bench    the benchmarks
@@ -27,10 +28,10 @@ test-stress:
 	FAIRPOST_BOOTSTRAP_STRESS=1 $(BOOTSTRAP) test
 	bash scripts/test-stress.sh $(PYTEST_ARGS)
 
-.PHONY: help demo test test-fast test-stress faults lint types pytest bench clean distclean bootstrap-test bootstrap-demo
+.PHONY: help demo test test-fast test-stress faults fuzz lint types pytest bench clean distclean bootstrap-test bootstrap-demo
 
 help:
-	@sed -n '3,11p' $(firstword $(MAKEFILE_LIST)) | sed 's/^# *//'
+	@sed -n '3,12p' $(firstword $(MAKEFILE_LIST)) | sed 's/^# *//'
 
 bootstrap-test:
 	$(BOOTSTRAP) test
@@ -68,6 +69,11 @@ pytest: bootstrap-test
 # SQS and SES call failed in turn, its request lost and then its answer.
 faults: bootstrap-test
 	FAIRPOST_FAULT_MATRIX=all $(BIN)/pytest -m faults $(PYTEST_ARGS)
+
+# The property tests of every parser that takes outside input: make test runs each
+# with a fixed budget of examples (hypothesis profile "ci"), this with many more.
+fuzz: bootstrap-test
+	FAIRPOST_HYPOTHESIS_PROFILE=fuzz $(BIN)/pytest tests/properties --timeout 1800 $(PYTEST_ARGS)
 
 bench: bootstrap-test
 	$(BIN)/python -m bench

@@ -179,8 +179,9 @@ class ConsoleSettings(_Section):
 
     port: int = Field(default=8025, ge=1, le=65535)
     """Where it listens; never the daemon's ``http_port``."""
-    host: str = "0.0.0.0"
-    """The address it binds (``127.0.0.1``: this machine only)."""
+    host: str = "127.0.0.1"
+    """The address it binds: this machine only by default (``0.0.0.0``: every
+    interface, as a pod behind a Service needs; deploy/kubernetes/console.yaml sets it)."""
     prefix: str = Field(default="", pattern=r"^(/[A-Za-z0-9._~-]+)*/?$")
     """The path it is served under behind a reverse proxy (``/fairpost``), passed on as is."""
     token: SecretStr | None = None

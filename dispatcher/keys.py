@@ -217,6 +217,11 @@ class Keys:
         """Sorted set: replica ids scored by when their heartbeat expires (ms)."""
         return f"{self.root}:replicas"
 
+    def console_ended(self, session_digest: str) -> str:
+        """String with a TTL: a console session ended by logout, by a digest of its id,
+        until its cookie would have expired anyway (mailer/console/sessions.py)."""
+        return f"{self.root}:console:ended:{session_digest}"
+
     # -- reputation (SES events, suppression, the guard, SES tenants) ---------------
     def ses_message(self, message_id: str) -> str:
         """String with a TTL: the job id of the mail SES accepted under this SES message id."""

@@ -19,14 +19,25 @@ import jinja2
 import redis
 import redis.asyncio
 from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from fairpost.config import Settings, mask_url
 from fairpost.dispatcher import connect
 from fairpost.mailer.console import pages, posts
 from fairpost.mailer.console.actions import Actions
-from fairpost.mailer.console.auth import AUTH, Auth, Handler, auth_middleware, safe_next, session_of
+from fairpost.mailer.console.auth import (
+    AUTH,
+    Auth,
+    Handler,
+    auth_middleware,
+    refuse_while_waiting,
+    safe_next,
+    session_of,
+)
 from fairpost.mailer.console.context import ACTIONS, CONSOLE, FLASHES, JINJA, LIVE_SECONDS
 from fairpost.mailer.console.data import Console
+from fairpost.mailer.console.guard import Guard
+from fairpost.mailer.console.sessions import SESSIONS, EndedSessions
 from fairpost.mailer.console.views import clock, mask_address, mask_text, rate, waits, warmup_source, when
 from fairpost.mailer.errors import RedisFailed
 from fairpost.mailer.sdk.connection import timeouts
@@ -53,12 +64,14 @@ def build_app(
     *,
     live_seconds: float = 5.0,
     sample_seconds: float | None = None,
+    guard: Guard | None = None,
 ) -> web.Application:
     """The console for these settings; its Redis connections open with the app and close with it.
 
-    Raises :class:`ConfigError` without ``FAIRPOST_CONSOLE_TOKEN``.
+    Raises :class:`ConfigError` without ``FAIRPOST_CONSOLE_TOKEN``. ``guard``: the
+    one that slows wrong tokens (a test's, with its own clock).
     """
-    auth = Auth(settings)
+    auth = Auth(settings, guard)
     prefix = settings.console.prefix
     app = web.Application(middlewares=[_headers, _failures, auth_middleware(auth)])
     app[AUTH] = auth
@@ -76,6 +89,7 @@ def build_app(
     if prefix:
         get("", _to_home)
     get("/healthz", _healthz)
+    get("/metrics", _metrics)
     get("/login", _login_page)
     post("/login", _login)
     post("/logout", _logout)
@@ -107,7 +121,11 @@ def _templates(settings: Settings) -> jinja2.Environment:
         number=lambda n: f"{n:,}",
     )
     env.globals.update(
-        waits=waits, warmup_source=warmup_source, prefix=settings.console.prefix, show_addresses=show
+        waits=waits,
+        warmup_source=warmup_source,
+        prefix=settings.console.prefix,
+        show_addresses=show,
+        tenant_path=pages.tenant_path,
     )
     return env
 
@@ -120,6 +138,7 @@ def _connections(settings: Settings, sample_seconds: float | None) -> Any:
         if sample_seconds is not None:
             console.send_rate.every = sample_seconds
         app[CONSOLE] = console
+        app[SESSIONS] = EndedSessions(client, console.keys)
         app[ACTIONS] = Actions(console)
         stop = asyncio.Event()
         sampler = asyncio.create_task(console.send_rate.run(stop, console.sample_rate), name="send-rate")
@@ -161,6 +180,12 @@ async def _healthz(request: web.Request) -> web.Response:
     return web.Response(text="ok\n")
 
 
+async def _metrics(request: web.Request) -> web.Response:
+    """The console's own counters (wrong tokens), for Prometheus with the Bearer token."""
+    body = generate_latest(request.app[AUTH].guard.registry)
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
 async def _login_page(
     request: web.Request, *, status: int = 200, error: str | None = None, next_path: str | None = None
 ) -> web.Response:
@@ -178,10 +203,18 @@ async def _login(request: web.Request) -> web.StreamResponse:
     auth = request.app[AUTH]
     form = await request.post()
     next_path = str(form.get("next", ""))
+    try:
+        refuse_while_waiting(auth.guard, request)
+    except web.HTTPTooManyRequests as wait:
+        error = f"Too many wrong tokens from your address: try again in {wait.headers['Retry-After']} s."
+        page = await _login_page(request, status=429, error=error, next_path=next_path)
+        page.headers["Retry-After"] = wait.headers["Retry-After"]
+        return page
     if not auth.token_matches(str(form.get("token", ""))):
-        log.warning("console: a login with a wrong token (from %s)", request.remote)
+        auth.guard.failed(request.remote, "login")
         error = "That is not the console's token."
         return await _login_page(request, status=401, error=error, next_path=next_path)
+    auth.guard.succeeded(request.remote)
     response = web.HTTPSeeOther(safe_next(auth.prefix, next_path or None))
     value = auth.new_cookie()
     auth.set_cookie(response, request, value)
@@ -196,6 +229,8 @@ async def _logout(request: web.Request) -> web.StreamResponse:
     form = await request.post()
     if not request.app[AUTH].csrf_ok(session, str(form.get("csrf", ""))):
         raise web.HTTPForbidden(text="missing or wrong CSRF token\n")
+    if session.via == "cookie":
+        await request.app[SESSIONS].end(session.id, session.expires)
     response = web.HTTPSeeOther(request.app[AUTH].prefix + "/login")
     request.app[AUTH].clear_cookie(response)
     log.info("console: logged out: %s", session.who)

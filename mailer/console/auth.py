@@ -2,8 +2,10 @@
 
 One secret, ``FAIRPOST_CONSOLE_TOKEN``. A browser posts it once to the login
 page and gets a session cookie (HttpOnly, SameSite=Strict) signed with a key
-derived from the token, so a new token ends every session and nothing is
-stored server-side. A script sends ``Authorization: Bearer <token>`` instead.
+derived from the token, so a new token ends every session. Logout ends the
+session on the server too (:mod:`.sessions`): the cookie is refused from then.
+A script sends ``Authorization: Bearer <token>`` instead. Wrong tokens are
+slowed per client address (:mod:`.guard`).
 
 Every action is a POST. One made with the session cookie must carry the
 session's CSRF token (the ``csrf`` form field or an ``X-CSRF-Token`` header):
@@ -21,15 +23,19 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
+import posixpath
 import secrets
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from urllib.parse import quote, unquote, urlsplit
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
 from fairpost.config import ConfigError, Settings
+from fairpost.mailer.console.guard import Guard
+from fairpost.mailer.console.sessions import SESSIONS
 
 __all__ = [
     "AUTH",
@@ -57,6 +63,8 @@ class Session:
     """``cookie`` or ``bearer``."""
     csrf: str = ""
     """The token the session's forms carry; empty for Bearer requests."""
+    expires: float = 0.0
+    """When its cookie expires (epoch seconds); 0 for Bearer requests."""
 
     @property
     def who(self) -> str:
@@ -77,7 +85,7 @@ def _same(given: str, expected: str) -> bool:
 class Auth:
     """Checks the token, signs and reads session cookies, derives CSRF tokens."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, guard: Guard | None = None) -> None:
         token = settings.console.token
         if token is None:
             raise ConfigError([("FAIRPOST_CONSOLE_TOKEN", _TOKEN_REQUIRED)])
@@ -85,6 +93,7 @@ class Auth:
         self._key = hmac.new(self._token, b"fairpost-console-session", hashlib.sha256).digest()
         self.write = settings.console.write
         self.prefix = settings.console.prefix
+        self.guard = guard or Guard()
 
     def token_matches(self, given: str) -> bool:
         return hmac.compare_digest(given.encode(), self._token)  # bytes: any text compares
@@ -107,7 +116,7 @@ class Auth:
             return None
         if int(expires) < (now or time.time()):
             return None
-        return Session(session_id, "cookie", self._sign("csrf:" + session_id)[:32])
+        return Session(session_id, "cookie", self._sign("csrf:" + session_id)[:32], float(expires))
 
     def session(self, request: web.Request) -> Session | None:
         """The request's session: a valid Bearer token or session cookie; None otherwise.
@@ -157,16 +166,27 @@ OPEN_PATHS = ("/login", "/healthz")
 
 def auth_middleware(auth: Auth) -> Middleware:
     """Every request but the open ones needs a session: pages without one are sent
-    to the login page, anything else (actions, live fragments) gets 401."""
+    to the login page, anything else (actions, live fragments) gets 401. A Bearer
+    token from an address that must wait (:mod:`.guard`) is not compared: 429."""
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         path = request.path.removeprefix(auth.prefix)
         if path in OPEN_PATHS or path.startswith("/static/"):
             return await handler(request)
+        bearer = "Authorization" in request.headers
+        if bearer:
+            refuse_while_waiting(auth.guard, request)
         session = auth.session(request)
+        if bearer:
+            if session is None:
+                auth.guard.failed(request.remote, "bearer")
+            else:
+                auth.guard.succeeded(request.remote)
+        elif session is not None and await request.app[SESSIONS].ended(session.id):
+            session = None  # logged out: the cookie is still signed, but over
         if session is None:
-            if request.method in ("GET", "HEAD") and not path.startswith("/fragments/"):
+            if request.method in ("GET", "HEAD") and not path.startswith("/fragments/") and not bearer:
                 raise web.HTTPFound(login_url(auth.prefix, request.path_qs))
             raise web.HTTPUnauthorized(
                 text="log in first: the console's session cookie, or Authorization: Bearer <token>\n",
@@ -175,6 +195,17 @@ def auth_middleware(auth: Auth) -> Middleware:
         return await handler(request)
 
     return middleware
+
+
+def refuse_while_waiting(guard: Guard, request: web.Request) -> None:
+    """429 with ``Retry-After`` if the client's address must wait before its next token."""
+    left = guard.throttled(request.remote)
+    if left > 0:
+        seconds = str(max(1, int(left + 0.999)))
+        raise web.HTTPTooManyRequests(
+            text=f"too many wrong tokens from this address: try again in {seconds} s\n",
+            headers={"Retry-After": seconds},
+        )
 
 
 def session_of(request: web.Request) -> Session:
@@ -186,17 +217,27 @@ def session_of(request: web.Request) -> Session:
 
 
 def login_url(prefix: str, next_path: str) -> str:
-    from urllib.parse import quote
-
     return f"{prefix}/login?next={quote(next_path, safe='/')}"
 
 
 def safe_next(prefix: str, wanted: str | None) -> str:
-    """Where a login goes on to: a path of this console, never another site."""
+    """Where a login goes on to: a path of this console, never another site.
+
+    Parsed, not only matched: a browser drops tabs and line breaks from a URL and
+    reads a backslash as ``/``, so ``/<TAB>/evil.example/`` is ``//evil.example/``,
+    another site. Anything but visible ASCII, a scheme or a host, a dot segment
+    (``..``, ``%2e%2e``), or a path outside the prefix goes home instead."""
     home = prefix + "/"
-    if not wanted or not wanted.startswith(home) or wanted.startswith("//") or "\\" in wanted:
+    if not wanted or not all(32 < ord(c) < 127 for c in wanted) or "\\" in wanted:
         return home
-    return wanted
+    parts = urlsplit(wanted)
+    path = parts.path
+    if parts.scheme or parts.netloc or not path.startswith(home) or path.startswith("//"):
+        return home
+    segments = unquote(path).split("/")
+    if any(s in (".", "..") for s in segments) or posixpath.normpath(unquote(path)).startswith("//"):
+        return home
+    return path + (f"?{parts.query}" if parts.query else "")
 
 
 async def require_action(auth: Auth, request: web.Request) -> tuple[Session, dict[str, str]]:

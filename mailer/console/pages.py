@@ -69,8 +69,25 @@ async def tenants(request: web.Request) -> web.Response:
     return render(request, "tenants.html", title="Tenants", listing=listing, sorts=SORTS)
 
 
+_DOT_IDS = frozenset({".", ".."})
+DOT_MARK = "~"
+"""Before a tenant id that is a dot segment, in its path (a tenant id never holds ``~``)."""
+
+
+def tenant_path(tenant: str, rest: str = "") -> str:
+    """The path of a tenant's page (``rest``: of one of its actions), under the prefix.
+
+    A browser resolves a segment ``.`` or ``..`` away (percent-encoded too:
+    ``%2e%2e`` is ``..`` to it), so a link to tenant ``..`` would lead to ``/``:
+    those two ids are written ``~.`` and ``~..``, and :func:`tenant_from` reads them back."""
+    segment = DOT_MARK + tenant if tenant in _DOT_IDS else quote(tenant, safe="")
+    return f"/tenants/{segment}{rest}"
+
+
 def tenant_from(request: web.Request) -> str:
     tenant = request.match_info["tenant"]
+    if tenant.startswith(DOT_MARK) and tenant[1:] in _DOT_IDS:
+        tenant = tenant[1:]
     if not is_valid_tenant_id(tenant):
         raise web.HTTPNotFound(text=f"no such tenant: a tenant id is {TENANT_ID_RULE}\n")
     return tenant

@@ -14,7 +14,7 @@ from aiohttp import web
 from fairpost.dispatcher.errors import NotReplayable, UnknownJob
 from fairpost.mailer.console.auth import Handler, require_action
 from fairpost.mailer.console.context import ACTIONS, AUTH, done, render
-from fairpost.mailer.console.pages import MAX_JOB_ID, tenant_from, tenant_page
+from fairpost.mailer.console.pages import MAX_JOB_ID, tenant_from, tenant_page, tenant_path
 from fairpost.mailer.errors import ConfirmationStale, InvalidInput
 
 __all__ = ["add_routes"]
@@ -42,7 +42,7 @@ async def _tenant_action(
         message = await asyncio.to_thread(act, session.who, tenant, form)
     except InvalidInput as exc:
         return await tenant_page(request, tenant, status=400, error=str(exc), limits=form.get("limits"))
-    raise done(request, f"/tenants/{tenant}", message)
+    raise done(request, tenant_path(tenant), message)
 
 
 async def pause(request: web.Request) -> web.StreamResponse:

@@ -100,6 +100,11 @@ _WORD = r"[^\s@<>\"',;:()\[\]]"
 _ADDRESS = re.compile(rf"(?<!{_WORD}){_WORD}+@{_WORD}+")
 """An address: a word, ``@``, a word. A match starts only where a word does, so a
 long word without ``@`` is scanned once, not once from each of its characters."""
+_NAME_WORD = r"[^\W\d_][^\s<>,;:=\"()\[\]]*"
+_NAMED = re.compile(rf'(?:"(?:[^"\\]|\\.){{0,200}}"|{_NAME_WORD}(?:[ \t]+{_NAME_WORD}){{0,3}})\s*<<address>>')
+"""A display name before a masked address (``Boss <<address>>``, ``"Ada L." <<address>>``):
+a quoted string, or up to four words that start with a letter (so ``550 5.1.1``
+before it stays). Run on the cut text only, so its work stays bounded."""
 _MAX_ERROR_CHARS = 500
 _SCAN_CHARS = _MAX_ERROR_CHARS + 254
 """What is read of a text: the output, and room for an address (254 characters at
@@ -111,7 +116,7 @@ breaks become spaces, to keep words apart."""
 
 def redact(message: str) -> str:
     """SES's text, safe to log, store and print: at most 500 characters, recipients
-    masked, no control characters. Texts from outside can be long, and this runs on
+    masked with their display names, no control characters. Texts from outside can be long, and this runs on
     the event loop: the work is bounded by the output, not the input."""
     head = message[:_SCAN_CHARS]
     if len(message) > _SCAN_CHARS and _in_address(message[_SCAN_CHARS]):
@@ -121,7 +126,8 @@ def redact(message: str) -> str:
         while end and _in_address(head[end - 1]):
             end -= 1
         head = head[:end]
-    return _ADDRESS.sub("<address>", head.translate(_CONTROLS))[:_MAX_ERROR_CHARS]
+    masked = _ADDRESS.sub("<address>", head.translate(_CONTROLS))
+    return _NAMED.sub("<address>", masked)[:_MAX_ERROR_CHARS]
 
 
 def _in_address(char: str) -> bool:

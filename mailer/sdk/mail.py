@@ -14,6 +14,7 @@ from email_validator import EmailNotValidError, validate_email
 from fairpost.config.tenant_id import TENANT_ID_RULE, is_valid_tenant_id
 from fairpost.mailer.errors import InvalidMail
 from fairpost.mailer.sdk.attachments import Attachment
+from fairpost.mailer.sdk.headers import CONTROLS, check_headers, check_subject
 
 MAX_RECIPIENTS = 50
 """SES's limit on To + Cc + Bcc of one message."""
@@ -21,15 +22,9 @@ MAX_RECIPIENTS = 50
 MAX_SUBJECT_CHARS = 998
 """RFC 5322's line limit: a longer subject cannot be one header line."""
 
-_HEADER_NAME_CHARS = frozenset(chr(c) for c in range(33, 127)) - {":"}
-
 LOCAL_PART_RULE = (
     "the part before the @ must be 7-bit ASCII: SES does not accept internationalised local parts"
 )
-
-SES_HEADER_PREFIX = "x-ses-"
-"""SES reads headers named so as instructions (configuration set, message tags,
-ARNs): a tenant's own could redirect its events or forge the tenant tag."""
 
 
 @dataclass(frozen=True)
@@ -95,19 +90,38 @@ class ValidMail:
 
     @classmethod
     def from_json(cls, text: str) -> ValidMail:
-        """Rebuild a mail written by :meth:`to_json`. Raises ValueError/KeyError/TypeError if malformed."""
+        """Rebuild a mail written by :meth:`to_json`. Raises ValueError/KeyError/TypeError if
+        malformed: each field of the type :meth:`to_json` writes, or the mail is not read."""
         data: dict[str, Any] = json.loads(text)
+        headers = data["headers"]
+        if not isinstance(headers, dict) or not all(isinstance(v, str) for v in headers.values()):
+            raise TypeError("headers: not an object of strings")
+        text_body, html = data["text"], data["html"]
+        if not all(b is None or isinstance(b, str) for b in (text_body, html)):
+            raise TypeError("text, html: not strings")
         return cls(
-            sender=str(data["from"]),
-            to=tuple(data["to"]),
-            cc=tuple(data["cc"]),
-            bcc=tuple(data["bcc"]),
-            reply_to=tuple(data["reply_to"]),
-            subject=str(data["subject"]),
-            text=data["text"],
-            html=data["html"],
-            headers=dict(data["headers"]),
+            sender=_string(data["from"], "from"),
+            to=_strings(data["to"], "to"),
+            cc=_strings(data["cc"], "cc"),
+            bcc=_strings(data["bcc"], "bcc"),
+            reply_to=_strings(data["reply_to"], "reply_to"),
+            subject=_string(data["subject"], "subject"),
+            text=text_body,
+            html=html,
+            headers=dict(headers),
         )
+
+
+def _string(value: object, name: str) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{name}: not a string")
+    return value
+
+
+def _strings(value: object, name: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise TypeError(f"{name}: not a list of strings")
+    return tuple(value)
 
 
 def check_tenant_id(tenant_id: object, field_name: str = "tenant_id") -> str:
@@ -131,7 +145,7 @@ def validate(mail: Mail, *, max_bytes: int, prefix: str = "") -> tuple[ValidMail
         raise InvalidMail(
             prefix + "to", f"at most {MAX_RECIPIENTS} recipients in to + cc + bcc (SES's limit), got {total}"
         )
-    subject = _header_value(mail.subject, prefix + "subject")
+    subject = check_subject(mail.subject, prefix + "subject")
     if not subject.strip():
         raise InvalidMail(prefix + "subject", "must not be empty")
     if len(subject) > MAX_SUBJECT_CHARS:
@@ -141,7 +155,7 @@ def validate(mail: Mail, *, max_bytes: int, prefix: str = "") -> tuple[ValidMail
             raise InvalidMail(prefix + name, "must be a string")
     if not mail.text and not mail.html:
         raise InvalidMail(prefix + "text", "at least one of text and html is required")
-    headers = _headers(mail.headers, prefix + "headers")
+    headers = check_headers(mail.headers, prefix + "headers")
     valid = ValidMail(sender, to, cc, bcc, reply_to, subject, mail.text, mail.html, headers)
     payload = valid.to_json()
     size = len(payload.encode())
@@ -158,6 +172,8 @@ def _address(value: object, field_name: str) -> str:
         raise InvalidMail(field_name, f"must be an e-mail address string, got {type(value).__name__}")
     if "\r" in value or "\n" in value:
         raise InvalidMail(field_name, "must not contain CR or LF")
+    if not CONTROLS.isdisjoint(value):
+        raise InvalidMail(field_name, "must not contain control characters (in the address or its name)")
     if not value.strip():
         hint = " (or set the tenant's default_sender)" if field_name.endswith("sender") else ""
         raise InvalidMail(field_name, "must be a valid e-mail address, not empty" + hint)
@@ -190,32 +206,3 @@ def _addresses(value: object, field_name: str) -> tuple[str, ...]:
     if not isinstance(value, Iterable):
         raise InvalidMail(field_name, "must be an address or a list of addresses")
     return tuple(_address(item, f"{field_name}[{i}]") for i, item in enumerate(value))
-
-
-def _header_value(value: object, field_name: str) -> str:
-    if not isinstance(value, str):
-        raise InvalidMail(field_name, f"must be a string, got {type(value).__name__}")
-    if "\r" in value or "\n" in value:
-        raise InvalidMail(field_name, "must not contain CR or LF (header injection)")
-    return value
-
-
-def _headers(value: Mapping[str, str] | None, field_name: str) -> dict[str, str]:
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise InvalidMail(field_name, "must be a mapping of header name to value")
-    out: dict[str, str] = {}
-    for name, header in value.items():
-        if not isinstance(name, str) or not name or not set(name) <= _HEADER_NAME_CHARS:
-            raise InvalidMail(
-                f"{field_name}[{name!r}]", "a header name is printable ASCII without spaces or ':'"
-            )
-        if name.lower().startswith(SES_HEADER_PREFIX):
-            raise InvalidMail(
-                f"{field_name}[{name!r}]",
-                "X-SES-* headers are instructions to SES, not the tenant's to give; fairpost sets "
-                "the configuration set and tags itself",
-            )
-        out[name] = _header_value(header, f"{field_name}[{name!r}]")
-    return out

@@ -17,33 +17,15 @@ from fairpost.mailer.sdk.mail import ValidMail
 SES_MAX_MESSAGE_BYTES = 40_000_000
 """SES v2's limit on one message, attachments (base64-encoded) included."""
 
-_RESERVED_HEADERS = frozenset(
-    h.lower()
-    for h in (
-        "From",
-        "To",
-        "Cc",
-        "Bcc",
-        "Reply-To",
-        "Subject",
-        "MIME-Version",
-        "Content-Type",
-        "Content-Transfer-Encoding",
-        "Content-Disposition",
-    )
-)
-
 
 def build_mime(mail: ValidMail, attachments: Iterable[Attachment], *, prefix: str = "") -> bytes:
     """The whole message, CRLF line endings, as SES's ``Content.Raw.Data`` takes it.
 
     Bcc recipients are not written as a header: SES gets them from ``Destination``.
     No Date or Message-ID: SES adds them when it sends (a scheduled mail is sent
-    later than it is built).
+    later than it is built). The mail's headers passed :mod:`.headers` in
+    :func:`~fairpost.mailer.sdk.mail.validate`, as on the Simple path.
     """
-    for name in mail.headers:
-        if name.lower() in _RESERVED_HEADERS:
-            raise InvalidMail(f"{prefix}headers[{name!r}]", "is set by fairpost from the mail's own fields")
     try:
         msg = EmailMessage(policy=policy.SMTP)
         msg["From"] = mail.sender

@@ -93,6 +93,8 @@ def test_its_settings_are_valid_and_read_only(monkeypatch: pytest.MonkeyPatch, t
     console = load_settings().console
     assert console.port == {p["name"]: p["containerPort"] for p in container["ports"]}["http"]
     assert console.write is False, "the manifest's console starts read-only"
+    # A pod listens on every interface for its Service: the default, 127.0.0.1, would not do.
+    assert console.host == "0.0.0.0"
     assert console.token is not None and "CHANGE-ME" in console.token.get_secret_value()
 
 

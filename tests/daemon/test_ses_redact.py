@@ -84,6 +84,24 @@ def test_a_short_text_keeps_its_words() -> None:
     assert redact("550 5.1.1 <ada@example.org>: user unknown") == "550 5.1.1 <<address>>: user unknown"
 
 
+@pytest.mark.parametrize(
+    ("text", "out"),
+    [
+        (
+            "Message rejected: Boss <boss@acme.example> is suppressed",
+            "Message rejected: <address> is suppressed",
+        ),
+        ('to "Ada Lovelace" <ada@example.org>: refused', "to <address>: refused"),
+        ('to "Lovelace, Ada" <ada@example.org>, "Bob" <b@x.example>', "to <address>, <address>"),
+        ("550 5.1.1 Grace Brewster Hopper <g@example.org> unknown", "550 5.1.1 <address> unknown"),
+        ("Name=Ada Lovelace <ada@example.org>", "Name=<address>"),
+        ("550 5.1.1 <ada@example.org>: user unknown", "550 5.1.1 <<address>>: user unknown"),
+    ],
+)
+def test_display_names_go_with_their_address(text: str, out: str) -> None:
+    assert redact(text) == out
+
+
 @pytest.mark.parametrize("local", ["s" * 30, "secret" * 10 + "x", "secret.agent+tag"])
 def test_no_part_of_an_address_survives_wherever_the_cut_falls(local: str) -> None:
     # Long addresses before it shrink when masked, so text from near the cut

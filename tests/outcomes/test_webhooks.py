@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import redis.asyncio
 
 from fairpost.config import Settings
@@ -92,7 +93,7 @@ async def test_an_endpoint_gets_only_the_types_it_asked_for(
 
 
 async def test_failures_are_retried_on_the_schedule_then_given_up_and_the_job_goes_on(
-    redis_url: str, aredis: redis.asyncio.Redis, receiver: Receiver
+    redis_url: str, aredis: redis.asyncio.Redis, receiver: Receiver, caplog: pytest.LogCaptureFixture
 ) -> None:
     settings = hook_settings(redis_url, retry_schedule="100ms,300ms")
     hook = endpoint(settings, receiver, "acme", "/down")
@@ -121,6 +122,9 @@ async def test_failures_are_retried_on_the_schedule_then_given_up_and_the_job_go
     )
     assert counted == (3, 1)
     assert part.metrics.deliveries.labels("given_up")._value.get() == 1
+    # The warning says which endpoint gave up (its id: never its URL, which may hold a secret).
+    [warning] = [r.getMessage() for r in caplog.records if "given up" in r.getMessage()]
+    assert hook in warning and receiver.url("/down") not in warning
 
 
 async def test_retry_after_is_honoured(

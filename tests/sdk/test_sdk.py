@@ -341,7 +341,7 @@ def test_cr_or_lf_in_subject_is_rejected(client: MailClient, redis_client: redis
     assert "CR or LF" in error.rule
 
 
-@pytest.mark.parametrize("subject", ["", "   ", "\t"])
+@pytest.mark.parametrize("subject", ["", "   "])  # a tab is a control character: test_headers.py
 def test_empty_subject_is_rejected(client: MailClient, redis_client: redis.Redis, subject: str) -> None:
     error = rejected(client, redis_client, subject=subject)
     assert error.field == "subject"

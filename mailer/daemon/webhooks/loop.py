@@ -197,6 +197,7 @@ class WebhookDeliveries:
             "event_id": delivery.event_id, "type": delivery.type, "attempt": attempt,
             "at": iso_timestamp(moment), "result": answer.result, "status": answer.status,
             "duration_ms": int(answer.seconds * 1000), "error": answer.error, "response": answer.response,
+            "response_bytes": answer.response_bytes, "response_sha256": answer.response_sha256,
             "next_attempt_in_seconds": wait if outcome == "retry" else None,
         }  # fmt: skip
         keys, args = self.calls.settle(
@@ -211,11 +212,21 @@ class WebhookDeliveries:
             self.delivered += 1
         elif outcome == "given_up":
             log.warning(
-                "webhook delivery given up after %d attempts (%s)", attempt, answer.error, extra=extra
+                "webhook delivery to endpoint %s given up after %d attempts (%s)",
+                delivery.endpoint,
+                attempt,
+                answer.error,
+                extra=extra,
             )
         if disabled:
             self.metrics.endpoint_disabled(disabled)
-            log.error("webhook endpoint disabled: %s (last: %s)", disabled, answer.error, extra=extra)
+            log.error(
+                "webhook endpoint %s disabled: %s (last: %s)",
+                delivery.endpoint,
+                disabled,
+                answer.error,
+                extra=extra,
+            )
 
     async def _poster_post(self, url: str, signed: dict[str, str], body: str) -> Answer:
         if self._poster is None:

@@ -10,25 +10,29 @@ and the whole attempt ends after FAIRPOST_WEBHOOK_TIMEOUT_SECONDS.
 
 from __future__ import annotations
 
-import ipaddress
+import hashlib
 import socket
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
-from urllib.parse import urlsplit
 
 import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
 
 from fairpost.config import Settings
-from fairpost.mailer.errors import AddressNotPublic
-from fairpost.mailer.sdk.outcomes.urls import is_public
+from fairpost.mailer.errors import AddressNotPublic, InvalidWebhook
+from fairpost.mailer.sdk.outcomes.urls import check_url, is_public
 
 __all__ = ["MAX_RESPONSE_BYTES", "Answer", "Poster", "PublicResolver", "retry_after"]
 
 MAX_RESPONSE_BYTES = 1024
-"""What is read of an endpoint's answer (kept, cut to 200 characters, in its attempts)."""
+"""What is read of an endpoint's answer: its length and digest are kept in its
+attempts, and (private addresses not allowed) its first 200 characters."""
+
+DNS_CACHE_SECONDS = 60
+"""How long a name's addresses are reused: an endpoint behind a load balancer
+moves, and each new answer is checked again by :class:`PublicResolver`."""
 
 RESULTS = ("delivered", "http_error", "gone", "timeout", "connection", "blocked")
 """What an attempt came to: a 2xx; another status; 410; no answer in time; no
@@ -38,8 +42,8 @@ connection (refused, reset, unresolvable); an address fairpost may not call."""
 class PublicResolver(AbstractResolver):
     """Resolves as the system does, and refuses a host with any non-public address."""
 
-    def __init__(self, allow_private: bool) -> None:
-        self._inner = aiohttp.ThreadedResolver()
+    def __init__(self, allow_private: bool, *, inner: AbstractResolver | None = None) -> None:
+        self._inner = inner or aiohttp.ThreadedResolver()
         self._allow_private = allow_private
 
     async def resolve(
@@ -62,9 +66,14 @@ class Answer:
     retry_after: float | None
     """Seconds the endpoint asked to wait (``Retry-After``), if it did."""
     error: str | None
-    response: str
-    """The start of the answer's body."""
+    response: str | None
+    """The start of the answer's body; None with FAIRPOST_WEBHOOK_ALLOW_PRIVATE (a
+    private service's text kept would turn a blind SSRF into a read)."""
     seconds: float
+    response_bytes: int = 0
+    """How much of the body was read (at most :data:`MAX_RESPONSE_BYTES`)."""
+    response_sha256: str | None = None
+    """The hex digest of what was read; None without an answer."""
 
 
 def retry_after(value: str | None, now: datetime | None = None) -> float | None:
@@ -86,11 +95,14 @@ def retry_after(value: str | None, now: datetime | None = None) -> float | None:
 class Poster:
     """Makes delivery attempts over one connection pool (close it with :meth:`close`)."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, *, inner: AbstractResolver | None = None) -> None:
+        """``inner``: the resolver asked before the check (the system's; a test's stand-in)."""
         hooks = settings.webhook
         self._allow_private = hooks.allow_private
         connector = aiohttp.TCPConnector(
-            resolver=PublicResolver(hooks.allow_private), limit=hooks.concurrency, ttl_dns_cache=None
+            resolver=PublicResolver(hooks.allow_private, inner=inner),
+            limit=hooks.concurrency,
+            ttl_dns_cache=DNS_CACHE_SECONDS,
         )
         self._session = aiohttp.ClientSession(
             connector=connector,
@@ -109,9 +121,13 @@ class Poster:
             result: str, status: int | None = None, error: str | None = None, **more: object
         ) -> Answer:
             after = more.get("retry_after")
-            text = str(more.get("response", ""))
+            raw = more.get("raw")
             took = time.monotonic() - started
-            return Answer(result, status, after if isinstance(after, float) else None, error, text, took)
+            if not isinstance(raw, bytes):
+                return Answer(result, status, after if isinstance(after, float) else None, error, None, took)
+            shown = None if self._allow_private else raw.decode("utf-8", "replace")[:200]
+            wait = after if isinstance(after, float) else None
+            return Answer(result, status, wait, error, shown, took, len(raw), hashlib.sha256(raw).hexdigest())
 
         refused = self._refused(url)
         if refused is not None:
@@ -121,12 +137,11 @@ class Poster:
                 url, data=body.encode(), headers=headers, allow_redirects=False
             ) as r:
                 raw = await r.content.read(MAX_RESPONSE_BYTES)
-                shown = raw.decode("utf-8", "replace")[:200]
                 wait = retry_after(r.headers.get("Retry-After"))
                 if 200 <= r.status < 300:
-                    return answer("delivered", r.status, response=shown)
+                    return answer("delivered", r.status, raw=raw)
                 result = "gone" if r.status == 410 else "http_error"
-                return answer(result, r.status, f"HTTP {r.status}", response=shown, retry_after=wait)
+                return answer(result, r.status, f"HTTP {r.status}", raw=raw, retry_after=wait)
         except TimeoutError:
             return answer("timeout", error="no answer in time")
         except (aiohttp.ClientError, OSError) as exc:
@@ -136,17 +151,12 @@ class Poster:
             return answer("connection", error=f"{type(exc).__name__}: {str(exc)[:200]}")
 
     def _refused(self, url: str) -> str | None:
-        """Why this URL may not be called now (checked again at each delivery), or None."""
-        parts = urlsplit(url)
-        if parts.scheme != "https" and not (self._allow_private and parts.scheme == "http"):
-            return "the endpoint's URL is not https://"
-        host = parts.hostname or ""
+        """Why this URL may not be called now (the check ``add`` made, again at each
+        delivery; a name is left to the resolver, which checks what it answers), or None."""
         try:
-            ipaddress.ip_address(host)
-        except ValueError:
-            return None  # a name: the resolver checks what it resolves to
-        if not self._allow_private and not is_public(host):
-            return "the endpoint's address is not public"
+            check_url(url, allow_private=self._allow_private, resolver=None)
+        except InvalidWebhook as exc:
+            return f"the endpoint's URL: {exc.rule}"
         return None
 
 

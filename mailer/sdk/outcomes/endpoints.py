@@ -143,8 +143,9 @@ class Webhooks(RedisOwner):
 
     @redis_operation("webhook: enable", writes=True)
     def enable(self, endpoint: str) -> None:
-        """Deliver again, starting with what waited while it was disabled."""
-        self.get(endpoint)
+        """Deliver again, starting with what waited while it was disabled (if its URL
+        still passes the check ``add`` made: :class:`InvalidWebhook` if not)."""
+        self._check_url(self.get(endpoint))
         k = self.keys
         with self._redis.pipeline(transaction=True) as pipe:
             pipe.hset(k.webhook_endpoint(endpoint), "enabled", "1")
@@ -191,7 +192,7 @@ class Webhooks(RedisOwner):
         retention are gone."""
         if not isinstance(since, datetime) or since.tzinfo is None:
             raise InvalidWebhook("since", "must be a timezone-aware datetime (ISO 8601 with an offset)")
-        target = self.get(endpoint)
+        target = self._check_url(self.get(endpoint))
         start, queued = stream_id(since), 0
         while True:
             page: Any = self._redis.xrange(self.keys.outcomes(), min=start, count=_REPLAY_PAGE)
@@ -207,6 +208,12 @@ class Webhooks(RedisOwner):
             if len(page) < _REPLAY_PAGE:
                 return queued
             start = "(" + text(page[-1][0])
+
+    def _check_url(self, endpoint: Endpoint) -> Endpoint:
+        """The endpoint, if its URL still passes :func:`check_url` (a name may resolve
+        elsewhere now, or the record may have been written past ``add``)."""
+        check_url(endpoint.url, allow_private=self.settings.webhook.allow_private)
+        return endpoint
 
     def _read(self, endpoint: str) -> Endpoint | None:
         with self._redis.pipeline(transaction=False) as pipe:

@@ -3,9 +3,10 @@
 A tenant-supplied URL must not reach the cluster's own services (Redis, the
 metadata service at 169.254.169.254, a pod's localhost). So an endpoint is an
 ``https://`` URL without credentials, whose host resolves to public addresses
-only, checked when it is added (:func:`check_url`) and again at each delivery
-on the very addresses connected to (the daemon's resolver uses
-:func:`is_public`). ``FAIRPOST_WEBHOOK_ALLOW_PRIVATE=true`` lifts both rules,
+only (:func:`~fairpost.mailer.sdk.outcomes.special.is_public`). :func:`check_url`
+is the one URL check: at ``add``, ``enable`` and ``replay``, and before each
+delivery (which leaves a name to the daemon's resolver: it checks the very
+addresses connected to). ``FAIRPOST_WEBHOOK_ALLOW_PRIVATE=true`` lifts both rules,
 ``http://`` included, for a receiver inside the cluster and for tests.
 """
 
@@ -14,27 +15,15 @@ from __future__ import annotations
 import ipaddress
 import socket
 from collections.abc import Callable
-from typing import Any
 from urllib.parse import urlsplit
 
 from fairpost.mailer.errors import InvalidWebhook
+from fairpost.mailer.sdk.outcomes.special import is_public
 
-__all__ = ["MAX_URL_CHARS", "check_url", "is_public"]
+__all__ = ["MAX_URL_CHARS", "NOT_PUBLIC_RULE", "check_url", "is_public"]
 
 MAX_URL_CHARS = 2000
 Resolver = Callable[[str, int], list[str]]
-
-
-def is_public(address: str) -> bool:
-    """Whether an IP address is on the public internet (not private, loopback,
-    link-local, reserved, multicast, nor one of those inside IPv4-mapped IPv6)."""
-    try:
-        ip: Any = ipaddress.ip_address(address.split("%", 1)[0])
-    except ValueError:
-        return False
-    if ip.version == 6 and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    return bool(ip.is_global) and not ip.is_multicast
 
 
 def resolve(host: str, port: int) -> list[str]:
@@ -43,8 +32,16 @@ def resolve(host: str, port: int) -> list[str]:
     return sorted({str(info[4][0]) for info in infos})
 
 
-def check_url(url: object, *, allow_private: bool, resolver: Resolver = resolve) -> str:
-    """The URL, if fairpost may deliver to it; :class:`InvalidWebhook` naming the rule if not."""
+NOT_PUBLIC_RULE = (
+    "its host is not public: public addresses only (FAIRPOST_WEBHOOK_ALLOW_PRIVATE=true allows private ones)"
+)
+
+
+def check_url(url: object, *, allow_private: bool, resolver: Resolver | None = resolve) -> str:
+    """The URL, if fairpost may deliver to it; :class:`InvalidWebhook` naming the rule if not.
+
+    An IP literal is checked as it is; a name by what ``resolver`` answers, or (None)
+    not here: at delivery the connection's own resolver checks it."""
     if not isinstance(url, str) or not url or len(url) > MAX_URL_CHARS:
         raise InvalidWebhook("url", f"must be a URL of 1 to {MAX_URL_CHARS} characters")
     try:
@@ -66,14 +63,23 @@ def check_url(url: object, *, allow_private: bool, resolver: Resolver = resolve)
         raise InvalidWebhook("url", "must have no fragment, spaces or control characters")
     if allow_private:
         return url
-    try:
-        addresses = resolver(parts.hostname, port or (443 if parts.scheme == "https" else 80))
-    except (OSError, UnicodeError):
-        raise InvalidWebhook("url", "its host does not resolve") from None
+    if _is_literal(parts.hostname):
+        addresses = [parts.hostname]
+    elif resolver is None:
+        return url
+    else:
+        try:
+            addresses = resolver(parts.hostname, port or (443 if parts.scheme == "https" else 80))
+        except (OSError, UnicodeError):
+            raise InvalidWebhook("url", "its host does not resolve") from None
     if not addresses or not all(is_public(a) for a in addresses):
-        raise InvalidWebhook(
-            "url",
-            "its host must resolve to public addresses only "
-            "(FAIRPOST_WEBHOOK_ALLOW_PRIVATE=true allows private ones)",
-        )
+        raise InvalidWebhook("url", NOT_PUBLIC_RULE)
     return url
+
+
+def _is_literal(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host.split("%", 1)[0])
+    except ValueError:
+        return False
+    return True
