@@ -1,6 +1,8 @@
 """The dispatcher's errors (the root is :class:`fairpost.config.errors.FairpostError`)::
 
 FairpostError
+├── ConfigError (fairpost.config.errors)
+│   └── RedisAccessDenied (Redis refused the credentials or a command)
 └── DispatchError
     ├── UnknownJob
     ├── TooLateToCancel
@@ -12,9 +14,16 @@ from __future__ import annotations
 
 from redis.exceptions import RedisError
 
-from fairpost.config.errors import FairpostError
+from fairpost.config.errors import ConfigError, FairpostError
 
-__all__ = ["DispatchError", "NotReplayable", "NotReplicated", "TooLateToCancel", "UnknownJob"]
+__all__ = [
+    "DispatchError",
+    "NotReplayable",
+    "NotReplicated",
+    "RedisAccessDenied",
+    "TooLateToCancel",
+    "UnknownJob",
+]
 
 
 class DispatchError(FairpostError):
@@ -63,3 +72,18 @@ class NotReplicated(DispatchError, RedisError):
             f"the write reached the Redis master but {acked} of the {wanted} replicas "
             f"FAIRPOST_REDIS_MIN_REPLICAS asks for within {seconds:g}s"
         )
+
+
+class RedisAccessDenied(ConfigError):
+    """Redis refused fairpost's credentials (``WRONGPASS``, ``NOAUTH``) or a command
+    (``NOPERM``): the settings or the Redis user's ACL are wrong, so trying again
+    cannot help. ``code`` is Redis's error code, ``setting`` the variable to fix.
+
+    A :class:`ConfigError`, on purpose: nothing was written, and it is not Redis
+    being away (fairpost.dispatcher.access builds it).
+    """
+
+    def __init__(self, code: str, setting: str, rule: str) -> None:
+        self.code = code
+        self.setting = setting
+        super().__init__([(setting, rule)])

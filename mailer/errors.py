@@ -3,6 +3,7 @@ re-exported here, so ``fairpost.mailer.errors`` names every error fairpost raise
 
     FairpostError                 (fairpost.config.errors)
     ├── ConfigError               (fairpost.config.errors) the settings are invalid
+    │   └── RedisAccessDenied     (fairpost.dispatcher.errors) Redis refused the credentials or a command
     ├── DispatchError             (fairpost.dispatcher.errors)
     │   ├── UnknownJob            no job has this id
     │   ├── TooLateToCancel       handed to SQS or finished already
@@ -38,6 +39,7 @@ from fairpost.dispatcher.errors import (
     DispatchError,
     NotReplayable,
     NotReplicated,
+    RedisAccessDenied,
     TooLateToCancel,
     UnknownJob,
 )
@@ -57,6 +59,7 @@ __all__ = [
     "NotReplayable",
     "NotReplicated",
     "PoisonMessage",
+    "RedisAccessDenied",
     "RedisFailed",
     "RefusedRequest",
     "ServiceError",
