@@ -34,6 +34,7 @@ from fairpost.dispatcher.connect import SOCKET_DEFAULTS, redis_client
 from fairpost.dispatcher.errors import EvictingRedis
 
 __all__ = [
+    "PolicyOnce",
     "PolicyVerdict",
     "RedisMemory",
     "aread_memory",
@@ -178,3 +179,24 @@ def check_policy(memory: RedisMemory, high_water: float) -> PolicyVerdict:
     if verdict.refused:
         raise EvictingRedis(memory.policy, verdict.reason, verdict.fix)
     return verdict
+
+
+class PolicyOnce:
+    """The policy read and judged on a client's first write, then kept, so that a send
+    costs no more than before; a refusal is not kept (the operator may fix the setting)."""
+
+    def __init__(self, high_water: float) -> None:
+        self.high_water = high_water
+        self.verdict: PolicyVerdict | None = None
+
+    def check(self, client: redis.Redis) -> PolicyVerdict:
+        """:func:`check_policy` on the first call; raises :class:`EvictingRedis`."""
+        if self.verdict is None:
+            self.verdict = check_policy(read_memory(client), self.high_water)
+        return self.verdict
+
+    async def acheck(self, client: redis.asyncio.Redis) -> PolicyVerdict:
+        """:meth:`check` for asyncio."""
+        if self.verdict is None:
+            self.verdict = check_policy(await aread_memory(client), self.high_water)
+        return self.verdict
