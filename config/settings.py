@@ -282,6 +282,12 @@ class Settings(BaseSettings):
     record, a quota grant) before fairpost acts on it (Redis ``WAIT``); 0: none."""
     redis_wait_seconds: float = Field(default=1.0, gt=0, le=60)
     """How long such a write waits for ``redis_min_replicas`` replicas before it counts as failed."""
+    redis_high_water: float = Field(default=0.85, gt=0, le=1)
+    """Above this share of Redis's ``maxmemory`` the SDK refuses new mail (a retriable
+    :class:`RedisNearlyFull`) so that the daemon keeps room to drain and Redis never
+    evicts (docs/design.md, "Redis memory"); 1: refuse only at the limit itself."""
+    redis_memory_check_seconds: float = Field(default=30.0, ge=1, le=3600)
+    """How often the daemon reads Redis's memory and eviction policy again while it runs."""
     key_prefix: str = Field(default="fairpost", pattern=r"^[A-Za-z0-9:._-]{1,64}$")
     queue_name: str = "fairpost-mail.fifo"
     config_file: Path | None = None

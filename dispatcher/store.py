@@ -20,6 +20,7 @@ from fairpost.dispatcher.calls import (
     ScriptCalls,
     StoreLimits,
     claimed,
+    refused_when_full,
     script,
     store_limits,
     submitted,
@@ -65,12 +66,13 @@ class JobStore:
             return []
         keys, args = self._calls.enqueue(jobs)
         durable = self.limits.durability
-        if not durable.replicas:
-            return [submitted(r) for r in await self._enqueue(keys=keys, args=args)]
-        # The job ids go back to the caller: only once replicas hold the jobs.
-        async with self.redis.pipeline(transaction=False) as pipe:
-            await self._enqueue(keys=keys, args=args, client=pipe)
-            [results] = await self.execute_durably(pipe)
+        with refused_when_full(self.limits.high_water):
+            if not durable.replicas:
+                return [submitted(r) for r in await self._enqueue(keys=keys, args=args)]
+            # The job ids go back to the caller: only once replicas hold the jobs.
+            async with self.redis.pipeline(transaction=False) as pipe:
+                await self._enqueue(keys=keys, args=args, client=pipe)
+                [results] = await self.execute_durably(pipe)
         return [submitted(r) for r in results]
 
     async def claim(self, count: int, *, token: str | None = None) -> list[Job]:
@@ -283,13 +285,14 @@ class SyncJobStore:
             return []
         keys, args = self._calls.enqueue(jobs)
         durable = self.limits.durability
-        if not durable.replicas:
-            return [submitted(r) for r in self._enqueue(keys=keys, args=args)]
-        # The job ids go back to the caller: only once replicas hold the jobs.
-        with self.redis.pipeline(transaction=False) as pipe:
-            self._enqueue(keys=keys, args=args, client=pipe)
-            durable.queue_wait(pipe)
-            [results] = durable.check(pipe.execute())
+        with refused_when_full(self.limits.high_water):
+            if not durable.replicas:
+                return [submitted(r) for r in self._enqueue(keys=keys, args=args)]
+            # The job ids go back to the caller: only once replicas hold the jobs.
+            with self.redis.pipeline(transaction=False) as pipe:
+                self._enqueue(keys=keys, args=args, client=pipe)
+                durable.queue_wait(pipe)
+                [results] = durable.check(pipe.execute())
         return [submitted(r) for r in results]
 
     def job(self, job_id: str) -> dict[str, str]:
