@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 
 from fairpost.config import ConfigError, FairpostError, Settings, load_settings
 from fairpost.mailer.ops.console import aws_error, print_json, unreachable_redis
+from fairpost.mailer.ops.doctor import add_parser as add_doctor
 from fairpost.mailer.ops.lifecycle_commands import add_commands as add_lifecycle_commands
 from fairpost.mailer.ops.lifecycle_commands import parse_header, parse_send_at
 from fairpost.mailer.ops.quota_commands import add_commands as add_quota_commands
@@ -299,6 +300,7 @@ def build_parser() -> argparse.ArgumentParser:
     check = sub.add_parser("check-config", help="validate and print the effective settings (secrets masked)")
     check.add_argument("--json", action="store_true")
     check.set_defaults(handler=cmd_check_config)
+    add_doctor(sub)
 
     stats = sub.add_parser(
         "stats", help="per tenant and global: backlog, in flight, sent per window against the limit, pauses"

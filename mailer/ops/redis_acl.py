@@ -81,7 +81,6 @@ _TOPOLOGY_ONLY = {"cluster|slots": "cluster", "cluster|shards": "cluster", "comm
 """Commands only one topology needs."""
 
 
-
 def acl_setuser(user: str = "fairpost", prefix: str = "fairpost", password: str = "PASSWORD") -> str:
     """The ``ACL SETUSER`` line that allows fairpost exactly what it needs."""
     root = Keys(prefix).root
@@ -124,7 +123,7 @@ def _runs(client: redis.Redis, name: str) -> bool:
         if name in ("multi", "exec"):
             client.pipeline(transaction=True).execute()  # an empty MULTI ... EXEC
         elif name == "wait":
-            client.execute_command("WAIT", 0, 0)
+            client.wait(0, 0)
         else:
             return False
     except redis.exceptions.NoPermissionError:

@@ -24,8 +24,10 @@ SECRET = "s3cret-pass-word"
 def test_fairpost_run_exits_at_once_naming_the_setting(
     ops_env: dict[str, str], redis_client: redis.Redis, tmp_path: Path, userinfo: str, code: str
 ) -> None:
-    redis_client.execute_command("ACL", "SETUSER", "run37", "on", f">{SECRET}", "~*", "&*", "+@all")
-    redis_client.execute_command(
+    redis_client.execute_command(  # type: ignore[no-untyped-call]
+        "ACL", "SETUSER", "run37", "on", f">{SECRET}", "~*", "&*", "+@all"
+    )
+    redis_client.execute_command(  # type: ignore[no-untyped-call]
         "ACL", "SETUSER", "run37noscript", "on", f">{SECRET}", "~*", "&*", "+@all", "-@scripting"
     )
     try:
@@ -41,4 +43,6 @@ def test_fairpost_run_exits_at_once_naming_the_setting(
         assert "FAIRPOST_REDIS_URL" in logs and code in logs, logs
         assert SECRET not in logs and "wrong-password" not in logs, logs
     finally:
-        redis_client.execute_command("ACL", "DELUSER", "run37", "run37noscript")
+        redis_client.execute_command(  # type: ignore[no-untyped-call]
+            "ACL", "DELUSER", "run37", "run37noscript"
+        )

@@ -26,8 +26,10 @@ def locked_redis() -> Iterator[RedisServer]:
     ``app`` (everything) and ``noscript`` (everything but running scripts)."""
     with redis_server() as server:
         admin = redis.Redis(port=server.port)
-        admin.execute_command("ACL", "SETUSER", "app", "on", f">{SECRET}", "~*", "&*", "+@all")
-        admin.execute_command(
+        admin.execute_command(  # type: ignore[no-untyped-call]
+            "ACL", "SETUSER", "app", "on", f">{SECRET}", "~*", "&*", "+@all"
+        )
+        admin.execute_command(  # type: ignore[no-untyped-call]
             "ACL", "SETUSER", "noscript", "on", f">{SECRET}", "~*", "&*", "+@all", "-@scripting"
         )
         admin.config_set("requirepass", SECRET)
