@@ -30,7 +30,7 @@ import redis.asyncio
 import redis.cluster
 
 from fairpost.config import Settings
-from fairpost.dispatcher.connect import SOCKET_DEFAULTS, redis_client
+from fairpost.dispatcher.connect import SOCKET_DEFAULTS, node_options, redis_client
 from fairpost.dispatcher.errors import EvictingRedis
 
 __all__ = [
@@ -142,7 +142,8 @@ def read_masters(settings: Settings, **options: Any) -> list[RedisMemory]:
             return [read_memory(client)]
         finally:
             client.close()
-    cluster = redis.cluster.RedisCluster.from_url(settings.redis_url, **options)
+    # The CA file and the IAM token provider, as every client (dispatcher/connect.py).
+    cluster = redis.cluster.RedisCluster.from_url(settings.redis_url, **node_options(settings), **options)
     try:
         primaries = cluster.get_primaries()  # type: ignore[no-untyped-call]
         memory = cluster.info("memory", target_nodes=primaries)
