@@ -91,7 +91,7 @@ def sigv4_minter(iam: RedisIamSettings) -> Mint:
     url = f"https://{iam.cache_name}/?{urlencode(query)}"
 
     def mint() -> str:
-        request = {"method": "GET", "url": url, "body": {}, "url_path": "/", "context": {}}
+        request = {"method": "GET", "url": url, "body": {}, "headers": {}, "url_path": "/", "context": {}}
         signed: str = signer.generate_presigned_url(
             request, operation_name="connect", expires_in=TOKEN_SECONDS, region_name=region
         )
