@@ -90,3 +90,8 @@ def test_fairpost_runs_under_the_template_user_and_uses_no_other_command(
     errors = admin.info("errorstats")
     assert not any("NOPERM" in name for name in errors), errors
     assert admin.acl_log() == []
+
+
+def test_the_operations_page_prints_the_template() -> None:
+    page = (Path(__file__).resolve().parents[2] / "docs" / "operations.md").read_text(encoding="utf-8")
+    assert acl_setuser() in page
