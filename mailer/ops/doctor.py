@@ -12,66 +12,26 @@ policy, persistence, topology, the ACL of fairpost's user) and
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from fairpost.config import Settings
+from fairpost.mailer.ops.console import print_json
+from fairpost.mailer.ops.doctor_aws import aws_checks
+from fairpost.mailer.ops.doctor_check import Check, exit_code, render_text
+from fairpost.mailer.ops.doctor_redis import redis_checks
 
-__all__ = ["Check", "Verdict", "add_parser", "exit_code", "render_text", "run_checks"]
-
-Verdict = Literal["pass", "warn", "fail"]
-
-
-@dataclass(frozen=True)
-class Check:
-    """One finding: ``area`` (redis, sqs, ses), ``name``, the ``verdict``, what was found
-    (``detail``) and, unless it passed, the ``fix``."""
-
-    area: str
-    name: str
-    verdict: Verdict
-    detail: str
-    fix: str = ""
-
-    def to_json(self) -> dict[str, Any]:
-        return {"area": self.area, "check": self.name, "verdict": self.verdict,
-                "detail": self.detail, "fix": self.fix}  # fmt: skip
+__all__ = ["add_parser", "run_checks"]
 
 
 def run_checks(settings: Settings, *, aws: bool = True) -> list[Check]:
     """Every check, Redis first; ``aws=False``: Redis alone."""
-    from fairpost.mailer.ops.doctor_redis import redis_checks
-
     checks = redis_checks(settings)
     if aws:
-        from fairpost.mailer.ops.doctor_aws import aws_checks
-
         checks += aws_checks(settings)
     return checks
 
 
-def exit_code(checks: list[Check]) -> int:
-    return 1 if any(check.verdict == "fail" for check in checks) else 0
-
-
-_MARK = {"pass": "ok  ", "warn": "WARN", "fail": "FAIL"}
-
-
-def render_text(checks: list[Check]) -> str:
-    lines = []
-    for check in checks:
-        lines.append(f"{_MARK[check.verdict]} {check.area} {check.name}: {check.detail}")
-        if check.fix and check.verdict != "pass":
-            lines.append(f"     fix: {check.fix}")
-    failed = sum(check.verdict == "fail" for check in checks)
-    warned = sum(check.verdict == "warn" for check in checks)
-    lines.append(f"{len(checks)} checks: {failed} failed, {warned} warnings")
-    return "\n".join(lines)
-
-
 def cmd_doctor(args: argparse.Namespace, settings: Settings) -> int:
-    from fairpost.mailer.ops.console import print_json
-
     checks = run_checks(settings, aws=not args.redis_only)
     if args.json:
         print_json({"ok": exit_code(checks) == 0, "checks": [check.to_json() for check in checks]})

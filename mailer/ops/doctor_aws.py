@@ -13,7 +13,7 @@ from typing import Any
 
 from fairpost.config import Settings
 from fairpost.config.limits import Window
-from fairpost.mailer.ops.doctor import Check, Verdict
+from fairpost.mailer.ops.doctor_check import Check, Verdict
 
 __all__ = ["aws_checks"]
 

@@ -19,7 +19,7 @@ from fairpost.config import Settings, mask_url
 from fairpost.dispatcher import connect
 from fairpost.dispatcher.access import ACL_DOCS, access_denied
 from fairpost.dispatcher.redis_memory import judge_policy, read_masters
-from fairpost.mailer.ops.doctor import Check, Verdict
+from fairpost.mailer.ops.doctor_check import Check, Verdict
 from fairpost.mailer.ops.redis_acl import acl_setuser, denied_commands
 from fairpost.mailer.sdk.connection import timeouts
 
@@ -84,6 +84,8 @@ def _reach(settings: Settings, client: redis.Redis) -> Check:
 
 
 def _user(settings: Settings) -> str:
+    if settings.redis_iam is not None:
+        return settings.redis_iam.user
     return unquote(urlsplit(settings.redis_url).username or "") or "default"
 
 
