@@ -97,7 +97,12 @@ def async_redis_client(settings: Settings, **options: Any) -> redis.asyncio.Redi
         )
         return async_master
     connection = _connection_class(settings, redis.asyncio.connection.SSLConnection, asyncio_class=True)
-    return redis.asyncio.Redis.from_url(settings.redis_url, **node_options(settings), **connection, **options)
+    if not connection:
+        return redis.asyncio.Redis.from_url(settings.redis_url, **node_options(settings), **options)
+    # redis-py's asyncio from_url puts the URL's connection class over the one given.
+    kwargs: dict[str, Any] = dict(redis.asyncio.connection.parse_url(settings.redis_url))
+    kwargs.update({**node_options(settings), **options, **connection})
+    return redis.asyncio.Redis.from_pool(redis.asyncio.ConnectionPool(**kwargs))
 
 
 # -- settings to redis-py arguments ---------------------------------------------

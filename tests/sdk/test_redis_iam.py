@@ -130,6 +130,23 @@ def test_a_connection_older_than_its_age_reconnects_with_a_new_token(
         client.close()
 
 
+async def test_async_connections_renew_themselves_too(
+    tls_server: tuple[TlsFiles, int], tokens: TokenService
+) -> None:
+    settings = iam_settings(tls_server, max_connection_age=0.3)
+    client = connect.async_redis_client(settings)
+    try:
+        first = await client.client_id()
+        tokens.rotate(cut=False)
+        deadline = time.monotonic() + 10
+        while await client.client_id() == first:
+            assert time.monotonic() < deadline, "the connection was never renewed"
+            await asyncio.sleep(0.05)
+        assert await client.acl_whoami() == "app-iam"
+    finally:
+        await client.aclose()
+
+
 def test_the_token_is_a_sigv4_presigned_connect_url(monkeypatch: pytest.MonkeyPatch) -> None:
     # botocore signs with made-up credentials: the shape is checked, not AWS's verdict.
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
