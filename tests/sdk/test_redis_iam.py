@@ -28,7 +28,7 @@ from fairpost.config.settings import RedisIamSettings
 from fairpost.dispatcher import connect, iam
 from fairpost.mailer.testing.ses_server import SesServer
 from tests.support.pipeline import pipeline, quick_settings
-from tests.support.tls import TlsFiles, tls_redis
+from tests.support.tls import TlsFiles, tls_cluster, tls_redis
 
 MAIL: dict[str, Any] = {"sender": "app@example.com", "to": ["ada@example.org"], "subject": "s", "text": "t"}
 
@@ -145,6 +145,36 @@ async def test_async_connections_renew_themselves_too(
         assert await client.acl_whoami() == "app-iam"
     finally:
         await client.aclose()
+
+
+def test_a_cluster_over_tls_takes_the_token_and_renews_its_connections(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with tls_cluster() as (files, ports):
+        nodes = [files.client(port) for port in ports]
+        services = [TokenService(node, "app-iam") for node in nodes]  # the user on every node
+        monkeypatch.setattr(iam, "sigv4_minter", lambda _: services[0].mint)
+        settings = load_settings(
+            redis_url=f"rediss://127.0.0.1:{ports[0]}/0", redis_cluster=True, redis_tls_ca_file=files.ca,
+            redis_iam={"user": "app-iam", "cache_name": "my-cache", "max_connection_age": 0.3},
+        )  # fmt: skip
+        with MailClient(settings) as client:
+            job = client.send("acme", **MAIL)
+            assert client.status(job).state == "queued"
+        direct = connect.redis_client(settings)
+        try:
+            first = direct.client_id()
+            for service in services:
+                service.rotate(cut=False)
+            deadline = time.monotonic() + 10
+            while direct.client_id() == first:
+                assert time.monotonic() < deadline, "the connection was never renewed"
+                time.sleep(0.05)
+            assert direct.acl_whoami() == "app-iam"
+        finally:
+            direct.close()
+            for node in nodes:
+                node.close()
 
 
 def test_the_token_is_a_sigv4_presigned_connect_url(monkeypatch: pytest.MonkeyPatch) -> None:
