@@ -51,6 +51,12 @@ def access_denied(exc: BaseException, settings: Settings) -> RedisAccessDenied |
             f"the Redis user it names may not run a command fairpost needs (NOPERM: {detail}): "
             f"grant the ACL of {ACL_DOCS} (`fairpost doctor` lists what is missing)"
         )
+    elif settings.redis_iam is not None:
+        rule = (
+            f"Redis refused the IAM token of user {settings.redis_iam.user} ({code}: {detail}): check that "
+            "the user is IAM-enabled, FAIRPOST_REDIS_IAM__CACHE_NAME, __SERVICE and __REGION name the "
+            "cache, and the role may elasticache:Connect (memorydb:Connect) on both"
+        )
     elif code == "NOAUTH":
         rule = (
             "Redis asks for a password and none was given (NOAUTH): "
@@ -68,7 +74,7 @@ def access_denied(exc: BaseException, settings: Settings) -> RedisAccessDenied |
 
 def credential_setting(settings: Settings) -> str:
     """The variable that holds the credentials Redis checks."""
-    return "FAIRPOST_REDIS_URL"
+    return "FAIRPOST_REDIS_URL" if settings.redis_iam is None else "FAIRPOST_REDIS_IAM__USER"
 
 
 def _masked(text: str, settings: Settings) -> str:

@@ -26,6 +26,7 @@ from fairpost import AsyncMailClient, MailClient
 from fairpost.config import ConfigError, Settings, load_settings
 from fairpost.config.settings import RedisIamSettings
 from fairpost.dispatcher import connect, iam
+from fairpost.mailer.errors import RedisAccessDenied
 from fairpost.mailer.testing.ses_server import SesServer
 from tests.support.pipeline import pipeline, quick_settings
 from tests.support.tls import TlsFiles, tls_cluster, tls_redis
@@ -128,6 +129,20 @@ def test_a_connection_older_than_its_age_reconnects_with_a_new_token(
             time.sleep(0.05)
     finally:
         client.close()
+
+
+def test_a_refused_token_is_a_configuration_error_naming_the_iam_setting(
+    tls_server: tuple[TlsFiles, int], tokens: TokenService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(iam, "sigv4_minter", lambda _: lambda: "a-token-redis-never-saw")
+    settings = iam_settings(tls_server)
+    started = time.monotonic()
+    with MailClient(settings) as client, pytest.raises(RedisAccessDenied) as caught:
+        client.send("acme", **MAIL)
+    assert time.monotonic() - started < 2
+    assert caught.value.setting == "FAIRPOST_REDIS_IAM__USER"
+    assert "IAM token of user app-iam" in str(caught.value)
+    assert "a-token-redis-never-saw" not in str(caught.value)
 
 
 async def test_async_connections_renew_themselves_too(
