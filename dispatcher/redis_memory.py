@@ -78,6 +78,18 @@ class RedisMemory:
         """At or over ``high_water`` (a fraction of ``maxmemory``); never without a limit."""
         return self.limited and self.fill >= high_water
 
+    def describe(self) -> str:
+        """One line for an operator: how full, under which policy, and any eviction."""
+        used = _megabytes(self.used_memory)
+        if not self.limited:
+            told = f"Redis memory: {used} used, no maxmemory (policy {self.policy})"
+        else:
+            limit = _megabytes(self.maxmemory)
+            told = f"Redis memory: {used} of {limit} ({self.fill:.0%}), policy {self.policy}"
+        if self.evicted_keys:
+            told += f"; {self.evicted_keys} keys evicted since Redis started"
+        return told
+
     def to_json(self) -> dict[str, Any]:
         return {
             "used_memory": self.used_memory,
@@ -87,6 +99,10 @@ class RedisMemory:
             "fill": round(self.fill, 4),
             **({"node": self.node} if self.node else {}),
         }
+
+
+def _megabytes(size: int) -> str:
+    return f"{size / 1_048_576:.1f} MB"
 
 
 @dataclass(frozen=True)

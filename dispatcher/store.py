@@ -53,6 +53,7 @@ class JobStore:
         self._keep = client.register_script(script("keep"))
         self._renew = client.register_script(script("renew"))
         self._dead_letter = client.register_script(script("dead_letter"))
+        self._tenant_settings = client.register_script(script("tenant_settings"))
 
     async def enqueue(self, jobs: Sequence[NewJob]) -> list[bool]:
         """Enqueue jobs in one atomic call, all or nothing; False where nothing was
@@ -258,13 +259,10 @@ class JobStore:
         these (the configuration is the source of truth; a tenant whose weight or
         cap was removed from it falls back to the defaults). Live overrides
         (limits, pauses) are kept elsewhere and are not touched."""
-        async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.delete(self.keys.weights(), self.keys.caps())
-            if weights:
-                pipe.hset(self.keys.weights(), mapping={t: str(w) for t, w in weights.items()})
-            if caps:
-                pipe.hset(self.keys.caps(), mapping={t: str(c) for t, c in caps.items()})
-            await pipe.execute()
+        args: list[str | int] = [len(weights)]
+        for tenant, value in [*weights.items(), *caps.items()]:
+            args += [tenant, value]
+        await self._tenant_settings(keys=[self.keys.weights(), self.keys.caps()], args=args)
 
 
 class SyncJobStore:

@@ -83,7 +83,9 @@ async def test_async_send_refuses_above_the_high_water_mark(limited_redis_srv: L
             await client.send("acme", **MAIL)  # type: ignore[arg-type]
 
 
-def test_a_redis_without_maxmemory_takes_mail_as_before(client: MailClient, redis_client: redis.Redis) -> None:
+def test_a_redis_without_maxmemory_takes_mail_as_before(
+    client: MailClient, redis_client: redis.Redis
+) -> None:
     assert read_memory(redis_client).maxmemory == 0
     client.send("acme", **MAIL)  # type: ignore[arg-type]
     assert redis_client.dbsize() > 0
