@@ -170,3 +170,15 @@ def test_a_missing_queue_and_a_paused_ses_account_fail_by_name(
     assert "sending is disabled" in checks["ses account"]["detail"]
     assert checks["ses quota"]["verdict"] == "warn"
     assert "500 per 1 s" in checks["ses quota"]["detail"]
+
+
+def test_a_redis_above_the_high_water_mark_warns_that_new_mail_is_refused(
+    env: None, admin: redis.Redis, capsys: pytest.CaptureFixture[str]
+) -> None:
+    used = int(admin.info("memory")["used_memory"])
+    admin.config_set("maxmemory", str(int(used * 1.05)))  # noeviction: full, never evicting
+    exit_code, checks = doctor(capsys, "--redis-only")
+    assert exit_code == 0
+    memory = checks["redis memory"]
+    assert memory["verdict"] == "warn" and "new mail is refused" in memory["detail"]
+    assert checks["redis policy"]["verdict"] == "pass"
