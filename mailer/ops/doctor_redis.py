@@ -65,8 +65,8 @@ def _guarded(step: _Step, settings: Settings, client: redis.Redis) -> Check:
 
 def _reach_fix(settings: Settings) -> str:
     return (
-        "check FAIRPOST_REDIS_URL (host, port, user and password; rediss:// and ssl_ca_certs=PATH "
-        "for TLS) and that this host may reach Redis"
+        "check FAIRPOST_REDIS_URL (host, port, user and password; rediss:// for TLS, with "
+        "FAIRPOST_REDIS_TLS_CA_FILE for a private CA) and that this host may reach Redis"
     )
 
 
@@ -77,7 +77,8 @@ def _reach(settings: Settings, client: redis.Redis) -> Check:
     except (redis.exceptions.RedisError, OSError) as exc:
         denied = access_denied(exc, settings)
         if denied is not None:
-            return _check("connection", "fail", str(denied).split("\n  ", 1)[-1], f"fix {denied.setting}")
+            setting, rule = denied.problems[0]
+            return _check("connection", "fail", f"{setting}: {rule}", f"fix {setting}")
         return _check("connection", "fail", f"cannot reach Redis at {url}: {exc}", _reach_fix(settings))
     tls = " over TLS" if urlsplit(settings.redis_url).scheme == "rediss" else ""
     return _check("connection", "pass", f"connected to {url}{tls} as user {_user(settings)}")
