@@ -48,10 +48,8 @@ class TokenProvider(CredentialProvider):
     def __init__(self, user: str, mint: Mint) -> None:
         self.user = user
         self._mint = mint
-        self.minted = 0
 
     def get_credentials(self) -> tuple[str, str]:
-        self.minted += 1
         return self.user, self._mint()
 
     async def get_credentials_async(self) -> tuple[str, str]:

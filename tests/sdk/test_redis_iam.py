@@ -74,10 +74,8 @@ def tokens(tls_server: tuple[TlsFiles, int], monkeypatch: pytest.MonkeyPatch) ->
     admin: redis.Redis = files.client(port)
     admin.flushall()
     service = TokenService(admin, "app-iam")
-    minted: list[RedisIamSettings] = []
-
     def stand_in(settings: RedisIamSettings) -> iam.Mint:
-        minted.append(settings)
+        assert (settings.user, settings.cache_name) == ("app-iam", "my-cache")
         return service.mint
 
     # The one stand-in: the SigV4 signature, which only AWS can check.
