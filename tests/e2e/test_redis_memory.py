@@ -113,7 +113,11 @@ def test_a_volatile_lru_backlog_larger_than_memory_loses_nothing_and_never_evict
     env: dict[str, str], limited_redis_srv: LimitedRedis, ses: SesServer, tmp_path: Path
 ) -> None:
     url = limited_redis_srv.url("volatile-lru")
-    total = 600  # 600 x 16 KB: more than twice the 4 MB Redis holds
+    body = "x" * 64_000
+    with redis.Redis.from_url(url) as plain:
+        # Room for the daemon's own working set beside the 4 MB a fresh Redis uses little of.
+        plain.config_set("maxmemory", 16 * 1024 * 1024)
+    total = 320  # 320 x 64 KB: half again what the 16 MB Redis holds
     accepted: list[str] = []
     refusals = 0
 
@@ -121,8 +125,9 @@ def test_a_volatile_lru_backlog_larger_than_memory_loses_nothing_and_never_evict
         nonlocal refusals
         with MailClient(load_settings(redis_url=url, key_prefix=PREFIX)) as client:
             while len(accepted) < total:
+                i = len(accepted)
                 try:
-                    accepted.append(client.send(f"t{len(accepted) % 3}", **mail(len(accepted))))  # type: ignore[arg-type]
+                    accepted.append(client.send(f"t{i % 3}", **{**mail(i), "text": body}))  # type: ignore[arg-type]
                 except RedisNearlyFull:
                     refusals += 1
                     time.sleep(0.05)  # the application's back-off: the daemon drains meanwhile
@@ -133,9 +138,9 @@ def test_a_volatile_lru_backlog_larger_than_memory_loses_nothing_and_never_evict
         wait_for(lambda: refusals > 0, within=30, what="the SDK to reach the high-water mark")
         env = {**env, "FAIRPOST_TENANT_LIMITS": "40/second"}
         with daemon_process({**env, "FAIRPOST_REDIS_URL": url}, tmp_path, replica="r"):
-            producer.join(timeout=120)
+            producer.join(timeout=90)
             assert not producer.is_alive()
-            ses.wait_for(total, timeout=90)
+            ses.wait_for(total, timeout=60)
             wait_for(lambda: all_sent(plain, accepted), within=30, what="every send recorded")
         assert read_memory(plain).evicted_keys == 0
     sent = Counter(m.job_id for m in ses.sent)
