@@ -170,7 +170,7 @@ class ScriptCalls:
         """One call for the whole batch (enqueue.lua): all or nothing."""
         k = self.keys
         keys = [*self._ring_keys(), k.tenants(), k.scheduled()]
-        args: Args = [*self._ring_args(), len(jobs), ENTRY_SEP, self.limits.high_water]
+        args: Args = [*self._ring_args(), len(jobs), ENTRY_SEP, repr(self.limits.high_water)]
         for job in jobs:
             fields: Args = ["kind", job.kind]
             if job.idempotency_key:

@@ -3,6 +3,8 @@ and above the high-water mark refuses new mail, retriably, writing nothing."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import redis
 
@@ -10,7 +12,9 @@ from fairpost import AsyncMailClient, MailClient
 from fairpost.config import load_settings
 from fairpost.dispatcher.errors import EvictingRedis, RedisNearlyFull
 from fairpost.dispatcher.redis_memory import read_memory
-from tests.support.memory import LimitedRedis, fill_to
+from fairpost.mailer.cli import main
+from fairpost.mailer.testing.services import free_port
+from tests.support.memory import MAXMEMORY, LimitedRedis, fill_to
 
 MAIL = {"sender": "app@example.com", "to": ["ada@example.org"], "subject": "hi", "text": "hello"}
 
@@ -89,3 +93,48 @@ def test_a_redis_without_maxmemory_takes_mail_as_before(
     assert read_memory(redis_client).maxmemory == 0
     client.send("acme", **MAIL)  # type: ignore[arg-type]
     assert redis_client.dbsize() > 0
+
+
+@pytest.mark.parametrize(
+    ("policy", "code", "said"),
+    [
+        ("allkeys-lru", 1, "error: Redis's maxmemory-policy is allkeys-lru"),
+        ("volatile-lru", 0, "warning: maxmemory-policy volatile-lru evicts keys with a TTL"),
+        ("noeviction", 0, "Redis memory: "),
+    ],
+)
+def test_check_config_reports_the_policy(
+    limited_redis_srv: LimitedRedis,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    policy: str,
+    code: int,
+    said: str,
+) -> None:
+    monkeypatch.setenv("FAIRPOST_REDIS_URL", limited_redis_srv.url(policy))
+    assert main(["check-config"]) == code
+    assert said in capsys.readouterr().err
+
+
+def test_check_config_without_redis_says_it_was_not_checked(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("FAIRPOST_REDIS_URL", f"redis://127.0.0.1:{free_port()}/0")
+    assert main(["check-config"]) == 0
+    assert "Redis's memory and eviction policy not checked" in capsys.readouterr().err
+
+
+def test_stats_show_how_full_redis_is(
+    limited_redis_srv: LimitedRedis, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = limited_redis_srv.url("volatile-lru")
+    with redis.Redis.from_url(url) as plain:
+        fill_to(plain, 0.5)
+    monkeypatch.setenv("FAIRPOST_REDIS_URL", url)
+    assert main(["stats"]) == 0
+    text = capsys.readouterr().out
+    assert "Redis memory: " in text and "of 4.0 MB" in text and "policy volatile-lru" in text
+    assert main(["stats", "--json"]) == 0
+    memory = json.loads(capsys.readouterr().out)["redis_memory"]
+    assert memory["maxmemory"] == MAXMEMORY and memory["policy"] == "volatile-lru"
+    assert 0.5 <= memory["fill"] < 1 and memory["evicted_keys"] == 0
