@@ -74,6 +74,7 @@ def tokens(tls_server: tuple[TlsFiles, int], monkeypatch: pytest.MonkeyPatch) ->
     admin: redis.Redis = files.client(port)
     admin.flushall()
     service = TokenService(admin, "app-iam")
+
     def stand_in(settings: RedisIamSettings) -> iam.Mint:
         assert (settings.user, settings.cache_name) == ("app-iam", "my-cache")
         return service.mint
