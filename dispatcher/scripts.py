@@ -19,7 +19,14 @@ adding a few small keys while the send it records frees the mail's payload
 the same: its ``#!lua`` shebang makes Redis check memory before it starts."""
 
 
+LIBRARIES = frozenset({"ring", "journal", "deliveries"})
+"""Helpers prepended to other scripts (dispatcher/calls.py, journal.py,
+mailer/sdk/outcomes/deliveries.py): the script they join writes first, once."""
+
+
 @cache
 def lua_source(package: str, name: str) -> str:
-    """The text of ``<package>/<name>.lua``, read once per process, after :data:`WRITES_FIRST`."""
-    return WRITES_FIRST + (files(package) / f"{name}.lua").read_text(encoding="utf-8")
+    """The text of ``<package>/<name>.lua``, read once per process; a script's (not a
+    library's) after :data:`WRITES_FIRST`."""
+    source = (files(package) / f"{name}.lua").read_text(encoding="utf-8")
+    return source if name in LIBRARIES else WRITES_FIRST + source

@@ -31,7 +31,7 @@ from fairpost.mailer.sdk.client import MailClient
 from fairpost.mailer.testing.ses_server import SesServer
 from fairpost.mailer.testing.wait import wait_for
 from tests.support.daemon_process import daemon_process
-from tests.support.memory import LimitedRedis, fill_to
+from tests.support.memory import MAXMEMORY, LimitedRedis, fill_to
 
 pytestmark = pytest.mark.slow
 
@@ -106,6 +106,37 @@ def test_a_daemon_started_on_a_full_noeviction_redis_drains_it_and_records_every
             assert daemon.process.poll() is None, daemon.logs()
     sent = Counter(m.job_id or "" for m in ses.sent)
     assert sorted(sent) == sorted([*job_ids, late])
+    assert max(sent.values()) == 1, "no mail sent twice"
+
+
+def test_a_running_daemon_records_every_send_when_redis_fills_up_under_it(
+    env: dict[str, str], limited_redis_srv: LimitedRedis, ses: SesServer, tmp_path: Path
+) -> None:
+    """The issue's run: Redis fills (a neighbour) while the daemon drains a backlog. It
+    used to go on sending without recording (90 sent, 80 recorded), exit after
+    FAIRPOST_MAX_OUTAGE_SECONDS and send those again."""
+    url = limited_redis_srv.url("noeviction")
+    with MailClient(load_settings(redis_url=url, key_prefix=PREFIX)) as client:
+        # Small mails, as notifications are: a send frees little of what it recorded.
+        job_ids = [client.send("t0", **{**mail(i), "text": "hello"}) for i in range(60)]  # type: ignore[arg-type]
+    env = {**env, "FAIRPOST_REDIS_URL": url, "FAIRPOST_TENANT_LIMITS": "10/second"}
+    with redis.Redis.from_url(url) as plain, daemon_process(env, tmp_path, replica="r") as daemon:
+        ses.wait_for(10, timeout=30)
+        # Full while the daemon sends, and well over (a neighbour's keys, and its
+        # maxmemory lowered under it): what the daemon's sends free is not enough.
+        fill_to(plain, 0.9)
+        plain.config_set("maxmemory", int(read_memory(plain).used_memory * 0.9))
+        assert read_memory(plain).fill > 1
+        assert ses.sent_count < len(job_ids)
+        ses.wait_for(len(job_ids), timeout=60)
+        wait_for(lambda: all_sent(plain, job_ids), within=30, what="every send recorded")
+        assert daemon.process.poll() is None, daemon.logs()
+        plain.config_set("maxmemory", MAXMEMORY)  # room again: the limit back, the neighbour gone
+        plain.delete(*plain.keys("filler:*"))
+        with MailClient(load_settings(redis_url=url, key_prefix=PREFIX)) as client:
+            client.send("t0", **{**mail(60), "text": "hello"})  # type: ignore[arg-type]
+    sent = Counter(m.job_id or "" for m in ses.sent)
+    assert sorted(sent) == sorted(job_ids)
     assert max(sent.values()) == 1, "no mail sent twice"
 
 

@@ -53,13 +53,14 @@ def limited_redis() -> Iterator[LimitedRedis]:
 
 def fill_to(client: redis.Redis, fill: float, *, ttl: int = 0, prefix: str = "filler") -> int:
     """Write keys that are not fairpost's (a neighbour's, 1 KB each) until Redis holds
-    ``fill`` of its maxmemory, or refuses, or has been given that much (a Redis that
-    evicts never holds more than its limit); returns how many were written. ``ttl``:
+    ``fill`` of its maxmemory, or refuses, or has been given twice that much (a Redis
+    that evicts never holds more than its limit); returns how many were written. ``ttl``:
     each key's, so that ``volatile-*`` may evict them."""
-    goal = fill * int(client.info("memory")["maxmemory"])
+    limit = int(client.info("memory")["maxmemory"])
+    goal = fill * limit
     written = 0
     value = b"x" * 1024
-    while int(client.info("memory")["used_memory"]) < goal and written * len(value) < goal:
+    while int(client.info("memory")["used_memory"]) < goal and written * len(value) < fill * 2 * limit:
         with client.pipeline(transaction=False) as pipe:
             for i in range(64):
                 if ttl:
