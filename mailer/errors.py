@@ -8,7 +8,9 @@ re-exported here, so ``fairpost.mailer.errors`` names every error fairpost raise
     │   ├── UnknownJob            no job has this id
     │   ├── TooLateToCancel       handed to SQS or finished already
     │   ├── NotReplayable         not a dead letter, or nothing left to send
-    │   └── NotReplicated         too few Redis replicas took a write in time (also a RedisError)
+    │   ├── NotReplicated         too few Redis replicas took a write in time (also a RedisError)
+    │   ├── EvictingRedis         Redis's maxmemory-policy (allkeys-*) could evict queued mail
+    │   └── RedisNearlyFull       Redis is over the high-water mark: new mail refused (retriable)
     ├── InvalidInput              the caller's input breaks a rule (.field, .rule); nothing was written
     │   ├── InvalidMail           the SDK refused a mail
     │   ├── InvalidOverride       a live quota override is invalid
@@ -37,9 +39,11 @@ from __future__ import annotations
 from fairpost.config.errors import ConfigError, FairpostError
 from fairpost.dispatcher.errors import (
     DispatchError,
+    EvictingRedis,
     NotReplayable,
     NotReplicated,
     RedisAccessDenied,
+    RedisNearlyFull,
     TooLateToCancel,
     UnknownJob,
 )
@@ -50,6 +54,7 @@ __all__ = [
     "ConfirmationStale",
     "DemoError",
     "DispatchError",
+    "EvictingRedis",
     "FairpostError",
     "InvalidInput",
     "InvalidMail",
@@ -61,6 +66,7 @@ __all__ = [
     "PoisonMessage",
     "RedisAccessDenied",
     "RedisFailed",
+    "RedisNearlyFull",
     "RefusedRequest",
     "ServiceError",
     "SesAccountError",

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 from collections import Counter
@@ -28,6 +29,7 @@ from fairpost.dispatcher.redis_memory import read_memory
 from fairpost.mailer.cli import main
 from fairpost.mailer.errors import RedisFailed
 from fairpost.mailer.sdk.client import MailClient
+from fairpost.mailer.testing.services import free_port
 from fairpost.mailer.testing.ses_server import SesServer
 from fairpost.mailer.testing.wait import wait_for
 from tests.support.daemon_process import daemon_process
@@ -59,6 +61,13 @@ def mail(i: int) -> dict[str, object]:
     return {"sender": "app@example.com", "to": ["ada@example.org"], "subject": f"m{i}", "text": BODY}
 
 
+def gauge(text: str, series: str) -> float:
+    """A series' value in a /metrics page."""
+    found = re.search(rf"^{re.escape(series)} (\S+)$", text, re.M)
+    assert found is not None, f"{series} not on /metrics"
+    return float(found[1])
+
+
 def all_sent(client: redis.Redis, job_ids: list[str]) -> bool:
     with client.pipeline(transaction=False) as pipe:
         for job_id in job_ids:
@@ -76,6 +85,27 @@ def test_run_refuses_allkeys_lru_by_name(
     assert code != 0
     assert "maxmemory-policy is allkeys-lru" in daemon.logs()
     assert "noeviction" in daemon.logs()
+
+
+def test_the_daemon_shows_redis_memory_and_stops_when_the_policy_turns_to_allkeys(
+    env: dict[str, str], limited_redis_srv: LimitedRedis, tmp_path: Path
+) -> None:
+    url = limited_redis_srv.url("noeviction")
+    port = free_port()
+    env = {**env, "FAIRPOST_REDIS_URL": url, "FAIRPOST_REDIS_MEMORY_CHECK_SECONDS": "1"}
+    with daemon_process(env, tmp_path, replica="r", http_port=port) as daemon:
+        status, text = daemon.get("/metrics")
+        assert status == 200
+        assert gauge(text, "fairpost_redis_maxmemory_bytes") == MAXMEMORY
+        assert gauge(text, 'fairpost_redis_maxmemory_policy{policy="noeviction"}') == 1
+        assert gauge(text, "fairpost_redis_evicted_keys") == 0
+        assert gauge(text, "fairpost_redis_high_water_ratio") == 0.85
+        assert 0 < gauge(text, "fairpost_redis_used_memory_bytes") < MAXMEMORY
+        with redis.Redis.from_url(url) as plain:
+            plain.config_set("maxmemory-policy", "allkeys-lru")  # changed under the running daemon
+        code = daemon.wait(timeout=30)
+    assert code != 0
+    assert "maxmemory-policy is allkeys-lru" in daemon.logs()
 
 
 def test_a_daemon_started_on_a_full_noeviction_redis_drains_it_and_records_every_send(
