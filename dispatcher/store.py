@@ -54,6 +54,7 @@ class JobStore:
         self._renew = client.register_script(script("renew"))
         self._dead_letter = client.register_script(script("dead_letter"))
         self._tenant_settings = client.register_script(script("tenant_settings"))
+        self._attempt = client.register_script(script("attempt"))
 
     async def enqueue(self, jobs: Sequence[NewJob]) -> list[bool]:
         """Enqueue jobs in one atomic call, all or nothing; False where nothing was
@@ -227,11 +228,7 @@ class JobStore:
 
     async def count_attempt(self, job_id: str, error: str) -> int:
         """A send of the job failed: count it and keep the error; returns the attempts."""
-        async with self.pipeline() as pipe:
-            pipe.hincrby(self.keys.job(job_id), "attempts", 1)
-            pipe.hset(self.keys.job(job_id), "last_error", error)
-            attempts, _ = await pipe.execute()
-        return int(attempts)
+        return int(await self._attempt(keys=[self.keys.job(job_id)], args=[error]))
 
     async def dead_letter(
         self,

@@ -217,6 +217,7 @@ async def test_every_script_runs_on_a_cluster_within_fairposts_slot(
         assert await store.finish(a.id, JobState.SENT, keep_seconds=60) == 1
         await store.reap()
         await store.sync_tenant_settings({"acme": 2}, {"acme": 5})
+        assert await store.count_attempt(a.id, "a transient error") == 1
         liveness, running = Liveness(), asyncio.create_task(asyncio.sleep(3600))
         liveness.watch({"dispatcher": running})
         assert await Heartbeat(client, keys, "r1", liveness).beat()
