@@ -91,6 +91,25 @@ class TenantSettings(_Section):
         return value
 
 
+class RedisIamSettings(_Section):
+    """IAM authentication to ElastiCache or MemoryDB (fairpost.dispatcher.iam): each new
+    connection authenticates as ``user`` with a fresh SigV4 token (it lives 15 minutes),
+    signed with the process's AWS credentials; needs botocore (``fairpost[iam]``)."""
+
+    user: str = Field(min_length=1, max_length=128)
+    """The IAM-enabled Redis user (its user id, which must equal its user name)."""
+    cache_name: str = Field(pattern=r"^[A-Za-z0-9-]{1,128}$")
+    """ElastiCache: the replication group or serverless cache; MemoryDB: the cluster name."""
+    service: Literal["elasticache", "memorydb"] = "elasticache"
+    serverless: bool = False
+    """An ElastiCache serverless cache (the token names ``ResourceType=ServerlessCache``)."""
+    region: str | None = Field(default=None, pattern=r"^[a-z]{2}(-[a-z]+)+-\d$")
+    """The cache's region; default: the one the AWS variables name (``AWS_DEFAULT_REGION``)."""
+    max_connection_age: Duration = Field(default=11 * 3600.0, gt=0, le=12 * 3600.0)
+    """A connection older than this is replaced (with a new token) when next taken from its
+    pool: ElastiCache cuts IAM connections after 12 hours."""
+
+
 class DispatcherSettings(_Section):
     concurrency: int = Field(default=100, ge=1, le=10_000)
     """Jobs one dispatcher process works on at once, all tenants together."""
@@ -278,11 +297,23 @@ class Settings(BaseSettings):
     """The sentinels' own password (``requirepass`` in sentinel.conf), if they have one."""
     redis_sentinel_tls: bool = False
     """Talk to the sentinels over TLS (the data nodes: ``rediss://`` in ``redis_url``)."""
+    redis_tls_ca_file: Path | None = None
+    """With ``rediss://`` (or ``redis_sentinel_tls``): the CA certificates (PEM) that Redis's
+    certificate must chain to; default: the system's (enough for ElastiCache and MemoryDB)."""
+    redis_iam: RedisIamSettings | None = None
+    """IAM authentication (ElastiCache, MemoryDB): ``FAIRPOST_REDIS_IAM__USER``,
+    ``FAIRPOST_REDIS_IAM__CACHE_NAME``...; ``redis_url`` then carries no user or password."""
     redis_min_replicas: int = Field(default=0, ge=0, le=16)
     """Replicas that must have a write the product relies on (an enqueue, a "sent"
     record, a quota grant) before fairpost acts on it (Redis ``WAIT``); 0: none."""
     redis_wait_seconds: float = Field(default=1.0, gt=0, le=60)
     """How long such a write waits for ``redis_min_replicas`` replicas before it counts as failed."""
+    redis_high_water: float = Field(default=0.85, gt=0, le=1)
+    """Above this share of Redis's ``maxmemory`` the SDK refuses new mail (a retriable
+    :class:`RedisNearlyFull`) so that the daemon keeps room to drain and Redis never
+    evicts (docs/design.md, "Redis memory"); 1: refuse only at the limit itself."""
+    redis_memory_check_seconds: float = Field(default=30.0, ge=1, le=3600)
+    """How often the daemon reads Redis's memory and eviction policy again while it runs."""
     key_prefix: str = Field(default="fairpost", pattern=r"^[A-Za-z0-9:._-]{1,64}$")
     queue_name: str = "fairpost-mail.fifo"
     config_file: Path | None = None
@@ -373,6 +404,13 @@ class Settings(BaseSettings):
             raise ValueError("must be a redis://, rediss:// or unix:// URL")
         return value
 
+    @field_validator("redis_tls_ca_file")
+    @classmethod
+    def _readable_file(cls, value: Path | None) -> Path | None:
+        if value is not None and not value.is_file():
+            raise ValueError(f"{str(value)!r} is not a file (the CA certificates, PEM)")
+        return value
+
     @field_validator("redis_sentinels")
     @classmethod
     def _sentinel_list(cls, value: str | None) -> str | None:
@@ -405,6 +443,21 @@ class Settings(BaseSettings):
             )
         elif self.redis_cluster and urlsplit(self.redis_url).path.strip("/") not in ("", "0"):
             problem = (f"{url}, {cluster}", "a cluster has only database 0")
+        elif self.redis_tls_ca_file is not None and scheme != "rediss" and not self.redis_sentinel_tls:
+            problem = (f"FAIRPOST_REDIS_TLS_CA_FILE, {url}", "a CA file is for TLS: a rediss:// URL")
+        elif self.redis_iam is not None and self.redis_sentinels:
+            problem = (
+                f"FAIRPOST_REDIS_IAM__USER, {sentinels}",
+                "IAM is ElastiCache's and MemoryDB's: no Sentinel",
+            )
+        elif self.redis_iam is not None and scheme != "rediss":
+            problem = (f"FAIRPOST_REDIS_IAM__USER, {url}", "IAM authentication needs TLS: a rediss:// URL")
+        elif self.redis_iam is not None and urlsplit(self.redis_url).username is not None:
+            problem = (
+                f"FAIRPOST_REDIS_IAM__USER, {url}",
+                "with IAM the user is FAIRPOST_REDIS_IAM__USER and the password a token: "
+                "no user or password in the URL",
+            )
         elif self.redis_min_replicas and self.redis_wait_seconds >= self.redis_timeout:
             problem = (
                 "FAIRPOST_REDIS_WAIT_SECONDS, FAIRPOST_REDIS_TIMEOUT",

@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import time
 
+from fairpost.dispatcher.access import refusal
+
 
 class OutageBackoff:
     def __init__(self, max_outage_seconds: float, *, first: float = 0.5, most: float = 10.0) -> None:
@@ -24,9 +26,13 @@ class OutageBackoff:
     def succeeded(self) -> None:
         self._errors = 0
 
-    def failed(self) -> float | None:
+    def failed(self, exc: BaseException | None = None) -> float | None:
         """One more failure in a row: the seconds to wait before trying again,
-        or None once the outage has lasted too long (the caller re-raises)."""
+        or None once the outage has lasted too long (the caller re-raises). None
+        at once for ``exc`` a refused credential or command: no outage but the
+        configuration, which waiting cannot mend (fairpost.dispatcher.access)."""
+        if exc is not None and refusal(exc) is not None:
+            return None
         self._errors += 1
         if self._errors == 1:
             self._failing_since = time.monotonic()

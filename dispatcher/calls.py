@@ -9,13 +9,17 @@ as httpx's ``Client`` and ``AsyncClient`` share ``BaseClient``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+import redis.exceptions
+
 from fairpost.config import Settings
 from fairpost.dispatcher.durable import Durability
-from fairpost.dispatcher.errors import NotReplayable, TooLateToCancel, UnknownJob
+from fairpost.dispatcher.errors import NotReplayable, RedisNearlyFull, TooLateToCancel, UnknownJob
 from fairpost.dispatcher.jobs import Job, NewJob
 from fairpost.dispatcher.journal import Entry, Journal, entry_args, journal_args, journal_keys
 from fairpost.dispatcher.keys import Keys
@@ -97,6 +101,8 @@ class StoreLimits:
     keeps about this many entries (FAIRPOST_OUTCOMES__MAX_LENGTH); 0: there is no journal."""
     journal_max_age_ms: int = 0
     """... none older than this (FAIRPOST_OUTCOMES__MAX_AGE); 0: any age."""
+    high_water: float = 0.0
+    """An enqueue is refused above this share of Redis's maxmemory (FAIRPOST_REDIS_HIGH_WATER); 0: never."""
 
     @property
     def durability(self) -> Durability:
@@ -114,6 +120,7 @@ def store_limits(settings: Settings) -> StoreLimits:
         wait_ms=int(settings.redis_wait_seconds * 1000),
         journal_max_length=settings.outcomes.max_length if settings.outcomes.enabled else 0,
         journal_max_age_ms=int(settings.outcomes.max_age * 1000),
+        high_water=settings.redis_high_water,
     )
 
 
@@ -163,7 +170,7 @@ class ScriptCalls:
         """One call for the whole batch (enqueue.lua): all or nothing."""
         k = self.keys
         keys = [*self._ring_keys(), k.tenants(), k.scheduled()]
-        args: Args = [*self._ring_args(), len(jobs), ENTRY_SEP]
+        args: Args = [*self._ring_args(), len(jobs), ENTRY_SEP, repr(self.limits.high_water)]
         for job in jobs:
             fields: Args = ["kind", job.kind]
             if job.idempotency_key:
@@ -289,6 +296,21 @@ class ScriptCalls:
 
 
 # -- answers ---------------------------------------------------------------------------
+
+
+_FULL = re.compile(r"FAIRPOST_FULL (\d+) (\d+)")
+
+
+@contextmanager
+def refused_when_full(high_water: float) -> Iterator[None]:
+    """enqueue.lua's refusal above the high-water mark, raised as :class:`RedisNearlyFull`."""
+    try:
+        yield
+    except redis.exceptions.ResponseError as exc:
+        found = _FULL.search(str(exc))
+        if found is None:
+            raise
+        raise RedisNearlyFull(int(found[1]), int(found[2]), high_water) from None
 
 
 def submitted(result: Any) -> tuple[bool, str]:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import weakref
 from typing import Any
+from urllib.parse import urlsplit
 
 import redis
 import redis.asyncio
@@ -38,7 +39,7 @@ from redis.exceptions import AskError, ClusterDownError, ConnectionError, TryAga
 from fairpost.config import Settings
 from fairpost.dispatcher.keys import Keys
 
-__all__ = ["async_redis_client", "redis_client", "slot_of"]
+__all__ = ["async_redis_client", "node_options", "redis_client", "slot_of"]
 
 # Answers that mean "not here (now)": the command did not run.
 _ELSEWHERE = (AskError, ClusterDownError, TryAgainError)
@@ -75,7 +76,8 @@ def redis_client(settings: Settings, **options: Any) -> redis.Redis:
             _master_name(settings), connection_pool_class=_SyncSentinelPool
         )
         return master
-    return redis.Redis.from_url(settings.redis_url, **options)
+    connection = _connection_class(settings, redis.connection.SSLConnection)
+    return redis.Redis.from_url(settings.redis_url, **node_options(settings), **connection, **options)
 
 
 def async_redis_client(settings: Settings, **options: Any) -> redis.asyncio.Redis:
@@ -94,16 +96,47 @@ def async_redis_client(settings: Settings, **options: Any) -> redis.asyncio.Redi
             _master_name(settings), connection_pool_class=_AsyncSentinelPool
         )
         return async_master
-    return redis.asyncio.Redis.from_url(settings.redis_url, **options)
+    connection = _connection_class(settings, redis.asyncio.connection.SSLConnection, asyncio_class=True)
+    if not connection:
+        return redis.asyncio.Redis.from_url(settings.redis_url, **node_options(settings), **options)
+    # redis-py's asyncio from_url puts the URL's connection class over the one given.
+    kwargs: dict[str, Any] = dict(redis.asyncio.connection.parse_url(settings.redis_url))
+    kwargs.update({**node_options(settings), **options, **connection})
+    return redis.asyncio.Redis.from_pool(redis.asyncio.ConnectionPool(**kwargs))
 
 
 # -- settings to redis-py arguments ---------------------------------------------
+
+
+def node_options(settings: Settings) -> dict[str, Any]:
+    """What every connection to a data node takes beside the URL (a cluster client's
+    too): the CA file of ``FAIRPOST_REDIS_TLS_CA_FILE`` and, with IAM, the token
+    provider (fairpost.dispatcher.iam: a token minted per connection)."""
+    extra: dict[str, Any] = {}
+    if settings.redis_tls_ca_file is not None and urlsplit(settings.redis_url).scheme == "rediss":
+        extra["ssl_ca_certs"] = str(settings.redis_tls_ca_file)
+    if settings.redis_iam is not None:
+        from fairpost.dispatcher.iam import token_provider
+
+        extra["credential_provider"] = token_provider(settings.redis_iam)
+    return extra
+
+
+def _connection_class(settings: Settings, base: type[Any], *, asyncio_class: bool = False) -> dict[str, Any]:
+    """With IAM, connections renew themselves before the service cuts them (12 hours)."""
+    if settings.redis_iam is None:
+        return {}
+    from fairpost.dispatcher.iam import renewing
+
+    age = settings.redis_iam.max_connection_age
+    return {"connection_class": renewing(base, age, asyncio_class=asyncio_class)}
 
 
 def _node_kwargs(settings: Settings) -> dict[str, Any]:
     """What ``FAIRPOST_REDIS_URL`` says of the data nodes beside their address:
     credentials, database, TLS (``rediss://``) and any query options."""
     kwargs: dict[str, Any] = redis.connection.parse_url(settings.redis_url)  # type: ignore[no-untyped-call]
+    kwargs.update(node_options(settings))
     kwargs.pop("host", None)
     kwargs.pop("port", None)
     if kwargs.pop("connection_class", None) is redis.connection.SSLConnection:
@@ -128,6 +161,8 @@ def _sentinel_kwargs(settings: Settings, options: dict[str, Any]) -> dict[str, A
         kwargs["password"] = settings.redis_sentinel_password.get_secret_value()
     if settings.redis_sentinel_tls:
         kwargs["ssl"] = True
+        if settings.redis_tls_ca_file is not None:
+            kwargs["ssl_ca_certs"] = str(settings.redis_tls_ca_file)
     return kwargs
 
 
@@ -156,6 +191,11 @@ def _cluster_kwargs(settings: Settings, options: dict[str, Any]) -> dict[str, An
     kwargs.pop("db", None)  # a cluster has only database 0 (settings check it)
     kwargs.update(options)
     return kwargs
+
+
+def _shared(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Of a pool's connection arguments, those its cluster client needs too."""
+    return {name: kwargs[name] for name in ("ssl_ca_certs", "credential_provider") if name in kwargs}
 
 
 def _moved_to_connection_error(exc: Exception) -> ConnectionError:
@@ -194,11 +234,13 @@ class _SyncSlotPool(redis.ConnectionPool):
     def __init__(self, settings: Settings, **options: Any) -> None:
         kwargs = _cluster_kwargs(settings, options)
         ssl = kwargs.pop("ssl", False)
-        self._cluster_options = dict(options)  # the cluster client reads the URL itself
+        # The cluster client reads the URL itself; the token provider is this pool's.
+        self._cluster_options = {**options, **_shared(kwargs)}
         self._url = settings.redis_url
         self._slot = slot_of(settings)
         self._cluster: redis.cluster.RedisCluster | None = None
-        kwargs["connection_class"] = _SyncSlotSSLConnection if ssl else _SyncSlotConnection
+        base = _SyncSlotSSLConnection if ssl else _SyncSlotConnection
+        kwargs["connection_class"] = _connection_class(settings, base).get("connection_class", base)
         super().__init__(**kwargs)
         self.connection_kwargs["slot_pool"] = weakref.proxy(self)
 
@@ -249,12 +291,14 @@ class _AsyncSlotPool(redis.asyncio.ConnectionPool):
     def __init__(self, settings: Settings, **options: Any) -> None:
         kwargs = _cluster_kwargs(settings, options)
         ssl = kwargs.pop("ssl", False)
-        self._cluster_options = dict(options)  # the cluster client reads the URL itself
+        self._cluster_options = {**options, **_shared(kwargs)}
         self._url = settings.redis_url
         self._slot = slot_of(settings)
         self._cluster: redis.asyncio.cluster.RedisCluster | None = None
         self._asking = asyncio.Lock()
-        kwargs["connection_class"] = _AsyncSlotSSLConnection if ssl else _AsyncSlotConnection
+        base = _AsyncSlotSSLConnection if ssl else _AsyncSlotConnection
+        renewing = _connection_class(settings, base, asyncio_class=True)
+        kwargs["connection_class"] = renewing.get("connection_class", base)
         super().__init__(**kwargs)
         self.connection_kwargs["slot_pool"] = weakref.proxy(self)
 

@@ -10,13 +10,28 @@
 -- payload (string: a scheduled job's only) and its idempotency key (string;
 -- its hash again when it has none)
 -- ARGV[1..3] ring context, ARGV[4] number of jobs, ARGV[5] what separates a queue
--- entry's id from its payload (no job id holds it), then per job: id, tenant,
+-- entry's id from its payload (no job id holds it), ARGV[6] the high-water mark
+-- (a share of maxmemory; 0: none), then per job: id, tenant,
 -- priority, send time in ms (0: now), idempotency key TTL in seconds (0: no
 -- key), the content ('': none), the payload, the number N of other record
 -- fields, then N field, value pairs
 -- Returns, per job, {code, id}: {1, job id} written; {0, job id} a job with
 -- this id exists already; {2, first job id} the idempotency key was used
 -- already (by an earlier job, or by one earlier in this batch). Only 1 writes.
+-- Above the high-water mark, the error 'FAIRPOST_FULL <used_memory> <maxmemory>'
+-- and nothing written (docs/design.md, "Redis memory").
+local high_water = ARGV[6] + 0
+if high_water > 0 then
+  -- Admission control: new mail stops well before maxmemory, so that the daemon
+  -- keeps room to record what it drains and a volatile-* Redis never evicts.
+  -- INFO, not CONFIG: managed services refuse CONFIG.
+  local info = redis.call('INFO', 'memory')
+  local limit = tonumber(string.match(info, '\nmaxmemory:(%d+)')) or 0
+  local used = tonumber(string.match(info, '\nused_memory:(%d+)')) or 0
+  if limit > 0 and used >= limit * high_water then
+    return redis.error_reply('FAIRPOST_FULL ' .. used .. ' ' .. limit)
+  end
+end
 local ctx = ring_context(KEYS, ARGV)
 local tenants_key, scheduled, sep = KEYS[10], KEYS[11], ARGV[5]
 local n = tonumber(ARGV[4])
@@ -30,7 +45,7 @@ local starts, codes = {}, {}
 -- First every check, so that nothing is written unless the whole batch is decided.
 local out = {}
 local ids_seen, keys_seen = {}, {}
-local a = 6
+local a = 7
 for i = 1, n do
   local k = 7 + 4 * i
   local id, idem_key = ARGV[a], KEYS[k + 4]

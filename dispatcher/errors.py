@@ -1,20 +1,33 @@
 """The dispatcher's errors (the root is :class:`fairpost.config.errors.FairpostError`)::
 
 FairpostError
+├── ConfigError (fairpost.config.errors)
+│   └── RedisAccessDenied (Redis refused the credentials or a command)
 └── DispatchError
     ├── UnknownJob
     ├── TooLateToCancel
     ├── NotReplayable
-    └── NotReplicated (also a redis RedisError)
+    ├── NotReplicated (also a redis RedisError)
+    ├── EvictingRedis
+    └── RedisNearlyFull
 """
 
 from __future__ import annotations
 
 from redis.exceptions import RedisError
 
-from fairpost.config.errors import FairpostError
+from fairpost.config.errors import ConfigError, FairpostError
 
-__all__ = ["DispatchError", "NotReplayable", "NotReplicated", "TooLateToCancel", "UnknownJob"]
+__all__ = [
+    "DispatchError",
+    "EvictingRedis",
+    "NotReplayable",
+    "NotReplicated",
+    "RedisAccessDenied",
+    "RedisNearlyFull",
+    "TooLateToCancel",
+    "UnknownJob",
+]
 
 
 class DispatchError(FairpostError):
@@ -62,4 +75,51 @@ class NotReplicated(DispatchError, RedisError):
         super().__init__(
             f"the write reached the Redis master but {acked} of the {wanted} replicas "
             f"FAIRPOST_REDIS_MIN_REPLICAS asks for within {seconds:g}s"
+        )
+
+
+class RedisAccessDenied(ConfigError):
+    """Redis refused fairpost's credentials (``WRONGPASS``, ``NOAUTH``) or a command
+    (``NOPERM``): the settings or the Redis user's ACL are wrong, so trying again
+    cannot help. ``code`` is Redis's error code, ``setting`` the variable to fix.
+
+    A :class:`ConfigError`, on purpose: nothing was written, and it is not Redis
+    being away (fairpost.dispatcher.access builds it).
+    """
+
+    def __init__(self, code: str, setting: str, rule: str) -> None:
+        self.code = code
+        self.setting = setting
+        super().__init__([(setting, rule)])
+
+
+class EvictingRedis(DispatchError):
+    """Redis's ``maxmemory-policy`` lets it evict keys fairpost cannot lose: fairpost
+    refuses to write mail there (dispatcher/redis_memory.py). A configuration error,
+    not retriable: ``policy`` names the setting's value, ``fix`` what to change."""
+
+    retriable = False
+
+    def __init__(self, policy: str, reason: str, fix: str) -> None:
+        self.policy = policy
+        self.fix = fix
+        super().__init__(f"{reason}. Fix: {fix}")
+
+
+class RedisNearlyFull(DispatchError):
+    """Redis holds more than the high-water mark of its ``maxmemory``: new mail is
+    refused, and nothing was written, so that the daemon keeps room to drain what is
+    queued and Redis never evicts. Retriable: try again once the queues drain."""
+
+    retriable = True
+
+    def __init__(self, used_memory: int, maxmemory: int, high_water: float) -> None:
+        self.used_memory = used_memory
+        self.maxmemory = maxmemory
+        self.high_water = high_water
+        fill = used_memory / maxmemory if maxmemory else 1.0
+        super().__init__(
+            f"Redis is {fill:.0%} full ({used_memory} of its maxmemory {maxmemory} bytes), over "
+            f"the high-water mark FAIRPOST_REDIS_HIGH_WATER={high_water:g}: new mail is refused "
+            "until the daemon drains the queues; nothing was written; try again later"
         )

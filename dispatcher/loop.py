@@ -11,7 +11,9 @@ task's name, reported to ``on_error`` (the daemon counts it in
 :class:`~fairpost.dispatcher.backoff.OutageBackoff`; a step that succeeds starts
 the back-off over. Failures in a row that last longer than the back-off's
 ``max_outage_seconds`` are not ridden out: the last one is raised, the task ends
-and the daemon stops loudly, for its supervisor to restart it. So whether a task
+and the daemon stops loudly, for its supervisor to restart it; a refused credential or
+command (fairpost.dispatcher.access) is raised at once: no outage, the
+configuration. So whether a task
 lives never depends on which exception it met. Cancellation is no failure of a
 step: it ends the loop at once.
 """
@@ -22,6 +24,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 
+from fairpost.dispatcher.access import ACL_DOCS, refusal
 from fairpost.dispatcher.backoff import OutageBackoff, wait_or_stop
 
 log = logging.getLogger("fairpost.tasks")
@@ -66,6 +69,14 @@ async def forever(
             failures += 1
             if on_error is not None:
                 on_error(task, exc)
+            code = refusal(exc)
+            if code is not None:
+                log.critical(
+                    "task %s: Redis refused fairpost (%s: %s): check the user and password in "
+                    "FAIRPOST_REDIS_URL and the user's ACL (%s); stopping",
+                    task, code, (described or describe)(exc), ACL_DOCS,
+                )  # fmt: skip
+                raise
             delay = backoff.failed()
             if delay is None:
                 log.critical(

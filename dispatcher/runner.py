@@ -290,7 +290,7 @@ class Dispatcher:
                 await step()
                 return
             except RedisError as exc:
-                delay = backoff.failed()
+                delay = backoff.failed(exc)
                 if delay is None:
                     raise
                 log.warning("%s failed (%s: %s); again in %.1fs", what, type(exc).__name__, exc, delay)

@@ -20,6 +20,7 @@ from fairpost.dispatcher.calls import (
     ScriptCalls,
     StoreLimits,
     claimed,
+    refused_when_full,
     script,
     store_limits,
     submitted,
@@ -52,6 +53,8 @@ class JobStore:
         self._keep = client.register_script(script("keep"))
         self._renew = client.register_script(script("renew"))
         self._dead_letter = client.register_script(script("dead_letter"))
+        self._tenant_settings = client.register_script(script("tenant_settings"))
+        self._attempt = client.register_script(script("attempt"))
 
     async def enqueue(self, jobs: Sequence[NewJob]) -> list[bool]:
         """Enqueue jobs in one atomic call, all or nothing; False where nothing was
@@ -65,12 +68,13 @@ class JobStore:
             return []
         keys, args = self._calls.enqueue(jobs)
         durable = self.limits.durability
-        if not durable.replicas:
-            return [submitted(r) for r in await self._enqueue(keys=keys, args=args)]
-        # The job ids go back to the caller: only once replicas hold the jobs.
-        async with self.redis.pipeline(transaction=False) as pipe:
-            await self._enqueue(keys=keys, args=args, client=pipe)
-            [results] = await self.execute_durably(pipe)
+        with refused_when_full(self.limits.high_water):
+            if not durable.replicas:
+                return [submitted(r) for r in await self._enqueue(keys=keys, args=args)]
+            # The job ids go back to the caller: only once replicas hold the jobs.
+            async with self.redis.pipeline(transaction=False) as pipe:
+                await self._enqueue(keys=keys, args=args, client=pipe)
+                [results] = await self.execute_durably(pipe)
         return [submitted(r) for r in results]
 
     async def claim(self, count: int, *, token: str | None = None) -> list[Job]:
@@ -224,11 +228,7 @@ class JobStore:
 
     async def count_attempt(self, job_id: str, error: str) -> int:
         """A send of the job failed: count it and keep the error; returns the attempts."""
-        async with self.pipeline() as pipe:
-            pipe.hincrby(self.keys.job(job_id), "attempts", 1)
-            pipe.hset(self.keys.job(job_id), "last_error", error)
-            attempts, _ = await pipe.execute()
-        return int(attempts)
+        return int(await self._attempt(keys=[self.keys.job(job_id)], args=[error]))
 
     async def dead_letter(
         self,
@@ -256,13 +256,10 @@ class JobStore:
         these (the configuration is the source of truth; a tenant whose weight or
         cap was removed from it falls back to the defaults). Live overrides
         (limits, pauses) are kept elsewhere and are not touched."""
-        async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.delete(self.keys.weights(), self.keys.caps())
-            if weights:
-                pipe.hset(self.keys.weights(), mapping={t: str(w) for t, w in weights.items()})
-            if caps:
-                pipe.hset(self.keys.caps(), mapping={t: str(c) for t, c in caps.items()})
-            await pipe.execute()
+        args: list[str | int] = [len(weights)]
+        for tenant, value in [*weights.items(), *caps.items()]:
+            args += [tenant, value]
+        await self._tenant_settings(keys=[self.keys.weights(), self.keys.caps()], args=args)
 
 
 class SyncJobStore:
@@ -283,13 +280,14 @@ class SyncJobStore:
             return []
         keys, args = self._calls.enqueue(jobs)
         durable = self.limits.durability
-        if not durable.replicas:
-            return [submitted(r) for r in self._enqueue(keys=keys, args=args)]
-        # The job ids go back to the caller: only once replicas hold the jobs.
-        with self.redis.pipeline(transaction=False) as pipe:
-            self._enqueue(keys=keys, args=args, client=pipe)
-            durable.queue_wait(pipe)
-            [results] = durable.check(pipe.execute())
+        with refused_when_full(self.limits.high_water):
+            if not durable.replicas:
+                return [submitted(r) for r in self._enqueue(keys=keys, args=args)]
+            # The job ids go back to the caller: only once replicas hold the jobs.
+            with self.redis.pipeline(transaction=False) as pipe:
+                self._enqueue(keys=keys, args=args, client=pipe)
+                durable.queue_wait(pipe)
+                [results] = durable.check(pipe.execute())
         return [submitted(r) for r in results]
 
     def job(self, job_id: str) -> dict[str, str]:

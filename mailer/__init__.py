@@ -6,7 +6,13 @@ none of the daemon's dependencies.
 """
 
 from fairpost.config.errors import ConfigError, FairpostError
-from fairpost.dispatcher.errors import NotReplayable, TooLateToCancel, UnknownJob
+from fairpost.dispatcher.errors import (
+    EvictingRedis,
+    NotReplayable,
+    RedisNearlyFull,
+    TooLateToCancel,
+    UnknownJob,
+)
 from fairpost.mailer.errors import InvalidMail, RedisFailed
 from fairpost.mailer.sdk.attachments import Attachment
 from fairpost.mailer.sdk.client import AsyncMailClient, MailClient
@@ -24,6 +30,7 @@ __all__ = [
     "ConfigError",
     "DeadLetters",
     "Event",
+    "EvictingRedis",
     "FairpostError",
     "InvalidMail",
     "JobStatus",
@@ -31,6 +38,7 @@ __all__ = [
     "MailClient",
     "NotReplayable",
     "RedisFailed",
+    "RedisNearlyFull",
     "Suppressions",
     "TooLateToCancel",
     "UnknownJob",

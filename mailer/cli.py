@@ -14,9 +14,11 @@ from collections.abc import Callable, Sequence
 
 from fairpost.config import ConfigError, FairpostError, Settings, load_settings
 from fairpost.mailer.ops.console import aws_error, print_json, unreachable_redis
+from fairpost.mailer.ops.doctor import add_parser as add_doctor
 from fairpost.mailer.ops.lifecycle_commands import add_commands as add_lifecycle_commands
 from fairpost.mailer.ops.lifecycle_commands import parse_header, parse_send_at
 from fairpost.mailer.ops.quota_commands import add_commands as add_quota_commands
+from fairpost.mailer.ops.redis_check import redis_findings
 from fairpost.mailer.ops.reputation_commands import add_commands as add_reputation_commands
 from fairpost.mailer.ops.warmup_commands import add_tenant_parser
 from fairpost.mailer.ops.webhook_commands import add_parser as add_webhook_commands
@@ -129,7 +131,15 @@ def cmd_check_config(args: argparse.Namespace, settings: Settings) -> int:
     # so that --json stays the settings alone. Checked only where AWS is at hand.
     for warning in _queue_warnings(settings):
         print(f"fairpost: warning: {warning}", file=sys.stderr)
-    return 0
+    # And Redis: an allkeys-* policy would lose mail (dispatcher/redis_memory.py).
+    found = redis_findings(settings)
+    for note in found.notes:
+        print(f"fairpost: {note}", file=sys.stderr)
+    for warning in found.warnings:
+        print(f"fairpost: warning: {warning}", file=sys.stderr)
+    for error in found.errors:
+        print(f"fairpost: error: {error}", file=sys.stderr)
+    return 1 if found.errors else 0
 
 
 def _queue_warnings(settings: Settings) -> list[str]:
@@ -299,6 +309,7 @@ def build_parser() -> argparse.ArgumentParser:
     check = sub.add_parser("check-config", help="validate and print the effective settings (secrets masked)")
     check.add_argument("--json", action="store_true")
     check.set_defaults(handler=cmd_check_config)
+    add_doctor(sub)
 
     stats = sub.add_parser(
         "stats", help="per tenant and global: backlog, in flight, sent per window against the limit, pauses"

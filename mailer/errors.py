@@ -3,11 +3,14 @@ re-exported here, so ``fairpost.mailer.errors`` names every error fairpost raise
 
     FairpostError                 (fairpost.config.errors)
     ├── ConfigError               (fairpost.config.errors) the settings are invalid
+    │   └── RedisAccessDenied     (fairpost.dispatcher.errors) Redis refused the credentials or a command
     ├── DispatchError             (fairpost.dispatcher.errors)
     │   ├── UnknownJob            no job has this id
     │   ├── TooLateToCancel       handed to SQS or finished already
     │   ├── NotReplayable         not a dead letter, or nothing left to send
-    │   └── NotReplicated         too few Redis replicas took a write in time (also a RedisError)
+    │   ├── NotReplicated         too few Redis replicas took a write in time (also a RedisError)
+    │   ├── EvictingRedis         Redis's maxmemory-policy (allkeys-*) could evict queued mail
+    │   └── RedisNearlyFull       Redis is over the high-water mark: new mail refused (retriable)
     ├── InvalidInput              the caller's input breaks a rule (.field, .rule); nothing was written
     │   ├── InvalidMail           the SDK refused a mail
     │   ├── InvalidOverride       a live quota override is invalid
@@ -36,8 +39,11 @@ from __future__ import annotations
 from fairpost.config.errors import ConfigError, FairpostError
 from fairpost.dispatcher.errors import (
     DispatchError,
+    EvictingRedis,
     NotReplayable,
     NotReplicated,
+    RedisAccessDenied,
+    RedisNearlyFull,
     TooLateToCancel,
     UnknownJob,
 )
@@ -48,6 +54,7 @@ __all__ = [
     "ConfirmationStale",
     "DemoError",
     "DispatchError",
+    "EvictingRedis",
     "FairpostError",
     "InvalidInput",
     "InvalidMail",
@@ -57,7 +64,9 @@ __all__ = [
     "NotReplayable",
     "NotReplicated",
     "PoisonMessage",
+    "RedisAccessDenied",
     "RedisFailed",
+    "RedisNearlyFull",
     "RefusedRequest",
     "ServiceError",
     "SesAccountError",

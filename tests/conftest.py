@@ -33,6 +33,7 @@ from fairpost.mailer.testing.services import (
 )
 from fairpost.mailer.testing.ses_server import SesServer
 from fairpost.mailer.testing.sqs_server import SqsServer
+from tests.support.memory import LimitedRedis, limited_redis
 from tests.support.topologies import Cluster, SentinelGroup, redis_cluster, redis_sentinel
 
 
@@ -48,6 +49,14 @@ def redis_url(redis_srv: RedisServer) -> Iterator[str]:
     client.flushall()
     client.close()
     yield redis_srv.url()
+
+
+@pytest.fixture(scope="session")
+def limited_redis_srv() -> Iterator[LimitedRedis]:
+    """redis-servers with a small ``--maxmemory``, one per ``--maxmemory-policy``,
+    each started on first use (tests/support/memory.py): ``.url(policy)``."""
+    with limited_redis() as servers:
+        yield servers
 
 
 @pytest.fixture(scope="session")

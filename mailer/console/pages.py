@@ -42,6 +42,7 @@ async def _overview_context(request: web.Request) -> dict[str, Any]:
         "view": view,
         "chart": chart(rate.samples(), time.time(), rate.span),
         "sample_seconds": rate.every,
+        "high_water": console.settings.redis_high_water,
     }
 
 

@@ -19,6 +19,7 @@ The background tasks, each named and watched: ``dispatcher``, ``sender``,
 ``events`` (SES events, with ``FAIRPOST_EVENTS_QUEUE_NAME``, :mod:`fairpost.mailer.daemon.events`),
 ``webhook-fanout`` and ``webhooks`` (the outcome feed's signed webhooks, roles ``all`` and
 ``webhooks``, :mod:`fairpost.mailer.daemon.webhooks`),
+``redis-memory`` (Redis's memory and eviction policy, :mod:`fairpost.mailer.daemon.redis_watch`),
 ``heartbeat`` (:mod:`fairpost.mailer.daemon.health`) and ``http`` (``/metrics``,
 ``/healthz``, ``/readyz`` on ``FAIRPOST_HTTP_PORT``, :mod:`fairpost.mailer.daemon.http`).
 """
@@ -43,6 +44,7 @@ from fairpost.mailer.daemon.http import Check, HttpServer
 from fairpost.mailer.daemon.metrics import Metrics, TenantLabels
 from fairpost.mailer.daemon.parts import Role, build_parts
 from fairpost.mailer.daemon.ready import readiness
+from fairpost.mailer.daemon.redis_watch import RedisWatch
 from fairpost.mailer.daemon.tracing import Tracing
 from fairpost.mailer.daemon.tracing import from_env as tracing_from_env
 from fairpost.mailer.daemon.webhooks.loop import WebhookDeliveries
@@ -89,7 +91,14 @@ async def _run(
     if shortfall is not None:
         log.warning("%s", shortfall)
     keys = Keys(settings.key_prefix)
-    metrics = Metrics(TenantLabels(settings.tenants, settings.metrics_tenant_labels), process_metrics=True)
+    metrics = Metrics(
+        TenantLabels(settings.tenants, settings.metrics_tenant_labels),
+        process_metrics=True,
+        high_water=settings.redis_high_water,
+    )
+    # An allkeys-* Redis would lose queued mail: refuse it before anything starts.
+    memory = RedisWatch(client, settings, metrics.redis_memory, on_error=metrics.task_failed)
+    await memory.start()
     liveness = Liveness()
     heartbeat = Heartbeat(
         client, keys, replica_name(settings), liveness, role=role,
@@ -141,6 +150,7 @@ async def _run(
             http = HttpServer(metrics, port=settings.http_port, alive=alive, ready=ready, refresh=refresh)
             await http.start()
             tasks["http"] = asyncio.create_task(http.run(stop), name="http")
+        tasks["redis-memory"] = asyncio.create_task(memory.run(stop), name="redis-memory")
         tasks["heartbeat"] = asyncio.create_task(heartbeat.run(stop), name="heartbeat")
         liveness.watch(tasks)
         _freeze_start_up()

@@ -142,10 +142,10 @@ class Feedback:
         """Queue, on the sender's pipeline, what lets SES events find the job (its SES
         message id) and place it among the tenant's sends (its send number)."""
         if message_id and self.settings.events_queue_name:
-            pipe.set(self.keys.ses_message(message_id), job_id, ex=self.settings.job_ttl)
+            ttl = self.settings.job_ttl
             await self._send_seq(
-                keys=[self.keys.send_seq(tenant), self.keys.job(job_id)],
-                args=[recipients, self.settings.job_ttl * 1000],
+                keys=[self.keys.send_seq(tenant), self.keys.job(job_id), self.keys.ses_message(message_id)],
+                args=[recipients, ttl * 1000, job_id, ttl],
                 client=pipe,
             )
 

@@ -36,6 +36,7 @@ from fairpost.dispatcher.backoff import OutageBackoff
 from fairpost.dispatcher.connect import redis_client
 from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.loop import OnError, forever
+from fairpost.dispatcher.scripts import lua_source
 
 __all__ = [
     "HEARTBEAT_INTERVAL",
@@ -116,6 +117,7 @@ class Heartbeat:
         self._max_outage_seconds = max_outage_seconds
         self._on_error = on_error
         self._redis = client
+        self._script = client.register_script(lua_source("fairpost.mailer.daemon", "heartbeat"))
         self._keys = keys
         self.replica = replica
         self._liveness = liveness
@@ -139,11 +141,10 @@ class Heartbeat:
             "beat_ms": now_ms,
             "tasks": self._liveness.names,
         }
-        async with self._redis.pipeline(transaction=False) as pipe:
-            pipe.set(self._keys.heartbeat(self.replica), json.dumps(note), ex=self.ttl)
-            pipe.zadd(self._keys.replicas(), {self.replica: now_ms + self.ttl * 1000})
-            pipe.zremrangebyscore(self._keys.replicas(), "-inf", now_ms)
-            await pipe.execute()
+        await self._script(
+            keys=[self._keys.heartbeat(self.replica), self._keys.replicas()],
+            args=[json.dumps(note), self.ttl, self.replica, now_ms],
+        )
         self.beats += 1
         return True
 

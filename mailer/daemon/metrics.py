@@ -35,6 +35,8 @@ from prometheus_client.gc_collector import GCCollector
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
+from fairpost.config import Settings
+from fairpost.mailer.daemon.redis_metrics import RedisMemoryMetrics
 from fairpost.mailer.daemon.webhooks.metrics import WebhookMetrics
 from fairpost.mailer.ops.stats import Stats
 from fairpost.mailer.quota.warmup import HOLD_KINDS
@@ -101,10 +103,13 @@ the event raised while Redis answered, so it was dropped."""
 
 TASKS = (
     "dispatcher", "reconciler", "sender", "slots", "ses-account", "ses-tenants", "events",
-    "overrides", "heartbeat", "webhook-fanout", "webhooks",
+    "overrides", "heartbeat", "webhook-fanout", "webhooks", "redis-memory",
 )  # fmt: skip
 """``fairpost_task_errors_total{task}``: the daemon's background tasks, whose failed steps
 are counted (fairpost.dispatcher.loop)."""
+
+DEFAULT_HIGH_WATER: float = Settings.model_fields["redis_high_water"].default
+"""FAIRPOST_REDIS_HIGH_WATER's default, for the metrics of a part built without settings."""
 
 SES_RESULTS = ("sent", "throttled", "paused", "tenant", "permanent", "transient")
 
@@ -160,9 +165,16 @@ class _Children:
 class Metrics:
     """Every metric of one daemon, in its own registry (none is global)."""
 
-    def __init__(self, labels: TenantLabels | None = None, *, process_metrics: bool = False) -> None:
+    def __init__(
+        self,
+        labels: TenantLabels | None = None,
+        *,
+        process_metrics: bool = False,
+        high_water: float = DEFAULT_HIGH_WATER,
+    ) -> None:
         """``process_metrics``: for the daemon, which owns its process: add process,
-        platform and GC metrics, and drop the ``*_created`` series (process-wide)."""
+        platform and GC metrics, and drop the ``*_created`` series (process-wide).
+        ``high_water``: FAIRPOST_REDIS_HIGH_WATER, published beside Redis's memory."""
         self.registry = CollectorRegistry()
         self.labels = labels or TenantLabels()
         self._other_seen = False
@@ -320,8 +332,9 @@ class Metrics:
             registry=r,
         )
         self.replicas = Gauge("fairpost_replicas", "Replicas with a live heartbeat.", registry=r)
-        # The webhook deliveries' own (fairpost_webhook_*).
+        # The webhook deliveries' own (fairpost_webhook_*), and Redis's memory (fairpost_redis_*).
         self.webhooks = WebhookMetrics(r)
+        self.redis_memory = RedisMemoryMetrics(r, high_water)
         self.stats_errors_total = Counter(
             "fairpost_stats_errors", "Scrapes whose gauges could not be read from Redis.", registry=r
         )
@@ -452,6 +465,8 @@ class Metrics:
             self.global_quota_limit.labels(w.name).set(w.limit)
         self.global_retry_after.set(max(0.0, g.retry_after))
         self.replicas.set(len(stats.replicas))
+        if stats.memory is not None:
+            self.redis_memory.update(stats.memory)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

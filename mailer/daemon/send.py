@@ -281,7 +281,7 @@ class Sending:
                     await ctx.store.execute_durably(pipe)
                 break
             except RedisError as exc:
-                delay = backoff.failed()
+                delay = backoff.failed(exc)
                 if delay is None:
                     raise
                 log.warning("recording %d sent mails failed (%s); again in %.1fs", len(sent), exc, delay)

@@ -294,7 +294,7 @@ class Sender:
             self._outage.succeeded()
             return None
         outage = {i: e for i, e in failed.items() if isinstance(e, _OUTAGE)}
-        delay = self._outage.failed() if outage else None
+        delay = self._outage.failed(next(iter(outage.values()))) if outage else None
         due = time.monotonic() + (delay or 0.0)
         for i in failed:
             for msg in groups[i]:

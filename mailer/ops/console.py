@@ -7,6 +7,7 @@ import sys
 from typing import Any
 
 from fairpost.config import Settings, mask_url
+from fairpost.dispatcher.access import access_denied
 
 
 def print_json(data: Any) -> None:
@@ -20,6 +21,9 @@ def fail(message: str) -> int:
 
 
 def unreachable_redis(settings: Settings, exc: BaseException) -> int:
+    denied = access_denied(exc, settings)
+    if denied is not None:  # the settings are wrong, not Redis away
+        return fail(str(denied))
     return fail(f"cannot use Redis at {mask_url(settings.redis_url)}: {exc}")
 
 

@@ -31,6 +31,7 @@ from fairpost.config import Settings
 from fairpost.config.limits import Window, format_limits
 from fairpost.config.warmup import stricter
 from fairpost.dispatcher.keys import TOTAL_INFLIGHT, TOTAL_WAITING, Keys
+from fairpost.dispatcher.redis_memory import RedisMemory, memory_from_info
 from fairpost.dispatcher.replies import record, text, time_ms
 from fairpost.mailer.quota.engine import QuotaEngine
 from fairpost.mailer.quota.holds import parse_hold, read_hold
@@ -150,6 +151,8 @@ class Stats:
     webhooks: dict[str, PendingDeliveries] = field(default_factory=dict)
     """Per tenant with webhook endpoints: deliveries still pending (docs/outcomes.md)."""
     """SES events handled, by outcome (mailer/daemon/events.py), all replicas together."""
+    memory: RedisMemory | None = None
+    """How full Redis is, and its eviction policy (dispatcher/redis_memory.py)."""
 
     def tenant(self, tenant: str) -> ScopeStats | None:
         return next((t for t in self.tenants if t.scope == tenant), None)
@@ -164,6 +167,7 @@ class Stats:
             "known_tenants": self.known_tenants,
             "ses_events": self.events,
             "webhooks": {t: p.to_json(self.at_ms) for t, p in self.webhooks.items()},
+            "redis_memory": self.memory.to_json() if self.memory else None,
         }
 
 
@@ -203,6 +207,8 @@ async def collect_stats(
         pipe.hgetall(keys.ses_tenant_status())
         pipe.hgetall(keys.events_seen())
         pipe.hgetall(keys.warmup())
+        pipe.info("memory")
+        pipe.info("stats")
         values = await pipe.execute()
         server_time, raw_overrides, paused, known, auto_text, replicas, reconciled, totals = values[:8]
     guards, ses_disabled = guard_states(values[8]), read_verdicts(values[9])
@@ -297,6 +303,7 @@ async def collect_stats(
         known_tenants=int(known),
         events=events,
         webhooks=await pending_deliveries(client, keys),
+        memory=memory_from_info(values[12], values[13]),
     )
 
 
@@ -429,6 +436,8 @@ def _reconciled(stats: Stats) -> str:
 
 def _caption(stats: Stats) -> str:
     caption = f"replicas alive: {len(stats.replicas)} ({', '.join(stats.replicas) or 'none'})"
+    if stats.memory is not None:
+        caption += "; " + stats.memory.describe()
     if stats.known_tenants > len(stats.tenants):
         caption += (
             f"; {len(stats.tenants)} of {stats.known_tenants} tenants shown (those with the largest backlogs)"

@@ -21,6 +21,7 @@ from fairpost.config.limits import budget_exceeded
 from fairpost.dispatcher.jobs import NewJob, check_priority
 from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.lifecycle import Lifecycle, SyncLifecycle
+from fairpost.dispatcher.redis_memory import PolicyOnce
 from fairpost.dispatcher.store import JobStore, SyncJobStore, store_limits
 from fairpost.mailer.errors import InvalidMail
 from fairpost.mailer.sdk.attachments import Attachment
@@ -133,6 +134,7 @@ class MailClient(RedisOwner, BaseMailClient):
         keys, limits = Keys(self.settings.key_prefix), store_limits(self.settings)
         self._store = SyncJobStore(self._redis, keys, limits)
         self._lifecycle = SyncLifecycle(self._redis, keys, limits)
+        self._policy = PolicyOnce(self.settings.redis_high_water)
 
     @classmethod
     def from_env(cls) -> MailClient:
@@ -176,7 +178,7 @@ class MailClient(RedisOwner, BaseMailClient):
             send_at=send_at,
         )
         with Creating(self._jobs(tenant_id, [mail], priority, many=False, send_at=send_at)) as jobs:
-            [(_, job_id)] = self._failures.call("enqueue", lambda: self._store.submit(jobs))
+            [(_, job_id)] = self._failures.call("enqueue", lambda: self._submit(jobs))
         return job_id
 
     def send_many(
@@ -196,8 +198,14 @@ class MailClient(RedisOwner, BaseMailClient):
         ``send_at`` (timezone-aware; ``send_at`` here applies to mails without one).
         """
         with Creating(self._jobs(tenant_id, mails, priority, many=True, send_at=send_at)) as jobs:
-            submitted = self._failures.call("enqueue", lambda: self._store.submit(jobs))
+            submitted = self._failures.call("enqueue", lambda: self._submit(jobs))
         return [job_id for _, job_id in submitted]
+
+    def _submit(self, jobs: list[NewJob]) -> list[tuple[bool, str]]:
+        """Write the jobs, once this client knows Redis will not evict them
+        (:class:`EvictingRedis`); above the high-water mark, :class:`RedisNearlyFull`."""
+        self._policy.check(self._redis)
+        return self._store.submit(jobs)
 
     def status(self, job_id: str) -> JobStatus:
         """The job's state; raises :class:`UnknownJob` if there is no such job."""
@@ -247,6 +255,7 @@ class AsyncMailClient(AsyncRedisOwner, BaseMailClient):
         keys, limits = Keys(self.settings.key_prefix), store_limits(self.settings)
         self._store = JobStore(self._redis, keys, limits)
         self._lifecycle = Lifecycle(self._redis, keys, limits)
+        self._policy = PolicyOnce(self.settings.redis_high_water)
 
     @classmethod
     def from_env(cls) -> AsyncMailClient:
@@ -285,7 +294,7 @@ class AsyncMailClient(AsyncRedisOwner, BaseMailClient):
             send_at=send_at,
         )
         with Creating(self._jobs(tenant_id, [mail], priority, many=False, send_at=send_at)) as jobs:
-            [(_, job_id)] = await self._failures.acall("enqueue", lambda: self._store.submit(jobs))
+            [(_, job_id)] = await self._failures.acall("enqueue", lambda: self._submit(jobs))
         return job_id
 
     async def send_many(
@@ -297,8 +306,12 @@ class AsyncMailClient(AsyncRedisOwner, BaseMailClient):
         send_at: datetime | None = None,
     ) -> list[str]:
         with Creating(self._jobs(tenant_id, mails, priority, many=True, send_at=send_at)) as jobs:
-            submitted = await self._failures.acall("enqueue", lambda: self._store.submit(jobs))
+            submitted = await self._failures.acall("enqueue", lambda: self._submit(jobs))
         return [job_id for _, job_id in submitted]
+
+    async def _submit(self, jobs: list[NewJob]) -> list[tuple[bool, str]]:
+        await self._policy.acheck(self._redis)
+        return await self._store.submit(jobs)
 
     async def status(self, job_id: str) -> JobStatus:
         record = await self._failures.acall("status", lambda: self._store.job(job_id))

@@ -34,6 +34,7 @@ from urllib.parse import urlsplit
 import redis.exceptions
 
 from fairpost.config import Settings, mask_url
+from fairpost.dispatcher.access import access_denied
 from fairpost.dispatcher.errors import NotReplicated
 from fairpost.mailer.errors import RedisFailed
 
@@ -73,7 +74,7 @@ class RedisFailures:
         try:
             yield
         except redis.exceptions.RedisError as exc:
-            raise self.failed(operation, exc) from exc
+            raise self._refused(exc) or self.failed(operation, exc) from exc
 
     def call(
         self,
@@ -108,7 +109,11 @@ class RedisFailures:
     def _again(
         self, operation: str, exc: redis.exceptions.RedisError, tries: _Tries, writes: bool | None
     ) -> float:
-        """The seconds to wait before the next try; raises :class:`RedisFailed` if there is none."""
+        """The seconds to wait before the next try; raises :class:`RedisFailed` if there is none,
+        and a refused credential or command at once (fairpost.dispatcher.access)."""
+        denied = self._refused(exc)
+        if denied is not None:
+            raise denied from exc
         tries.failed(self._maybe_written(operation, exc, writes))
         delay = tries.next_delay(exc)
         if delay is None:
@@ -121,6 +126,9 @@ class RedisFailures:
             self.settings.redis_retry_seconds,
         )
         return delay
+
+    def _refused(self, exc: redis.exceptions.RedisError) -> Exception | None:
+        return access_denied(exc, self.settings)
 
     def failed(
         self,

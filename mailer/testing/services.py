@@ -195,14 +195,15 @@ def stop_all(processes: list[ManagedProcess], grace: float) -> list[ManagedProce
 # -- redis-server ----------------------------------------------------------------------------
 
 
-def start_redis(workdir: Path) -> tuple[ManagedProcess, str]:
-    """A ``redis-server`` on a free port of 127.0.0.1, no persistence, files in ``workdir``; and its URL."""
+def start_redis(workdir: Path, *options: str) -> tuple[ManagedProcess, str]:
+    """A ``redis-server`` on a free port of 127.0.0.1, no persistence, files in ``workdir``; and its URL.
+    ``options``: more of redis-server's arguments (``--maxmemory``, ``4mb``...)."""
     binary = shutil.which("redis-server")
     if binary is None:
         raise ServiceError("redis-server is not installed (Debian: apt-get install redis-server)")
     port = free_port()
     argv = [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
-    argv += ["--dir", str(workdir)]
+    argv += ["--dir", str(workdir), *options]
     proc = ManagedProcess("redis-server", argv, workdir / "redis.log")
     url = f"redis://127.0.0.1:{port}/0"
     client = redis.Redis.from_url(url)
@@ -233,10 +234,10 @@ class RedisServer:
 
 
 @contextmanager
-def redis_server() -> Iterator[RedisServer]:
+def redis_server(*options: str) -> Iterator[RedisServer]:
     """:func:`start_redis` in a temporary directory, stopped on exit."""
     with tempfile.TemporaryDirectory(prefix="fairpost-redis-") as workdir:
-        proc, url = start_redis(Path(workdir))
+        proc, url = start_redis(Path(workdir), *options)
         try:
             yield RedisServer(port=urlsplit(url).port or 0, process=proc.process)
         finally:

@@ -98,6 +98,8 @@ async def test_the_overview_is_live_and_shows_the_ses_account(
         await expect(page.locator("#ses-rate")).to_have_text("23.0/s")
         await expect(page.locator("#gate")).to_contain_text("open")
         await expect(page.locator("#total-queued")).to_have_text("0")
+        # How full Redis is (this one has no maxmemory), and its policy.
+        await expect(page.locator("#redis-memory")).to_contain_text("no maxmemory (policy noeviction)")
         # Mail arrives: the page shows it without being reloaded.
         await page.evaluate("window.marker = 'same page'")
         with MailClient(settings) as client:

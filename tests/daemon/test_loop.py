@@ -28,9 +28,9 @@ class RecordingBackoff(OutageBackoff):
         self.calls.append("succeeded")
         super().succeeded()
 
-    def failed(self) -> float | None:
+    def failed(self, exc: BaseException | None = None) -> float | None:
         self.calls.append("failed")
-        return super().failed()
+        return super().failed(exc)
 
 
 class Errors:

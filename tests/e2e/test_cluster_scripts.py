@@ -14,6 +14,7 @@ inside each of them).
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Callable, Iterator
 from importlib.resources import files
@@ -38,6 +39,7 @@ from fairpost.dispatcher.scripts import lua_source
 from fairpost.dispatcher.store import JobStore
 from fairpost.dispatcher.stranded import StrandedJobs
 from fairpost.mailer.daemon.feedback import Feedback
+from fairpost.mailer.daemon.health import Heartbeat, Liveness
 from fairpost.mailer.daemon.mail_jobs import MailJobs
 from fairpost.mailer.daemon.webhooks.loop import WebhookDeliveries
 from fairpost.mailer.daemon.webhooks.metrics import WebhookMetrics
@@ -214,6 +216,12 @@ async def test_every_script_runs_on_a_cluster_within_fairposts_slot(
         assert await MailJobs(store).claim_sending([a.id], 60_000) == [1]
         assert await store.finish(a.id, JobState.SENT, keep_seconds=60) == 1
         await store.reap()
+        await store.sync_tenant_settings({"acme": 2}, {"acme": 5})
+        assert await store.count_attempt(a.id, "a transient error") == 1
+        liveness, running = Liveness(), asyncio.create_task(asyncio.sleep(3600))
+        liveness.watch({"dispatcher": running})
+        assert await Heartbeat(client, keys, "r1", liveness).beat()
+        running.cancel()
 
         # cancel, dead letters, replay, purge, the reconciler's scan
         assert await lifecycle.cancel(b.id, 60) == "queued"

@@ -293,6 +293,11 @@ DOCUMENTED_METRICS = (
     "fairpost_tenant_retry_after_seconds",
     "fairpost_global_retry_after_seconds",
     "fairpost_replicas",
+    "fairpost_redis_used_memory_bytes",
+    "fairpost_redis_maxmemory_bytes",
+    "fairpost_redis_evicted_keys",
+    "fairpost_redis_maxmemory_policy",
+    "fairpost_redis_high_water_ratio",
     "fairpost_stats_errors_total",
     "fairpost_task_errors_total",
     "fairpost_ses_events_total",
@@ -349,8 +354,8 @@ def test_metrics_healthz_readyz_and_health_command(ops: Ops, monkeypatch: pytest
 
         assert daemon.get("/healthz") == (
             200,
-            "ok: running: dispatcher, heartbeat, http, overrides, reconciler, sender, slots, webhook-fanout, "
-            "webhooks\n",
+            "ok: running: dispatcher, heartbeat, http, overrides, reconciler, redis-memory, sender, slots, "
+            "webhook-fanout, webhooks\n",
         )
         assert daemon.get("/readyz") == (200, "ok: Redis and SQS answer\n")
         assert daemon.get("/nope")[0] == 404

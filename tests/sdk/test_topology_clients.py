@@ -5,6 +5,8 @@ the sentinels' own password and TLS from their settings. Built only, not connect
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import redis.asyncio.sentinel
 import redis.sentinel
 
@@ -60,4 +62,16 @@ def test_cluster_client_is_lazy_and_keeps_the_url_credentials() -> None:
     kwargs = client.connection_pool.connection_kwargs
     assert kwargs["password"] == SECRET
     assert issubclass(client.connection_pool.connection_class, redis.connection.SSLConnection)
+    client.close()
+
+
+def test_the_ca_file_reaches_the_data_nodes_and_the_sentinels(tmp_path: Path) -> None:
+    ca = tmp_path / "ca.pem"
+    ca.write_text("not read until a connection is made")
+    settings = load_settings(**sentinel_settings(), redis_tls_ca_file=ca)
+    client = redis_client(settings)
+    pool = client.connection_pool
+    assert pool.connection_kwargs["ssl_ca_certs"] == str(ca)
+    for sentinel in pool.sentinel_manager.sentinels:  # type: ignore[attr-defined]
+        assert sentinel.connection_pool.connection_kwargs["ssl_ca_certs"] == str(ca)
     client.close()

@@ -258,7 +258,7 @@ class WebhookDeliveries:
                 result = await self._settle(keys=keys, args=args)
                 return "" if result is None else text(result)
             except RedisError as exc:
-                delay = backoff.failed()
+                delay = backoff.failed(exc)
                 if delay is None:
                     log.error("webhook delivery not settled (%s); its lease will bring it back", exc)
                     return ""
