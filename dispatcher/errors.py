@@ -5,7 +5,9 @@ FairpostError
     ├── UnknownJob
     ├── TooLateToCancel
     ├── NotReplayable
-    └── NotReplicated (also a redis RedisError)
+    ├── NotReplicated (also a redis RedisError)
+    ├── NewerFormat
+    └── LayoutNotReadable
 """
 
 from __future__ import annotations
@@ -14,7 +16,15 @@ from redis.exceptions import RedisError
 
 from fairpost.config.errors import FairpostError
 
-__all__ = ["DispatchError", "NotReplayable", "NotReplicated", "TooLateToCancel", "UnknownJob"]
+__all__ = [
+    "DispatchError",
+    "LayoutNotReadable",
+    "NewerFormat",
+    "NotReplayable",
+    "NotReplicated",
+    "TooLateToCancel",
+    "UnknownJob",
+]
 
 
 class DispatchError(FairpostError):
@@ -63,3 +73,30 @@ class NotReplicated(DispatchError, RedisError):
             f"the write reached the Redis master but {acked} of the {wanted} replicas "
             f"FAIRPOST_REDIS_MIN_REPLICAS asks for within {seconds:g}s"
         )
+
+
+class NewerFormat(DispatchError):
+    """Written in a format newer than this fairpost reads (a newer release wrote it):
+    left as it is, for a newer reader, never deleted, acknowledged or dead-lettered."""
+
+    def __init__(self, what: str, found: int, reads: int) -> None:
+        self.what = what
+        """Which format (``sqs_body``, ``outcome_event``): a metric label."""
+        self.found = found
+        self.reads = reads
+        super().__init__(
+            f"{what} in format version {found}; this fairpost reads up to version {reads}: "
+            "left for a newer fairpost"
+        )
+
+
+class LayoutNotReadable(DispatchError):
+    """The key layout in Redis is one this fairpost cannot read; the message says
+    the version found, the versions read, and what fixes it."""
+
+    def __init__(self, found: str, reads: tuple[int, ...], fix: str) -> None:
+        self.found = found
+        self.reads = reads
+        self.fix = fix
+        shown = ", ".join(str(v) for v in reads)
+        super().__init__(f"the Redis key layout is version {found}; this fairpost reads {shown}: {fix}")

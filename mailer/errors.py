@@ -7,7 +7,9 @@ re-exported here, so ``fairpost.mailer.errors`` names every error fairpost raise
     │   ├── UnknownJob            no job has this id
     │   ├── TooLateToCancel       handed to SQS or finished already
     │   ├── NotReplayable         not a dead letter, or nothing left to send
-    │   └── NotReplicated         too few Redis replicas took a write in time (also a RedisError)
+    │   ├── NotReplicated         too few Redis replicas took a write in time (also a RedisError)
+    │   ├── NewerFormat           written by a newer fairpost: left for a newer reader
+    │   └── LayoutNotReadable     the Redis key layout is one this fairpost cannot read
     ├── InvalidInput              the caller's input breaks a rule (.field, .rule); nothing was written
     │   ├── InvalidMail           the SDK refused a mail
     │   ├── InvalidOverride       a live quota override is invalid
@@ -36,6 +38,8 @@ from __future__ import annotations
 from fairpost.config.errors import ConfigError, FairpostError
 from fairpost.dispatcher.errors import (
     DispatchError,
+    LayoutNotReadable,
+    NewerFormat,
     NotReplayable,
     NotReplicated,
     TooLateToCancel,
@@ -54,6 +58,8 @@ __all__ = [
     "InvalidOverride",
     "InvalidSuppression",
     "InvalidWebhook",
+    "LayoutNotReadable",
+    "NewerFormat",
     "NotReplayable",
     "NotReplicated",
     "PoisonMessage",
