@@ -7,7 +7,8 @@ FairpostError
     ├── NotReplayable
     ├── NotReplicated (also a redis RedisError)
     ├── NewerFormat
-    └── LayoutNotReadable
+    ├── LayoutNotReadable
+    └── MigrationBusy
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from fairpost.config.errors import FairpostError
 __all__ = [
     "DispatchError",
     "LayoutNotReadable",
+    "MigrationBusy",
     "NewerFormat",
     "NotReplayable",
     "NotReplicated",
@@ -100,3 +102,7 @@ class LayoutNotReadable(DispatchError):
         self.fix = fix
         shown = ", ".join(str(v) for v in reads)
         super().__init__(f"the Redis key layout is version {found}; this fairpost reads {shown}: {fix}")
+
+
+class MigrationBusy(DispatchError):
+    """Another ``fairpost migrate`` held the lock longer than this one would wait."""

@@ -22,20 +22,16 @@ from dataclasses import dataclass
 import redis
 from redis.lock import Lock
 
-from fairpost.dispatcher.errors import DispatchError
+from fairpost.dispatcher.errors import MigrationBusy
 from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.layout import LAYOUT, read_layout_sync
 from fairpost.dispatcher.replies import text
 from fairpost.dispatcher.scripts import lua_source
 
-__all__ = ["Migration", "MigrationBusy"]
+__all__ = ["Migration"]
 
 LEGACY_PAYLOAD = "payload"
 """The record field a pre-release layout kept the payload in."""
-
-
-class MigrationBusy(DispatchError):
-    """Another ``fairpost migrate`` held the lock longer than this one would wait."""
 
 
 @dataclass

@@ -9,7 +9,8 @@ re-exported here, so ``fairpost.mailer.errors`` names every error fairpost raise
     │   ├── NotReplayable         not a dead letter, or nothing left to send
     │   ├── NotReplicated         too few Redis replicas took a write in time (also a RedisError)
     │   ├── NewerFormat           written by a newer fairpost: left for a newer reader
-    │   └── LayoutNotReadable     the Redis key layout is one this fairpost cannot read
+    │   ├── LayoutNotReadable     the Redis key layout is one this fairpost cannot read
+    │   └── MigrationBusy         another fairpost migrate held its lock too long
     ├── InvalidInput              the caller's input breaks a rule (.field, .rule); nothing was written
     │   ├── InvalidMail           the SDK refused a mail
     │   ├── InvalidOverride       a live quota override is invalid
@@ -39,6 +40,7 @@ from fairpost.config.errors import ConfigError, FairpostError
 from fairpost.dispatcher.errors import (
     DispatchError,
     LayoutNotReadable,
+    MigrationBusy,
     NewerFormat,
     NotReplayable,
     NotReplicated,
@@ -59,6 +61,7 @@ __all__ = [
     "InvalidSuppression",
     "InvalidWebhook",
     "LayoutNotReadable",
+    "MigrationBusy",
     "NewerFormat",
     "NotReplayable",
     "NotReplicated",
