@@ -119,8 +119,9 @@ async def _run(
         tasks = parts.tasks(stop)
         if settings.webhook.enabled and role in ("all", "webhooks"):
             webhooks = WebhookDeliveries(
-                client, keys, settings, metrics.webhooks, on_error=metrics.task_failed
-            )
+                client, keys, settings, metrics.webhooks,
+                on_error=metrics.task_failed, on_newer=metrics.newer_format,
+            )  # fmt: skip
             tasks.update(webhooks.tasks(stop))
         if settings.http_port is not None:
 

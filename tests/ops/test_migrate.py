@@ -165,3 +165,21 @@ def test_a_migration_killed_mid_run_resumes_where_it_stood(redis_client: redis.R
     assert Migration(redis_client, KEYS, say=said.append, batch=10).run() == left
     assert said[0].startswith("resuming at scan cursor")
     assert_migrated(redis_client, ids)
+
+
+@pytest.mark.parametrize(
+    ("stamped", "says"),
+    [(str(LAYOUT + 1), "a newer fairpost wrote it"), ("banana", "no fairpost writes that")],
+)
+def test_a_daemon_refuses_to_start_on_a_layout_it_cannot_read(
+    redis_client: redis.Redis, redis_url: str, stamped: str, says: str
+) -> None:
+    redis_client.set(KEYS.layout(), stamped)
+    env = {**os.environ, "FAIRPOST_REDIS_URL": redis_url}
+    cmd = [sys.executable, "-m", "fairpost.mailer.cli", "run"]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 1, done.stderr
+    assert f"the Redis key layout is version {stamped!r}" in done.stderr or f"version {stamped};" in done.stderr
+    assert says in done.stderr
+    assert redis_client.get(KEYS.layout()) == stamped  # nothing written, nothing started
+    assert not redis_client.keys(KEYS.heartbeat("*"))
