@@ -179,7 +179,7 @@ def test_a_daemon_refuses_to_start_on_a_layout_it_cannot_read(
     cmd = [sys.executable, "-m", "fairpost.mailer.cli", "run"]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 1, done.stderr
-    assert f"the Redis key layout is version {stamped!r}" in done.stderr or f"version {stamped};" in done.stderr
+    assert "fairpost: the Redis key layout is version " in done.stderr
     assert says in done.stderr
     assert redis_client.get(KEYS.layout()) == stamped  # nothing written, nothing started
     assert not redis_client.keys(KEYS.heartbeat("*"))
