@@ -76,7 +76,7 @@ def previous_release(changelog: Path = ROOT / "CHANGELOG.md") -> tuple[str, str]
         if commit:
             return heading.group(1), commit.group(1)
         if i == 0 and heading.group(1) == fairpost.__version__:
-            return heading.group(1), _git("rev-parse", "HEAD").strip()
+            return heading.group(1), git("rev-parse", "HEAD").strip()
     raise AssertionError(f"{changelog}: no release names its commit (Commit: <hash>)")
 
 
@@ -84,7 +84,7 @@ def build_release(version: str, commit: str) -> Release:
     """The release's virtualenv under .releases/<commit>, built once (and under a lock:
     test workers may ask together)."""
     try:
-        _git("cat-file", "-e", f"{commit}^{{commit}}")
+        git("cat-file", "-e", f"{commit}^{{commit}}")
     except subprocess.CalledProcessError:
         raise AssertionError(
             f"release {version}'s commit {commit} is not in this clone's history (a shallow "
@@ -119,5 +119,5 @@ def _build(commit: str, home: Path) -> None:
     (home / "built").write_text(commit, encoding="utf-8")
 
 
-def _git(*args: str) -> str:
+def git(*args: str) -> str:
     return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout
