@@ -57,7 +57,7 @@ def verdict(found: str, *, writes: int = LAYOUT, reads: tuple[int, ...] = READS)
     text = found or "0"
     if not text.isdigit():
         raise LayoutNotReadable(
-            repr(found), reads, f"no fairpost writes that; set {MIGRATE_COMMAND!r}'s key right or restore it"
+            repr(found), reads, f"no fairpost writes that: delete the layout key and run `{MIGRATE_COMMAND}`"
         )
     version = int(text)
     if version > writes:
