@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import redis.asyncio
+from redis.typing import EncodableT, FieldT
 
 from fairpost.config import Window
 from fairpost.mailer.demo.load import schedule
@@ -222,8 +223,9 @@ async def test_the_quota_state_the_demo_shows_is_the_engines(aredis: redis.async
         """(units counted at 10,000 ms, the ms at which one more fits)."""
         await aredis.delete(keys.quota("t:acme", 1))
         # The buckets, and the running total, lowest and newest bucket every write keeps.
-        kept = {"n": sum(buckets.values()), "lo": min(buckets), "hi": max(buckets)}
-        await aredis.hset(keys.quota("t:acme", 1), mapping={**buckets, **kept})  # type: ignore[arg-type]
+        fields: dict[FieldT, EncodableT] = {str(b): units for b, units in buckets.items()}
+        fields.update(n=sum(buckets.values()), lo=min(buckets), hi=max(buckets))
+        await aredis.hset(keys.quota("t:acme", 1), mapping=fields)
         [(_, count)] = await engine.usage("acme", [window], now_ms=10_000)
         wait = await engine.retry_after("acme", [window], now_ms=10_000)
         return count, 10_000 + round(wait * 1000)
