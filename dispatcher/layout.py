@@ -74,12 +74,12 @@ def verdict(found: str, *, writes: int = LAYOUT, reads: tuple[int, ...] = READS)
 async def read_layout(client: redis.asyncio.Redis, keys: Keys) -> int:
     """The store's layout version, stamped first on a store with no data (layout.lua)."""
     names, args = layout_call(keys)
-    found = await client.eval(lua_source("fairpost.dispatcher", "layout"), len(names), *names, *args)
+    found = await client.register_script(lua_source("fairpost.dispatcher", "layout"))(keys=names, args=args)
     return verdict(text(found))
 
 
 def read_layout_sync(client: redis.Redis, keys: Keys) -> int:
     """:func:`read_layout` for a synchronous client (the command line)."""
     names, args = layout_call(keys)
-    found = client.eval(lua_source("fairpost.dispatcher", "layout"), len(names), *names, *args)
+    found = client.register_script(lua_source("fairpost.dispatcher", "layout"))(keys=names, args=args)
     return verdict(text(found))
