@@ -1,13 +1,14 @@
 # fairpost: every target sets up what it needs (scripts/bootstrap.sh) first.
 #
 #   make demo     the demo, with its own Redis and AWS emulator
-#   make test     lint, types, Dockerfile lint, then the whole test suite
+#   make test     lint, types, Dockerfile lint, the whole test suite, then the dependency floors
 #   make test-fast  the fast tier only: the sender's decisions against fakes, no servers (seconds)
 #   make test-stress  the whole test suite while stress-ng keeps every core busy
 #   make faults   the whole fault matrix (make test runs a sample of it)
 #   make fuzz     the property tests (tests/properties) with many more examples
 #   make lint     ruff (check and format), hadolint and the layer contracts (lint-imports)
 #   make types    mypy only
+#   make floors   the SDK's and daemon's tests at the lowest versions pyproject.toml allows
 #   make bench    the benchmarks
 #   make clean    caches and build output (make distclean: the virtualenvs too)
 #
@@ -28,10 +29,10 @@ test-stress:
 	FAIRPOST_BOOTSTRAP_STRESS=1 $(BOOTSTRAP) test
 	bash scripts/test-stress.sh $(PYTEST_ARGS)
 
-.PHONY: help demo test test-fast test-stress faults fuzz lint types pytest bench clean distclean bootstrap-test bootstrap-demo
+.PHONY: help demo test test-fast test-stress faults fuzz lint types pytest floors bench clean distclean bootstrap-test bootstrap-demo
 
 help:
-	@sed -n '3,12p' $(firstword $(MAKEFILE_LIST)) | sed 's/^# *//'
+	@sed -n '3,13p' $(firstword $(MAKEFILE_LIST)) | sed 's/^# *//'
 
 bootstrap-test:
 	$(BOOTSTRAP) test
@@ -42,7 +43,7 @@ bootstrap-demo:
 demo: bootstrap-demo
 	$(BIN)/fairpost demo
 
-test: lint types pytest
+test: lint types pytest floors
 
 # tests/daemon/unit: fakes in one process, no Redis, no emulators, no workers to
 # start; under 60 s (a few seconds here), for the edit-test loop.
@@ -65,6 +66,12 @@ pytest: bootstrap-test
 	  if [[ $$rc == 5 ]]; then echo 'make: pytest collected no tests (exit 5); check testpaths and -m/-k in PYTEST_ARGS' >&2; fi; \
 	  exit $$rc; }
 
+# Every direct dependency at the lowest version pyproject.toml allows, in .venv-floors
+# (rebuilt only when pyproject.toml changes), then the SDK's tests and the daemon end
+# to end on it (scripts/floors.sh): a floor that no longer works fails here.
+floors: bootstrap-test
+	bash scripts/floors.sh
+
 # A fault at every step the pipeline takes (tests/faults): each recorded Redis,
 # SQS and SES call failed in turn, its request lost and then its answer.
 faults: bootstrap-test
@@ -84,4 +91,4 @@ clean:
 	  -type d -name __pycache__ -exec rm -rf {} +
 
 distclean: clean
-	rm -rf .venv .localstack-venv
+	rm -rf .venv .localstack-venv .venv-floors .releases

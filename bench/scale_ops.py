@@ -93,14 +93,6 @@ async def prepare_waiting_behind(side: Side, busy: Sequence[str], per_tenant: in
     await side.hold_every_slot()
     await side.fill(per_tenant, tenants=busy)
     await contend(side)
-    await end_blocked_pass(side)
-
-
-async def end_blocked_pass(side: Side) -> None:
-    """Reap until the reaper's pass over the blocked tenants (once a store, a page a
-    call) has ended: the reap measured is the steady one."""
-    while await side.client.get(side.keys.blocked_pass()) not in (b"done", "done"):
-        await side.store.reap()
 
 
 Work = Callable[[], Awaitable[int]]

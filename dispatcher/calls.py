@@ -210,7 +210,7 @@ class ScriptCalls:
         ]
 
     def reap(self, max_leases: int) -> Call:
-        return [*self._ring_keys(), self.keys.leases(), self.keys.blocked_pass()], [
+        return [*self._ring_keys(), self.keys.leases()], [
             *self._ring_args(),
             self.keys.job_prefix(),
             max_leases,

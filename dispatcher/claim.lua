@@ -36,16 +36,16 @@ if written then
   local again = {}
   for i = 2, #earlier do
     local job_id = earlier[i]
-    local rec = redis.call('HMGET', ARGV[7] .. job_id, 'state', 'claimed_ms', 'tenant', 'kind', 'payload',
+    local rec = redis.call('HMGET', ARGV[7] .. job_id, 'state', 'claimed_ms', 'tenant', 'kind',
       'attempts', 'created_ms', 'replays')
     if rec[1] == 'claimed' and rec[2] == earlier[1] then
       again[#again + 1] = job_id
       again[#again + 1] = rec[3]
       again[#again + 1] = rec[4] or ''
-      again[#again + 1] = rec[5] or redis.call('GET', ARGV[9] .. job_id) or ''
+      again[#again + 1] = redis.call('GET', ARGV[9] .. job_id) or ''
+      again[#again + 1] = rec[5] or '0'
       again[#again + 1] = rec[6] or '0'
       again[#again + 1] = rec[7] or '0'
-      again[#again + 1] = rec[8] or '0'
     end
   end
   return again
@@ -137,9 +137,7 @@ end
 --
 -- The per-job work is what a claim costs under load, so it builds no table
 -- of its own: its lease pairs go straight into all_leases (the turn's slots
--- are a slice of it), and the record's 'payload' field (absent but for jobs
--- written before payloads had keys: a scan of the whole hash to find it
--- missing) is read only for an entry that carries no payload.
+-- are a slice of it).
 local function take(tenant, room)
   -- Its queues, as queue_keys names them (ring.lua's three priorities), with no table built.
   local prefix = ctx.queue_prefix .. tenant .. ':'
@@ -153,20 +151,13 @@ local function take(tenant, room)
   for i = 1, #ids do
     local job_id, payload = split_entry(ids[i])
     local job_key = job_prefix .. job_id
-    local rec
-    if payload then
-      rec = redis.call('HMGET', job_key, 'state', 'kind', 'attempts', 'created_ms', 'replays', 'inline')
-    else
-      rec = redis.call('HMGET', job_key, 'state', 'kind', 'attempts', 'created_ms', 'replays', 'inline',
-        'payload')
-    end
+    local rec = redis.call('HMGET', job_key, 'state', 'kind', 'attempts', 'created_ms', 'replays', 'inline')
     if rec[1] == 'queued' and (not payload or rec[6] == '1') then
       if payload then
         redis.call('HSET', job_key, 'state', 'claimed', 'claimed_ms', now_s, 'inline', '0')
         redis.call('SET', payload_prefix .. job_id, payload)
       else
-        -- In the record if it was written so before the payload had a key of its own.
-        payload = rec[7] or redis.call('GET', payload_prefix .. job_id) or ''
+        payload = redis.call('GET', payload_prefix .. job_id) or ''
         redis.call('HSET', job_key, 'state', 'claimed', 'claimed_ms', now_s)
       end
       all_leases[n_leases + 1] = deadline(claimed)

@@ -9,7 +9,10 @@ FairpostError
     ├── NotReplayable
     ├── NotReplicated (also a redis RedisError)
     ├── EvictingRedis
-    └── RedisNearlyFull
+    ├── RedisNearlyFull
+    ├── NewerFormat
+    ├── LayoutNotReadable
+    └── MigrationBusy
 """
 
 from __future__ import annotations
@@ -21,6 +24,9 @@ from fairpost.config.errors import ConfigError, FairpostError
 __all__ = [
     "DispatchError",
     "EvictingRedis",
+    "LayoutNotReadable",
+    "MigrationBusy",
+    "NewerFormat",
     "NotReplayable",
     "NotReplicated",
     "RedisAccessDenied",
@@ -123,3 +129,34 @@ class RedisNearlyFull(DispatchError):
             f"the high-water mark FAIRPOST_REDIS_HIGH_WATER={high_water:g}: new mail is refused "
             "until the daemon drains the queues; nothing was written; try again later"
         )
+
+
+class NewerFormat(DispatchError):
+    """Written in a format newer than this fairpost reads (a newer release wrote it):
+    left as it is, for a newer reader, never deleted, acknowledged or dead-lettered."""
+
+    def __init__(self, what: str, found: int, reads: int) -> None:
+        self.what = what
+        """Which format (``sqs_body``, ``outcome_event``): a metric label."""
+        self.found = found
+        self.reads = reads
+        super().__init__(
+            f"{what} in format version {found}; this fairpost reads up to version {reads}: "
+            "left for a newer fairpost"
+        )
+
+
+class LayoutNotReadable(DispatchError):
+    """The key layout in Redis is one this fairpost cannot read; the message says
+    the version found, the versions read, and what fixes it."""
+
+    def __init__(self, found: str, reads: tuple[int, ...], fix: str) -> None:
+        self.found = found
+        self.reads = reads
+        self.fix = fix
+        shown = ", ".join(str(v) for v in reads)
+        super().__init__(f"the Redis key layout is version {found}; this fairpost reads {shown}: {fix}")
+
+
+class MigrationBusy(DispatchError):
+    """Another ``fairpost migrate`` held the lock longer than this one would wait."""

@@ -26,17 +26,14 @@ local journal, a = journal_context(KEYS[#KEYS], ARGV, 6)
 local copied_names = journal_copied_names(journal)
 local copied_at = {}
 for i, name in ipairs(copied_names) do
-  copied_at[name] = 3 + i
+  copied_at[name] = 2 + i
 end
-local function copied_now(rec, fields, payload_gone)
+local function copied_now(rec, fields)
   for i = 1, #fields, 2 do
     local at = copied_at[fields[i]]
     if at then
       rec[at] = fields[i + 1]
     end
-  end
-  if payload_gone and copied_at.payload then
-    rec[copied_at.payload] = false
   end
   return rec
 end
@@ -52,9 +49,7 @@ while a <= #ARGV do
   a = journal_skip(ARGV, entry)
   local job_key, content_key, payload_key, marker_key = KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4]
   k = k + 4
-  -- 'payload': only a record written before the payload had a key of its own
-  -- has that field (nil, and free, for the rest).
-  local rec = redis.call('HMGET', job_key, 'tenant', 'state', 'payload', unpack(copied_names))
+  local rec = redis.call('HMGET', job_key, 'tenant', 'state', unpack(copied_names))
   local tenant, state = rec[1], rec[2]
   if not tenant then
     redis.call('DEL', marker_key)
@@ -102,16 +97,13 @@ while a <= #ARGV do
         end
       else
         -- A sent job keeps its metadata only.
-        if rec[3] then
-          redis.call('HDEL', job_key, 'payload')
-        end
         redis.call('DEL', content_key, payload_key, marker_key)
       end
       if keep > 0 then
         redis.call('EXPIRE', job_key, keep)
       end
       if journal then
-        journal_append(journal, job_key, job_id, final, ARGV, entry, copied_now(rec, fields, final ~= 'dead'), 3)
+        journal_append(journal, job_key, job_id, final, ARGV, entry, copied_now(rec, fields), 2)
       end
       out[#out + 1] = 1
     end

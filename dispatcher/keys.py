@@ -30,6 +30,21 @@ class Keys:
     def root(self) -> str:
         return "{" + self.prefix + "}"
 
+    # -- the layout (dispatcher/layout.py, dispatcher/migrate.py) -------------
+    def layout(self) -> str:
+        """String: the key layout's version, kept once; none on a store written before
+        versions (0.1.0 reads it as layout 0)."""
+        return f"{self.root}:layout"
+
+    def migrate_lock(self) -> str:
+        """String with a TTL: the ``fairpost migrate`` that runs now (a redis-py lock)."""
+        return f"{self.root}:migrate:lock"
+
+    def migrate_cursor(self) -> str:
+        """String: where a migration's scan stands (a SCAN cursor), so that a rerun after
+        a kill resumes there; gone once the layout is stamped."""
+        return f"{self.root}:migrate:cursor"
+
     # -- jobs ----------------------------------------------------------------
     def job(self, job_id: str) -> str:
         """Hash: the job record (state, tenant, kind, timestamps: short values, so
@@ -66,12 +81,6 @@ class Keys:
     def blocked(self) -> str:
         """Set: tenants with waiting jobs but no free in-flight slot."""
         return f"{self.root}:blocked"
-
-    def blocked_pass(self) -> str:
-        """String: where the reaper's pass over the blocked set stands (an SSCAN
-        cursor, or ``done``); none means a pass is due: no daemon of this version has
-        reaped the store yet, or an operator deleted it (dispatcher/reap.lua)."""
-        return f"{self.root}:blocked:pass"
 
     def expiring(self) -> str:
         """Sorted set: tenants holding in-flight slots, scored at or before their

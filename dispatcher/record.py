@@ -29,10 +29,10 @@ Both keys carry the ``{prefix}`` hash tag, as every key. So a waiting job's
 payload is not readable by its id: a status does not need it, and a dead
 letter still in its queue is replayable (:func:`has_payload`).
 
-Jobs written before the payload had a key of its own keep it in the record's
-``payload`` field: every reader takes that field when it is there (the
-scripts, and :func:`job_record`), and everything that deletes, expires or
-keeps a record does the same to the payload key (finish, cancel, purge, replay).
+Everything that deletes, expires or keeps a record does the same to the
+payload key (finish, cancel, purge, replay). No record holds its payload in a
+field of its own: a pre-release layout did, and ``fairpost migrate`` moves
+any such field to its key (dispatcher/migrate.py).
 """
 
 from __future__ import annotations
@@ -45,8 +45,7 @@ from fairpost.dispatcher.replies import record, text
 __all__ = ["ENTRY_SEP", "INLINE", "PAYLOAD", "has_payload", "job_record"]
 
 PAYLOAD = "payload"
-"""The field of :func:`job_record` with the payload (and of a record written
-before the payload had a key of its own)."""
+"""The field of :func:`job_record` with the payload (never one of the record's own)."""
 
 INLINE = "inline"
 """The record field that says a queue entry carries the job's payload: ``1``
@@ -64,7 +63,7 @@ def job_record(raw: Mapping[Any, Any], payload: Any = None) -> dict[str, str]:
     (``GET`` of :meth:`Keys.payload`) in ``payload`` if it has one; empty when
     there is no record. A job waiting in its queue has none readable by id."""
     fields = record(raw)
-    if fields and payload is not None and PAYLOAD not in fields:
+    if fields and payload is not None:
         fields[PAYLOAD] = text(payload)
     return fields
 

@@ -12,11 +12,13 @@ import json
 import sys
 from collections.abc import Callable, Sequence
 
+from fairpost import __version__
 from fairpost.config import ConfigError, FairpostError, Settings, load_settings
 from fairpost.mailer.ops.console import aws_error, print_json, unreachable_redis
 from fairpost.mailer.ops.doctor import add_parser as add_doctor
 from fairpost.mailer.ops.lifecycle_commands import add_commands as add_lifecycle_commands
 from fairpost.mailer.ops.lifecycle_commands import parse_header, parse_send_at
+from fairpost.mailer.ops.migrate_commands import add_parser as add_migrate_command
 from fairpost.mailer.ops.quota_commands import add_commands as add_quota_commands
 from fairpost.mailer.ops.redis_check import redis_findings
 from fairpost.mailer.ops.reputation_commands import add_commands as add_reputation_commands
@@ -246,6 +248,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Fair, quota-safe multi-tenant mail through Amazon SES. Settings come from "
         "FAIRPOST_* variables and FAIRPOST_CONFIG_FILE; AWS from the standard AWS_* variables.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     run = sub.add_parser("run", help="run the daemon")
@@ -323,6 +326,7 @@ def build_parser() -> argparse.ArgumentParser:
     stats.set_defaults(handler=cmd_stats)
 
     add_quota_commands(sub)
+    add_migrate_command(sub)
 
     tenant_sub = add_tenant_parser(sub)  # with ``tenant warmup``
     from fairpost.mailer.quota.holds import LIFTED_BY_RESUME

@@ -10,7 +10,10 @@ re-exported here, so ``fairpost.mailer.errors`` names every error fairpost raise
     │   ├── NotReplayable         not a dead letter, or nothing left to send
     │   ├── NotReplicated         too few Redis replicas took a write in time (also a RedisError)
     │   ├── EvictingRedis         Redis's maxmemory-policy (allkeys-*) could evict queued mail
-    │   └── RedisNearlyFull       Redis is over the high-water mark: new mail refused (retriable)
+    │   ├── RedisNearlyFull       Redis is over the high-water mark: new mail refused (retriable)
+    │   ├── NewerFormat           written by a newer fairpost: left for a newer reader
+    │   ├── LayoutNotReadable     the Redis key layout is one this fairpost cannot read
+    │   └── MigrationBusy         another fairpost migrate held its lock too long
     ├── InvalidInput              the caller's input breaks a rule (.field, .rule); nothing was written
     │   ├── InvalidMail           the SDK refused a mail
     │   ├── InvalidOverride       a live quota override is invalid
@@ -40,6 +43,9 @@ from fairpost.config.errors import ConfigError, FairpostError
 from fairpost.dispatcher.errors import (
     DispatchError,
     EvictingRedis,
+    LayoutNotReadable,
+    MigrationBusy,
+    NewerFormat,
     NotReplayable,
     NotReplicated,
     RedisAccessDenied,
@@ -61,6 +67,9 @@ __all__ = [
     "InvalidOverride",
     "InvalidSuppression",
     "InvalidWebhook",
+    "LayoutNotReadable",
+    "MigrationBusy",
+    "NewerFormat",
     "NotReplayable",
     "NotReplicated",
     "PoisonMessage",

@@ -38,6 +38,7 @@ from fairpost.config import Settings
 from fairpost.dispatcher.connect import async_redis_client
 from fairpost.dispatcher.durable import replica_shortfall
 from fairpost.dispatcher.keys import Keys
+from fairpost.dispatcher.layout import LAYOUT, MIGRATE_COMMAND, read_layout
 from fairpost.mailer.daemon.aws import SES_CONFIG, SQS_CONFIG, session
 from fairpost.mailer.daemon.health import Heartbeat, Liveness, replica_name
 from fairpost.mailer.daemon.http import Check, HttpServer
@@ -91,6 +92,14 @@ async def _run(
     if shortfall is not None:
         log.warning("%s", shortfall)
     keys = Keys(settings.key_prefix)
+    # Before anything reads or writes a key: a layout this release cannot read
+    # stops the start, naming what fixes it (dispatcher/layout.py).
+    layout = await read_layout(client, keys)
+    if layout != LAYOUT:
+        log.warning(
+            "the Redis key layout is version %d (written before versions); this fairpost reads it, "
+            "and `%s` stamps it %d (the next release may not read it)", layout, MIGRATE_COMMAND, LAYOUT,
+        )  # fmt: skip
     metrics = Metrics(
         TenantLabels(settings.tenants, settings.metrics_tenant_labels),
         process_metrics=True,
@@ -119,8 +128,9 @@ async def _run(
         tasks = parts.tasks(stop)
         if settings.webhook.enabled and role in ("all", "webhooks"):
             webhooks = WebhookDeliveries(
-                client, keys, settings, metrics.webhooks, on_error=metrics.task_failed
-            )
+                client, keys, settings, metrics.webhooks,
+                on_error=metrics.task_failed, on_newer=metrics.newer_format,
+            )  # fmt: skip
             tasks.update(webhooks.tasks(stop))
         if settings.http_port is not None:
 

@@ -13,9 +13,16 @@ import logging
 from fairpost.dispatcher.jobs import JobState
 from fairpost.mailer.daemon.context import SenderContext
 from fairpost.mailer.daemon.inbox import Received
-from fairpost.mailer.daemon.settlement import Delete
+from fairpost.mailer.daemon.settlement import Backoff, Delete
+from fairpost.mailer.errors import NewerFormat, PoisonMessage
+from fairpost.mailer.sdk.envelope import decode
 
 log = logging.getLogger("fairpost.sender")
+
+NEWER_FORMAT_SECONDS = 5.0
+"""How long a body in a newer format than this fairpost reads waits in SQS before it
+is received again: long enough that replicas of this release do not spin on it,
+short enough that a newer replica takes it soon after (a rolling upgrade)."""
 
 
 class Endings:
@@ -43,6 +50,29 @@ class Endings:
         ctx.metrics.dead(env.tenant, kind)
         log.warning("dead letter: %s", reason, extra={"job_id": env.job_id, "tenant": env.tenant})
         return Delete("dead")
+
+    async def unreadable(self, msg: Received) -> Delete | Backoff:
+        """A body this fairpost could not decode: left in SQS if a newer fairpost wrote
+        it (:meth:`newer`), else a poison message (:meth:`poison`)."""
+        try:
+            decode(msg.body)
+        except NewerFormat as exc:
+            return self.newer(msg, exc)
+        except PoisonMessage as exc:
+            return await self.poison(msg, str(exc))
+        return await self.poison(msg, "unreadable")  # pragma: no cover - only undecodable bodies come here
+
+    def newer(self, msg: Received, exc: NewerFormat) -> Backoff:
+        """A body a newer fairpost wrote: never deleted nor dead-lettered here, but left
+        in SQS (its visibility a few seconds) for a replica that reads it, counted
+        and logged with both versions. Its job keeps its state ("dispatched")."""
+        self.ctx.metrics.newer_format(exc.what, exc.found, exc.reads)
+        log.warning(
+            "SQS message %s: %s in format version %d, this fairpost reads up to %d: "
+            "left in SQS for a newer fairpost",
+            msg.message_id, exc.what, exc.found, exc.reads, extra={"tenant": msg.group},
+        )  # fmt: skip
+        return Backoff(NEWER_FORMAT_SECONDS, "newer format")
 
     async def poison(self, msg: Received, reason: str) -> Delete:
         """An SQS body this fairpost cannot read."""

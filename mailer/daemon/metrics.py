@@ -236,6 +236,13 @@ class Metrics:
             "Received messages handed back at shutdown (visibility 0).",
             registry=r,
         )
+        self.newer_format_total = Counter(
+            "fairpost_newer_format",
+            "Messages written in a format newer than this fairpost reads, left for a newer one "
+            "(format: what; found: its version; reads: the newest this fairpost reads).",
+            ["format", "found", "reads"],
+            registry=r,
+        )
         self.latency = Histogram(
             "fairpost_mail_latency_seconds",
             "From enqueue to SES accepting the mail.",
@@ -376,6 +383,9 @@ class Metrics:
 
     def dead(self, tenant: str, reason: str) -> None:
         self.dead_total.labels(self.labels(tenant), reason).inc()
+
+    def newer_format(self, what: str, found: int, reads: int) -> None:
+        self.newer_format_total.labels(what, str(found), str(reads)).inc()
 
     def dropped(self, tenant: str, reason: str) -> None:
         self.dropped_total.labels(self.labels(tenant), reason).inc()

@@ -52,7 +52,7 @@ from fairpost.mailer.daemon.send import Sending
 from fairpost.mailer.daemon.ses import redact
 from fairpost.mailer.daemon.settlement import Backoff, Leave, Retry, attempt_backoff
 from fairpost.mailer.daemon.tracing import JobTrace, Tracing, handling
-from fairpost.mailer.errors import PoisonMessage
+from fairpost.mailer.errors import NewerFormat, PoisonMessage
 from fairpost.mailer.quota.engine import QuotaEngine
 from fairpost.mailer.quota.overrides import LimitSource, StaticLimits
 from fairpost.mailer.sdk.envelope import decode
@@ -177,8 +177,8 @@ class Sender:
         for msg in messages:
             try:
                 msg.envelope = decode(msg.body)
-            except PoisonMessage:
-                continue  # ended in _handle, where a failure to end it is tried again
+            except (PoisonMessage, NewerFormat):
+                continue  # settled in _handle, where a failure to end it is tried again
             if self.tracing is not None:
                 msg.trace = self.tracing.received(self._queue, msg.message_id, msg.envelope)
         await self._handle(messages)
@@ -230,12 +230,12 @@ class Sender:
         self.inbox.release(settled)
 
     async def _decide(self, group: list[Received]) -> BaseException | None:
-        """Handle one tenant's group (or end one poison message); the error it ended
+        """Handle one tenant's group (or settle one unreadable message); the error it ended
         with, once every SES call it made has answered and been recorded."""
         try:
             envelope = group[0].envelope
             if envelope is None:
-                group[0].decide(await self.endings.poison(group[0], _poison_reason(group[0].body)))
+                group[0].decide(await self.endings.unreadable(group[0]))
             else:
                 await self.groups.handle(envelope.tenant, group)
         except asyncio.CancelledError:
@@ -358,11 +358,3 @@ def _grouped(messages: list[Received]) -> list[list[Received]]:
         else:
             groups.setdefault(msg.envelope.tenant, []).append(msg)
     return [*groups.values(), *poison]
-
-
-def _poison_reason(body: str) -> str:
-    try:
-        decode(body)
-    except PoisonMessage as exc:
-        return str(exc)
-    return "unreadable"  # pragma: no cover - only undecodable bodies are ended as poison

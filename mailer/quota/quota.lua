@@ -59,8 +59,9 @@
 -- a busy key's TTL is set once every AHEAD buckets, not at every new one, and
 -- an idle key outlives its last bucket by at most that.
 -- Only a refusal reads every bucket (HGETALL), to say when the mail fits, and
--- puts "n" right from them if it ever differs. A hash without "n" (none yet,
--- or written by an earlier version) is counted bucket by bucket and given one.
+-- puts "n" right from them if it ever differs. A hash without "n" has no
+-- buckets: every write of a bucket writes "n" with it (no release wrote one
+-- without), so it is an empty window, read by no further call.
 --
 -- Rates and budgets. A window shorter than a minute is a rate: a mail bigger
 -- than its limit fits once the window holds nothing else, and goes alone,
@@ -191,7 +192,12 @@ local function count(win, room_for)
         win.total, win.hi = n, hi
         return
     end
-    if n == nil or lo == nil or hi == nil or (lo < win.lo - GUESS and hi >= win.lo) then
+    if n == nil or lo == nil or hi == nil then
+        -- No key yet (an empty window): nothing to count.
+        win.list, win.hi, win.fresh, win.stale, win.total = {}, nil, true, {}, 0
+        return
+    end
+    if lo < win.lo - GUESS and hi >= win.lo then
         local list, sum, _, high = all_buckets(win.key)
         win.list, win.hi, win.fresh, win.stale = list, high, true, {}
         for _, b in ipairs(list) do
@@ -244,10 +250,10 @@ local function move(win, index, cost, to, now_ms)
     if (to == nil and taken == 0) or (to == index and taken == cost) then
         return
     end
+    -- No "n": no key, so no bucket to take from (an empty window).
     local fresh = n == nil or lo == nil or hi == nil
     if fresh then
-        local _
-        _, n, lo, hi = all_buckets(win.key)
+        n, lo, hi = 0, nil, nil
     end
     local units = {}
     if held then units[index] = held - taken end

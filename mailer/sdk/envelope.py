@@ -8,8 +8,12 @@ Version 1 carries the mail. Version 2 is a claim check: the mail's content
 (a MIME message: attachments, or too big for SQS) stays in Redis under
 ``content_key``, and ``mail`` carries only what the sender needs before it
 loads it (addresses, subject). This fairpost writes version 1 whenever it can
-and reads both; an older one dead-letters a version 2 body as unreadable
-rather than send it wrong.
+and reads both. A body of a version above both, which a newer fairpost wrote,
+is :class:`~fairpost.mailer.errors.NewerFormat`: the sender leaves it in SQS
+for a newer replica, never deletes or dead-letters it
+(:meth:`fairpost.mailer.daemon.endings.Endings.newer`). Fields this fairpost
+does not know are ignored: adding an optional field is no new version;
+removing or renaming one, or changing what one means, is.
 
 A mail sent inside a trace (OpenTelemetry, :mod:`fairpost.mailer.sdk.tracing`)
 carries its creation's trace context in the payload's last field,
@@ -26,12 +30,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from fairpost.mailer.errors import PoisonMessage
+from fairpost.mailer.errors import NewerFormat, PoisonMessage
 from fairpost.mailer.sdk.mail import ValidMail
 
 ENVELOPE_VERSION = 1
 CLAIM_CHECK_VERSION = 2
 READABLE_VERSIONS = (ENVELOPE_VERSION, CLAIM_CHECK_VERSION)
+BODY = "sqs_body"
+"""What :class:`~fairpost.mailer.errors.NewerFormat` names, and its metric's ``format`` label."""
 
 STORED_MARK = '{"content":"stored",'
 """How a job payload whose content is stored beside the record begins (see
@@ -119,6 +125,8 @@ def decode(body: str) -> Envelope:
     if not isinstance(data, dict):
         raise PoisonMessage("body is not a JSON object")
     version = data.get("v")
+    if isinstance(version, int) and not isinstance(version, bool) and version > READABLE_VERSIONS[-1]:
+        raise NewerFormat(BODY, version, READABLE_VERSIONS[-1])
     if version not in READABLE_VERSIONS or isinstance(version, bool):
         raise PoisonMessage(f"unknown envelope version {version!r} (this fairpost reads 1 and 2)")
     try:

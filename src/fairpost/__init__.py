@@ -13,3 +13,7 @@ dependencies.
 # checks both against the documented names).
 from fairpost.mailer import *  # noqa: F403
 from fairpost.mailer import __all__ as __all__
+
+__version__ = "0.1.0"
+"""This release (CHANGELOG.md; the README's "Versions and upgrades"). The one place
+it is written: pyproject.toml reads it from here ([tool.hatch.version])."""

@@ -15,6 +15,7 @@ import redis.asyncio
 from bench.scale_redis import mail_payload
 from fairpost.dispatcher.jobs import JobState
 from fairpost.dispatcher.lifecycle import Lifecycle, SyncLifecycle
+from fairpost.dispatcher.migrate import Migration
 from fairpost.dispatcher.record import ENTRY_SEP, has_payload
 from fairpost.dispatcher.replies import text
 from fairpost.dispatcher.store import JobStore, NewJob, StoreLimits
@@ -215,16 +216,18 @@ async def test_a_replayed_dead_letter_goes_out_with_its_payload_and_a_purged_one
     assert await keys_of(aredis, "d2") == []
 
 
-async def test_a_job_written_with_its_payload_in_a_key_or_in_the_record_still_goes_out(
+async def test_a_job_written_with_its_payload_in_a_key_or_in_the_record_goes_out_once_migrated(
     aredis: redis.asyncio.Redis, redis_client: redis.Redis
 ) -> None:
-    """Jobs an earlier fairpost wrote (the id alone in the queue; the payload in its
-    key or, earlier still, a field of the hash), found after an upgrade."""
+    """Jobs a pre-release fairpost wrote (the id alone in the queue; the payload in its
+    key or, earlier still, a field of the hash): the first still read as they are,
+    the second after ``fairpost migrate`` moved the field to its key (#38)."""
     store = make_store(aredis)
     await store.enqueue([job("key"), job("old"), job("old-dead")])
     await old_layout(aredis, "key")
     for job_id in ("old", "old-dead"):
         await old_layout(aredis, job_id, in_record=True)
+    Migration(redis_client, KEYS, say=lambda _: None).run()
     assert (await store.job("key"))["payload"] == PAYLOAD
     assert (await store.job("old"))["payload"] == PAYLOAD
     claimed = {j.id: j.payload for j in await store.claim(3)}
@@ -235,7 +238,7 @@ async def test_a_job_written_with_its_payload_in_a_key_or_in_the_record_still_go
     [stranded] = await StrandedJobs(aredis, KEYS, LIMITS).scan(handoffs_allowed=3)
     assert stranded.job.payload == PAYLOAD
     await store.finish("old", JobState.SENT, keep_seconds=600)
-    assert "payload" not in await aredis.hkeys(KEYS.job("old"))
+    assert await aredis.get(KEYS.payload("old")) is None
     # A dead letter of the earlier layout is still replayable.
     await store.finish("old-dead", JobState.DEAD, keep_seconds=600, fields={"dead_reason": "x"})
     SyncLifecycle(redis_client, KEYS, LIMITS).replay("old-dead")

@@ -70,22 +70,6 @@ async def test_a_refused_grant_names_the_time_the_buckets_say(engine: QuotaEngin
     await assert_consistent(aredis, KEYS.quota("t:a", 10))
 
 
-async def test_a_hash_without_a_total_is_counted_bucket_by_bucket_and_given_one(
-    engine: QuotaEngine, aredis: Redis
-) -> None:
-    # As an earlier version left it: buckets only, one already out of the window, no TTL.
-    key = KEYS.quota("t:a", 10)
-    now = T0 + 20_000
-    live, old = now // WIDTH - 3, now // WIDTH - 30
-    await aredis.hset(key, mapping={str(live): 7, str(old): 50})
-
-    assert await engine.usage("a", [TEN], now_ms=now) == [(TEN, 7)]
-    assert (await engine.acquire("a", [90, 4], [], [TEN], now_ms=now)).granted == 1
-
-    assert await assert_consistent(aredis, key) == {live: 7, now // WIDTH: 90}
-    assert await aredis.pttl(key) > 0
-
-
 async def test_a_restamp_moves_the_units_and_the_key_lives_until_their_bucket_leaves(
     engine: QuotaEngine, aredis: Redis
 ) -> None:

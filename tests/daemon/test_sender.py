@@ -15,6 +15,7 @@ import pytest
 
 from fairpost import AsyncMailClient
 from fairpost.dispatcher.jobs import JobState
+from fairpost.mailer.daemon import endings
 from fairpost.mailer.daemon.sender import Received
 from fairpost.mailer.ops.queue_setup import init_queue
 from fairpost.mailer.sdk.envelope import encode
@@ -224,7 +225,7 @@ async def test_a_poison_message_is_dead_lettered_and_does_not_block_its_group(
     settings = quick_settings(redis_url)
     async with pipeline(settings) as run, AsyncMailClient(settings) as client:
         sqs = boto3.client("sqs")
-        for i, body in enumerate(["not json", '{"v": 99}', '{"v": 1, "job_id": "x"}']):
+        for i, body in enumerate(["not json", '{"v": "2"}', '{"v": 1, "job_id": "x"}']):
             sqs.send_message(QueueUrl=run.queue_url, MessageBody=body, MessageGroupId="acme",
                              MessageDeduplicationId=f"poison{i}")  # fmt: skip
         job_id = await client.send(
@@ -239,9 +240,47 @@ async def test_a_poison_message_is_dead_lettered_and_does_not_block_its_group(
         reasons = sorted(r["dead_reason"] for r in records)
         raw = sorted(r["raw_body"] for r in records)
     assert any("not JSON" in r for r in reasons)
-    assert any("unknown envelope version 99" in r for r in reasons)
+    assert any("unknown envelope version '2'" in r for r in reasons)
     assert any("missing or malformed" in r for r in reasons)
-    assert raw == sorted(["not json", '{"v": 99}', '{"v": 1, "job_id": "x"}'])
+    assert raw == sorted(["not json", '{"v": "2"}', '{"v": 1, "job_id": "x"}'])
+
+
+async def test_a_body_a_newer_fairpost_wrote_stays_in_sqs_for_a_newer_reader(
+    redis_url: str, ses: SesServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Never deleted, acknowledged or dead-lettered by this reader (#38): it comes back
+    to this sender again and again (each time counted, with both versions) and a
+    newer reader finds it in SQS after this one stopped."""
+    monkeypatch.setattr(endings, "NEWER_FORMAT_SECONDS", 1.0)
+    settings = quick_settings(redis_url)
+    future = json.dumps({"v": 3, "job_id": "future-1", "tenant": "acme", "created_ms": 1, "later": {}})
+    async with pipeline(settings) as run, AsyncMailClient(settings) as client:
+        sqs = boto3.client("sqs")
+        sqs.send_message(QueueUrl=run.queue_url, MessageBody=future, MessageGroupId="future",
+                         MessageDeduplicationId="future-1")  # fmt: skip
+        job_id = await client.send(
+            "acme", sender="app@example.com", to=["ada@example.org"], subject="s", text="t"
+        )
+        await wait_for_async(lambda: state_is(client, job_id, JobState.SENT), within=10, what="the mail")
+
+        async def received_twice() -> bool:
+            return sum(1 for _, body in run.receives.bodies if body == future) >= 2
+
+        await wait_for_async(received_twice, within=20, what="the newer body to come back")
+        assert await run.store.redis.zcard(run.store.keys.dead()) == 0
+        assert run.metrics is not None
+        counted = run.metrics.newer_format_total.labels("sqs_body", "3", "2")._value.get()
+        assert counted >= 2
+    # This sender stopped: a newer reader receives it from SQS.
+    found: list[str] = []
+
+    async def still_in_sqs() -> bool:
+        got = sqs.receive_message(QueueUrl=run.queue_url, MaxNumberOfMessages=10, WaitTimeSeconds=1)
+        found.extend(m["Body"] for m in got.get("Messages", []))
+        return future in found
+
+    await wait_for_async(still_in_sqs, within=20, what="the newer body, still in SQS")
+    assert [m.job_id for m in ses.sent] == [job_id]
 
 
 async def test_one_job_received_twice_at_once_is_sent_once(redis_url: str, ses: SesServer) -> None:
@@ -289,12 +328,12 @@ async def test_an_unreadable_message_that_names_its_job_ends_that_job_dead(
         job_id = await client.send(
             "acme", sender="app@example.com", to=["ada@example.org"], subject="s", text="t"
         )
-        # An envelope from a newer fairpost, say: this one cannot read it.
-        body = json.dumps({"v": 99, "job_id": job_id, "tenant": "acme"})
+        # An envelope of no version any fairpost wrote (a newer one's is left in SQS instead).
+        body = json.dumps({"v": 0, "job_id": job_id, "tenant": "acme"})
         await sender.process([Received(message_id="m1", receipt="r1", group="acme", body=body)])
         status = await client.status(job_id)
     assert status.state == JobState.DEAD
-    assert status.dead_reason and "unknown envelope version 99" in status.dead_reason
+    assert status.dead_reason and "unknown envelope version 0" in status.dead_reason
     assert ses.sent_count == 0
 
 

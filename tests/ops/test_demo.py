@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import redis.asyncio
+from redis.typing import EncodableT, FieldT
 from rich.console import Console
 
 from fairpost.config import Settings, Window
@@ -269,7 +270,10 @@ async def test_the_engine_counts_a_window_from_its_buckets(aredis: redis.asyncio
     async def state(buckets: dict[int, int]) -> tuple[int, int]:
         """(units counted at 10,000 ms, the ms at which one more fits)."""
         await aredis.delete(keys.quota("t:acme", 1))
-        await aredis.hset(keys.quota("t:acme", 1), mapping=buckets)  # type: ignore[arg-type]
+        # The buckets, and the running total, lowest and newest bucket every write keeps.
+        fields: dict[FieldT, EncodableT] = {str(b): units for b, units in buckets.items()}
+        fields.update(n=sum(buckets.values()), lo=min(buckets), hi=max(buckets))
+        await aredis.hset(keys.quota("t:acme", 1), mapping=fields)
         [(_, count)] = await engine.usage("acme", [window], now_ms=10_000)
         wait = await engine.retry_after("acme", [window], now_ms=10_000)
         return count, 10_000 + round(wait * 1000)

@@ -281,6 +281,7 @@ DOCUMENTED_METRICS = (
     "fairpost_ses_calls_total",
     "fairpost_sqs_receives_total",
     "fairpost_sqs_handed_back_total",
+    "fairpost_newer_format_total",
     "fairpost_mail_latency_seconds",
     "fairpost_ses_call_seconds",
     "fairpost_backlog",

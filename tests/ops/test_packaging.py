@@ -27,6 +27,8 @@ from typing import Any
 import pytest
 from packaging.requirements import Requirement
 
+import fairpost
+
 REPO = Path(__file__).resolve().parents[2]
 DOCKERFILE = REPO / "Dockerfile"
 SDK_DEPENDENCIES = frozenset({"redis", "pydantic-settings", "email-validator", "idna"})
@@ -309,6 +311,15 @@ def test_sdk_only_install_runs_fairpost(installed: Installed) -> None:
     fairpost_file, daemon_modules = json.loads(result.stdout)
     assert Path(fairpost_file).is_relative_to(installed.venv), "fairpost was imported from the sources"
     assert daemon_modules == [], "the SDK-only install pulled in daemon dependencies"
+
+
+@slow
+@install_timeout
+def test_the_wheel_is_the_version_fairpost_names(installed: Installed) -> None:
+    # One source of truth (#38): the wheel's version is read from fairpost.__version__.
+    assert installed.wheel.name.startswith(f"fairpost-{fairpost.__version__}-"), installed.wheel.name
+    result = installed.run(str(installed.venv / "bin" / "fairpost"), "--version")
+    assert (result.returncode, result.stdout) == (0, f"fairpost {fairpost.__version__}\n"), result.stderr
 
 
 @slow

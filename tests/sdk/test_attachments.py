@@ -19,7 +19,7 @@ from fairpost.config import ConfigError, Settings, TenantSettings, load_settings
 from fairpost.dispatcher.jobs import JobState
 from fairpost.mailer.cli import main
 from fairpost.mailer.daemon.ses import send_email_request
-from fairpost.mailer.errors import PoisonMessage
+from fairpost.mailer.errors import NewerFormat, PoisonMessage
 from fairpost.mailer.sdk.envelope import Envelope, decode, encode
 from fairpost.mailer.sdk.mail import validate
 from fairpost.mailer.testing.ses_server import SesServer
@@ -213,13 +213,18 @@ def test_envelope_v1_is_still_written_and_read_and_v2_carries_the_content_key(
     assert decode(env.encode()) == env
 
     for bad, why in [
-        ({**data, "v": 3}, "unknown envelope version 3 (this fairpost reads 1 and 2)"),
+        ({**data, "v": 0}, "unknown envelope version 0 (this fairpost reads 1 and 2)"),
         ({**data, "v": True}, "unknown envelope version True"),
         ({k: v for k, v in data.items() if k != "content_key"}, "missing or malformed"),
         ({**data, "content_key": ""}, "empty content key"),
     ]:
         with pytest.raises(PoisonMessage, match=why.replace("(", r"\(").replace(")", r"\)")):
             decode(json.dumps(bad))
+    # A version above both: a newer fairpost wrote it, and it is left for a newer reader (#38).
+    with pytest.raises(
+        NewerFormat, match="sqs_body in format version 3; this fairpost reads up to version 2"
+    ):
+        decode(json.dumps({**data, "v": 3}))
 
 
 def test_ses_gets_raw_content_with_every_recipient_in_destination() -> None:

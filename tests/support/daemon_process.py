@@ -90,10 +90,15 @@ def daemon_process(
     http_port: int | None = None,
     role: str = "all",
     wait_ready: bool = True,
+    python: str = sys.executable,
 ) -> Iterator[DaemonProcess]:
     """Start ``python -m fairpost.mailer.cli run`` with ``env`` (plus the replica id and port);
-    wait for its first heartbeat; SIGKILL it at the end if it still runs."""
+    wait for its first heartbeat; SIGKILL it at the end if it still runs. ``python``: another
+    release's interpreter (tests/support/release.py), which imports its own fairpost."""
     full_env = dict(env)
+    if python == sys.executable and "PYTHONPATH" in os.environ:
+        # A worktree's checkout, put first by PYTHONPATH: the daemon runs this code too.
+        full_env.setdefault("PYTHONPATH", os.environ["PYTHONPATH"])
     full_env["FAIRPOST_REPLICA_ID"] = replica
     if http_port is not None:
         full_env["FAIRPOST_HTTP_PORT"] = str(http_port)
@@ -102,7 +107,7 @@ def daemon_process(
     log_path = log_dir / f"daemon-{replica}.log"
     with log_path.open("wb") as log_file:
         process = subprocess.Popen(
-            [sys.executable, "-m", "fairpost.mailer.cli", "run", "--role", role],
+            [python, "-m", "fairpost.mailer.cli", "run", "--role", role],
             env=full_env,
             cwd=ROOT,
             stdin=subprocess.DEVNULL,

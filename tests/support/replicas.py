@@ -10,6 +10,7 @@ the wait until every accepted job is settled.
 from __future__ import annotations
 
 import contextlib
+import sys
 import time
 from collections.abc import Callable, Collection, Iterator, Mapping
 from pathlib import Path
@@ -67,12 +68,15 @@ def _aws_keys() -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def replicas(env: Mapping[str, str], log_dir: Path, count: int = 2) -> Iterator[list[DaemonProcess]]:
+def replicas(
+    env: Mapping[str, str], log_dir: Path, count: int = 2, *, python: str = sys.executable
+) -> Iterator[list[DaemonProcess]]:
     """``count`` replicas (``r1``, ``r2``, ...), each beating before this yields; killed
-    at the end if still running."""
+    at the end if still running. ``python``: another release's (tests/support/release.py)."""
     with contextlib.ExitStack() as stack:
         yield [
-            stack.enter_context(daemon_process(env, log_dir, replica=f"r{i}")) for i in range(1, count + 1)
+            stack.enter_context(daemon_process(env, log_dir, replica=f"r{i}", python=python))
+            for i in range(1, count + 1)
         ]
 
 

@@ -40,7 +40,7 @@ from fairpost.dispatcher.replies import text, time_ms
 from fairpost.mailer.daemon.webhooks.metrics import WebhookMetrics
 from fairpost.mailer.daemon.webhooks.post import Answer, Poster
 from fairpost.mailer.sdk.outcomes.deliveries import Claimed, DeliveryCalls, claimed, script
-from fairpost.mailer.sdk.outcomes.feed import from_entry, iso_timestamp
+from fairpost.mailer.sdk.outcomes.feed import iso_timestamp, readable
 from fairpost.mailer.sdk.outcomes.signing import headers
 
 __all__ = ["WebhookDeliveries"]
@@ -65,8 +65,12 @@ class WebhookDeliveries:
         *,
         batch: int = 500,
         on_error: OnError | None = None,
+        on_newer: Callable[[str, int, int], None] = lambda what, found, reads: None,
     ) -> None:
-        """``on_error``: told of each failed step of the tasks (the daemon counts them)."""
+        """``on_error``: told of each failed step of the tasks (the daemon counts them);
+        ``on_newer``: of each look that met an event a newer fairpost wrote (format,
+        its version, the newest this one reads)."""
+        self.on_newer = on_newer
         self.redis = client
         self.on_error = on_error
         self.keys = keys
@@ -130,8 +134,17 @@ class WebhookDeliveries:
         if not page:
             await self.redis.xread({self.keys.outcomes(): cursor or "0-0"}, count=1, block=block_ms)
             return 0
-        events = [e for e in (from_entry(i, f) for i, f in page) if e is not None]
-        keys, args = self.calls.fanout(cursor, events, text(page[-1][0]))
+        events, last, newer = readable(page)
+        if newer is not None:
+            # Written by a newer fairpost: the cursor stops before it, for a newer
+            # replica's fan-out to take it on; this one looks again later.
+            self.on_newer(newer.what, newer.found, newer.reads)
+            log.warning("outcome feed: %s; the webhooks' fan-out waits for a newer fairpost", newer)
+            if last is None:
+                await wait_or_stop(stop or asyncio.Event(), block_ms / 1000)
+                return 0
+        assert last is not None  # a page read whole, or up to a newer entry after the first
+        keys, args = self.calls.fanout(cursor, events, last)
         return max(0, int(await self._fanout(keys=keys, args=args)))
 
     async def _pass_by(self, cursor: str, block_ms: int, stop: asyncio.Event | None) -> int:

@@ -32,7 +32,7 @@ from fairpost.mailer.errors import InvalidWebhook, UnknownEndpoint
 from fairpost.mailer.sdk.connection import RedisOwner
 from fairpost.mailer.sdk.failures import redis_operation
 from fairpost.mailer.sdk.outcomes.deliveries import DeliveryCalls, script
-from fairpost.mailer.sdk.outcomes.feed import EVENT_TYPES, from_entry, stream_id
+from fairpost.mailer.sdk.outcomes.feed import EVENT_TYPES, readable, stream_id
 from fairpost.mailer.sdk.outcomes.signing import new_secret
 from fairpost.mailer.sdk.outcomes.urls import check_url
 
@@ -189,14 +189,15 @@ class Webhooks(RedisOwner):
     def replay(self, endpoint: str, since: datetime) -> int:
         """Queue the tenant's events since ``since`` (those of its types) at the endpoint
         again, with their original ids; returns how many. Events past the feed's
-        retention are gone."""
+        retention are gone. At an event a newer fairpost wrote it stops, with
+        :class:`~fairpost.mailer.errors.NewerFormat`."""
         if not isinstance(since, datetime) or since.tzinfo is None:
             raise InvalidWebhook("since", "must be a timezone-aware datetime (ISO 8601 with an offset)")
         target = self._check_url(self.get(endpoint))
         start, queued = stream_id(since), 0
         while True:
             page: Any = self._redis.xrange(self.keys.outcomes(), min=start, count=_REPLAY_PAGE)
-            events = [e for e in (from_entry(i, f) for i, f in page) if e is not None]
+            events, _, newer = readable(page)
             wanted = [
                 e
                 for e in events
@@ -205,6 +206,8 @@ class Webhooks(RedisOwner):
             if wanted:
                 keys, args = self._calls.replay(endpoint, wanted)
                 queued += max(0, int(self._replay(keys=keys, args=args)))
+            if newer is not None:
+                raise newer  # what came before it is queued; a newer fairpost replays the rest
             if len(page) < _REPLAY_PAGE:
                 return queued
             start = "(" + text(page[-1][0])

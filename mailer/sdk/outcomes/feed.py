@@ -25,6 +25,7 @@ from typing import Any
 
 from fairpost.dispatcher.calls import CANCELLED
 from fairpost.dispatcher.replies import text
+from fairpost.mailer.errors import NewerFormat
 
 __all__ = [
     "EVENT_TYPES",
@@ -33,12 +34,19 @@ __all__ = [
     "entry",
     "from_entry",
     "iso_timestamp",
+    "readable",
     "stream_id",
 ]
 
 FORMAT_VERSION = 1
 """The events' format. Fields are only ever added within a version; a change
-that removes or renames one would come with new event types."""
+that removes or renames one would come with new event types, or a new version.
+An entry says its version in :data:`VERSION_FIELD`; version 1's entries need
+not (none had the field before 0.1.0), so an entry without it is version 1."""
+
+VERSION_FIELD = "v"
+EVENT_FORMAT = "outcome_event"
+"""What :class:`~fairpost.mailer.errors.NewerFormat` names for an entry of a newer version."""
 
 SENT = "mail.sent"
 DELIVERED = "mail.delivered"
@@ -111,10 +119,15 @@ def entry(event_type: str, data: Mapping[str, Any], *, tenant: str | None = None
 
 def from_entry(entry_id: Any, fields: Mapping[Any, Any] | Sequence[Any] | None) -> Outcome | None:
     """The event a journal entry is; None for an entry that is none (trimmed away, or
-    of a kind this fairpost does not know)."""
+    of a kind this fairpost does not know). An entry a newer fairpost wrote in a
+    newer format is :class:`~fairpost.mailer.errors.NewerFormat`: its readers leave
+    it for a newer reader (:func:`readable`)."""
     if not fields:
         return None
     values = {text(k): text(v) for k, v in _pairs(fields)}
+    version = values.get(VERSION_FIELD, "1")
+    if version.isdigit() and int(version) > FORMAT_VERSION:
+        raise NewerFormat(EVENT_FORMAT, int(version), FORMAT_VERSION)
     job = values.get("job")
     event_type = values.get("type") or _BY_STATE.get(values.get("state", ""))
     if not job or event_type is None:
@@ -139,6 +152,23 @@ def from_entry(entry_id: Any, fields: Mapping[Any, Any] | Sequence[Any] | None) 
     ident = text(entry_id)
     ms = int(ident.partition("-")[0])
     return Outcome(id=ident, type=event_type, timestamp=datetime.fromtimestamp(ms / 1000, tz=UTC), data=data)
+
+
+def readable(page: Sequence[tuple[Any, Any]]) -> tuple[list[Outcome], str | None, NewerFormat | None]:
+    """The events of a page of entries up to the first a newer fairpost wrote: those
+    events, the id of the last entry read (None: not even the first), and that
+    newer entry's error (None when every entry was read)."""
+    events: list[Outcome] = []
+    last: str | None = None
+    for entry_id, fields in page:
+        try:
+            event = from_entry(entry_id, fields)
+        except NewerFormat as exc:
+            return events, last, exc
+        if event is not None:
+            events.append(event)
+        last = text(entry_id)
+    return events, last, None
 
 
 def _pairs(fields: Mapping[Any, Any] | Sequence[Any]) -> list[tuple[Any, Any]]:

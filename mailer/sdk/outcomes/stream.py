@@ -24,6 +24,7 @@ Events older than the feed's retention (``FAIRPOST_OUTCOMES__MAX_AGE`` and
 
 from __future__ import annotations
 
+import logging
 import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -37,9 +38,11 @@ from fairpost.config import Settings
 from fairpost.config.tenant_id import TENANT_ID_RULE, is_valid_tenant_id
 from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.replies import text
-from fairpost.mailer.errors import InvalidInput
+from fairpost.mailer.errors import InvalidInput, NewerFormat
 from fairpost.mailer.sdk.failures import RedisFailures
 from fairpost.mailer.sdk.outcomes.feed import Outcome, from_entry
+
+log = logging.getLogger("fairpost.outcomes")
 
 __all__ = ["AsyncEvent", "AsyncEventReader", "Event", "EventReader", "Start"]
 
@@ -133,11 +136,17 @@ class _Core:
 
     def split(self, entries: list[tuple[Any, Any]]) -> tuple[list[Outcome], list[str]]:
         """(the events to hand out, the ids to acknowledge unseen: trimmed away, of
-        another tenant, or of a kind this fairpost does not know)."""
+        another tenant, or of a kind this fairpost does not know). An entry a newer
+        fairpost wrote is neither: it stays pending in the group, unacknowledged, for
+        a newer reader to claim (logged with both versions)."""
         events: list[Outcome] = []
         skip: list[str] = []
         for entry_id, fields in entries:
-            event = from_entry(entry_id, fields)
+            try:
+                event = from_entry(entry_id, fields)
+            except NewerFormat as exc:
+                log.warning("outcome feed entry %s: %s", text(entry_id), exc)
+                continue
             if event is None or (self.tenant is not None and event.tenant != self.tenant):
                 skip.append(text(entry_id))
             else:
