@@ -84,7 +84,7 @@ BUDGET: dict[str, Budget] = {
     # suppression read, its quota, its sending markers, its record.
     "HGET": Budget(1.0000),
     "HMGET": Budget(0.1395),
-    "mailer/quota/quota.lua": Budget(0.3835, 2.6220),
+    "mailer/quota/quota.lua": Budget(0.2925, 2.4400),
     "mailer/daemon/send_claim.lua": Budget(0.1400, 2.0000),
     "dispatcher/finish.lua": Budget(0.1395, 6.4105),
     "mailer/quota/reputation.lua": Budget(0.1400, 0.9965),
