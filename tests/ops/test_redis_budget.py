@@ -2,14 +2,14 @@
 
 Redis is the one part of fairpost that does not scale by adding replicas
 (BENCHMARKS.md, "mails per second one Redis shard can carry"), so every
-command a mail costs is counted here: a fixed workload, 2,000 mails of 20
-tenants enqueued in an order a fixed seed draws, through one replica's
-dispatcher and sender (every part ``fairpost run`` builds), against a
-redis-server of the test's own, SQS (moto) and the recording SES server.
-Every top-level command and every script call is counted by name, and each
-script's own commands beside it (the slow log with a threshold of 0, as
-``python -m bench.redis_profile`` reads it; ``INFO commandstats`` checks that
-it lost none), then held against :data:`BUDGET`.
+command a mail costs is counted here, on bench/budget.py's fixed workload:
+2,000 mails of 20 tenants enqueued in bursts a fixed seed draws, through one
+replica (every part ``fairpost run`` builds) against a redis-server of the
+test's own, fairpost's SQS and the recording SES server. Every top-level
+command and every script call is counted by name, and each script's own
+commands beside it (the slow log with a threshold of 0, as ``python -m
+bench.redis_profile`` reads it; ``INFO commandstats`` checks that it lost
+none), then held against :data:`BUDGET`.
 
 A count, not a timing, and the same on a busy machine: the replica is driven
 turn by turn (:meth:`Dispatcher.claim_batch` until it would wait for work,
@@ -18,49 +18,39 @@ mail), so which jobs each claim and each receive find does not depend on who
 is quicker. What runs on a clock is left out, each on purpose:
 
 - the dispatcher's upkeep (lease renewal, the reaper, promotion of scheduled
-  jobs) and its wait for work, and every other background task (heartbeats,
-  the reconciler, the slot keeper, refreshes of the live overrides): their
-  calls follow seconds, not mails (the bench's idle-daemon figure, BENCHMARKS.md);
-- the lingers, a sleep with no command (their second claim counts: a claim
-  that came back short claims again after its linger, as in the loop).
+  jobs) and its wait for work (BLPOP), and every other background task
+  (heartbeats, the reconciler, the slot keeper, refreshes of the live
+  overrides): their calls follow seconds, not mails (the bench's idle-daemon
+  figure, BENCHMARKS.md; test_dispatcher.py counts the claims a wake costs);
+- the lingers, sleeps with no command of their own;
+- a connection's set-up (``HELLO``), as many as the client's pool opens.
 
-The quota's windows are a day long and the test is minutes at most, so the
-quota script's own commands (which move old buckets out as time passes) do
-not change with the time the run takes; its calls count the same whatever
-the windows.
+The quota's windows are a day long (bench.budget.budget_settings), so the
+quota script's own commands, which move old buckets out as time passes, do
+not follow the run's length; its calls count the same whatever the windows.
 
 Raise a budget only with the reason in the commit message that raises it
-(issue #41); a change that lowers the counts should lower the budget too.
+(issue #41); a change that lowers the counts lowers the budget too.
 """
 
 from __future__ import annotations
 
-import asyncio
-import random
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import boto3
 import pytest
 import redis
-import redis.asyncio
 
+from bench.budget import MAILS, drain, replica
+from bench.budget import budget_settings as settings_for
 from bench.load import Load
 from bench.redis_profile import Usage, attribute, script_names
-from fairpost.config import Settings, load_settings
-from fairpost.dispatcher.connect import async_redis_client
-from fairpost.mailer.daemon.aws import SES_CONFIG, SQS_CONFIG, session
-from fairpost.mailer.daemon.parts import Parts, build_parts
-from fairpost.mailer.ops.queue_setup import init_queue
+from fairpost.config import Settings
+from fairpost.mailer.daemon.parts import Parts
 from fairpost.mailer.testing.services import RedisServer, redis_server
 from fairpost.mailer.testing.ses_server import SesServer
 from fairpost.mailer.testing.sqs_server import SqsServer
-
-SEED = 41
-TENANTS = 20
-MAILS = 2_000
-"""The workload: MAILS mails of TENANTS tenants, enqueued in bursts a seed draws."""
 
 
 @dataclass(frozen=True)
@@ -109,51 +99,13 @@ def budget_settings(
     # SQS does (moto mixes groups), so the sender's work a group is SQS's.
     fifo_sqs_srv.reset()
     monkeypatch.setenv("AWS_ENDPOINT_URL_SQS", fifo_sqs_srv.url)
-    return load_settings(
-        redis_url=own_redis.url(),
-        # Not binding, and a day long: see the module's docstring.
-        global_limits="100000000/day",
-        tenant_limits="100000000/day",
-        dispatcher={"linger_seconds": 0.001},
-        # A visibility far past any run: no send is kept hidden again meanwhile.
-        sender={"receivers": 1, "wait_seconds": 1, "linger_seconds": 0, "visibility_timeout": 3600},
-    )
+    return settings_for(own_redis.url())
 
 
 @pytest.fixture
-async def replica(budget_settings: Settings) -> AsyncIterator[Parts]:
-    """Every part ``fairpost run`` builds, none of their background tasks started."""
-    url, _ = init_queue(boto3.client("sqs"), budget_settings)
-    client = async_redis_client(budget_settings)
-    aws = session()
-    try:
-        async with aws.client("sqs", config=SQS_CONFIG) as sqs, aws.client("sesv2", config=SES_CONFIG) as ses:
-            yield await build_parts(budget_settings, client, sqs=sqs, ses_client=ses, queue_url=url)
-    finally:
-        await client.aclose()
-
-
-async def drain(parts: Parts, load: Load) -> None:
-    """The workload, turn by turn: a few tenants enqueue a burst each, the
-    dispatcher claims until it would wait, the sender receives what it handed off."""
-    dispatcher, sender = parts.dispatcher, parts.sender
-    assert dispatcher is not None and sender is not None
-    rng = random.Random(SEED)
-    left = {f"t{n:02}": MAILS // TENANTS for n in range(TENANTS)}
-    stop = asyncio.Event()
-    while sender.stats.received < MAILS:
-        waiting = sorted(t for t, n in left.items() if n)
-        for tenant in rng.sample(waiting, min(5, len(waiting))):
-            count = min(left[tenant], rng.randint(1, 50))
-            await load.burst(tenant, count)
-            left[tenant] -= count
-        # Each batch handed off before the next is claimed: SQS then holds them in
-        # one order, whichever hand-off would have been quicker.
-        while await dispatcher.claim_batch():
-            await dispatcher.settled()
-        await dispatcher.settled()
-        while sender.stats.received < dispatcher.claimed_total:
-            await sender.receiver.turn(stop)
+async def parts(budget_settings: Settings) -> AsyncIterator[Parts]:
+    async with replica(budget_settings) as built:
+        yield built
 
 
 _ADMIN = ("slowlog", "info", "config", "hello", "client")
@@ -173,20 +125,20 @@ def measured(client: redis.Redis) -> dict[str, Usage]:
     return usage
 
 
-async def test_a_mails_redis_work_stays_within_its_budget(replica: Parts, own_redis: RedisServer) -> None:
+async def test_a_mails_redis_work_stays_within_its_budget(parts: Parts, own_redis: RedisServer) -> None:
     admin = redis.Redis.from_url(own_redis.url())
     try:
         admin.config_set("slowlog-max-len", 1_000_000)
         admin.slowlog_reset()
         admin.config_resetstat()
         admin.config_set("slowlog-log-slower-than", 0)
-        async with Load(replica.settings) as load:
-            await drain(replica, load)
+        async with Load(parts.settings) as load:
+            await drain(parts, load)
         admin.config_set("slowlog-log-slower-than", 10_000)
         usage = measured(admin)
     finally:
         admin.close()
-    assert replica.sender is not None and replica.sender.stats.received == MAILS
+    assert parts.sender is not None and parts.sender.stats.received == MAILS
     spent = {name: Budget(u.calls / MAILS, sum(u.inner.values()) / MAILS) for name, u in usage.items()}
     over = [
         f"{name}: {got.calls:.4f} calls and {got.inside:.4f} commands inside a mail, "
