@@ -1,7 +1,7 @@
 """Redis work a mail: a budget, counted exactly, so that it cannot creep up unseen.
 
 Redis is the one part of fairpost that does not scale by adding replicas
-(BENCHMARKS.md, "mails per second one Redis shard can carry"), so every
+(docs/operations.md, "Redis in production"), so every
 command a mail costs is counted here, on bench/budget.py's fixed workload:
 2,000 mails of 20 tenants enqueued in bursts a fixed seed draws, through one
 replica (every part ``fairpost run`` builds) against a redis-server of the
@@ -21,7 +21,7 @@ is quicker. What runs on a clock is left out, each on purpose:
   jobs) and its wait for work (BLPOP), and every other background task
   (heartbeats, the reconciler, the slot keeper, refreshes of the live
   overrides): their calls follow seconds, not mails (the bench's idle-daemon
-  figure, BENCHMARKS.md; test_dispatcher.py counts the claims a wake costs);
+  figure; test_dispatcher.py counts the claims a wake costs);
 - the lingers, sleeps with no command of their own;
 - a connection's set-up (``HELLO``), as many as the client's pool opens.
 
