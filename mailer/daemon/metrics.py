@@ -35,6 +35,7 @@ from prometheus_client.gc_collector import GCCollector
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
+from fairpost.mailer.daemon.deliverability import DeliverabilityMetrics
 from fairpost.mailer.daemon.webhooks.metrics import WebhookMetrics
 from fairpost.mailer.ops.stats import Stats
 from fairpost.mailer.quota.warmup import HOLD_KINDS
@@ -322,6 +323,8 @@ class Metrics:
         self.replicas = Gauge("fairpost_replicas", "Replicas with a live heartbeat.", registry=r)
         # The webhook deliveries' own (fairpost_webhook_*).
         self.webhooks = WebhookMetrics(r)
+        # The deliverability rollups' (fairpost_deliverability_*).
+        self.deliverability = DeliverabilityMetrics(r)
         self.stats_errors_total = Counter(
             "fairpost_stats_errors", "Scrapes whose gauges could not be read from Redis.", registry=r
         )
