@@ -13,7 +13,7 @@ import os
 import re
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import (
@@ -28,6 +28,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 from pydantic_settings import (
     BaseSettings,
+    NoDecode,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
     SettingsError,
@@ -169,11 +170,12 @@ class DeliverabilitySettings(_Section):
     enabled: bool = True
     """Count each tenant's outcomes per day and mailbox provider (one script call per
     group of sends or per SES event) and its sends per minute over the last hour."""
-    providers: tuple[str, ...] = tuple(p.name for p in PROVIDERS)
-    """The providers counted by name (of config/providers.py's); every other is ``other``."""
+    providers: Annotated[tuple[str, ...], NoDecode] = tuple(p.name for p in PROVIDERS)
+    """The providers counted by name (``gmail,outlook``: of config/providers.py's); every
+    other is ``other``."""
     retention_days: int = Field(default=35, ge=1, le=400)
     """How long a tenant's day of counts is kept."""
-    mx_cache_seconds: float = Field(default=3600.0, ge=1, le=7 * 86400)
+    mx_cache_seconds: Duration = Field(default=3600.0, ge=1, le=7 * 86400)
     """How long a domain's provider, read from its MX records, is trusted."""
     mx_cache_size: int = Field(default=10_000, ge=1, le=1_000_000)
     """Domains whose provider each process remembers (the least recently used go first)."""
