@@ -1,41 +1,14 @@
-"""Shared by the deliverability tests: a local fake of the MX lookup (no DNS here,
-and none in CI: the lookup is injectable, mailer/daemon/mx.py), and SES events
-played onto a real SQS queue (moto), as tests/daemon/test_reputation.py does."""
+"""The deliverability tests' fixtures (tests/support/deliverability.py)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
-import boto3
 import pytest
 
-from fairpost.mailer.ops.queue_setup import init_events_queue
 from fairpost.mailer.testing.ses_server import SesServer
 from fairpost.mailer.testing.ses_tenancy import EventSink
-from tests.support.pipeline import quick_settings
-
-EVENTS_QUEUE = "fairpost-events"
-
-MX = {
-    # A Google Workspace domain and a Microsoft 365 one, as their MX records read.
-    "workspace.example": ["aspmx.l.google.com.", "alt1.aspmx.l.google.com."],
-    "m365.example": ["m365-example.mail.protection.outlook.com."],
-    "self-hosted.example": ["mx1.self-hosted.example."],
-}
-
-
-class FakeDns:
-    """MX answers from :data:`MX`; ``down`` makes every lookup fail as DNS away would."""
-
-    def __init__(self) -> None:
-        self.asked: list[str] = []
-        self.down = False
-
-    async def __call__(self, domain: str, lifetime: float) -> list[str]:
-        self.asked.append(domain)
-        if self.down:
-            raise OSError("no route to the resolver")
-        return MX.get(domain, [])
+from tests.support.deliverability import FakeDns, events_to
 
 
 @pytest.fixture
@@ -45,10 +18,5 @@ def fake_dns() -> FakeDns:
 
 @pytest.fixture
 def events(ses_env: SesServer, redis_url: str) -> Iterator[EventSink]:
-    """SES publishes its events to the events queue, wrapped as SNS delivers them."""
-    sqs = boto3.client("sqs")
-    url, _ = init_events_queue(sqs, quick_settings(redis_url, events_queue_name=EVENTS_QUEUE))
-    sink = EventSink(sqs, url, envelope="sns")
-    ses_env.events = sink
-    yield sink
-    sink.close()
+    with events_to(ses_env, redis_url) as sink:
+        yield sink

@@ -10,7 +10,7 @@ import pytest
 from fairpost.config import load_settings
 from fairpost.config.errors import ConfigError
 from fairpost.mailer.daemon.mx import RETRY_SECONDS, ProviderMap
-from tests.deliverability.conftest import FakeDns
+from tests.support.deliverability import FakeDns
 
 
 class Clock:

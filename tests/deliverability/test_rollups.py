@@ -21,7 +21,7 @@ from fairpost.mailer.sdk.rollups import Deliverability, Report, RollupWriter
 from fairpost.mailer.testing.ses_server import SesServer
 from fairpost.mailer.testing.ses_tenancy import EventSink
 from fairpost.mailer.testing.wait import wait_for_async as wait_for
-from tests.deliverability.conftest import EVENTS_QUEUE, FakeDns
+from tests.support.deliverability import EVENTS_QUEUE, FakeDns
 from tests.support.pipeline import pipeline, quick_settings
 
 GMAIL = ["ann@gmail.com", "bob@gmail.com", "cy@workspace.example"]  # the last: Google Workspace
@@ -66,6 +66,7 @@ async def test_gmail_recipients_bouncing_while_outlooks_are_delivered_shows_by_p
             lambda: _is(settings, "outlook", "complained", 1), within=20, what="the events counted"
         )
         await wait_for(lambda: _is(settings, "gmail", "hard_bounced", 3), within=20, what="the bounces")
+        assert run.metrics is not None
         metrics = run.metrics.render().decode()
 
     gmail, outlook = counts(settings, "gmail"), counts(settings, "outlook")
