@@ -173,8 +173,8 @@ class DeliverabilitySettings(_Section):
     providers: Annotated[tuple[str, ...], NoDecode] = tuple(p.name for p in PROVIDERS)
     """The providers counted by name (``gmail,outlook``: of config/providers.py's); every
     other is ``other``."""
-    retention_days: int = Field(default=35, ge=1, le=400)
-    """How long a tenant's day of counts is kept."""
+    retention_days: int = Field(default=15, ge=1, le=400)
+    """How long a tenant's day of counts is kept (the console shows 14 days and today)."""
     mx_cache_seconds: Duration = Field(default=3600.0, ge=1, le=7 * 86400)
     """How long a domain's provider, read from its MX records, is trusted."""
     mx_cache_size: int = Field(default=10_000, ge=1, le=1_000_000)
