@@ -20,7 +20,8 @@ reads as ``'3.00% (6 hard bounces / 200 sent)'``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections import Counter as Tally
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date, timedelta
 from typing import Any
@@ -29,7 +30,7 @@ import redis
 import redis.asyncio
 
 from fairpost.config import Settings
-from fairpost.config.providers import OTHER, known
+from fairpost.config.providers import OTHER, by_domain, known
 from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.replies import text, time_ms
 from fairpost.dispatcher.scripts import lua_source
@@ -38,6 +39,7 @@ from fairpost.mailer.sdk.connection import RedisOwner
 from fairpost.mailer.sdk.failures import redis_operation
 from fairpost.mailer.sdk.mail import check_tenant_id
 from fairpost.mailer.sdk.outcomes import feed
+from fairpost.mailer.sdk.suppression import normalize
 
 __all__ = [
     "COUNTERS",
@@ -49,6 +51,7 @@ __all__ = [
     "RollupWriter",
     "SendHistory",
     "counter_of",
+    "rollup_call",
 ]
 
 COUNTERS = ("sent", "delivered", "hard_bounced", "soft_bounced", "complained", "suppressed", "unsubscribed")
@@ -79,13 +82,32 @@ def counter_of(event_type: str, bounce_type: str | None = None) -> str | None:
     return _BY_EVENT.get(event_type)
 
 
+def rollup_call(
+    keys: Keys, settings: Settings, tenant: str, counts: Mapping[tuple[str, str], int], sent_now: int = 0
+) -> tuple[list[str], list[str | int]] | None:
+    """rollups.lua's KEYS and ARGV (None: nothing to count). ``counts``: (provider,
+    counter) → recipients; ``sent_now``: recipients sent, for the send histories."""
+    args: list[str | int] = [settings.deliverability.retention_days * 86400, sent_now]
+    for (provider, counter), n in counts.items():
+        if n > 0:
+            args += [f"{provider}:{counter}", n]
+    if len(args) == 2 and sent_now <= 0:
+        return None
+    scopes = (keys.send_history(f"t:{tenant}"), keys.send_history("global"))
+    return [keys.rollup_prefix(tenant), *scopes], args
+
+
+def rollup_source() -> str:
+    return lua_source("fairpost.mailer.sdk", "rollups")
+
+
 class RollupWriter:
     """Queues counts on a caller's pipeline: one script call, no round trip of its own."""
 
     def __init__(self, client: redis.asyncio.Redis, keys: Keys, settings: Settings) -> None:
         self.keys = keys
-        self.ttl = settings.deliverability.retention_days * 86400
-        self._script = client.register_script(lua_source("fairpost.mailer.sdk", "rollups"))
+        self.settings = settings
+        self._script = client.register_script(rollup_source())
 
     async def queue(
         self,
@@ -97,14 +119,9 @@ class RollupWriter:
     ) -> None:
         """``counts``: (provider, counter) → recipients; ``sent_now``: recipients sent,
         for the send histories (0: leave them)."""
-        args: list[str | int] = [self.ttl, sent_now]
-        for (provider, counter), n in counts.items():
-            if n > 0:
-                args += [f"{provider}:{counter}", n]
-        if len(args) == 2 and sent_now <= 0:
-            return
-        keys = [self.keys.rollup_prefix(tenant), self.keys.send_history(f"t:{tenant}")]
-        await self._script(keys=[*keys, self.keys.send_history("global")], args=args, client=pipe)
+        call = rollup_call(self.keys, self.settings, tenant, counts, sent_now)
+        if call is not None:
+            await self._script(keys=call[0], args=call[1], client=pipe)
 
 
 @dataclass(frozen=True)
@@ -269,6 +286,25 @@ class Deliverability(RedisOwner):
     def __init__(self, settings: Settings | None = None, *, redis_client: redis.Redis | None = None) -> None:
         super().__init__(settings, redis_client=redis_client)
         self.keys = Keys(self.settings.key_prefix)
+        self._script = self._redis.register_script(rollup_source())
+
+    @redis_operation("deliverability: count", writes=True, repeatable=False)
+    def count(self, tenant: str, event_type: str, addresses: Sequence[str]) -> int:
+        """Count an outcome that happened outside the daemon (``recipient.unsubscribed``,
+        recorded by the code that unsubscribes) for these recipients; returns how many
+        were counted (0: the event type feeds no counter). The provider is told by the
+        domain's name alone here (no MX lookup: ``other`` for a hosted domain)."""
+        check_tenant_id(tenant, "tenant")
+        counter = counter_of(event_type)
+        if counter is None or not addresses:
+            return 0
+        named = frozenset(self.settings.deliverability.providers)
+        providers = (by_domain(normalize(a).rpartition("@")[2], named) or OTHER for a in addresses)
+        counts = dict(Tally((p, counter) for p in providers))
+        call = rollup_call(self.keys, self.settings, tenant, counts)
+        assert call is not None
+        self._script(keys=call[0], args=call[1])
+        return len(addresses)
 
     @redis_operation("deliverability: report")
     def report(self, tenant: str, *, days: int = 14) -> Report:

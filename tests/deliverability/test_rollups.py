@@ -156,3 +156,28 @@ def _suppressions(settings: Settings) -> Any:
     from fairpost.mailer.sdk.suppression import Suppressions
 
     return Suppressions(settings)
+
+
+def test_an_unsubscribe_recorded_outside_the_daemon_is_counted_at_its_provider(
+    redis_client: redis.Redis, settings: Settings
+) -> None:
+    with Deliverability(settings, redis_client=redis_client) as book:
+        assert book.count("acme", "recipient.unsubscribed", ["Ann <ann@Gmail.com>", "x@corp.example"]) == 2
+        assert book.count("acme", "mail.delayed", ["ann@gmail.com"]) == 0  # feeds no counter
+        rows = {p.provider: p.counts for p in book.report("acme", days=1).providers}
+    assert (rows["gmail"]["unsubscribed"], rows["other"]["unsubscribed"]) == (1, 1)
+    assert sum(rows["gmail"].values()) == 1
+
+
+def test_a_tenant_label_only_behind_its_setting(settings: Settings) -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from fairpost.mailer.daemon.deliverability import DeliverabilityMetrics
+
+    registry = CollectorRegistry()
+    metrics = DeliverabilityMetrics(registry)
+    metrics.observe({("gmail", "sent"): 2})
+    metrics.observe({("gmail", "sent"): 1}, "acme")
+    text = generate_latest(registry).decode()
+    assert 'fairpost_deliverability_total{outcome="sent",provider="gmail"} 3.0' in text
+    assert 'fairpost_deliverability_tenant_total{outcome="sent",provider="gmail",tenant="acme"} 1.0' in text
