@@ -179,7 +179,7 @@ class DeliverabilitySettings(_Section):
     """How long a domain's provider, read from its MX records, is trusted."""
     mx_cache_size: int = Field(default=10_000, ge=1, le=1_000_000)
     """Domains whose provider each process remembers (the least recently used go first)."""
-    mx_timeout_seconds: float = Field(default=2.0, gt=0, le=30)
+    mx_timeout_seconds: float = Field(default=1.0, gt=0, le=30)
     """An MX lookup not answered within this counts the domain by its name alone."""
     metrics_tenant: bool = False
     """Also label ``fairpost_deliverability_tenant_total`` by tenant (bounded like every
