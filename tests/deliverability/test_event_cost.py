@@ -29,7 +29,7 @@ async def handle_one(aredis: redis.asyncio.Redis, redis_url: str, enabled: bool,
     settings = load_settings(redis_url=redis_url, deliverability={"enabled": enabled})
     keys, metrics = Keys(settings.key_prefix), Metrics()
     consumer = EventConsumer(
-        sqs=None,  # type: ignore[arg-type]  # handle() reads no queue
+        sqs=None,  # handle() reads no queue
         queue_url="", client=aredis, keys=keys, settings=settings,
         book=ReputationBook(aredis, keys, settings), metrics=metrics,
         deliverability=DeliverabilityCounter(
