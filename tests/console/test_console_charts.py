@@ -33,6 +33,7 @@ SHOTS = {
     "overview": ROOT / "docs" / "console-overview.png",
     "tenant": ROOT / "docs" / "console-tenant.png",
     "phone": ROOT / "docs" / "console-tenant-phone.png",
+    "overview-phone": ROOT / "docs" / "console-overview-phone.png",
 }
 GMAIL = ["ann@gmail.com", "bob@gmail.com", "cy@workspace.example", "di@gmail.com"]
 OUTLOOK = ["ed@outlook.com", "flo@m365.example", "gus@hotmail.com"]
@@ -104,6 +105,11 @@ async def test_the_charts_show_the_hours_rate_against_the_limit_and_deliverabili
                 assert overflow <= 0, f"the tenant page is {overflow}px wider than a 390px phone"
                 await expect(page.locator("#tenant-minutes svg")).to_be_visible()
                 await _shot(page, tmp_path, "phone", full_page=False)
+                await page.goto(base + "/")
+                overflow = await page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+                assert overflow <= 0, f"the overview is {overflow}px wider than a 390px phone"
+                await expect(page.locator("#global-minutes svg")).to_be_visible()
+                await _shot(page, tmp_path, "overview-phone", full_page=False)
 
 
 async def _overview(page: Page, settings: Settings, ses: SesServer, tmp_path: Path) -> None:
