@@ -13,7 +13,7 @@ import os
 import re
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import (
@@ -28,6 +28,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 from pydantic_settings import (
     BaseSettings,
+    NoDecode,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
     SettingsError,
@@ -36,6 +37,7 @@ from pydantic_settings import (
 from fairpost.config.durations import Duration, Schedule
 from fairpost.config.errors import ConfigError
 from fairpost.config.limits import GlobalLimits, Limits, parse_limits
+from fairpost.config.providers import PROVIDERS
 from fairpost.config.ses_names import ses_tenant_name
 from fairpost.config.tenant_id import TENANT_ID_RULE, is_valid_tenant_id
 from fairpost.config.warmup import WarmupPlanSetting
@@ -179,6 +181,42 @@ class WarmupSettings(_Section):
     """A warming tenant's step advances only while its bounce rate (the guard's) is below this."""
     complaint_threshold: float = Field(default=0.0005, gt=0, le=1)
     """... and its complaint rate below this."""
+
+
+class DeliverabilitySettings(_Section):
+    """Per-tenant deliverability by mailbox provider (docs/operations.md, "Deliverability")."""
+
+    enabled: bool = True
+    """Count each tenant's outcomes per day and mailbox provider (one script call per
+    group of sends or per SES event) and its sends per minute over the last hour."""
+    providers: Annotated[tuple[str, ...], NoDecode] = tuple(p.name for p in PROVIDERS)
+    """The providers counted by name (``gmail,outlook``: of config/providers.py's); every
+    other is ``other``."""
+    retention_days: int = Field(default=15, ge=1, le=400)
+    """How long a tenant's day of counts is kept (the console shows 14 days and today)."""
+    mx_cache_seconds: Duration = Field(default=3600.0, ge=1, le=7 * 86400)
+    """How long a domain's provider, read from its MX records, is trusted."""
+    mx_cache_size: int = Field(default=10_000, ge=1, le=1_000_000)
+    """Domains whose provider each process remembers (the least recently used go first)."""
+    mx_timeout_seconds: float = Field(default=1.0, gt=0, le=30)
+    """An MX lookup not answered within this counts the domain by its name alone."""
+    metrics_tenant: bool = False
+    """Also label ``fairpost_deliverability_tenant_total`` by tenant (bounded like every
+    tenant label, FAIRPOST_METRICS_TENANT_LABELS); off: by provider and outcome only."""
+
+    @field_validator("providers", mode="before")
+    @classmethod
+    def _split(cls, value: Any) -> Any:
+        return [v.strip() for v in value.split(",") if v.strip()] if isinstance(value, str) else value
+
+    @field_validator("providers")
+    @classmethod
+    def _known(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        names = [p.name for p in PROVIDERS]
+        unknown = [v for v in value if v not in names]
+        if unknown:
+            raise ValueError(f"unknown provider {unknown[0]!r}: each must be one of {', '.join(names)}")
+        return tuple(dict.fromkeys(value))
 
 
 CONSOLE_VARIABLES = {
@@ -352,6 +390,7 @@ class Settings(BaseSettings):
     console: ConsoleSettings = ConsoleSettings()
     outcomes: OutcomeSettings = OutcomeSettings()
     webhook: WebhookSettings = WebhookSettings()
+    deliverability: DeliverabilitySettings = DeliverabilitySettings()
 
     events_queue_name: str | None = None
     """The SQS queue SES events arrive in (through SNS or EventBridge); unset: none read."""

@@ -277,6 +277,18 @@ class Keys:
         """Hash: SES event outcome ("bounce", "unmatched", ...) → count, for stats."""
         return f"{self.root}:ses:events"
 
+    # -- deliverability rollups and the send history (mailer/sdk/rollups.py) -------
+    def rollup_prefix(self, tenant: str) -> str:
+        """What a tenant's day of deliverability counts is named after: the hash
+        ``<prefix><day>`` (days since 1970, Redis time), field ``<provider>:<counter>``
+        → count, with a retention TTL (rollups.lua builds the day's name)."""
+        return f"{self.root}:dlv:{tenant}:"
+
+    def send_history(self, scope: str) -> str:
+        """Hash with a TTL: recipients sent per minute over the last hour, ``global`` or
+        ``t:<tenant>``; field = minute mod 60 → ``<minute>:<count>`` (rollups.lua)."""
+        return f"{self.root}:spm:{scope}"
+
     # -- the outcome feed and its webhooks (docs/outcomes.md) -----------------------
     def outcomes(self) -> str:
         """Stream: the journal of jobs' outcomes (dispatcher/journal.py), read as the outcome

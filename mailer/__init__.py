@@ -20,6 +20,7 @@ from fairpost.mailer.sdk.dead import DeadLetters
 from fairpost.mailer.sdk.mail import Mail
 from fairpost.mailer.sdk.outcomes.endpoints import Webhooks
 from fairpost.mailer.sdk.outcomes.stream import AsyncEvent, Event
+from fairpost.mailer.sdk.rollups import Deliverability
 from fairpost.mailer.sdk.status import JobStatus
 from fairpost.mailer.sdk.suppression import Suppressions
 
@@ -29,6 +30,7 @@ __all__ = [
     "Attachment",
     "ConfigError",
     "DeadLetters",
+    "Deliverability",
     "Event",
     "EvictingRedis",
     "FairpostError",

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 
 from fairpost import __version__
 from fairpost.config import ConfigError, FairpostError, Settings, load_settings
+from fairpost.mailer.ops.analytics_commands import add_parser as add_analytics_command
 from fairpost.mailer.ops.console import aws_error, print_json, unreachable_redis
 from fairpost.mailer.ops.doctor import add_parser as add_doctor
 from fairpost.mailer.ops.lifecycle_commands import add_commands as add_lifecycle_commands
@@ -352,6 +353,8 @@ def build_parser() -> argparse.ArgumentParser:
     health.add_argument("--replica", help="check this replica's heartbeat (default: this host's)")
     health.add_argument("--timeout", type=float, default=3.0)
     health.set_defaults(handler=cmd_health)
+
+    add_analytics_command(sub)
 
     demo = sub.add_parser(
         "demo", help="run fairpost on an embedded Redis and AWS emulator with a sample load"

@@ -136,12 +136,12 @@ def _connections(settings: Settings, sample_seconds: float | None) -> Any:
         sync_client = connect.redis_client(settings, **timeouts(settings))
         console = Console(settings, client, sync_client)
         if sample_seconds is not None:
-            console.send_rate.every = sample_seconds
+            console.backlog.every = sample_seconds
         app[CONSOLE] = console
         app[SESSIONS] = EndedSessions(client, console.keys)
         app[ACTIONS] = Actions(console)
         stop = asyncio.Event()
-        sampler = asyncio.create_task(console.send_rate.run(stop, console.sample_rate), name="send-rate")
+        sampler = asyncio.create_task(console.backlog.run(stop, console.sample_backlog), name="backlog")
         try:
             yield
         finally:

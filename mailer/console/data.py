@@ -24,18 +24,22 @@ from fairpost.dispatcher.lifecycle import SyncLifecycle
 from fairpost.dispatcher.record import ENTRY_SEP
 from fairpost.dispatcher.replies import text
 from fairpost.dispatcher.store import store_limits
-from fairpost.mailer.console.live import Account, SendRate, SesAccount
+from fairpost.mailer.console.live import Account, Samples, SesAccount
 from fairpost.mailer.console.tenants import TenantIndex
 from fairpost.mailer.ops.stats import ScopeStats, Stats, WindowUsage, collect_stats
 from fairpost.mailer.quota.overrides import QuotaAdmin
+from fairpost.mailer.quota.reputation import guard_states, read_verdicts
 from fairpost.mailer.sdk.client import AsyncMailClient
 from fairpost.mailer.sdk.dead import DeadLetter, DeadLetters
+from fairpost.mailer.sdk.rollups import Deliverability, Report, SendHistory
 from fairpost.mailer.sdk.status import JobStatus
 from fairpost.mailer.sdk.suppression import Suppression, Suppressions
 
-__all__ = ["Console", "DeadPage", "Overview", "TenantDetail"]
+__all__ = ["Console", "DeadPage", "Held", "Overview", "TenantCharts", "TenantDetail"]
 
 DEAD_PAGE = 50
+SHOWN_HELD = 20
+CHART_DAYS = 14
 SHOWN_SUPPRESSIONS = 200
 SHOWN_JOBS = 10
 
@@ -48,6 +52,29 @@ class Overview:
     account: Account
     sent: WindowUsage | None
     """The longest global window: recipients sent in it."""
+    history: SendHistory
+    """Recipients sent per minute over the last hour, every tenant's."""
+    held: Held
+
+
+@dataclass(frozen=True)
+class Held:
+    """Tenants held beyond their quota: paused by an operator or the reputation guard,
+    or their SES tenant disabled (a hold for an SES fault of their own ends by itself
+    within minutes and is on the tenant's page)."""
+
+    tenants: list[tuple[str, str]]
+    """The first :data:`SHOWN_HELD`, by id: (tenant, why)."""
+    total: int
+
+
+@dataclass(frozen=True)
+class TenantCharts:
+    stats: ScopeStats
+    history: SendHistory
+    """Its recipients sent per minute over the last hour."""
+    report: Report
+    """Its deliverability by provider over :data:`CHART_DAYS` days."""
 
 
 @dataclass(frozen=True)
@@ -83,11 +110,12 @@ class Console:
         self.redis = client
         self.tenants = TenantIndex(client, self.keys, settings)
         self.account = SesAccount()
-        self.send_rate = SendRate()
+        self.backlog = Samples()
         self.mail = AsyncMailClient(settings, redis_client=client)
         self.dead = DeadLetters(settings, redis_client=sync_client)
         self.suppressions = Suppressions(settings, redis_client=sync_client)
         self.admin = QuotaAdmin(settings, redis_client=sync_client)
+        self.deliverability = Deliverability(settings, redis_client=sync_client)
         self.lifecycle = SyncLifecycle(sync_client, self.keys, store_limits(settings))
         self._ref_key = secrets.token_bytes(32)
 
@@ -95,20 +123,44 @@ class Console:
     async def global_stats(self) -> Stats:
         return await collect_stats(self.redis, self.keys, self.settings, tenants=())
 
-    async def sample_rate(self) -> float:
-        """Recipients per second in the shortest global window, for the chart."""
-        windows = (await self.global_stats()).global_.windows
-        if not windows:
-            return 0.0
-        shortest = min(windows, key=lambda w: w.seconds)
-        return shortest.used / shortest.seconds
+    async def sample_backlog(self) -> float:
+        """Jobs waiting over every tenant, for the chart."""
+        return float((await self.global_stats()).global_.backlog)
 
     async def overview(self) -> Overview:
-        stats, dead, account = await asyncio.gather(
-            self.global_stats(), self.redis.zcard(self.keys.dead()), self.account.read()
+        stats, dead, account, history, held = await asyncio.gather(
+            self.global_stats(),
+            self.redis.zcard(self.keys.dead()),
+            self.account.read(),
+            asyncio.to_thread(self.deliverability.send_history),
+            self.held(),
         )
         windows = stats.global_.windows
-        return Overview(stats, int(dead), account, max(windows, key=lambda w: w.seconds) if windows else None)
+        longest = max(windows, key=lambda w: w.seconds) if windows else None
+        return Overview(stats, int(dead), account, longest, history, held)
+
+    async def held(self) -> Held:
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.smembers(self.keys.paused())
+            pipe.hgetall(self.keys.guard())
+            pipe.hgetall(self.keys.ses_tenant_status())
+            paused, guards, verdicts = await pipe.execute()
+        why: dict[str, str] = {text(t): "paused by an operator" for t in paused}
+        for tenant, state in guard_states(guards).items():
+            why.setdefault(tenant, f"{state.level} by the reputation guard")
+        for tenant, verdict in read_verdicts(verdicts).items():
+            if verdict.disabled:
+                why.setdefault(tenant, "SES disabled its SES tenant")
+        shown = sorted(why)[:SHOWN_HELD]
+        return Held([(t, why[t]) for t in shown], len(why))
+
+    async def tenant_charts(self, tenant: str) -> TenantCharts:
+        stats, history, report = await asyncio.gather(
+            collect_stats(self.redis, self.keys, self.settings, tenants=[tenant]),
+            asyncio.to_thread(self.deliverability.send_history, tenant),
+            asyncio.to_thread(self.deliverability.report, tenant, days=CHART_DAYS),
+        )
+        return TenantCharts(stats.tenants[0], history, report)
 
     # -- one tenant -----------------------------------------------------------------
     async def tenant(self, tenant: str) -> TenantDetail:

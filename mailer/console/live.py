@@ -1,11 +1,12 @@
-"""The overview's live parts: SES's account (GetAccount) and the send rate over the last hour.
+"""The overview's live parts: SES's account (GetAccount) and the backlog over the last hour.
 
 The account is asked at most once every :data:`ACCOUNT_SECONDS`, in a
 thread, with short timeouts and no retries, and only where boto3 is installed
-and a region is configured: without AWS the panel says so. Nothing in Redis
-keeps a history of sends, so the console samples the global quota's
-shortest window itself every :data:`SAMPLE_SECONDS` while it runs, and keeps
-an hour: the chart starts when the console does.
+and a region is configured: without AWS the panel says so. The sends per
+minute are kept in Redis by the daemon (the send history, mailer/sdk/rollups.py);
+nothing keeps a history of the backlog, so the console samples it itself
+every :data:`SAMPLE_SECONDS` while it runs, and keeps an hour: that chart
+starts when the console does.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 
 from fairpost.dispatcher.backoff import wait_or_stop
 
-__all__ = ["Account", "SendRate", "SesAccount"]
+__all__ = ["Account", "Samples", "SesAccount"]
 
 log = logging.getLogger("fairpost.console")
 
@@ -99,8 +100,8 @@ class SesAccount:
             self._client = None
 
 
-class SendRate:
-    """Recipients per second, as sampled, over the last :data:`SPAN_SECONDS`."""
+class Samples:
+    """A value (the backlog), as sampled, over the last :data:`SPAN_SECONDS`."""
 
     def __init__(self, *, every: float = SAMPLE_SECONDS, span: float = SPAN_SECONDS) -> None:
         self.every = every
@@ -122,6 +123,6 @@ class SendRate:
                 failing = False
             except Exception as exc:
                 if not failing:
-                    log.warning("send rate not sampled (the chart has a gap): %s", type(exc).__name__)
+                    log.warning("backlog not sampled (the chart has a gap): %s", type(exc).__name__)
                 failing = True
             await wait_or_stop(stop, self.every)

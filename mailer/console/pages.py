@@ -14,7 +14,9 @@ from fairpost.config.limits import format_limits
 from fairpost.config.tenant_id import TENANT_ID_RULE, is_valid_tenant_id
 from fairpost.dispatcher.errors import UnknownJob
 from fairpost.mailer.console.auth import Handler
+from fairpost.mailer.console.charts import day_bars, minute_chart, minute_limit
 from fairpost.mailer.console.context import AUTH, CONSOLE, render
+from fairpost.mailer.console.data import TenantCharts
 from fairpost.mailer.console.tenants import SORTS
 from fairpost.mailer.console.views import chart
 
@@ -28,6 +30,7 @@ def add_routes(get: Callable[[str, Handler], None]) -> None:
     get("/fragments/overview", overview_live)
     get("/tenants", tenants)
     get("/tenants/{tenant}", tenant)
+    get("/fragments/tenants/{tenant}/charts", tenant_charts)
     get("/jobs", find_job)
     get("/jobs/{job_id}", job)
     get("/dead", dead)
@@ -37,13 +40,30 @@ def add_routes(get: Callable[[str, Handler], None]) -> None:
 async def _overview_context(request: web.Request) -> dict[str, Any]:
     console = request.app[CONSOLE]
     view = await console.overview()
-    rate = console.send_rate
+    backlog = console.backlog
     return {
         "view": view,
-        "chart": chart(rate.samples(), time.time(), rate.span),
-        "sample_seconds": rate.every,
+        "minutes": minute_chart(view.history, minute_limit(view.stats.global_.windows)),
+        "chart": chart(backlog.samples(), time.time(), backlog.span),
+        "sample_seconds": backlog.every,
         "high_water": console.settings.redis_high_water,
     }
+
+
+def _charts_context(charts: TenantCharts) -> dict[str, Any]:
+    report = charts.report
+    return {
+        "charts": charts,
+        "minutes": minute_chart(charts.history, minute_limit(charts.stats.windows)),
+        "bars": {name: day_bars(report.days, series) for name, series in report.daily.items()},
+    }
+
+
+async def tenant_charts(request: web.Request) -> web.Response:
+    """A tenant's charts alone, which its page fetches again every few seconds."""
+    tenant_id = tenant_from(request)
+    charts = await request.app[CONSOLE].tenant_charts(tenant_id)
+    return render(request, "_tenant_charts.html", tenant=tenant_id, **_charts_context(charts))
 
 
 async def overview(request: web.Request) -> web.Response:
@@ -108,8 +128,10 @@ async def tenant_page(
 ) -> web.Response:
     """The tenant's page; after a refused action, with the error and what was typed."""
     console = request.app[CONSOLE]
-    detail, own = await asyncio.gather(
-        console.tenant(tenant_id), asyncio.to_thread(console.admin.tenant_limits, tenant_id)
+    detail, own, charts = await asyncio.gather(
+        console.tenant(tenant_id),
+        asyncio.to_thread(console.admin.tenant_limits, tenant_id),
+        console.tenant_charts(tenant_id),
     )
     # The form edits the tenant's own limits: a warming tenant's windows are its
     # step's where stricter, which saved as its own would outlast the warm-up.
@@ -125,6 +147,7 @@ async def tenant_page(
         limits_text=current if limits is None else limits,
         ref=console.address_ref,
         warmup_settings=console.settings.warmup,
+        **_charts_context(charts),
     )
 
 

@@ -1,5 +1,6 @@
 """What the pages say, none of it I/O: why a tenant waits, times, masked
-addresses, the send-rate chart. The templates call these as filters and globals."""
+addresses, the backlog's line (the bar charts: charts.py). The templates call these as
+filters and globals."""
 
 from __future__ import annotations
 
@@ -110,7 +111,7 @@ def waits(scope: ScopeStats, at_ms: int) -> list[Wait]:
 
 @dataclass(frozen=True)
 class Chart:
-    """A line of recipients per second, drawn as SVG coordinates."""
+    """A line of samples over time (the backlog), drawn as SVG coordinates."""
 
     points: str
     """``x,y x,y ...`` for a ``<polyline>``."""

@@ -13,7 +13,9 @@ by the SES message id the sender recorded (:meth:`Keys.ses_message`; the
   (:mod:`fairpost.mailer.sdk.outcomes.feed`), even where the record has expired;
 - on a permanent bounce or a complaint, suppresses the address for that
   tenant (:mod:`fairpost.mailer.sdk.suppression`) and counts it in the tenant's
-  reputation, which the guard judges (:mod:`fairpost.mailer.quota.reputation`).
+  reputation, which the guard judges (:mod:`fairpost.mailer.quota.reputation`);
+- counts the recipients in the tenant's deliverability rollup, by mailbox
+  provider (:mod:`fairpost.mailer.daemon.deliverability`), in the same step as the record.
 
 A body that cannot be read, an event for no known mail, a duplicate
 delivery: logged (never an address) and counted, then deleted, so nothing
@@ -43,11 +45,13 @@ from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.loop import forever
 from fairpost.dispatcher.replies import text, time_ms
 from fairpost.mailer.daemon.aws import SqsClient
+from fairpost.mailer.daemon.deliverability import DeliverabilityCounter
 from fairpost.mailer.daemon.metrics import EVENT_OUTCOMES, Metrics
 from fairpost.mailer.daemon.ses import redact
 from fairpost.mailer.daemon.ses_events import SesEvent, parse_event
 from fairpost.mailer.quota.reputation import ReputationBook
 from fairpost.mailer.sdk.outcomes import feed
+from fairpost.mailer.sdk.rollups import counter_of
 from fairpost.mailer.sdk.suppression import suppress
 
 __all__ = ["EVENT_OUTCOMES", "EventConsumer"]
@@ -87,6 +91,7 @@ class EventConsumer:
         settings: Settings,
         book: ReputationBook,
         metrics: Metrics | None = None,
+        deliverability: DeliverabilityCounter | None = None,
     ) -> None:
         self.sqs = sqs
         self.queue_url = queue_url
@@ -95,6 +100,9 @@ class EventConsumer:
         self.settings = settings
         self.book = book
         self.metrics = metrics or Metrics()
+        self.deliverability = deliverability or DeliverabilityCounter(
+            client, keys, settings, self.metrics.deliverability
+        )
         self.journal = JournalWriter(client, outcome_journal(settings))
         self.handled: dict[str, int] = {}
         """Outcome → events this consumer handled (tests wait on it)."""
@@ -213,7 +221,10 @@ class EventConsumer:
             "delivery_delay": "delayed",
         }[event.kind]
         extra = {"job_id": job_id, "tenant": tenant}
-        # The outcome on the record and its event in the feed: one step.
+        counter = counter_of(_EVENT_TYPE[outcome], event.bounce_type)
+        rolled = await self.deliverability.counts(counter, event.recipients) if counter else {}
+        # The outcome on the record, its event in the feed and its count in the
+        # tenant's deliverability rollup: one step.
         async with self.redis.pipeline(transaction=True) as pipe:
             if record_exists:
                 await self._record_outcome(pipe, job_id, outcome, event, at_ms)
@@ -221,7 +232,10 @@ class EventConsumer:
                 _EVENT_TYPE[outcome], _event_data(event), tenant=None if record_exists else tenant
             )
             await self.journal.append(self.keys.job(job_id), job_id, given, pipeline=pipe)
+            if rolled:
+                await self.deliverability.queue(pipe, tenant, rolled)
             await pipe.execute()
+        self.deliverability.counted(tenant, rolled)
         if event.kind == "bounce":
             log.info(
                 "SES reports a %s bounce (%s): %s",

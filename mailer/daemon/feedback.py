@@ -6,6 +6,8 @@
 - :meth:`Feedback.index_sent` / :meth:`Feedback.count_sent`: SES accepted
   mail: remember its SES message id (events find their job by it) and count
   its recipients in the tenant's reputation windows.
+- :meth:`Feedback.sent_counts` / :meth:`Feedback.queue_sent`: the sends in the
+  tenant's deliverability rollup and the send history (:mod:`.deliverability`).
 - :meth:`Feedback.send_failed` / :meth:`Feedback.disabled_now`: a send naming
   the tenant failed: was it SES disabling the tenant's SES tenant?
 
@@ -33,9 +35,11 @@ from fairpost.dispatcher.replies import Queued
 from fairpost.dispatcher.scripts import lua_source
 from fairpost.dispatcher.store import JobStore
 from fairpost.mailer.daemon.aws import SesClient, SqsClient
+from fairpost.mailer.daemon.deliverability import Counts, DeliverabilityCounter
 from fairpost.mailer.daemon.events import EventConsumer
 from fairpost.mailer.daemon.mail_jobs import MailState
 from fairpost.mailer.daemon.metrics import Metrics
+from fairpost.mailer.daemon.mx import Lookup
 from fairpost.mailer.daemon.ses_tenant_status import SesTenantStatus
 from fairpost.mailer.quota.reputation import ReputationBook
 from fairpost.mailer.sdk.envelope import Envelope
@@ -63,6 +67,7 @@ class Feedback:
         book: ReputationBook,
         status: SesTenantStatus | None = None,
         metrics: Metrics | None = None,
+        deliverability: DeliverabilityCounter | None = None,
     ) -> None:
         self.store = store
         self.redis: redis.asyncio.Redis = store.redis
@@ -71,6 +76,9 @@ class Feedback:
         self.book = book
         self.status = status
         self.metrics = metrics or Metrics()
+        self.deliverability = deliverability or DeliverabilityCounter(
+            store.redis, store.keys, settings, self.metrics.deliverability
+        )
         self._send_seq = store.redis.register_script(lua_source("fairpost.mailer.quota", "send_seq"))
         self.journal = JournalWriter(store.redis, journal_of(store.keys, store.limits))
 
@@ -79,7 +87,8 @@ class Feedback:
     ) -> Queued[set[str]]:
         """Queue on ``pipe`` the read :meth:`screen` makes (which of these mails'
         recipients are on the tenant's list), to be read with other things in one
-        round trip."""
+        round trip. The recipients' MX lookups start here, while the mail is on its way."""
+        self.deliverability.warm(a for env in envelopes for a in _recipients(env))
         return ask_suppressed_among(
             pipe, self.keys, tenant, (a for env in envelopes for a in _recipients(env))
         )
@@ -95,6 +104,7 @@ class Feedback:
         if not suppressed:
             return messages
         kept: list[M] = []
+        dropped_all: list[str] = []
         for msg in messages:
             env = msg.envelope
             assert env is not None
@@ -107,6 +117,7 @@ class Feedback:
             if dropped == 0:
                 kept.append(msg)
                 continue
+            dropped_all += gone
             self.metrics.suppressed(tenant, dropped)
             extra = {"job_id": env.job_id, "tenant": tenant}
             partial = bool(to or cc or bcc)
@@ -129,7 +140,38 @@ class Feedback:
                 entry=event,
             )
             log.info("mail not sent: every recipient is suppressed for the tenant", extra=extra)
+        await self._count(tenant, "suppressed", dropped_all)
         return kept
+
+    async def _count(self, tenant: str, counter: str, addresses: list[str]) -> None:
+        """Count recipients in the tenant's rollup, one call; a Redis error is logged,
+        not raised (the mails' own records are written already)."""
+        counts = await self.deliverability.counts(counter, addresses)
+        if not counts:
+            return
+        try:
+            async with self.redis.pipeline(transaction=False) as pipe:
+                await self.deliverability.queue(pipe, tenant, counts)
+                await pipe.execute()
+        except RedisError as exc:
+            log.warning("%s not counted for deliverability: %s", counter, exc, extra={"tenant": tenant})
+            return
+        self.deliverability.counted(tenant, counts)
+
+    async def sent_counts(self, envelopes: Sequence[Envelope]) -> Counts:
+        """The sent mails' recipients by provider, for :meth:`queue_sent` (looked up
+        before the pipeline that records them, so a retry of it looks up nothing)."""
+        return await self.deliverability.counts("sent", (a for e in envelopes for a in _recipients(e)))
+
+    async def queue_sent(
+        self, pipe: redis.asyncio.client.Pipeline, tenant: str, counts: Counts, recipients: int
+    ) -> None:
+        """Queue on the sender's pipeline the sends in the rollup and the send history:
+        one script call per group; :meth:`counted` once the pipeline ran."""
+        await self.deliverability.queue(pipe, tenant, counts, sent_now=recipients)
+
+    def counted(self, tenant: str, counts: Counts) -> None:
+        self.deliverability.counted(tenant, counts)
 
     async def index_sent(
         self,
@@ -213,11 +255,13 @@ async def build(
     metrics: Metrics,
     refresh_limits: Callable[[], Awaitable[Any]] | None = None,
     lifted: Callable[[str], Awaitable[Any]] | None = None,
+    mx_lookup: Lookup | None = None,
 ) -> ReputationParts:
     """``refresh_limits``: re-read the live overrides now (the guard just paused or
     throttled a tenant: this replica acts on it at once, not at the next refresh);
     ``lifted``: a tenant's hold was lifted (SES enabled its SES tenant again), the one
-    event of fairpost.mailer.daemon.holds.Holds.changed."""
+    event of fairpost.mailer.daemon.holds.Holds.changed; ``mx_lookup``: how recipients' MX
+    records are looked up (DNS by default, :mod:`.mx`)."""
 
     async def acted(tenant: str, action: str) -> None:
         metrics.guard_action(tenant, action)
@@ -225,6 +269,10 @@ async def build(
             await refresh_limits()
 
     book = ReputationBook(store.redis, store.keys, settings, on_action=acted)
+    deliverability = DeliverabilityCounter(
+        store.redis, store.keys, settings, metrics.deliverability,
+        tenant_label=metrics.labels, lookup=mx_lookup,
+    )  # fmt: skip
     status = None
     if uses_ses_tenants(settings):
         status = SesTenantStatus(
@@ -235,7 +283,10 @@ async def build(
         url = (await sqs.get_queue_url(QueueName=settings.events_queue_name))["QueueUrl"]
         events = EventConsumer(
             sqs=sqs, queue_url=url, client=store.redis, keys=store.keys, settings=settings, book=book,
-            metrics=metrics,
+            metrics=metrics, deliverability=deliverability,
         )  # fmt: skip
-    feedback = Feedback(store=store, settings=settings, book=book, status=status, metrics=metrics)
+    feedback = Feedback(
+        store=store, settings=settings, book=book, status=status, metrics=metrics,
+        deliverability=deliverability,
+    )  # fmt: skip
     return ReputationParts(book, feedback, status, events)

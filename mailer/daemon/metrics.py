@@ -37,6 +37,7 @@ from prometheus_client.process_collector import ProcessCollector
 
 from fairpost.config import Settings
 from fairpost.mailer.daemon.redis_metrics import RedisMemoryMetrics
+from fairpost.mailer.daemon.deliverability import DeliverabilityMetrics
 from fairpost.mailer.daemon.webhooks.metrics import WebhookMetrics
 from fairpost.mailer.ops.stats import Stats
 from fairpost.mailer.quota.warmup import HOLD_KINDS
@@ -342,6 +343,8 @@ class Metrics:
         # The webhook deliveries' own (fairpost_webhook_*), and Redis's memory (fairpost_redis_*).
         self.webhooks = WebhookMetrics(r)
         self.redis_memory = RedisMemoryMetrics(r, high_water)
+        # The deliverability rollups' (fairpost_deliverability_*).
+        self.deliverability = DeliverabilityMetrics(r)
         self.stats_errors_total = Counter(
             "fairpost_stats_errors", "Scrapes whose gauges could not be read from Redis.", registry=r
         )

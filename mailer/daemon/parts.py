@@ -31,6 +31,7 @@ from fairpost.mailer.daemon.feedback import build as build_reputation
 from fairpost.mailer.daemon.handoff import MailWorker
 from fairpost.mailer.daemon.health import sender_alive
 from fairpost.mailer.daemon.metrics import Metrics
+from fairpost.mailer.daemon.mx import Lookup
 from fairpost.mailer.daemon.reconcile import Reconciler
 from fairpost.mailer.daemon.sender import Sender
 from fairpost.mailer.daemon.ses_account import SesAccountLimits, limits_rose
@@ -112,6 +113,7 @@ async def build_parts(
     tracing: Tracing | None = None,
     full: bool = True,
     sender_sqs: SqsClient | None = None,
+    mx_lookup: Lookup | None = None,
     limits: LimitSource | None = None,
     workers: Callable[[MailWorker], Sequence[Worker]] | None = None,
     reap_interval: float = 1.0,
@@ -129,6 +131,8 @@ async def build_parts(
     - ``workers``: the dispatcher's workers, given the mail worker (it alone by default).
     - ``reap_interval``, ``refresh_seconds``: how often the dispatcher reaps and
       the live overrides are read again.
+    - ``mx_lookup``: how recipients' MX records are looked up (DNS by default;
+      the tests give a local fake).
     """
     keys = Keys(settings.key_prefix)
     store = JobStore(client, keys, store_limits(settings))
@@ -203,7 +207,7 @@ async def build_parts(
         parts.overrides = limits = overrides
         parts.reputation = await build_reputation(
             settings=settings, store=store, sqs=sqs, ses_client=ses_client, metrics=metrics,
-            refresh_limits=overrides.refresh, lifted=hold_changed,
+            refresh_limits=overrides.refresh, lifted=hold_changed, mx_lookup=mx_lookup,
         )  # fmt: skip
         feedback = parts.reputation.feedback
     parts.sender = Sender(

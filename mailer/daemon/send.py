@@ -17,6 +17,7 @@ import logging
 import time
 
 from botocore.exceptions import BotoCoreError, ClientError
+from redis.asyncio.client import Pipeline
 from redis.exceptions import RedisError
 
 from fairpost.dispatcher.backoff import OutageBackoff
@@ -25,7 +26,9 @@ from fairpost.mailer.daemon.answers import Answers
 from fairpost.mailer.daemon.aws import SesClient
 from fairpost.mailer.daemon.context import SenderContext
 from fairpost.mailer.daemon.counting import Counting, Stamp, may_have_it
+from fairpost.mailer.daemon.deliverability import Counts
 from fairpost.mailer.daemon.endings import Endings
+from fairpost.mailer.daemon.feedback import Feedback
 from fairpost.mailer.daemon.gate import Gate
 from fairpost.mailer.daemon.inbox import Inbox, Received
 from fairpost.mailer.daemon.settlement import Backoff, Delete
@@ -257,6 +260,10 @@ class Sending:
         if not sent and not any(r.verdict is ses.Verdict.TRANSIENT for _, r, _ in answered):
             return
         ctx = self.ctx
+        accepted = [m.envelope for m, r, _ in answered if r.verdict is ses.Verdict.SENT and m.envelope]
+        # Their recipients by mailbox provider, for the deliverability rollup (one script
+        # call in the pipeline below; the MX lookups started when the group was read).
+        rolled = await ctx.feedback.sent_counts(accepted) if ctx.feedback is not None else {}
         # SES has these mails: their record must be written (and be on the replicas
         # FAIRPOST_REDIS_MIN_REPLICAS asks for), or their messages would come back
         # unrecorded after a failover and be sent again. So a failing Redis is ridden
@@ -272,12 +279,7 @@ class Sending:
                         sent, keep_seconds=ctx.finished_ttl, pipeline=pipe, entries=events
                     )
                     if ctx.feedback is not None:
-                        for msg, result, _ in answered:
-                            if result.verdict is ses.Verdict.SENT and msg.envelope is not None:
-                                env = msg.envelope
-                                await ctx.feedback.index_sent(
-                                    pipe, tenant, env.job_id, result.message_id, env.mail.recipients
-                                )
+                        await self._queue_feedback(pipe, ctx.feedback, tenant, answered, rolled)
                     await ctx.store.execute_durably(pipe)
                 break
             except RedisError as exc:
@@ -287,10 +289,27 @@ class Sending:
                 log.warning("recording %d sent mails failed (%s); again in %.1fs", len(sent), exc, delay)
                 await asyncio.sleep(delay)
         if ctx.feedback is not None:
-            accepted = [m for m, r, _ in answered if r.verdict is ses.Verdict.SENT]
-            await ctx.feedback.count_sent(
-                tenant, sum(m.envelope.mail.recipients for m in accepted if m.envelope)
-            )
+            ctx.feedback.counted(tenant, rolled)
+            await ctx.feedback.count_sent(tenant, sum(e.mail.recipients for e in accepted))
+
+    @staticmethod
+    async def _queue_feedback(
+        pipe: Pipeline,
+        feedback: Feedback,
+        tenant: str,
+        answered: list[tuple[Received, ses.SendResult, Stamp]],
+        rolled: Counts,
+    ) -> None:
+        """Queue what reputation and deliverability keep of the sent mails (a retry of
+        the pipeline queues it again: the rollup then counts them twice, the safe side)."""
+        recipients = 0
+        for msg, result, _ in answered:
+            if result.verdict is ses.Verdict.SENT and msg.envelope is not None:
+                env = msg.envelope
+                recipients += env.mail.recipients
+                await feedback.index_sent(pipe, tenant, env.job_id, result.message_id, env.mail.recipients)
+        if recipients:
+            await feedback.queue_sent(pipe, tenant, rolled, recipients)
 
 
 def _sent_event(env: Envelope, message_id: str | None) -> dict[str, str]:

@@ -25,6 +25,7 @@ MAILER_API = [
     "Attachment",
     "ConfigError",
     "DeadLetters",
+    "Deliverability",
     "Event",
     "EvictingRedis",
     "FairpostError",

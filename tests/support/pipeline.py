@@ -19,6 +19,7 @@ from fairpost.dispatcher.store import JobStore
 from fairpost.mailer.daemon.aws import SES_CONFIG, SQS_CONFIG, session
 from fairpost.mailer.daemon.feedback import ReputationParts
 from fairpost.mailer.daemon.metrics import Metrics
+from fairpost.mailer.daemon.mx import Lookup
 from fairpost.mailer.daemon.parts import build_parts
 from fairpost.mailer.daemon.sender import Sender
 from fairpost.mailer.daemon.tracing import Tracing
@@ -91,6 +92,7 @@ async def pipeline(
     before_receive: Callable[[], Any] | None = None,
     reputation: bool = False,
     tracing: Tracing | None = None,
+    mx_lookup: Lookup | None = None,
 ) -> AsyncIterator[Running]:
     """Dispatcher and sender running until the block ends; then a clean shutdown.
 
@@ -98,11 +100,14 @@ async def pipeline(
     ``reputation``: every part ``fairpost run`` has: live overrides (so pauses
     apply), suppression, SES's verdict on SES tenants, the SES event consumer
     (with ``events_queue_name``), the reconciler and the slot keeper; without it,
-    the dispatcher and the sender alone. ``tracing``: the daemon's spans (tests/tracing)."""
+    the dispatcher and the sender alone. ``tracing``: the daemon's spans (tests/tracing).
+    ``mx_lookup``: the recipients' MX look-ups (tests/deliverability's local fake)."""
     url, _ = init_queue(boto3.client("sqs"), settings)
     client = async_redis_client(settings)
     try:
-        async with _pipeline(settings, client, url, before_receive, reputation, tracing) as running:
+        async with _pipeline(
+            settings, client, url, before_receive, reputation, tracing, mx_lookup
+        ) as running:
             yield running
     finally:
         await client.aclose()
@@ -116,6 +121,7 @@ async def _pipeline(
     before_receive: Callable[[], Any] | None,
     reputation: bool,
     tracing: Tracing | None = None,
+    mx_lookup: Lookup | None = None,
 ) -> AsyncIterator[Running]:
     log = ReceiveLog()
     aws = session()
@@ -123,6 +129,7 @@ async def _pipeline(
         parts = await build_parts(
             settings, client, sqs=sqs, ses_client=ses, queue_url=url, tracing=tracing, full=reputation,
             sender_sqs=RecordingSqs(sqs, log, before_receive), reap_interval=0.2, refresh_seconds=0.2,
+            mx_lookup=mx_lookup,
         )  # fmt: skip
         assert parts.sender is not None and parts.dispatcher is not None
         sender, dispatcher = parts.sender, parts.dispatcher
