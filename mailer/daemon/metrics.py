@@ -36,8 +36,8 @@ from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
 from fairpost.config import Settings
-from fairpost.mailer.daemon.redis_metrics import RedisMemoryMetrics
 from fairpost.mailer.daemon.deliverability import DeliverabilityMetrics
+from fairpost.mailer.daemon.redis_metrics import RedisMemoryMetrics
 from fairpost.mailer.daemon.webhooks.metrics import WebhookMetrics
 from fairpost.mailer.ops.stats import Stats
 from fairpost.mailer.quota.warmup import HOLD_KINDS
