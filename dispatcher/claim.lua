@@ -140,13 +140,24 @@ end
 -- are a slice of it), and the record's 'payload' field (absent but for jobs
 -- written before payloads had keys: a scan of the whole hash to find it
 -- missing) is read only for an entry that carries no payload.
-local function take(tenant, room)
-  -- Its queues, as queue_keys names them (ring.lua's three priorities), with no table built.
+local function take(tenant, room, bulk_room)
+  -- Its queues, as queue_keys names them (ring.lua's lanes), with no table built:
+  -- the urgent lanes first; the bulk lanes only when those are empty, and only
+  -- into the slots bulk jobs may hold (bulk_cap). A fourth answer, true: only
+  -- bulk jobs wait, and they have no room (the tenant is blocked for them).
   local prefix = ctx.queue_prefix .. tenant .. ':'
-  local popped = redis.call('LMPOP', #PRIORITIES, prefix .. PRIORITIES[1], prefix .. PRIORITIES[2],
+  local popped = redis.call('LMPOP', URGENT_LANES, prefix .. PRIORITIES[1], prefix .. PRIORITIES[2],
     prefix .. PRIORITIES[3], 'LEFT', 'COUNT', room)
   if not popped then
-    return 0, 0, 0
+    if math.min(room, bulk_room) <= 0 then
+      return 0, 0, 0, redis.call('EXISTS', prefix .. PRIORITIES[4], prefix .. PRIORITIES[5],
+        prefix .. PRIORITIES[6]) > 0
+    end
+    popped = redis.call('LMPOP', 3, prefix .. PRIORITIES[4], prefix .. PRIORITIES[5],
+      prefix .. PRIORITIES[6], 'LEFT', 'COUNT', math.min(room, bulk_room))
+    if not popped then
+      return 0, 0, 0
+    end
   end
   local ids = popped[2]
   local first = n_leases + 1
@@ -265,8 +276,12 @@ while claimed < wanted and steps < wanted * 4 + 64 do
       end
     end
     local room = math.min(deficit, cap - held, wanted - claimed, MOST_PER_TURN)
-    local n, popped, added = take(tenant, room)
-    if popped == 0 then
+    local n, popped, added, full = take(tenant, room, bulk_cap(cap) - held)
+    if full then
+      -- Only bulk jobs wait, and the slots left are kept for urgent ones.
+      redis.call('SADD', ctx.blocked, tenant)
+      leave = true
+    elseif popped == 0 then
       if stored then
         redis.call('HDEL', deficits, tenant)
       end
