@@ -215,6 +215,37 @@ class OutcomeSettings(_Section):
     """At most about this many events are kept, whatever their age."""
 
 
+class UnsubscribeSettings(_Section):
+    """One-click unsubscribe of notification mail (docs/unsubscribe.md): the signed
+    tokens the SDK puts in ``List-Unsubscribe``, and ``fairpost unsubscribe-server``."""
+
+    keys: tuple[SecretStr, ...] = ()
+    """Token keys, newest first: the first signs, every one verifies (rotate by putting a
+    new key first and dropping the old one once its tokens have expired)."""
+    base_url: str | None = Field(default=None, pattern=r"^https://[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[^\s<>]*)?$")
+    """Where ``fairpost unsubscribe-server`` faces the internet: links are ``<base_url>/u/<token>``."""
+    mailto_domain: str | None = Field(default=None, pattern=r"^[A-Za-z0-9.-]{1,253}$")
+    """A domain whose mail SES receives into the events queue: adds ``<mailto:u-<token>@domain>``."""
+    token_days: int = Field(default=90, ge=1, le=3650)
+    """How long a link works after its mail was enqueued."""
+    host: str = "0.0.0.0"
+    port: int = Field(default=8026, ge=1, le=65535)
+    rate_per_minute: int = Field(default=30, ge=1, le=100_000)
+    """Requests one client address may make a minute (more get 429)."""
+
+    @field_validator("keys")
+    @classmethod
+    def _long_keys(cls, value: tuple[SecretStr, ...]) -> tuple[SecretStr, ...]:
+        if any(len(k.get_secret_value()) < 32 for k in value):
+            raise ValueError("each key must be at least 32 characters (openssl rand -hex 32)")
+        return value
+
+    @field_validator("base_url")
+    @classmethod
+    def _no_trailing_slash(cls, value: str | None) -> str | None:
+        return value.rstrip("/") if value else value
+
+
 WEBHOOK_VARIABLES = {
     name: "FAIRPOST_WEBHOOK_" + name.upper()
     for name in (
@@ -320,6 +351,7 @@ class Settings(BaseSettings):
     console: ConsoleSettings = ConsoleSettings()
     outcomes: OutcomeSettings = OutcomeSettings()
     webhook: WebhookSettings = WebhookSettings()
+    unsubscribe: UnsubscribeSettings = UnsubscribeSettings()
 
     events_queue_name: str | None = None
     """The SQS queue SES events arrive in (through SNS or EventBridge); unset: none read."""

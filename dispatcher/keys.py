@@ -25,6 +25,7 @@ def lane(priority: str, *, bulk: bool) -> str:
     """The queue a job of ``priority`` waits in: its bulk lane for bulk work."""
     return BULK + priority if bulk else priority
 
+
 TOTAL_WAITING = "~waiting"
 """The field of :meth:`Keys.counts` with the jobs waiting over every tenant (``~``
 is not allowed in tenant ids)."""

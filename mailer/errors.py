@@ -53,6 +53,7 @@ __all__ = [
     "InvalidMail",
     "InvalidOverride",
     "InvalidSuppression",
+    "InvalidToken",
     "InvalidWebhook",
     "NotReplayable",
     "NotReplicated",
@@ -107,6 +108,15 @@ class InvalidOverride(InvalidInput):
 
 class InvalidSuppression(InvalidInput):
     """The suppression-list entry is invalid; nothing was written."""
+
+
+class InvalidToken(FairpostError):
+    """An unsubscribe token that is not fairpost's, not whole, or expired. ``reason`` is
+    ``malformed``, ``forged`` or ``expired``; nothing of what it names is said."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(f"unsubscribe token refused: {reason}")
 
 
 class InvalidWebhook(InvalidInput):

@@ -32,6 +32,7 @@ from fairpost.mailer.sdk.mail import Mail, check_tenant_id
 from fairpost.mailer.sdk.outcomes.endpoints import Webhooks
 from fairpost.mailer.sdk.outcomes.stream import AsyncEventReader, EventReader, Start
 from fairpost.mailer.sdk.status import JobStatus
+from fairpost.mailer.sdk.streams import TRANSACTIONAL
 from fairpost.mailer.sdk.suppression import Suppressions
 from fairpost.mailer.sdk.tracing import Creating
 
@@ -156,10 +157,14 @@ class MailClient(RedisOwner, BaseMailClient):
         attachments: Sequence[Attachment] = (),
         idempotency_key: str | None = None,
         send_at: datetime | None = None,
+        stream: str = TRANSACTIONAL,
+        topic: str | None = None,
     ) -> str:
         """Validate and enqueue one mail; return its job id. Raises :class:`InvalidMail`.
 
         Without ``sender``, the tenant's ``default_sender`` setting is used.
+        ``stream``: ``transactional`` (the default) or ``notification``, subscribed mail
+        of a ``topic`` its one recipient may stop (fairpost.mailer.sdk.streams).
         """
         mail = Mail(
             sender=sender or "",
@@ -174,6 +179,8 @@ class MailClient(RedisOwner, BaseMailClient):
             attachments=attachments,
             idempotency_key=idempotency_key,
             send_at=send_at,
+            stream=stream,
+            topic=topic,
         )
         with Creating(self._jobs(tenant_id, [mail], priority, many=False, send_at=send_at)) as jobs:
             [(_, job_id)] = self._failures.call("enqueue", lambda: self._store.submit(jobs))
@@ -269,6 +276,8 @@ class AsyncMailClient(AsyncRedisOwner, BaseMailClient):
         attachments: Sequence[Attachment] = (),
         idempotency_key: str | None = None,
         send_at: datetime | None = None,
+        stream: str = TRANSACTIONAL,
+        topic: str | None = None,
     ) -> str:
         mail = Mail(
             sender=sender or "",
@@ -283,6 +292,8 @@ class AsyncMailClient(AsyncRedisOwner, BaseMailClient):
             attachments=attachments,
             idempotency_key=idempotency_key,
             send_at=send_at,
+            stream=stream,
+            topic=topic,
         )
         with Creating(self._jobs(tenant_id, [mail], priority, many=False, send_at=send_at)) as jobs:
             [(_, job_id)] = await self._failures.acall("enqueue", lambda: self._store.submit(jobs))

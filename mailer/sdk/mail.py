@@ -14,6 +14,7 @@ from email_validator import EmailNotValidError, validate_email
 from fairpost.config.tenant_id import TENANT_ID_RULE, is_valid_tenant_id
 from fairpost.mailer.errors import InvalidMail
 from fairpost.mailer.sdk.attachments import Attachment
+from fairpost.mailer.sdk.streams import NOTIFICATION, TRANSACTIONAL, check_stream, check_topic
 
 MAX_RECIPIENTS = 50
 """SES's limit on To + Cc + Bcc of one message."""
@@ -51,6 +52,11 @@ class Mail:
     """A second mail of the tenant with this key, within FAIRPOST_IDEMPOTENCY_TTL, is not enqueued."""
     send_at: datetime | None = None
     """Timezone-aware: the mail waits in Redis until then."""
+    stream: str = TRANSACTIONAL
+    """``transactional`` or ``notification`` (subscribed mail the recipient may stop:
+    fairpost adds the one-click unsubscribe headers; fairpost.mailer.sdk.streams)."""
+    topic: str | None = None
+    """A notification's topic, what its recipient unsubscribes from (default ``general``)."""
 
 
 @dataclass(frozen=True)
@@ -70,6 +76,9 @@ class ValidMail:
     raw: bytes | None = field(default=None, repr=False)
     """The whole MIME message, when it travels as one (attachments, or a claim
     check): the sender loads it from Redis and sends it as ``Content.Raw``."""
+    stream: str = TRANSACTIONAL
+    topic: str | None = None
+    """A notification's topic; None for transactional mail."""
 
     @property
     def recipients(self) -> int:
@@ -77,8 +86,11 @@ class ValidMail:
         return len(self.to) + len(self.cc) + len(self.bcc)
 
     def to_json(self) -> str:
+        # A transactional mail's JSON is what it was before streams existed.
+        stream = {"stream": self.stream, "topic": self.topic} if self.stream == NOTIFICATION else {}
         return json.dumps(
             {
+                **stream,
                 "from": self.sender,
                 "to": self.to,
                 "cc": self.cc,
@@ -107,6 +119,8 @@ class ValidMail:
             text=data["text"],
             html=data["html"],
             headers=dict(data["headers"]),
+            stream=str(data.get("stream") or TRANSACTIONAL),
+            topic=data.get("topic"),
         )
 
 
@@ -142,7 +156,16 @@ def validate(mail: Mail, *, max_bytes: int, prefix: str = "") -> tuple[ValidMail
     if not mail.text and not mail.html:
         raise InvalidMail(prefix + "text", "at least one of text and html is required")
     headers = _headers(mail.headers, prefix + "headers")
-    valid = ValidMail(sender, to, cc, bcc, reply_to, subject, mail.text, mail.html, headers)
+    stream = check_stream(mail.stream, prefix + "stream")
+    topic = check_topic(mail.topic, stream, prefix + "topic")
+    if stream == NOTIFICATION and (len(to) != 1 or cc or bcc):
+        raise InvalidMail(
+            prefix + "to",
+            "notification mail has exactly one recipient, in to: its unsubscribe link names one address",
+        )
+    valid = ValidMail(
+        sender, to, cc, bcc, reply_to, subject, mail.text, mail.html, headers, stream=stream, topic=topic
+    )
     payload = valid.to_json()
     size = len(payload.encode())
     if size > max_bytes:
