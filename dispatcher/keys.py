@@ -237,6 +237,11 @@ class Keys:
         """String with a TTL: the job id of the mail SES accepted under this SES message id."""
         return f"{self.root}:sesmsg:{message_id}"
 
+    def unsubscribed(self, tenant: str) -> str:
+        """Hash: the tenant's unsubscribed addresses (lower case) → "<topics> <source> <ms>"
+        (mailer/sdk/unsubscribes.py)."""
+        return f"{self.root}:unsub:{tenant}"
+
     def suppressed(self, tenant: str) -> str:
         """Hash: the tenant's suppressed addresses (lower case) → "reason ms" (mailer/sdk/suppression.py)."""
         return f"{self.root}:suppressed:{tenant}"
