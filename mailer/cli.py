@@ -18,6 +18,7 @@ from fairpost.mailer.ops.lifecycle_commands import add_commands as add_lifecycle
 from fairpost.mailer.ops.lifecycle_commands import parse_header, parse_send_at
 from fairpost.mailer.ops.quota_commands import add_commands as add_quota_commands
 from fairpost.mailer.ops.reputation_commands import add_commands as add_reputation_commands
+from fairpost.mailer.ops.unsubscribe_commands import add_commands as add_unsubscribe_commands
 from fairpost.mailer.ops.warmup_commands import add_tenant_parser
 from fairpost.mailer.ops.webhook_commands import add_parser as add_webhook_commands
 
@@ -312,6 +313,7 @@ def build_parser() -> argparse.ArgumentParser:
     stats.set_defaults(handler=cmd_stats)
 
     add_quota_commands(sub)
+    add_unsubscribe_commands(sub)
 
     tenant_sub = add_tenant_parser(sub)  # with ``tenant warmup``
     from fairpost.mailer.quota.holds import LIFTED_BY_RESUME
