@@ -24,19 +24,16 @@ import logging
 import signal
 import time
 
-import redis.asyncio
 from aiohttp import web
 
 from fairpost.config import Settings, mask_url
-from fairpost.dispatcher.calls import outcome_journal
 from fairpost.dispatcher.connect import async_redis_client
-from fairpost.dispatcher.keys import Keys
+from fairpost.mailer.daemon.unsubscriber import Unsubscriber
 from fairpost.mailer.errors import InvalidToken
 from fairpost.mailer.sdk.list_unsubscribe import ONE_CLICK
-from fairpost.mailer.sdk.unsub_token import Token, verify
-from fairpost.mailer.sdk.unsubscribes import EVERY_TOPIC, unsubscribe
+from fairpost.mailer.sdk.unsub_token import Token
 
-__all__ = ["RateLimit", "Unsubscriber", "build_app", "serve"]
+__all__ = ["RateLimit", "build_app", "serve"]
 
 log = logging.getLogger("fairpost.unsubscribe")
 
@@ -76,29 +73,6 @@ class RateLimit:
             return False
         seen.append(now)
         return True
-
-
-class Unsubscriber:
-    """Verifies tokens and applies unsubscribes: what both the link and the mailto path do
-    (fairpost.mailer.daemon.events reads SES's inbound mail)."""
-
-    def __init__(self, settings: Settings, client: redis.asyncio.Redis) -> None:
-        self.keys = [k.get_secret_value().encode() for k in settings.unsubscribe.keys]
-        self.client = client
-        self.redis_keys = Keys(settings.key_prefix)
-        self.journal = outcome_journal(settings)
-
-    def token(self, text: str) -> Token:
-        """The token, or :class:`InvalidToken`."""
-        return verify(text, self.keys, time.time())
-
-    async def apply(self, token: Token, *, whole_tenant: bool, source: str) -> bool:
-        topic = EVERY_TOPIC if whole_tenant else token.topic
-        changed = await unsubscribe(
-            self.client, self.redis_keys, self.journal, token.tenant, token.address, topic, source
-        )
-        log.info("unsubscribed (%s)", source, extra={"tenant": token.tenant})
-        return changed
 
 
 def _page(title: str, body: str, status: int = 200) -> web.Response:

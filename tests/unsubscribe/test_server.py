@@ -19,7 +19,8 @@ from aiohttp import web
 
 from fairpost.config import Settings, load_settings
 from fairpost.dispatcher.keys import Keys
-from fairpost.mailer.daemon.unsubscribe_server import Unsubscriber, build_app
+from fairpost.mailer.daemon.unsubscribe_server import build_app
+from fairpost.mailer.daemon.unsubscriber import Unsubscriber
 from fairpost.mailer.sdk.unsub_token import Token, sign
 from fairpost.mailer.sdk.unsubscribes import Unsubscribes
 from fairpost.mailer.testing.wait import wait_for_async
