@@ -25,6 +25,7 @@ import signal
 import time
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
 from fairpost.config import Settings, mask_url
 from fairpost.dispatcher.connect import async_redis_client
@@ -103,7 +104,7 @@ def build_app(settings: Settings, unsubscriber: Unsubscriber) -> web.Application
     limit = RateLimit(settings.unsubscribe.rate_per_minute)
 
     @web.middleware
-    async def rate_limited(request: web.Request, handler: web.RequestHandler) -> web.StreamResponse:
+    async def rate_limited(request: web.Request, handler: Handler) -> web.StreamResponse:
         if not limit.allow(request.remote or "", time.monotonic()):
             return web.Response(status=429, text="Too many requests", headers={"Retry-After": "60"})
         return await handler(request)

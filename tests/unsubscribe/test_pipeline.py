@@ -4,6 +4,9 @@ takes effect at once, for that address and topic only (issue #42)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import pytest
 import redis
 
@@ -24,18 +27,23 @@ pytestmark = pytest.mark.usefixtures("ses_env")
 ADA = "ada@example.org"
 
 
-async def states_are(client: AsyncMailClient, wanted: dict[str, str]) -> bool:
+async def notify(client: AsyncMailClient, tenant: str, topic: str, **fields: Any) -> str:
+    """A notification mail to Ada."""
+    return await client.send(
+        tenant, sender="app@acme.example", to=ADA, subject="n", text="n", stream="notification", topic=topic,
+        **fields,
+    )  # fmt: skip
+
+
+async def states_are(client: AsyncMailClient, wanted: Mapping[str, str]) -> bool:
     return [(await client.status(job_id)).state for job_id in wanted] == list(wanted.values())
 
 
 async def test_notification_mail_carries_both_headers_on_both_paths(redis_url: str, ses: SesServer) -> None:
     settings = unsubscribe_settings(redis_url)
     async with pipeline(settings), AsyncMailClient(settings) as client:
-        note = dict(sender="app@acme.example", to=ADA, subject="n", text="n", stream="notification")
-        simple = await client.send("acme", **note, topic="comments")  # type: ignore[arg-type]
-        raw = await client.send(
-            "acme", **note, topic="digest", attachments=[Attachment("a.txt", "text/plain", b"x")]
-        )  # type: ignore[arg-type]
+        simple = await notify(client, "acme", "comments")
+        raw = await notify(client, "acme", "digest", attachments=[Attachment("a.txt", "text/plain", b"x")])
         plain = await client.send("acme", sender="app@acme.example", to=ADA, subject="t", text="t")
         sent = {simple: "sent", raw: "sent", plain: "sent"}
         await wait_for_async(lambda: states_are(client, sent), within=30, what="the three mails sent")
@@ -56,16 +64,15 @@ async def test_an_unsubscribe_stops_queued_notifications_of_its_topic_at_once(
 ) -> None:
     settings = unsubscribe_settings(redis_url)
     async with AsyncMailClient(settings) as client:
-        note = dict(sender="app@acme.example", subject="n", text="n", stream="notification")
         # Queued before the unsubscribe, sent after it: not sent.
-        queued = await client.send("acme", to=ADA, topic="comments", **note)  # type: ignore[arg-type]
+        queued = await notify(client, "acme", "comments")
         with Unsubscribes(settings) as unsubscribes:
             assert unsubscribes.add("acme", ADA.upper(), topic="comments")
             assert not unsubscribes.add("acme", ADA, topic="comments")
         async with pipeline(settings):
-            later = await client.send("acme", to=ADA, topic="comments", **note)  # type: ignore[arg-type]
-            other_topic = await client.send("acme", to=ADA, topic="digest", **note)  # type: ignore[arg-type]
-            other_tenant = await client.send("globex", to=ADA, topic="comments", **note)  # type: ignore[arg-type]
+            later = await notify(client, "acme", "comments")
+            other_topic = await notify(client, "acme", "digest")
+            other_tenant = await notify(client, "globex", "comments")
             transactional = await client.send(
                 "acme", sender="app@acme.example", to=ADA, subject="t", text="t"
             )
@@ -95,8 +102,7 @@ async def test_unsubscribed_from_every_topic_stops_the_tenants_notifications_onl
             (ADA, ("*",), "admin")
         ]
     async with pipeline(settings), AsyncMailClient(settings) as client:
-        note = dict(sender="app@acme.example", subject="n", text="n", stream="notification")
-        digest = await client.send("acme", to=ADA, topic="digest", **note)  # type: ignore[arg-type]
+        digest = await notify(client, "acme", "digest")
         receipt = await client.send("acme", sender="app@acme.example", to=ADA, subject="t", text="t")
         wanted = {digest: MailState.SUPPRESSED, receipt: JobState.SENT}
         await wait_for_async(lambda: states_are(client, wanted), within=30, what="each mail's end")
