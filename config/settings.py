@@ -57,6 +57,8 @@ class TenantSettings(_Section):
     limits: Limits | None = None
     weight: int | None = Field(default=None, ge=1, le=1000)
     inflight_cap: int | None = Field(default=None, ge=1, le=10_000)
+    notification_limits: Limits | None = None
+    """Its notification mail's own limits, within (and counted in) its ``limits``."""
     ses_tenant_name: str | None = None
     configuration_set: str | None = None
     default_sender: str | None = None
@@ -324,6 +326,9 @@ class Settings(BaseSettings):
     ses_account_refresh: float = Field(default=300.0, ge=1, le=86400)
     """With ``global_limits = "auto"``: seconds between GetAccount calls."""
     tenant_limits: Limits = parse_limits("5/second; 10000/day")
+    notification_limits: Limits | None = None
+    """Every tenant's notification mail, within its tenant's limits, unless the tenant
+    has its own (``tenants.<id>.notification_limits``); None: only the tenant's limits."""
     default_weight: int = Field(default=1, ge=1, le=1000)
     inflight_cap: int = Field(default=20, ge=1, le=10_000)
     tenants: dict[str, TenantSettings] = Field(default_factory=dict)
@@ -468,6 +473,9 @@ class Settings(BaseSettings):
 
     def limits_for(self, tenant_id: str) -> Limits:
         return self.tenant(tenant_id).limits or self.tenant_limits
+
+    def notification_limits_for(self, tenant_id: str) -> Limits | None:
+        return self.tenant(tenant_id).notification_limits or self.notification_limits
 
     def ses_tenant_for(self, tenant_id: str) -> str | None:
         """The SES tenant (``TenantName``) the tenant's mail is sent under, if any."""

@@ -20,6 +20,7 @@ import json
 import re
 from typing import Any
 
+from fairpost.config.tenant_id import is_valid_tenant_id
 from fairpost.mailer.errors import InvalidMail
 
 __all__ = [
@@ -32,6 +33,7 @@ __all__ = [
     "check_topic",
     "group_id",
     "payload_stream",
+    "split_group",
 ]
 
 TRANSACTIONAL = "transactional"
@@ -76,6 +78,15 @@ def group_id(tenant: str, stream: str) -> str:
     is served strictly in order, so a notification backlog in the tenant's own
     group would hold its transactional mail behind it."""
     return tenant if stream == TRANSACTIONAL else tenant + _GROUP_SUFFIX
+
+
+def split_group(scope: str) -> tuple[str, str] | None:
+    """``(tenant, stream)`` of a notification group id (:func:`group_id`); None for
+    anything else (a tenant id alone included)."""
+    tenant, sep, stream = scope.rpartition(":")
+    if not sep or stream != NOTIFICATION or not is_valid_tenant_id(tenant):
+        return None
+    return tenant, stream
 
 
 def payload_stream(payload: str) -> str:
