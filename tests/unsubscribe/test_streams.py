@@ -34,7 +34,7 @@ async def test_a_notification_backlog_waits_at_its_own_limit_and_never_in_front_
                 text="n",
                 stream="notification",
                 topic="digest",
-            )  # fmt: skip
+            )
             for i in range(10)
         ]
         await wait_for_async(lambda: ses.sent_count >= 1, within=20, what="the first notification")
