@@ -145,8 +145,8 @@ def _ses_event(data: dict[str, Any], envelope_id: str) -> SesEvent:
     elif kind == "reject":
         diagnostic = redact(str(detail.get("reason", ""))) or None
     elif kind == "received":
-        receipt = data.get("receipt") if isinstance(data.get("receipt"), dict) else {}
-        listed = receipt.get("recipients") or mail.get("destination") or []
+        receipt = data.get("receipt")
+        listed = (receipt.get("recipients") if isinstance(receipt, dict) else None) or mail.get("destination")
         recipients = tuple(str(r) for r in listed) if isinstance(listed, list) else ()
     feedback = detail.get("feedbackId")
     event_id = (
