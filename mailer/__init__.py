@@ -16,6 +16,7 @@ from fairpost.mailer.sdk.outcomes.endpoints import Webhooks
 from fairpost.mailer.sdk.outcomes.stream import AsyncEvent, Event
 from fairpost.mailer.sdk.status import JobStatus
 from fairpost.mailer.sdk.suppression import Suppressions
+from fairpost.mailer.sdk.unsubscribes import Unsubscribes
 
 __all__ = [
     "AsyncEvent",
@@ -34,5 +35,6 @@ __all__ = [
     "Suppressions",
     "TooLateToCancel",
     "UnknownJob",
+    "Unsubscribes",
     "Webhooks",
 ]

@@ -35,6 +35,7 @@ from fairpost.mailer.sdk.status import JobStatus
 from fairpost.mailer.sdk.streams import TRANSACTIONAL
 from fairpost.mailer.sdk.suppression import Suppressions
 from fairpost.mailer.sdk.tracing import Creating
+from fairpost.mailer.sdk.unsubscribes import Unsubscribes
 
 __all__ = ["MAIL_KIND", "AsyncMailClient", "MailClient"]
 
@@ -226,6 +227,11 @@ class MailClient(RedisOwner, BaseMailClient):
     def suppressions(self) -> Suppressions:
         """List, add and remove a tenant's suppressed addresses, on this client's connection."""
         return Suppressions(self.settings, redis_client=self._redis)
+
+    def unsubscribes(self) -> Unsubscribes:
+        """List, add and remove who stopped a tenant's notification mail (by topic), on
+        this client's connection (fairpost.mailer.sdk.unsubscribes)."""
+        return Unsubscribes(self.settings, redis_client=self._redis)
 
     def webhooks(self) -> Webhooks:
         """A tenant's signed webhook endpoints (add, list, rotate, replay...), on this client's connection."""

@@ -36,6 +36,7 @@ MAILER_API = [
     "Suppressions",
     "TooLateToCancel",
     "UnknownJob",
+    "Unsubscribes",
     "Webhooks",
 ]
 CONFIG_API = [

@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from fairpost import MailClient
 from fairpost.config import Settings
 from fairpost.mailer.cli import main
 from fairpost.mailer.sdk.suppression import Suppressions
@@ -47,6 +48,9 @@ def test_unsubscribes_commands(
         ("ada@example.org", ["comments"]),
         ("bo@example.org", ["*"]),
     ]
+    # The application's face: the mail client's own connection.
+    with MailClient(settings) as client:
+        assert [u.address for u in client.unsubscribes().list("acme")] == ["ada@example.org", "bo@example.org"]
     assert main(["unsubscribes", "remove", "acme", "bo@example.org"]) == 0
     assert main(["unsubscribes", "list", "acme"]) == 0
     assert "1 unsubscribed from tenant acme" in capsys.readouterr().out
