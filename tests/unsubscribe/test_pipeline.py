@@ -81,6 +81,11 @@ async def test_an_unsubscribe_stops_queued_notifications_of_its_topic_at_once(
                 other_tenant: JobState.SENT, transactional: JobState.SENT,
             }  # fmt: skip
             await wait_for_async(lambda: states_are(client, wanted), within=30, what="each mail's end")
+        held = await client.status(queued)
+        assert (held.stream, held.priority) == ("notification", "normal")
+        assert held.suppressed_reason == "unsubscribed"
+        plain = await client.status(transactional)
+        assert (plain.stream, plain.suppressed_reason) == ("transactional", None)
     assert sorted(m.job_id or "" for m in ses.sent) == sorted([other_topic, other_tenant, transactional])
     events = feed_now(redis.Redis.from_url(redis_url), Keys(settings.key_prefix))
     unsubscribed = [e for e in events if e.type == "recipient.unsubscribed"]
