@@ -34,6 +34,7 @@ __all__ = [
     "group_id",
     "payload_stream",
     "split_group",
+    "tenant_of_group",
 ]
 
 TRANSACTIONAL = "transactional"
@@ -87,6 +88,12 @@ def split_group(scope: str) -> tuple[str, str] | None:
     if not sep or stream != NOTIFICATION or not is_valid_tenant_id(tenant):
         return None
     return tenant, stream
+
+
+def tenant_of_group(group: str) -> str:
+    """The tenant whose FIFO group ``group`` is (either stream's)."""
+    split = split_group(group)
+    return group if split is None else split[0]
 
 
 def payload_stream(payload: str) -> str:

@@ -7,12 +7,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import boto3
 import pytest
 import redis
 
 from fairpost import AsyncMailClient
 from fairpost.dispatcher.jobs import JobState
 from fairpost.dispatcher.keys import Keys
+from fairpost.dispatcher.replies import text
 from fairpost.mailer.daemon.mail_jobs import MailState
 from fairpost.mailer.sdk.attachments import Attachment
 from fairpost.mailer.sdk.unsubscribes import Unsubscribes
@@ -114,3 +116,19 @@ async def test_unsubscribed_from_every_topic_stops_the_tenants_notifications_onl
     with Unsubscribes(settings) as unsubscribes:
         assert unsubscribes.remove("acme", ADA)
         assert unsubscribes.list("acme") == []
+
+
+async def test_a_poison_message_in_a_notification_group_is_its_tenants_dead_letter(
+    redis_url: str, ses: SesServer
+) -> None:
+    settings = unsubscribe_settings(redis_url)
+    async with pipeline(settings) as run, AsyncMailClient(settings) as client:
+        boto3.client("sqs").send_message(
+            QueueUrl=run.queue_url, MessageBody="not json", MessageGroupId="acme:notification",
+            MessageDeduplicationId="poison-n",
+        )  # fmt: skip
+        behind = await notify(client, "acme", "digest")
+        await wait_for_async(lambda: states_are(client, {behind: "sent"}), within=20, what="the mail behind")
+        [dead] = [text(d) for d in await run.store.redis.zrange(run.store.keys.dead(), 0, -1)]
+        record = await run.store.job(dead)
+    assert record["tenant"] == "acme" and record["raw_body"] == "not json"
