@@ -76,6 +76,15 @@ class RateLimit:
         return True
 
 
+async def _form(request: web.Request) -> dict[str, str]:
+    """The POST's fields: form-encoded (urlencoded or multipart) as RFC 8058 asks, or
+    the one-click body sent bare by a client that names another content type."""
+    if request.content_type in ("application/x-www-form-urlencoded", "multipart/form-data"):
+        return {k: v for k, v in (await request.post()).items() if isinstance(v, str)}
+    name, _, value = (await request.read()).decode("utf-8", "replace").strip().partition("=")
+    return {name: value}
+
+
 def _page(title: str, body: str, status: int = 200) -> web.Response:
     text = _PAGE.format(title=html.escape(title), body=body)
     return web.Response(text=text, status=status, content_type="text/html", headers=_HEADERS)
@@ -117,7 +126,7 @@ def build_app(settings: Settings, unsubscriber: Unsubscriber) -> web.Application
         return _confirm(token, request.path)
 
     async def one_click(request: web.Request) -> web.Response:
-        form = await request.post()
+        form = await _form(request)
         if form.get("List-Unsubscribe") != ONE_CLICK.partition("=")[2]:
             body = "<p>An unsubscribe needs the body <code>List-Unsubscribe=One-Click</code> (RFC 8058).</p>"
             return _page("Nothing changed", body, 400)

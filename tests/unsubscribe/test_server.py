@@ -91,6 +91,14 @@ async def test_only_a_post_with_the_rfc_8058_body_unsubscribes_and_at_once(
             assert done.status == 200
             first = await done.text()
         assert listed(settings) == [(ADA, ("comments",), "link")]
+        # The body sent bare, as some clients do, and as multipart form data: both count.
+        bare = {"Content-Type": "text/plain"}
+        async with http.post(url + link, data="List-Unsubscribe=One-Click", headers=bare) as plain:
+            assert plain.status == 200
+        multipart = aiohttp.MultipartWriter("form-data")
+        multipart.append("One-Click").set_content_disposition("form-data", name="List-Unsubscribe")
+        async with http.post(url + link, data=multipart) as parts:
+            assert parts.status == 200
         # A second click reads the same: nothing says whether the address was on the list.
         async with http.post(url + link, data="List-Unsubscribe=One-Click", headers=ONE_CLICK) as again:
             assert again.status == 200 and await again.text() == first
