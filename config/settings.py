@@ -217,6 +217,10 @@ class OutcomeSettings(_Section):
     """At most about this many events are kept, whatever their age."""
 
 
+_HTTPS_BASE = re.compile(r"https://[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[^\s<>,]*)?")
+_DOMAIN = re.compile(r"[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)+")
+
+
 class UnsubscribeSettings(_Section):
     """One-click unsubscribe of notification mail (docs/unsubscribe.md): the signed
     tokens the SDK puts in ``List-Unsubscribe``, and ``fairpost unsubscribe-server``."""
@@ -224,9 +228,9 @@ class UnsubscribeSettings(_Section):
     keys: tuple[SecretStr, ...] = ()
     """Token keys, newest first: the first signs, every one verifies (rotate by putting a
     new key first and dropping the old one once its tokens have expired)."""
-    base_url: str | None = Field(default=None, pattern=r"^https://[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[^\s<>]*)?$")
+    base_url: str | None = None
     """Where ``fairpost unsubscribe-server`` faces the internet: links are ``<base_url>/u/<token>``."""
-    mailto_domain: str | None = Field(default=None, pattern=r"^[A-Za-z0-9.-]{1,253}$")
+    mailto_domain: str | None = None
     """A domain whose mail SES receives into the events queue: adds ``<mailto:u-<token>@domain>``."""
     token_days: int = Field(default=90, ge=1, le=3650)
     """How long a link works after its mail was enqueued."""
@@ -244,8 +248,22 @@ class UnsubscribeSettings(_Section):
 
     @field_validator("base_url")
     @classmethod
-    def _no_trailing_slash(cls, value: str | None) -> str | None:
+    def _https_url(cls, value: str | None) -> str | None:
+        if value is not None and not _HTTPS_BASE.fullmatch(value):
+            raise ValueError(
+                "must be an https:// URL (a host, an optional port and path; no spaces, <, > or ,): "
+                "where fairpost unsubscribe-server faces the internet"
+            )
         return value.rstrip("/") if value else value
+
+    @field_validator("mailto_domain")
+    @classmethod
+    def _domain(cls, value: str | None) -> str | None:
+        if value is not None and not _DOMAIN.fullmatch(value):
+            raise ValueError(
+                "must be a domain name (letters, digits, '-' and '.'), such as unsubscribe.example.com"
+            )
+        return value
 
 
 WEBHOOK_VARIABLES = {

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from fairpost.config import Settings, load_settings
+from fairpost.config import ConfigError, Settings, load_settings
 from fairpost.dispatcher.keys import Keys
 from fairpost.mailer.errors import InvalidMail, InvalidToken
 from fairpost.mailer.sdk.attachments import Attachment
@@ -153,3 +153,21 @@ def test_tokens_rotate_and_refuse_forgery_and_expiry() -> None:
         verify(new, [KEY.encode()], now + 61)
     with pytest.raises(InvalidToken, match="malformed"):
         verify("not-a-token!", [KEY.encode()], now)
+
+
+@pytest.mark.parametrize(
+    ("section", "variable", "words"),
+    [
+        ({"keys": ["short"]}, "FAIRPOST_UNSUBSCRIBE__KEYS", "at least 32 characters"),
+        ({"base_url": "http://mail.example.com"}, "FAIRPOST_UNSUBSCRIBE__BASE_URL", "https:// URL"),
+        ({"base_url": "https://a.example/u>x"}, "FAIRPOST_UNSUBSCRIBE__BASE_URL", "https:// URL"),
+        ({"mailto_domain": "not a domain"}, "FAIRPOST_UNSUBSCRIBE__MAILTO_DOMAIN", "a domain name"),
+    ],
+)
+def test_bad_unsubscribe_settings_are_refused_naming_the_rule(
+    section: dict[str, object], variable: str, words: str
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_settings(unsubscribe=section)
+    assert variable in str(caught.value) and words in str(caught.value)
+    assert "short" not in str(caught.value)  # a key is never echoed
