@@ -95,14 +95,15 @@ def _refused() -> web.Response:
     return _page("Link not valid", "<p>This unsubscribe link is not valid, or it has expired.</p>", 400)
 
 
-def _confirm(token: Token, path: str) -> web.Response:
+def _confirm(token: Token) -> web.Response:
+    """The page a GET shows. Its forms have no action: they post to the page's own URL,
+    whatever path a proxy serves it under."""
     tenant, topic = html.escape(token.tenant), html.escape(token.topic)
-    action = html.escape(path, quote=True)
     hidden = '<input type="hidden" name="List-Unsubscribe" value="One-Click">'
     body = (
         f"<p>Stop <b>{topic}</b> mail from <b>{tenant}</b>?</p>"
-        f'<form method="post" action="{action}">{hidden}<button>Unsubscribe from {topic}</button></form>'
-        f'<form method="post" action="{action}">{hidden}<input type="hidden" name="scope" value="tenant">'
+        f'<form method="post">{hidden}<button>Unsubscribe from {topic}</button></form>'
+        f'<form method="post">{hidden}<input type="hidden" name="scope" value="tenant">'
         f"<button>Stop all notification mail from {tenant}</button></form>"
         "<p>Receipts and other mail about your own actions will still be sent.</p>"
     )
@@ -123,7 +124,7 @@ def build_app(settings: Settings, unsubscriber: Unsubscriber) -> web.Application
             token = unsubscriber.token(request.match_info["token"])
         except InvalidToken:
             return _refused()
-        return _confirm(token, request.path)
+        return _confirm(token)
 
     async def one_click(request: web.Request) -> web.Response:
         form = await _form(request)
