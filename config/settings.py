@@ -61,6 +61,9 @@ class TenantSettings(_Section):
     """Its notification mail's own limits, within (and counted in) its ``limits``."""
     ses_tenant_name: str | None = None
     configuration_set: str | None = None
+    notification_configuration_set: str | None = None
+    """The SES configuration set of its notification mail (its own event destination,
+    its own dedicated IPs); default: ``configuration_set``."""
     default_sender: str | None = None
     ses_identities: tuple[str, ...] = ()
     """The SES identities (domains or addresses) the tenant sends from, associated with

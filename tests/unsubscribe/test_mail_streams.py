@@ -171,3 +171,23 @@ def test_bad_unsubscribe_settings_are_refused_naming_the_rule(
         load_settings(unsubscribe=section)
     assert variable in str(caught.value) and words in str(caught.value)
     assert "short" not in str(caught.value)  # a key is never echoed
+
+
+def test_a_notification_names_its_stream_and_may_have_its_own_configuration_set() -> None:
+    from fairpost.mailer.daemon.ses import send_email_request
+    from fairpost.mailer.sdk.envelope import Envelope
+
+    sets = {"configuration_set": "acme", "notification_configuration_set": "acme-bulk"}
+    settings = load_settings(unsubscribe=unsub_settings().unsubscribe.model_dump(), tenants={"acme": sets})
+    note, _, _ = job_of(settings, mail(stream="notification", topic="digest"))
+    plain, _, _ = job_of(settings, mail())
+    own = settings.tenant("acme")
+    bulk = send_email_request(Envelope("j1", "acme", 1, note), own)
+    assert bulk["ConfigurationSetName"] == "acme-bulk"
+    assert {"Name": "fairpost-stream", "Value": "notification"} in bulk["EmailTags"]
+    transactional = send_email_request(Envelope("j2", "acme", 1, plain), own)
+    assert transactional["ConfigurationSetName"] == "acme"
+    assert all(t["Name"] != "fairpost-stream" for t in transactional["EmailTags"])
+    # Without a set of its own, a notification goes out under the tenant's.
+    bare = send_email_request(Envelope("j3", "acme", 1, note), unsub_settings().tenant("acme"))
+    assert "ConfigurationSetName" not in bare
