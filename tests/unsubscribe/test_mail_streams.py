@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import email
 import email.policy
 import time
@@ -142,7 +143,7 @@ def test_tokens_rotate_and_refuse_forgery_and_expiry() -> None:
         verify(old, [KEY.encode()], now)
     new = sign(token, KEY.encode())
     assert len(new) < 120
-    # Another tenant's name in the same token: its tag no longer matches.
+    # Signed with a key this deployment does not hold.
     other = sign(Token("acme", "ada@example.com", "comments", int(now) + 60), b"x" * 40)
     with pytest.raises(InvalidToken, match="forged"):
         verify(other, [KEY.encode()], now)
@@ -191,3 +192,15 @@ def test_a_notification_names_its_stream_and_may_have_its_own_configuration_set(
     # Without a set of its own, a notification goes out under the tenant's.
     bare = send_email_request(Envelope("j3", "acme", 1, note), unsub_settings().tenant("acme"))
     assert "ConfigurationSetName" not in bare
+
+
+def test_a_token_made_over_to_another_tenant_is_forged() -> None:
+    now = time.time()
+    token = sign(Token("acme", "ada@example.com", "digest", int(now) + 60), KEY.encode())
+    raw = base64.b32decode(token.upper() + "=" * (-len(token) % 8))
+    # The same tag over a body that names another tenant (same length, so only the name moves).
+    other = raw.replace(b"acme\x1f", b"evil\x1f")
+    assert other != raw
+    forged = base64.b32encode(other).decode().rstrip("=").lower()
+    with pytest.raises(InvalidToken, match="forged"):
+        verify(forged, [KEY.encode(), OLD_KEY.encode()], now)
