@@ -53,7 +53,9 @@ def script_sources() -> dict[str, tuple[str, str]]:
     add("dispatcher/append.lua", append_source())
     for name in _QUOTA_SCRIPTS:
         add(f"mailer/quota/{name}.lua", lua_source("fairpost.mailer.quota", name))
-    add("mailer/daemon/send_claim.lua", lua_source("fairpost.mailer.daemon", "send_claim"))
+    for name in ("send_claim", "heartbeat"):
+        add(f"mailer/daemon/{name}.lua", lua_source("fairpost.mailer.daemon", name))
+    add("mailer/sdk/rollups.lua", lua_source("fairpost.mailer.sdk", "rollups"))
     for name in _OUTCOME_SCRIPTS:
         add(f"mailer/sdk/outcomes/{name}.lua", delivery_script(name))
     return sources

@@ -55,7 +55,7 @@ COMMANDS: dict[str, tuple[str, ...]] = {
     # The data: strings, hashes, lists, sets, sorted sets, the outcome stream.
     "get": (_K,), "set": (_K, "v"), "mget": (_K, _K), "incrby": (_K, "1"), "del": (_K,),
     "exists": (_K,), "copy": (_K, _K), "scan": ("0",),
-    "expire": (_K, "1"), "pexpire": (_K, "1"), "persist": (_K,), "pttl": (_K,),
+    "expire": (_K, "1"), "pexpire": (_K, "1"), "persist": (_K,), "pttl": (_K,), "ttl": (_K,),
     "hget": (_K, "f"), "hmget": (_K, "f"), "hgetall": (_K,), "hkeys": (_K,), "hexists": (_K, "f"),
     "hset": (_K, "f", "v"), "hsetnx": (_K, "f", "v"), "hdel": (_K, "f"), "hincrby": (_K, "f", "1"),
     "lpush": (_K, "v"), "rpush": (_K, "v"), "rpop": (_K,), "lrange": (_K, "0", "1"), "llen": (_K,),

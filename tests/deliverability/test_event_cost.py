@@ -58,4 +58,7 @@ async def test_an_events_count_is_one_script_call_and_none_when_off(
     # TTL look (the day's TTL is set by its first count); the rest as before.
     assert on.pop("time") == off.pop("time") + 1
     assert on.pop("hincrby") == off.pop("hincrby") + 2 and on.pop("ttl") == 1
+    # Every script opens with a write that adds nothing (WRITES_FIRST, so a full Redis
+    # still runs it): one DEL of a key that does not exist.
+    assert on.pop("del") == off.pop("del") + 1
     assert on == off

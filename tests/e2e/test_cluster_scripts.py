@@ -53,6 +53,7 @@ from fairpost.mailer.quota.reputation import ReputationBook
 from fairpost.mailer.quota.warmup_admin import WarmupAdmin
 from fairpost.mailer.sdk.outcomes import deliveries, feed
 from fairpost.mailer.sdk.outcomes.endpoints import Webhooks
+from fairpost.mailer.sdk.rollups import RollupWriter
 from fairpost.mailer.testing.wait import wait_for_async
 from tests.outcomes.conftest import delivering
 from tests.outcomes.receiver import Receiver
@@ -65,6 +66,7 @@ PACKAGES = (
     "fairpost.dispatcher",
     "fairpost.mailer.daemon",
     "fairpost.mailer.quota",
+    "fairpost.mailer.sdk",
     "fairpost.mailer.sdk.outcomes",
 )
 LOCK_SCRIPTS = {Lock.LUA_RELEASE_SCRIPT, Lock.LUA_EXTEND_SCRIPT, Lock.LUA_REACQUIRE_SCRIPT}
@@ -312,6 +314,11 @@ async def test_every_script_runs_on_a_cluster_within_fairposts_slot(
             assert delivery.event_id == taken.event_id
             assert delivery.event is not None and delivery.event["data"]["job_id"] == a.id
             assert hooks.replay(made.id, since) == 1
+
+            # deliverability: a group's counts, queued on a pipeline as the sender does
+            pipe = client.pipeline(transaction=False)
+            await RollupWriter(client, keys, settings).queue(pipe, "acme", {("gmail", "sent"): 1}, sent_now=1)
+            await pipe.execute()
     finally:
         await client.aclose()
 

@@ -271,6 +271,8 @@ def test_stats_without_redis_fails_cleanly(
 # -- metrics and health -----------------------------------------------------------------
 
 DOCUMENTED_METRICS = (
+    "fairpost_deliverability_total",
+    "fairpost_deliverability_tenant_total",
     "fairpost_mail_dispatched_total",
     "fairpost_mail_sent_total",
     "fairpost_mail_throttled_total",

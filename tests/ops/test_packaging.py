@@ -31,7 +31,7 @@ import fairpost
 
 REPO = Path(__file__).resolve().parents[2]
 DOCKERFILE = REPO / "Dockerfile"
-SDK_DEPENDENCIES = frozenset({"redis", "pydantic-settings", "email-validator", "idna"})
+SDK_DEPENDENCIES = frozenset({"redis", "pydantic", "pydantic-settings", "email-validator", "idna"})
 """All an SDK-only install pulls in (pyproject's dependencies): the SDK stays small."""
 WHEEL_MAX_BYTES = 2_000_000
 """The wheel holds code, Lua scripts and the demo's scenarios: nothing big."""
