@@ -27,6 +27,7 @@ The background tasks, each named and watched: ``dispatcher``, ``sender``,
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import logging
 import os
@@ -35,15 +36,16 @@ import signal
 import redis.asyncio
 
 from fairpost.config import Settings
+from fairpost.config.pools import pool_settings, served_pools
 from fairpost.dispatcher.connect import async_redis_client
 from fairpost.dispatcher.durable import replica_shortfall
 from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.layout import LAYOUT, MIGRATE_COMMAND, read_layout
-from fairpost.mailer.daemon.aws import SES_CONFIG, SQS_CONFIG, session
 from fairpost.mailer.daemon.health import Heartbeat, Liveness, replica_name
 from fairpost.mailer.daemon.http import Check, HttpServer
 from fairpost.mailer.daemon.metrics import Metrics, TenantLabels
-from fairpost.mailer.daemon.parts import Role, build_parts
+from fairpost.mailer.daemon.parts import Parts, Role, build_parts
+from fairpost.mailer.daemon.pools import PoolClients, pool_clients, task_name
 from fairpost.mailer.daemon.ready import readiness
 from fairpost.mailer.daemon.redis_watch import RedisWatch
 from fairpost.mailer.daemon.tracing import Tracing
@@ -109,23 +111,33 @@ async def _run(
     memory = RedisWatch(client, settings, metrics.redis_memory, on_error=metrics.task_failed)
     await memory.start()
     liveness = Liveness()
-    heartbeat = Heartbeat(
-        client, keys, replica_name(settings), liveness, role=role,
-        max_outage_seconds=settings.max_outage_seconds, on_error=metrics.task_failed,
-    )  # fmt: skip
-    aws = session()
-    async with (
-        aws.client("sqs", config=SQS_CONFIG) as sqs,
-        aws.client("sesv2", config=SES_CONFIG) as ses_client,
-    ):
+    pools = served_pools(settings)
+    # One heartbeat per pool served, in the pool's keys: a pool's reconciler acts only
+    # while a sender of that pool lives (mailer/daemon/health.py, sender_alive).
+    heartbeats = [
+        Heartbeat(
+            client, Keys(pool_settings(settings, pool).key_prefix), replica_name(settings), liveness,
+            role=role, max_outage_seconds=settings.max_outage_seconds, on_error=metrics.task_failed,
+        )
+        for pool in pools
+    ]  # fmt: skip
+    async with contextlib.AsyncExitStack() as aws:
         loop = asyncio.get_running_loop()
-        queue_url: str = (await sqs.get_queue_url(QueueName=settings.queue_name))["QueueUrl"]
-        parts = await build_parts(
-            settings, client, sqs=sqs, ses_client=ses_client, queue_url=queue_url, role=role,
-            metrics=metrics, tracing=tracing,
-        )  # fmt: skip
-        quota, dispatcher, sender = parts.quota, parts.dispatcher, parts.sender
-        tasks = parts.tasks(stop)
+        served: list[Parts] = []
+        tasks: dict[str, asyncio.Task[None]] = {}
+        clients: list[PoolClients] = []
+        for pool in pools:
+            # Each pool as the single-pool fairpost: its own keys, queue, SES and quota.
+            own = await aws.enter_async_context(pool_clients(settings, pool))
+            parts = await build_parts(
+                pool_settings(settings, pool), client, sqs=own.sqs, ses_client=own.ses,
+                queue_url=own.queue_url, role=role, metrics=metrics, tracing=tracing,
+            )  # fmt: skip
+            clients.append(own)
+            served.append(parts)
+            tasks.update({task_name(pool, name): task for name, task in parts.tasks(stop).items()})
+        sqs, queue_url, quota = clients[0].sqs, clients[0].queue_url, served[0].quota
+        stats_keys = Keys(pool_settings(settings, pools[0]).key_prefix)
         if settings.webhook.enabled and role in ("all", "webhooks"):
             webhooks = WebhookDeliveries(
                 client, keys, settings, metrics.webhooks,
@@ -147,8 +159,8 @@ async def _run(
                 labels = metrics.labels
                 stats = await collect_stats(
                     client,
-                    keys,
-                    settings,
+                    stats_keys,
+                    pool_settings(settings, pools[0]),
                     quota=quota,
                     detail=labels.labelled,
                     sample=max(1, labels.limit),
@@ -161,10 +173,12 @@ async def _run(
             await http.start()
             tasks["http"] = asyncio.create_task(http.run(stop), name="http")
         tasks["redis-memory"] = asyncio.create_task(memory.run(stop), name="redis-memory")
-        tasks["heartbeat"] = asyncio.create_task(heartbeat.run(stop), name="heartbeat")
+        for pool, heartbeat in zip(pools, heartbeats, strict=True):
+            name = task_name(pool, "heartbeat")
+            tasks[name] = asyncio.create_task(heartbeat.run(stop), name=name)
         liveness.watch(tasks)
         _freeze_start_up()
-        log.info("fairpost running (role %s, queue %s)", role, settings.queue_name)
+        log.info("fairpost running (role %s, pools %s)", role, ", ".join(pools))
 
         stopping = asyncio.create_task(stop.wait(), name="stop-signal")
         done, _ = await asyncio.wait({stopping, *tasks.values()}, return_when=asyncio.FIRST_COMPLETED)
@@ -193,34 +207,40 @@ async def _run(
                 if task in finished and not task.cancelled() and task.exception() is not None:
                     log.error("task %s failed while stopping", name, exc_info=task.exception())
                     exit_code = 1
-        if dispatcher is not None:
+        await asyncio.gather(*(_hand_back(parts, settings, deadline, stopped_at) for parts in served))
+        for heartbeat in heartbeats:
             try:
-                await asyncio.wait_for(
-                    dispatcher.drain(grace=max(0.0, deadline - loop.time())),
-                    timeout=max(0.0, deadline - loop.time()) + HAND_BACK_SECONDS,
-                )
-            except Exception:
-                log.exception("could not return claimed jobs; they return when their leases expire")
-        if sender is not None:
-            # The long polls in flight at the stop end within their wait, on SQS's side.
-            polls_land = max(0.0, stopped_at + settings.sender.wait_seconds - loop.time())
-            try:
-                released = await asyncio.wait_for(
-                    sender.release_held(), timeout=polls_land + HAND_BACK_SECONDS
-                )
-            except Exception:
-                log.exception(
-                    "could not hand received messages back; they return after their visibility timeout"
-                )
-            else:
-                if released:
-                    log.info("handed %d received messages back to SQS", released)
-        try:
-            await asyncio.wait_for(heartbeat.clear(), timeout=1.0)
-        except Exception as exc:
-            log.warning("heartbeat not cleared (it expires by itself): %s", exc)
+                await asyncio.wait_for(heartbeat.clear(), timeout=1.0)
+            except Exception as exc:
+                log.warning("heartbeat not cleared (it expires by itself): %s", exc)
         log.info("fairpost stopped (exit code %d)", exit_code)
         return exit_code
+
+
+async def _hand_back(parts: Parts, settings: Settings, deadline: float, stopped_at: float) -> None:
+    """One pool's hand-back after the grace period: claims to their queues, received
+    messages to SQS."""
+    loop = asyncio.get_running_loop()
+    if parts.dispatcher is not None:
+        try:
+            await asyncio.wait_for(
+                parts.dispatcher.drain(grace=max(0.0, deadline - loop.time())),
+                timeout=max(0.0, deadline - loop.time()) + HAND_BACK_SECONDS,
+            )
+        except Exception:
+            log.exception("could not return claimed jobs; they return when their leases expire")
+    if parts.sender is not None:
+        # The long polls in flight at the stop end within their wait, on SQS's side.
+        polls_land = max(0.0, stopped_at + settings.sender.wait_seconds - loop.time())
+        try:
+            released = await asyncio.wait_for(
+                parts.sender.release_held(), timeout=polls_land + HAND_BACK_SECONDS
+            )
+        except Exception:
+            log.exception("could not hand received messages back; they return after their visibility timeout")
+        else:
+            if released:
+                log.info("handed %d received messages back to SQS", released)
 
 
 def _freeze_start_up() -> None:

@@ -1,0 +1,88 @@
+"""Two sending pools (#43) from outside: one ``fairpost run``, each pool with its own
+SES (a recording server of its own), its own SQS queue in its own region, its own
+global quota and its own Redis hash tag; tenants on each."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import boto3
+import pytest
+import redis
+
+from fairpost.config import load_settings
+from fairpost.config.pools import pool_settings
+from fairpost.dispatcher.keys import Keys
+from fairpost.mailer.cli import main
+from fairpost.mailer.sdk.client import MailClient
+from fairpost.mailer.sdk.directory import PoolDirectory
+from fairpost.mailer.testing.ses_mail import max_in_window
+from fairpost.mailer.testing.ses_server import SesServer
+from tests.support.daemon_process import daemon_process
+
+PREFIX = "pools"
+EU_QUEUE = "fairpost-eu.fifo"
+EU_LIMIT = 4  # a second: the eu pool's own global window
+DEFAULT_LIMIT = 50
+
+
+@pytest.fixture
+def eu_ses() -> Iterator[SesServer]:
+    with SesServer() as server:
+        yield server
+
+
+@pytest.fixture
+def env(
+    monkeypatch: pytest.MonkeyPatch, redis_url: str, aws_env: str, ses: SesServer, eu_ses: SesServer
+) -> dict[str, str]:
+    for name, value in {
+        "FAIRPOST_REDIS_URL": redis_url,
+        "FAIRPOST_KEY_PREFIX": PREFIX,
+        "FAIRPOST_SENDER__WAIT_SECONDS": "1",
+        "FAIRPOST_GLOBAL_LIMITS": f"{DEFAULT_LIMIT}/second",
+        "FAIRPOST_TENANT_LIMITS": "100/second",
+        "FAIRPOST_POOLS__EU__REGION": "eu-west-1",
+        "FAIRPOST_POOLS__EU__QUEUE_NAME": EU_QUEUE,
+        "FAIRPOST_POOLS__EU__SQS_ENDPOINT_URL": aws_env,
+        "FAIRPOST_POOLS__EU__SES_ENDPOINT_URL": eu_ses.url,
+        "FAIRPOST_POOLS__EU__GLOBAL_LIMITS": f"{EU_LIMIT}/second",
+        "AWS_ENDPOINT_URL_SESV2": ses.url,
+    }.items():
+        monkeypatch.setenv(name, value)
+    assert main(["init-aws"]) == 0  # the default pool's queue
+    eu_sqs = boto3.client("sqs", region_name="eu-west-1", endpoint_url=aws_env)
+    eu_sqs.create_queue(
+        QueueName=EU_QUEUE, Attributes={"FifoQueue": "true", "ContentBasedDeduplication": "false"}
+    )
+    return dict(os.environ)
+
+
+def send(client: MailClient, tenant: str, n: int) -> list[str]:
+    return [
+        client.send(tenant, sender="app@example.com", to=[f"r{i}@example.org"], subject=tenant, text="hi")
+        for i in range(n)
+    ]
+
+
+def test_each_pool_sends_through_its_own_ses_within_its_own_window(
+    env: dict[str, str], tmp_path: Path, ses: SesServer, eu_ses: SesServer, redis_client: redis.Redis
+) -> None:
+    settings = load_settings()
+    PoolDirectory(settings, redis_client).place("eu-tenant", "eu")
+    with MailClient(settings) as client:
+        send(client, "us-tenant", 12)
+        send(client, "eu-tenant", 12)
+    eu_keys = Keys(pool_settings(settings, "eu").key_prefix)
+    # The eu tenant's jobs live under the eu pool's hash tag, not the default's.
+    assert redis_client.exists(eu_keys.queue("eu-tenant", "normal"))
+    assert not redis_client.exists(Keys(PREFIX).queue("eu-tenant", "normal"))
+    with daemon_process(env, tmp_path, replica="r1"):
+        ses.wait_for(12, timeout=30)
+        eu_ses.wait_for(12, timeout=30)
+    assert {m.subject for m in ses.sent} == {"us-tenant"}
+    assert {m.subject for m in eu_ses.sent} == {"eu-tenant"}
+    # The eu pool's own global window held at its own SES.
+    assert max_in_window(eu_ses.sent, 1.0) <= EU_LIMIT

@@ -1,0 +1,167 @@
+"""Sending pools (#43) as configuration, and the SDK's routing of a tenant's mail to its pool."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import redis
+
+from fairpost.config import ConfigError, Settings, load_settings
+from fairpost.config.pools import DEFAULT_POOL, pool_names, pool_settings, served_pools
+from fairpost.dispatcher.keys import Keys
+from fairpost.mailer.cli import main
+from fairpost.mailer.errors import UnknownJob
+from fairpost.mailer.sdk.client import AsyncMailClient, MailClient
+from fairpost.mailer.sdk.directory import PoolDirectory
+
+EU_ENV = {"FAIRPOST_POOLS__EU__QUEUE_NAME": "e.fifo"}
+EU = {"queue_name": "fairpost-eu.fifo", "region": "eu-west-1", "global_limits": "3/second"}
+
+
+def pooled(redis_url: str, **pools: dict[str, object]) -> Settings:
+    return load_settings(redis_url=redis_url, key_prefix="pt", pools=pools or {"eu": EU})
+
+
+def queued(client: redis.Redis, key: str) -> list[str]:
+    """The job ids a queue holds (each entry: the id, then its payload)."""
+    return [str(entry).split("\n", 1)[0] for entry in client.lrange(key, 0, -1)]
+
+
+def test_pools_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FAIRPOST_POOLS__EU__REGION", "eu-west-1")
+    monkeypatch.setenv("FAIRPOST_POOLS__EU__QUEUE_NAME", "fairpost-eu.fifo")
+    monkeypatch.setenv("FAIRPOST_POOLS__EU__GLOBAL_LIMITS", "auto")
+    monkeypatch.setenv("FAIRPOST_POOLS__EU__CONFIGURATION_SET", "eu-set")
+    monkeypatch.setenv("FAIRPOST_SERVE_POOLS", "eu")
+    settings = load_settings()
+    assert pool_names(settings) == (DEFAULT_POOL, "eu")
+    assert served_pools(settings) == ("eu",)
+    eu = pool_settings(settings, "eu")
+    assert (eu.key_prefix, eu.queue_name) == ("fairpost:pool:eu", "fairpost-eu.fifo")
+    assert eu.global_limits == "auto"
+    assert eu.tenant("acme").configuration_set == "eu-set"
+    # The default pool is the top-level settings, untouched.
+    assert pool_settings(settings, DEFAULT_POOL) is settings
+    assert Keys(settings.key_prefix).root == "{fairpost}"
+
+
+def test_no_pools_declared_is_todays_single_pool() -> None:
+    settings = load_settings()
+    assert pool_names(settings) == served_pools(settings) == (DEFAULT_POOL,)
+    assert settings.tenant("acme").configuration_set is None
+
+
+@pytest.mark.parametrize(
+    ("env", "variable", "rule"),
+    [
+        ({"FAIRPOST_POOLS__EU__REGION": "eu-west-1"}, "FAIRPOST_POOLS__EU", "queue_name or queue_url"),
+        (
+            {"FAIRPOST_POOLS__EU__QUEUE_NAME": "e.fifo", "FAIRPOST_POOLS__EU__REGION": "europe"},
+            "FAIRPOST_POOLS__EU__REGION",
+            "must be an AWS region",
+        ),
+        (
+            {"FAIRPOST_POOLS__EU__QUEUE_NAME": "fairpost-mail.fifo"},
+            "FAIRPOST_QUEUE_NAME, FAIRPOST_POOLS__EU__QUEUE_NAME",
+            "share one SQS queue",
+        ),
+        (
+            {"FAIRPOST_POOLS__EU__QUEUE_NAME": "e.fifo", "FAIRPOST_POOLS__EU__KEY_PREFIX": "fairpost"},
+            "FAIRPOST_KEY_PREFIX, FAIRPOST_POOLS__EU__KEY_PREFIX",
+            "share the key prefix",
+        ),
+        ({"FAIRPOST_POOLS__DEFAULT__QUEUE_NAME": "e.fifo"}, "FAIRPOST_POOLS__DEFAULT", "top-level"),
+        (
+            {"FAIRPOST_POOLS__EU__QUEUE_NAME": "e.fifo", "FAIRPOST_SERVE_POOLS": "us"},
+            "FAIRPOST_SERVE_POOLS",
+            "one of default, eu",
+        ),
+        (
+            {**EU_ENV, "FAIRPOST_POOLS__EU__ACCESS_KEY_ID": "AKIAAAAAAAAAAAAAAAAA"},
+            "FAIRPOST_POOLS__EU",
+            "together",
+        ),
+        ({"FAIRPOST_POOLS__EU__QUEUE_NAM": "e.fifo"}, "FAIRPOST_POOLS__EU__QUEUE_NAM", "not a fairpost"),
+    ],
+)
+def test_a_bad_pool_is_refused_naming_its_variable(
+    monkeypatch: pytest.MonkeyPatch, env: dict[str, str], variable: str, rule: str
+) -> None:
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(ConfigError) as caught:
+        load_settings()
+    [(name, message)] = caught.value.problems
+    assert name == variable
+    assert rule in message
+
+
+def test_check_config_shows_the_pools_with_secrets_masked(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], redis_url: str
+) -> None:
+    monkeypatch.setenv("FAIRPOST_REDIS_URL", redis_url)
+    monkeypatch.setenv("FAIRPOST_POOLS__EU__QUEUE_NAME", "fairpost-eu.fifo")
+    monkeypatch.setenv("FAIRPOST_POOLS__EU__ACCESS_KEY_ID", "AKIAAAAAAAAAAAAAAAAA")
+    monkeypatch.setenv("FAIRPOST_POOLS__EU__SECRET_ACCESS_KEY", "very-secret-key")
+    assert main(["check-config", "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["pools"]["eu"]["queue_name"] == "fairpost-eu.fifo"
+    assert "very-secret-key" not in json.dumps(shown)
+
+
+def test_a_tenant_s_mail_goes_to_its_pool_s_keys(redis_url: str, redis_client: redis.Redis) -> None:
+    settings = pooled(redis_url)
+    eu = Keys(pool_settings(settings, "eu").key_prefix)
+    with MailClient(settings) as client:
+        PoolDirectory(settings, redis_client).place("b", "eu")
+        a = client.send("a", sender="x@example.com", to="ada@example.org", subject="s", text="t")
+        b = client.send("b", sender="x@example.com", to="ada@example.org", subject="s", text="t")
+        assert queued(redis_client, Keys("pt").queue("a", "normal")) == [a]
+        assert queued(redis_client, eu.queue("b", "normal")) == [b]
+        assert not redis_client.exists(Keys("pt").queue("b", "normal"), eu.queue("a", "normal"))
+        # A job is found wherever it is.
+        assert client.status(b).state == client.status(a).state == "queued"
+        assert client.cancel(b) == "queued"
+        with pytest.raises(UnknownJob):
+            client.status("no-such-job")
+
+
+async def test_the_async_client_routes_as_the_blocking_one(redis_url: str, redis_client: redis.Redis) -> None:
+    settings = pooled(redis_url)
+    PoolDirectory(settings, redis_client).place("b", "eu")
+    async with AsyncMailClient(settings) as client:
+        b = await client.send("b", sender="x@example.com", to="ada@example.org", subject="s", text="t")
+        assert (await client.status(b)).state == "queued"
+        assert await client.cancel(b) == "queued"
+    eu = Keys(pool_settings(settings, "eu").key_prefix)
+    assert redis_client.hget(eu.job(b), "state") is not None
+
+
+def test_a_move_reaches_a_client_within_the_directory_ttl(redis_url: str, redis_client: redis.Redis) -> None:
+    settings = pooled(redis_url)
+    now = [0.0]
+    reader = PoolDirectory(settings, redis_client, ttl=2.0, clock=lambda: now[0])
+    writer = PoolDirectory(settings, redis_client)
+    assert reader.pool_of("b") == DEFAULT_POOL
+    writer.place("b", "eu")
+    assert reader.pool_of("b") == DEFAULT_POOL  # cached
+    now[0] = 2.0
+    assert reader.pool_of("b") == "eu"
+    writer.place("b", DEFAULT_POOL)
+    assert writer.placements() == {}
+
+
+def test_an_undeclared_pool_is_a_config_error(redis_url: str, redis_client: redis.Redis) -> None:
+    settings = pooled(redis_url)
+    redis_client.hset(Keys("pt").pool_directory(), "b", "asia")
+    with pytest.raises(ConfigError, match="'asia'"), MailClient(settings) as client:
+        client.send("b", sender="x@example.com", to="ada@example.org", subject="s", text="t")
+
+
+def test_without_pools_the_directory_is_never_read(redis_url: str, redis_client: redis.Redis) -> None:
+    settings = load_settings(redis_url=redis_url, key_prefix="pt")
+    redis_client.hset(Keys("pt").pool_directory(), "b", "eu")  # ignored: no pool is declared
+    with MailClient(settings) as client:
+        b = client.send("b", sender="x@example.com", to="ada@example.org", subject="s", text="t")
+    assert queued(redis_client, Keys("pt").queue("b", "normal")) == [b]
