@@ -114,6 +114,8 @@ class PoolSettings(BaseModel):
     default: the same as ``FAIRPOST_GLOBAL_LIMITS`` (counted apart: another account)."""
     configuration_set: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_-]{1,64}$")
     """The SES configuration set of the pool's mail, for tenants without one of their own."""
+    events_queue_name: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_-]{1,80}$")
+    """The SQS standard queue the pool's SES events arrive in, in its account; unset: none read."""
     key_prefix: str | None = Field(default=None, pattern=r"^[A-Za-z0-9:._-]{1,64}$")
     """The pool's Redis prefix and hash tag; default: ``<FAIRPOST_KEY_PREFIX>:pool:<name>``."""
     failover_after: Duration = Field(default=60.0, ge=1, le=86400)
@@ -184,6 +186,7 @@ def pool_settings(settings: Settings, name: str) -> Settings:
         "queue_name": pool.queue_name or settings.queue_name,
         "pools": {},
         "serve_pools": None,
+        "events_queue_name": pool.events_queue_name,
     }
     if pool.global_limits is not None:
         update["global_limits"] = pool.global_limits

@@ -20,6 +20,8 @@ from fairpost.mailer.ops.doctor import add_parser as add_doctor
 from fairpost.mailer.ops.lifecycle_commands import add_commands as add_lifecycle_commands
 from fairpost.mailer.ops.lifecycle_commands import parse_header, parse_send_at
 from fairpost.mailer.ops.migrate_commands import add_parser as add_migrate_command
+from fairpost.mailer.ops.pool_commands import add_parser as add_pools_command
+from fairpost.mailer.ops.pool_commands import add_tenant_actions as add_pool_actions
 from fairpost.mailer.ops.quota_commands import add_commands as add_quota_commands
 from fairpost.mailer.ops.redis_check import redis_findings
 from fairpost.mailer.ops.reputation_commands import add_commands as add_reputation_commands
@@ -330,6 +332,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_migrate_command(sub)
 
     tenant_sub = add_tenant_parser(sub)  # with ``tenant warmup``
+    add_pool_actions(tenant_sub)  # ``tenant move``, ``tenant pool``, ``tenant fallback``
+    add_pools_command(sub)
     from fairpost.mailer.quota.holds import LIFTED_BY_RESUME
 
     resume_text = "let it send again at once: lifts " + "; ".join(

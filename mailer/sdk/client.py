@@ -31,6 +31,7 @@ from fairpost.mailer.sdk.failures import RedisFailures
 from fairpost.mailer.sdk.mail import Mail, check_tenant_id
 from fairpost.mailer.sdk.outcomes.endpoints import Webhooks
 from fairpost.mailer.sdk.outcomes.stream import AsyncEventReader, EventReader, Start
+from fairpost.mailer.sdk.pool_admin import Pools
 from fairpost.mailer.sdk.pools import AsyncRoute, AsyncRoutes, SyncRoute, SyncRoutes
 from fairpost.mailer.sdk.status import JobStatus
 from fairpost.mailer.sdk.suppression import Suppressions
@@ -250,6 +251,11 @@ class MailClient(RedisOwner, BaseMailClient):
     def suppressions(self) -> Suppressions:
         """List, add and remove a tenant's suppressed addresses, on this client's connection."""
         return Suppressions(self.settings, redis_client=self._redis)
+
+    def pools(self) -> Pools:
+        """Which sending pool each tenant is on; move a tenant, name its fallback (on this
+        client's connection)."""
+        return Pools(self.settings, redis_client=self._redis)
 
     def webhooks(self) -> Webhooks:
         """A tenant's signed webhook endpoints (add, list, rotate, replay...), on this client's connection."""

@@ -30,11 +30,13 @@ import redis
 import redis.asyncio
 
 from fairpost.config import Settings
+from fairpost.config.pools import pool_key_prefix
 from fairpost.config.tenant_id import TENANT_ID_RULE, is_valid_tenant_id
 from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.replies import Queued, text, time_ms
 from fairpost.mailer.errors import InvalidSuppression
 from fairpost.mailer.sdk.connection import RedisOwner
+from fairpost.mailer.sdk.directory import PoolDirectory
 from fairpost.mailer.sdk.failures import redis_operation
 
 __all__ = ["Reason", "Suppression", "Suppressions", "normalize", "suppress", "suppressed_among"]
@@ -135,30 +137,43 @@ class Suppressions(RedisOwner):
     def __init__(self, settings: Settings | None = None, *, redis_client: redis.Redis | None = None) -> None:
         super().__init__(settings, redis_client=redis_client)
         self.keys = Keys(self.settings.key_prefix)
+        self._directory = PoolDirectory(self.settings, self._redis, ttl=0.0)
+
+    def _list_keys(self, tenant: object) -> list[str]:
+        """The tenant's list in the pool it is on (its sender reads it there), first; while it
+        moves, also in the pool its waiting mail drains from (mailer/sdk/pool_admin.py)."""
+        valid = _tenant(tenant)
+        pools = [self._directory.pool_of(valid)]
+        move = self._directory.move(valid) if self.settings.pools else None
+        if move is not None and move["from"] not in pools:
+            pools.append(str(move["from"]))
+        return [Keys(pool_key_prefix(self.settings, pool)).suppressed(valid) for pool in pools]
 
     @redis_operation("suppression: list")
     def list(self, tenant: str) -> list[Suppression]:
         """The tenant's suppressed addresses, sorted."""
-        raw: dict[Any, Any] = self._redis.hgetall(self.keys.suppressed(_tenant(tenant)))
+        raw: dict[Any, Any] = self._redis.hgetall(self._list_keys(tenant)[0])
         return sorted((_parse(text(k), text(v)) for k, v in raw.items()), key=lambda e: e.address)
 
     @redis_operation("suppression: check")
     def is_suppressed(self, tenant: str, address: str) -> bool:
-        return bool(self._redis.hexists(self.keys.suppressed(_tenant(tenant)), _address(address)))
+        return bool(self._redis.hexists(self._list_keys(tenant)[0], _address(address)))
 
     @redis_operation("suppression: add", writes=True)
     def add(self, tenant: str, address: str, reason: Reason = "manual") -> bool:
         """Suppress an address for the tenant; False if it was already."""
         if reason not in _REASONS:
             raise InvalidSuppression("reason", f"must be one of {', '.join(_REASONS)}, got {reason!r}")
-        key, field = self.keys.suppressed(_tenant(tenant)), _address(address)
+        keys, field = self._list_keys(tenant), _address(address)
         now_ms = time_ms(self._redis.time())  # every stored time is Redis time
-        return bool(self._redis.hsetnx(key, field, _value(reason, now_ms)))
+        added = [bool(self._redis.hsetnx(key, field, _value(reason, now_ms))) for key in keys]
+        return added[0]
 
     @redis_operation("suppression: remove", writes=True)
     def remove(self, tenant: str, address: str) -> bool:
         """Let the tenant write to the address again; False if it was not suppressed."""
-        return bool(self._redis.hdel(self.keys.suppressed(_tenant(tenant)), _address(address)))
+        removed = [bool(self._redis.hdel(key, _address(address))) for key in self._list_keys(tenant)]
+        return removed[0]
 
 
 def _tenant(tenant: object) -> str:

@@ -20,6 +20,7 @@ from fairpost.mailer.sdk.client import MailClient
 from fairpost.mailer.sdk.directory import PoolDirectory
 from fairpost.mailer.testing.ses_mail import max_in_window
 from fairpost.mailer.testing.ses_server import SesServer
+from fairpost.mailer.testing.wait import wait_for
 from tests.support.daemon_process import daemon_process
 
 PREFIX = "pools"
@@ -86,3 +87,33 @@ def test_each_pool_sends_through_its_own_ses_within_its_own_window(
     assert {m.subject for m in eu_ses.sent} == {"eu-tenant"}
     # The eu pool's own global window held at its own SES.
     assert max_in_window(eu_ses.sent, 1.0) <= EU_LIMIT
+
+
+def test_a_tenant_moved_under_load_loses_nothing_and_sends_nothing_twice(
+    env: dict[str, str], tmp_path: Path, ses: SesServer, eu_ses: SesServer
+) -> None:
+    settings = load_settings()
+    total, before = 60, 20
+    sent: list[str] = []
+    with daemon_process(env, tmp_path, replica="r1"), MailClient(settings) as client:
+        sent += send(client, "mover", before)
+        ses.wait_for(1, timeout=30)  # the default pool is sending the tenant's mail
+        with client.pools() as pools:
+
+            def killed(seconds: float) -> None:
+                raise KeyboardInterrupt  # the command killed halfway, after the directory changed
+
+            with pytest.raises(KeyboardInterrupt):
+                pools.move("mover", "eu", sleep=killed)
+            assert pools.moving("mover") is not None
+            sent += send(client, "mover", 20)  # while the move stands half done
+            report = pools.move("mover", "eu", wait=60)  # run again: it resumes and finishes
+            assert (report.source, report.target, report.step) == ("default", "eu", "done")
+            assert pools.moving("mover") is None
+        after = send(client, "mover", total - len(sent))
+        sent += after
+        wait_for(lambda: ses.sent_count + eu_ses.sent_count >= total, within=60, what=f"{total} mails")
+    ids = [m.tags["fairpost-job-id"] for m in ses.sent + eu_ses.sent]
+    assert sorted(ids) == sorted(sent)  # every mail once: none lost, none twice
+    # Mail sent after the move went through the new pool only.
+    assert {m.tags["fairpost-job-id"] for m in eu_ses.sent} >= set(after)

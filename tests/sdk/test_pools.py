@@ -165,3 +165,55 @@ def test_without_pools_the_directory_is_never_read(redis_url: str, redis_client:
     with MailClient(settings) as client:
         b = client.send("b", sender="x@example.com", to="ada@example.org", subject="s", text="t")
     assert queued(redis_client, Keys("pt").queue("b", "normal")) == [b]
+
+
+def test_a_move_carries_the_tenant_s_state_and_leaves_its_reputation(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    settings = pooled(redis_url)
+    old, new = Keys("pt"), Keys(pool_settings(settings, "eu").key_prefix)
+    with MailClient(settings) as client:
+        first = client.send("mover", sender="x@example.com", to="a@example.org", subject="s", text="t",
+                            idempotency_key="order-1")  # fmt: skip
+        client.suppressions().add("mover", "gone@example.org", "bounce")
+        redis_client.hset(old.limit_overrides(), "t:mover", "7/minute")
+        redis_client.sadd(old.paused(), "mover")
+        redis_client.hset(old.warmup(), "mover", '{"step": 2}')
+        redis_client.hset(old.tenant_hold("mover"), mapping={"reason": "x", "until_ms": "1"})
+        redis_client.pexpire(old.tenant_hold("mover"), 60_000)
+        redis_client.hset(old.reputation("mover", 86400), "b:1", "5")
+        with client.pools() as pools:
+            report = pools.move("mover", "eu", sleep=lambda _: None)
+            assert (report.step, report.waiting) == ("draining", 1)  # its first mail waits in default
+            assert pools.pool_of("mover") == "eu"
+            # A retry with the same idempotency key, after the move: the first job, not a second mail.
+            again = client.send("mover", sender="x@example.com", to="a@example.org", subject="s", text="t",
+                                idempotency_key="order-1")  # fmt: skip
+            assert again == first
+            assert client.suppressions().is_suppressed("mover", "gone@example.org")
+            # Added while it drains: in both pools, so the old pool's last mail is held to it too.
+            client.suppressions().add("mover", "late@example.org")
+            assert redis_client.hexists(old.suppressed("mover"), "late@example.org")
+            client.cancel(first)  # the old pool drained
+            assert pools.move("mover", "eu").step == "done"
+            assert pools.move("mover", "eu").step == "done"  # idempotent
+    assert redis_client.hget(new.limit_overrides(), "t:mover") == "7/minute"
+    assert redis_client.sismember(new.paused(), "mover")
+    assert redis_client.hget(new.warmup(), "mover") == '{"step": 2}'
+    assert redis_client.hget(new.tenant_hold("mover"), "reason") == "x"
+    assert 0 < redis_client.pttl(new.tenant_hold("mover")) <= 60_000
+    assert redis_client.hexists(new.suppressed("mover"), "late@example.org")
+    assert not redis_client.exists(new.reputation("mover", 86400))  # reputation stays where earned
+
+
+def test_a_move_to_an_unknown_pool_or_while_another_stands_is_refused(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    settings = pooled(redis_url, eu=EU, us2={"queue_name": "fairpost-us2.fifo"})
+    with MailClient(settings) as client, client.pools() as pools:
+        with pytest.raises(ConfigError, match="no pool 'asia'"):
+            pools.move("t", "asia")
+        client.send("t", sender="x@example.com", to="a@example.org", subject="s", text="t")
+        assert pools.move("t", "eu", sleep=lambda _: None).step == "draining"
+        with pytest.raises(ConfigError, match="finish that move first"):
+            pools.move("t", "us2")

@@ -1,0 +1,155 @@
+"""``fairpost tenant move|pool|fallback`` and ``fairpost pools``: tenants on sending pools
+(#43; docs/operations.md, "Sending pools")."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from fairpost.config import Settings
+from fairpost.config.pools import pool_names
+from fairpost.mailer.ops.console import fail, print_json, unreachable_redis
+
+__all__ = ["add_parser", "add_tenant_actions"]
+
+
+def add_tenant_actions(actions: Any) -> None:
+    """``tenant move``, ``tenant pool`` and ``tenant fallback``, beside the tenant's other actions."""
+    move = actions.add_parser(
+        "move",
+        help="send the tenant's new mail through another pool; its waiting mail drains where it is",
+        description="Move a tenant to another sending pool: its limits, pause, hold, warm-up step, "
+        "suppression list and idempotency keys come along, its reputation stays. New mail goes to "
+        "the new pool within seconds; mail already waiting is sent from the old pool. Resumable: "
+        "run it again after a kill, or to finish once the old pool has drained.",
+    )
+    move.add_argument("tenant")
+    move.add_argument("--to", required=True, metavar="POOL")
+    move.add_argument(
+        "--wait", type=float, default=0.0, metavar="SECONDS", help="wait this long for the old pool to drain"
+    )
+    move.add_argument("--json", action="store_true")
+    move.set_defaults(handler=cmd_tenant_move)
+    show = actions.add_parser("pool", help="show the tenant's pool, its fallback and any move in progress")
+    show.add_argument("tenant")
+    show.add_argument("--json", action="store_true")
+    show.set_defaults(handler=cmd_tenant_pool)
+    fallback = actions.add_parser(
+        "fallback",
+        help="let the tenant's new mail go through POOL while its own pool's SES fails (opt-in)",
+        description="Name the pool the tenant's new mail may go through while its own pool's SES "
+        "fails; its identities must exist in that pool's SES (checked with GetEmailIdentity).",
+    )
+    fallback.add_argument("tenant")
+    target = fallback.add_mutually_exclusive_group(required=True)
+    target.add_argument("--to", metavar="POOL")
+    target.add_argument("--none", action="store_true", help="no fallback: its mail waits for its own pool")
+    fallback.add_argument("--json", action="store_true")
+    fallback.set_defaults(handler=cmd_tenant_fallback)
+
+
+def add_parser(sub: Any) -> None:
+    pools = sub.add_parser("pools", help="the sending pools and the tenants not on the default pool")
+    pools.add_argument("--json", action="store_true")
+    pools.set_defaults(handler=cmd_pools)
+
+
+def cmd_tenant_move(args: argparse.Namespace, settings: Settings) -> int:
+    import redis
+
+    from fairpost.mailer.sdk.pool_admin import Pools
+
+    try:
+        with Pools(settings) as pools:
+            report = pools.move(args.tenant, args.to, wait=args.wait)
+    except (redis.RedisError, OSError) as exc:
+        return unreachable_redis(settings, exc)
+    if args.json:
+        print_json(report.to_json())
+    elif report.step == "done" and report.source == report.target:
+        print(f"tenant {report.tenant} is on pool {report.target}")
+    elif report.step == "done":
+        print(f"tenant {report.tenant} moved from {report.source} to {report.target}")
+    else:
+        print(f"tenant {report.tenant}: new mail goes to {report.target}; {report.waiting} jobs still "
+              f"drain from {report.source} (run the move again to finish)")  # fmt: skip
+    return 0
+
+
+def cmd_tenant_pool(args: argparse.Namespace, settings: Settings) -> int:
+    import redis
+
+    from fairpost.mailer.sdk.pool_admin import Pools
+
+    try:
+        with Pools(settings) as pools:
+            pool, fallback, move = (
+                pools.pool_of(args.tenant),
+                pools.fallback_of(args.tenant),
+                pools.moving(args.tenant),
+            )
+    except (redis.RedisError, OSError) as exc:
+        return unreachable_redis(settings, exc)
+    if args.json:
+        print_json({"tenant": args.tenant, "pool": pool, "fallback": fallback,
+                    "move": None if move is None else move.to_json()})  # fmt: skip
+        return 0
+    print(f"tenant {args.tenant}: pool {pool}; fallback {fallback or 'none'}")
+    if move is not None:
+        print(
+            f"  moving from {move.source} to {move.target}: {move.step}, {move.waiting} jobs in {move.source}"
+        )
+    return 0
+
+
+def cmd_tenant_fallback(args: argparse.Namespace, settings: Settings) -> int:
+    import redis
+
+    from fairpost.mailer.ops.pool_identities import missing_identities
+    from fairpost.mailer.sdk.pool_admin import Pools
+
+    target: str | None = None if args.none else args.to
+    if target is not None:
+        if target not in pool_names(settings):
+            return fail(f"no pool {target!r}: one of {', '.join(pool_names(settings))}")
+        missing = missing_identities(settings, target, args.tenant)
+        if missing:
+            return fail(f"tenant {args.tenant}'s identities do not exist in pool {target}'s SES: "
+                        f"{', '.join(missing)} (verify them there first)")  # fmt: skip
+    try:
+        with Pools(settings) as pools:
+            pools.set_fallback(args.tenant, target)
+    except (redis.RedisError, OSError) as exc:
+        return unreachable_redis(settings, exc)
+    if args.json:
+        print_json({"tenant": args.tenant, "fallback": target})
+    else:
+        print(f"tenant {args.tenant}: fallback {target or 'none'}")
+    return 0
+
+
+def cmd_pools(args: argparse.Namespace, settings: Settings) -> int:
+    import redis
+
+    from fairpost.config.pools import pool_key_prefix
+    from fairpost.mailer.sdk.pool_admin import Pools
+
+    try:
+        with Pools(settings) as pools:
+            placed = pools.placements() if settings.pools else {}
+    except (redis.RedisError, OSError) as exc:
+        return unreachable_redis(settings, exc)
+    rows = [
+        {"pool": name, "key_prefix": pool_key_prefix(settings, name),
+         "tenants": sorted(t for t, p in placed.items() if p == name)}
+        for name in pool_names(settings)
+    ]  # fmt: skip
+    if args.json:
+        print_json({"pools": rows})
+        return 0
+    for row in rows:
+        tenants = (
+            "every tenant not placed elsewhere" if row["pool"] == "default" else ", ".join(row["tenants"])
+        )
+        print(f"{row['pool']:12} {{{row['key_prefix']}}}  {tenants or '(no tenants)'}")
+    return 0
