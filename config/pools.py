@@ -140,6 +140,23 @@ class PoolSettings(BaseModel):
             raise ValueError("external_id goes with role_arn")
         return self
 
+    def session_args(self) -> dict[str, Any]:
+        """The pool's region and own credentials, as a boto3 or aioboto3 ``Session`` takes them."""
+        secret = self.secret_access_key.get_secret_value() if self.secret_access_key else None
+        return {
+            "region_name": self.region,
+            "profile_name": self.profile,
+            "aws_access_key_id": self.access_key_id,
+            "aws_secret_access_key": secret,
+        }
+
+    def assume_role_args(self, session_name: str) -> dict[str, Any]:
+        """STS ``AssumeRole``'s arguments for the pool's role (``role_arn`` must be set)."""
+        args: dict[str, Any] = {"RoleArn": self.role_arn, "RoleSessionName": session_name}
+        if self.external_id:
+            args["ExternalId"] = self.external_id
+        return args
+
     def queue_label(self) -> str:
         """The queue, as one string for messages: its URL, or its name."""
         return self.queue_url or str(self.queue_name)

@@ -66,22 +66,14 @@ async def _pool_session(pool: PoolSettings) -> Any:
     keys, or a role assumed (and assumed again before its credentials expire)."""
     import aioboto3
 
-    secret = pool.secret_access_key.get_secret_value() if pool.secret_access_key else None
-    base = aioboto3.Session(
-        region_name=pool.region,
-        profile_name=pool.profile,
-        aws_access_key_id=pool.access_key_id,
-        aws_secret_access_key=secret,
-    )
+    base = aioboto3.Session(**pool.session_args())
     if pool.role_arn is None:
         return base
     from aiobotocore.credentials import AioRefreshableCredentials
     from aiobotocore.session import get_session
 
     async def assume() -> dict[str, str]:
-        args: dict[str, Any] = {"RoleArn": pool.role_arn, "RoleSessionName": _ROLE_SESSION}
-        if pool.external_id:
-            args["ExternalId"] = pool.external_id
+        args = pool.assume_role_args(_ROLE_SESSION)
         async with base.client("sts", **_endpoint(pool.sqs_endpoint_url)) as sts:
             found = (await sts.assume_role(**args))["Credentials"]
         expiry = found["Expiration"]

@@ -36,18 +36,10 @@ def pool_client(settings: Settings, pool: str, service: str, config: Any = None)
 
 
 def _session(boto3: Any, pool: PoolSettings) -> Any:
-    secret = pool.secret_access_key.get_secret_value() if pool.secret_access_key else None
-    session = boto3.Session(
-        region_name=pool.region,
-        profile_name=pool.profile,
-        aws_access_key_id=pool.access_key_id,
-        aws_secret_access_key=secret,
-    )
+    session = boto3.Session(**pool.session_args())
     if pool.role_arn is None:
         return session
-    args: dict[str, Any] = {"RoleArn": pool.role_arn, "RoleSessionName": "fairpost-cli"}
-    if pool.external_id:
-        args["ExternalId"] = pool.external_id
+    args = pool.assume_role_args("fairpost-cli")
     extra = {} if pool.sqs_endpoint_url is None else {"endpoint_url": pool.sqs_endpoint_url}
     sts = session.client("sts", **extra)
     try:

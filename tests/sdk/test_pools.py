@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 import redis
@@ -19,7 +20,7 @@ EU_ENV = {"FAIRPOST_POOLS__EU__QUEUE_NAME": "e.fifo"}
 EU = {"queue_name": "fairpost-eu.fifo", "region": "eu-west-1", "global_limits": "3/second"}
 
 
-def pooled(redis_url: str, **pools: dict[str, object]) -> Settings:
+def pooled(redis_url: str, **pools: Any) -> Settings:
     return load_settings(redis_url=redis_url, key_prefix="pt", pools=pools or {"eu": EU})
 
 
