@@ -204,6 +204,7 @@ def pool_settings(settings: Settings, name: str) -> Settings:
         "pools": {},
         "serve_pools": None,
         "events_queue_name": pool.events_queue_name,
+        "failover_after": pool.failover_after,
     }
     if pool.global_limits is not None:
         update["global_limits"] = pool.global_limits

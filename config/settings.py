@@ -409,6 +409,9 @@ class Settings(BaseSettings):
     http_port: int | None = Field(default=None, ge=1, le=65535)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     shutdown_grace: float = Field(default=8.0, ge=0, le=300)
+    failover_after: Duration = Field(default=60.0, ge=1, le=86400)
+    """How long the default pool's SES must fail (5xx, unreachable; not throttling) before
+    the tenants that name a fallback pool send through it (each pool has its own)."""
     max_outage_seconds: float = Field(default=60.0, gt=0, le=3600)
     """How long the dispatcher and the sender ride out failing Redis or AWS calls
     (backing off) before the daemon exits non-zero for its supervisor to restart it."""

@@ -41,6 +41,7 @@ from fairpost.dispatcher.connect import async_redis_client
 from fairpost.dispatcher.durable import replica_shortfall
 from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.layout import LAYOUT, MIGRATE_COMMAND, read_layout
+from fairpost.mailer.daemon.failover import PoolHealth, WatchedSes
 from fairpost.mailer.daemon.health import Heartbeat, Liveness, replica_name
 from fairpost.mailer.daemon.http import Check, HttpServer
 from fairpost.mailer.daemon.metrics import Metrics, TenantLabels
@@ -129,8 +130,14 @@ async def _run(
         for pool in pools:
             # Each pool as the single-pool fairpost: its own keys, queue, SES and quota.
             own = await aws.enter_async_context(pool_clients(settings, pool))
+            ses_client = own.ses
+            if settings.pools:  # with a pool to fall back to: each pool's SES watched
+                health = PoolHealth(settings, pool, client, own.ses, metrics)
+                ses_client = WatchedSes(own.ses, health)
+                name = task_name(pool, "failover")
+                tasks[name] = asyncio.create_task(health.run(stop), name=name)
             parts = await build_parts(
-                pool_settings(settings, pool), client, sqs=own.sqs, ses_client=own.ses,
+                pool_settings(settings, pool), client, sqs=own.sqs, ses_client=ses_client,
                 queue_url=own.queue_url, role=role, metrics=metrics, tracing=tracing,
             )  # fmt: skip
             clients.append(own)

@@ -244,6 +244,13 @@ class Metrics:
             ["format", "found", "reads"],
             registry=r,
         )
+        self.pool_failovers_total = Counter(
+            "fairpost_pool_failovers",
+            "Switches of a sending pool's fallback tenants: to their fallback pool (to=fallback, its "
+            "SES failing) and back (to=own).",
+            ["pool", "to"],
+            registry=r,
+        )
         self.latency = Histogram(
             "fairpost_mail_latency_seconds",
             "From enqueue to SES accepting the mail.",

@@ -137,10 +137,11 @@ def cmd_pools(args: argparse.Namespace, settings: Settings) -> int:
     try:
         with Pools(settings) as pools:
             placed = pools.placements() if settings.pools else {}
+            failing = pools.directory.failing() if settings.pools else {}
     except (redis.RedisError, OSError) as exc:
         return unreachable_redis(settings, exc)
-    rows = [
-        {"pool": name, "key_prefix": pool_key_prefix(settings, name),
+    rows: list[dict[str, Any]] = [
+        {"pool": name, "key_prefix": pool_key_prefix(settings, name), "failing_since_ms": failing.get(name),
          "tenants": sorted(t for t, p in placed.items() if p == name)}
         for name in pool_names(settings)
     ]  # fmt: skip
@@ -152,4 +153,6 @@ def cmd_pools(args: argparse.Namespace, settings: Settings) -> int:
             "every tenant not placed elsewhere" if row["pool"] == "default" else ", ".join(row["tenants"])
         )
         print(f"{row['pool']:12} {{{row['key_prefix']}}}  {tenants or '(no tenants)'}")
+        if row["failing_since_ms"] is not None:
+            print(f"{'':12} SES failing since {row['failing_since_ms']} ms: tenants with a fallback use it")
     return 0

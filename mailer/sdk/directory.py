@@ -52,6 +52,7 @@ class _Core:
         self._ttl = ttl
         self._clock = clock
         self._cache: dict[str, tuple[Placement, float]] = {}
+        self._failing: tuple[frozenset[str], float] = (frozenset(), 0.0)
 
     def cached(self, tenant: str) -> Placement | None:
         if not self.pooled:
@@ -63,7 +64,9 @@ class _Core:
 
     def remember(self, tenant: str, raw: list[Any]) -> Placement:
         pool, fallback = (text(v) if v is not None else None for v in raw)
-        placement = Placement(self.known(pool or DEFAULT_POOL, tenant), fallback)
+        placement = Placement(
+            self.known(pool or DEFAULT_POOL, tenant), fallback and self.known(fallback, tenant)
+        )
         if len(self._cache) >= _CACHE_SIZE:
             self._cache.pop(next(iter(self._cache)))
         self._cache[tenant] = (placement, self._clock() + self._ttl)
@@ -76,6 +79,23 @@ class _Core:
                 f"tenant {tenant!r} is on pool {pool!r}, which these settings do not declare",
             )])  # fmt: skip
         return pool
+
+    def failing_cached(self) -> frozenset[str] | None:
+        pools, until = self._failing
+        return pools if until > self._clock() else None
+
+    def remember_failing(self, raw: list[Any]) -> frozenset[str]:
+        pools = frozenset(text(p) for p in raw)
+        self._failing = (pools, self._clock() + self._ttl)
+        return pools
+
+    @staticmethod
+    def route(placement: Placement, failing: frozenset[str]) -> str:
+        """The pool new mail goes to: the tenant's own, or its fallback while its own fails
+        (and the fallback does not)."""
+        if placement.fallback and placement.pool in failing and placement.fallback not in failing:
+            return placement.fallback
+        return placement.pool
 
     def forget(self, tenant: str) -> None:
         self._cache.pop(tenant, None)
@@ -109,7 +129,24 @@ class PoolDirectory:
             return self._core.remember(tenant, pipe.execute())
 
     def pool_of(self, tenant: str) -> str:
+        """The pool the tenant is on."""
         return self.placement(tenant).pool
+
+    def route(self, tenant: str) -> str:
+        """The pool the tenant's new mail goes to now: its own, or its fallback while its
+        own pool's SES fails (mailer/daemon/failover.py)."""
+        placement = self.placement(tenant)
+        if not placement.fallback:
+            return placement.pool
+        failing = self._core.failing_cached()
+        if failing is None:
+            failing = self._core.remember_failing(self._redis.hkeys(self._core.keys.pool_failing()))
+        return self._core.route(placement, failing)
+
+    def failing(self) -> dict[str, int]:
+        """Pool → since when (ms) its fallback tenants send through their fallbacks."""
+        raw = self._redis.hgetall(self._core.keys.pool_failing())
+        return {text(k): int(v) for k, v in raw.items()}
 
     def placements(self) -> dict[str, str]:
         """Every tenant not on the default pool → its pool."""
@@ -173,3 +210,13 @@ class AsyncPoolDirectory:
 
     async def pool_of(self, tenant: str) -> str:
         return (await self.placement(tenant)).pool
+
+    async def route(self, tenant: str) -> str:
+        """:meth:`PoolDirectory.route`."""
+        placement = await self.placement(tenant)
+        if not placement.fallback:
+            return placement.pool
+        failing = self._core.failing_cached()
+        if failing is None:
+            failing = self._core.remember_failing(await self._redis.hkeys(self._core.keys.pool_failing()))
+        return self._core.route(placement, failing)

@@ -59,7 +59,7 @@ class SyncRoutes:
         return self._routes[name]
 
     def for_tenant(self, tenant: str) -> SyncRoute:
-        return self._routes[self.directory.pool_of(tenant)]
+        return self._routes[self.directory.route(tenant)]
 
     def __iter__(self) -> Iterator[SyncRoute]:
         return iter(self._routes.values())
@@ -79,7 +79,7 @@ class AsyncRoutes:
         return self._routes[name]
 
     async def for_tenant(self, tenant: str) -> AsyncRoute:
-        return self._routes[await self.directory.pool_of(tenant)]
+        return self._routes[await self.directory.route(tenant)]
 
     def __iter__(self) -> Iterator[AsyncRoute]:
         return iter(self._routes.values())

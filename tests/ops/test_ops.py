@@ -284,6 +284,7 @@ DOCUMENTED_METRICS = (
     "fairpost_sqs_receives_total",
     "fairpost_sqs_handed_back_total",
     "fairpost_newer_format_total",
+    "fairpost_pool_failovers_total",
     "fairpost_mail_latency_seconds",
     "fairpost_ses_call_seconds",
     "fairpost_backlog",

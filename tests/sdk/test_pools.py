@@ -218,3 +218,21 @@ def test_a_move_to_an_unknown_pool_or_while_another_stands_is_refused(
         assert pools.move("t", "eu", sleep=lambda _: None).step == "draining"
         with pytest.raises(ConfigError, match="finish that move first"):
             pools.move("t", "us2")
+
+
+def test_the_operations_guide_documents_every_pool_setting() -> None:
+    from pathlib import Path
+
+    from fairpost.config.pools import PoolSettings
+
+    guide = (Path(__file__).resolve().parents[2] / "docs" / "operations.md").read_text(encoding="utf-8")
+    for field in PoolSettings.model_fields:
+        assert f"`__{field.upper()}`" in guide, field
+    assert "`FAIRPOST_POOLS`" in guide and "`FAIRPOST_SERVE_POOLS`" in guide
+
+
+def test_the_acl_template_names_every_pool_s_keys() -> None:
+    from fairpost.mailer.ops.redis_acl import acl_setuser
+
+    line = acl_setuser("fairpost", "fairpost", pools=["fairpost:pool:eu"])
+    assert " ~{fairpost}* ~{fairpost:pool:eu}* " in line
