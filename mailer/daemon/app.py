@@ -36,7 +36,7 @@ import signal
 import redis.asyncio
 
 from fairpost.config import Settings
-from fairpost.config.pools import pool_settings, served_pools
+from fairpost.config.pools import pool_key_prefix, pool_settings, served_pools
 from fairpost.dispatcher.connect import async_redis_client
 from fairpost.dispatcher.durable import replica_shortfall
 from fairpost.dispatcher.keys import Keys
@@ -53,6 +53,7 @@ from fairpost.mailer.daemon.tracing import Tracing
 from fairpost.mailer.daemon.tracing import from_env as tracing_from_env
 from fairpost.mailer.daemon.webhooks.loop import WebhookDeliveries
 from fairpost.mailer.ops.stats import collect_stats
+from fairpost.mailer.sdk.pool_redis import AsyncPoolRedis
 
 log = logging.getLogger("fairpost.daemon")
 
@@ -113,16 +114,19 @@ async def _run(
     await memory.start()
     liveness = Liveness()
     pools = served_pools(settings)
+    # Each pool's keys through a client of their own slot on a Redis Cluster; else this one.
+    pool_redis = AsyncPoolRedis(settings, client)
     # One heartbeat per pool served, in the pool's keys: a pool's reconciler acts only
     # while a sender of that pool lives (mailer/daemon/health.py, sender_alive).
     heartbeats = [
         Heartbeat(
-            client, Keys(pool_settings(settings, pool).key_prefix), replica_name(settings), liveness,
+            pool_redis(pool), Keys(pool_key_prefix(settings, pool)), replica_name(settings), liveness,
             role=role, max_outage_seconds=settings.max_outage_seconds, on_error=metrics.task_failed,
         )
         for pool in pools
     ]  # fmt: skip
     async with contextlib.AsyncExitStack() as aws:
+        aws.push_async_callback(pool_redis.aclose)
         loop = asyncio.get_running_loop()
         served: list[Parts] = []
         tasks: dict[str, asyncio.Task[None]] = {}
@@ -137,7 +141,7 @@ async def _run(
                 name = task_name(pool, "failover")
                 tasks[name] = asyncio.create_task(health.run(stop), name=name)
             parts = await build_parts(
-                pool_settings(settings, pool), client, sqs=own.sqs, ses_client=ses_client,
+                pool_settings(settings, pool), pool_redis(pool), sqs=own.sqs, ses_client=ses_client,
                 queue_url=own.queue_url, role=role, metrics=metrics, tracing=tracing,
             )  # fmt: skip
             clients.append(own)
@@ -165,7 +169,7 @@ async def _run(
                 # largest backlogs as there are labels left to give.
                 labels = metrics.labels
                 stats = await collect_stats(
-                    client,
+                    pool_redis(pools[0]),
                     stats_keys,
                     pool_settings(settings, pools[0]),
                     quota=quota,

@@ -130,8 +130,10 @@ def cmd_tenant_fallback(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_pools(args: argparse.Namespace, settings: Settings) -> int:
     import redis
+    from redis.crc import key_slot
 
     from fairpost.config.pools import pool_key_prefix
+    from fairpost.dispatcher.keys import Keys
     from fairpost.mailer.sdk.pool_admin import Pools
 
     try:
@@ -142,6 +144,7 @@ def cmd_pools(args: argparse.Namespace, settings: Settings) -> int:
         return unreachable_redis(settings, exc)
     rows: list[dict[str, Any]] = [
         {"pool": name, "key_prefix": pool_key_prefix(settings, name), "failing_since_ms": failing.get(name),
+         "slot": key_slot(Keys(pool_key_prefix(settings, name)).root.encode()),
          "tenants": sorted(t for t, p in placed.items() if p == name)}
         for name in pool_names(settings)
     ]  # fmt: skip
@@ -152,7 +155,7 @@ def cmd_pools(args: argparse.Namespace, settings: Settings) -> int:
         tenants = (
             "every tenant not placed elsewhere" if row["pool"] == "default" else ", ".join(row["tenants"])
         )
-        print(f"{row['pool']:12} {{{row['key_prefix']}}}  {tenants or '(no tenants)'}")
+        print(f"{row['pool']:12} {{{row['key_prefix']}}} slot {row['slot']:<5}  {tenants or '(no tenants)'}")
         if row["failing_since_ms"] is not None:
             print(f"{'':12} SES failing since {row['failing_since_ms']} ms: tenants with a fallback use it")
     return 0

@@ -25,7 +25,7 @@ from fairpost.dispatcher.redis_memory import PolicyOnce
 from fairpost.mailer.errors import InvalidMail, UnknownJob
 from fairpost.mailer.sdk.attachments import Attachment
 from fairpost.mailer.sdk.compose import mail_job
-from fairpost.mailer.sdk.connection import AsyncRedisOwner, RedisOwner
+from fairpost.mailer.sdk.connection import AsyncRedisOwner, RedisOwner, timeouts
 from fairpost.mailer.sdk.dead import DeadLetters
 from fairpost.mailer.sdk.failures import RedisFailures
 from fairpost.mailer.sdk.mail import Mail, check_tenant_id
@@ -132,8 +132,12 @@ class MailClient(RedisOwner, BaseMailClient):
 
     def __init__(self, settings: Settings | None = None, *, redis_client: redis.Redis | None = None) -> None:
         super().__init__(settings, redis_client=redis_client)
-        self._routes = SyncRoutes(self.settings, self._redis)
+        self._routes = SyncRoutes(self.settings, self._redis, **timeouts(self.settings))
         self._policy = PolicyOnce(self.settings.redis_high_water)
+
+    def close(self) -> None:
+        self._routes.redis.close()  # other pools' clients, on a Redis Cluster
+        super().close()
 
     @classmethod
     def from_env(cls) -> MailClient:
@@ -281,8 +285,12 @@ class AsyncMailClient(AsyncRedisOwner, BaseMailClient):
         self, settings: Settings | None = None, *, redis_client: redis.asyncio.Redis | None = None
     ) -> None:
         super().__init__(settings, redis_client=redis_client)
-        self._routes = AsyncRoutes(self.settings, self._redis)
+        self._routes = AsyncRoutes(self.settings, self._redis, **timeouts(self.settings))
         self._policy = PolicyOnce(self.settings.redis_high_water)
+
+    async def aclose(self) -> None:
+        await self._routes.redis.aclose()
+        await super().aclose()
 
     @classmethod
     def from_env(cls) -> AsyncMailClient:

@@ -37,13 +37,16 @@ from fairpost.config.pools import pool_key_prefix, pool_names
 from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.replies import text, time_ms
 from fairpost.mailer.errors import InvalidMail
-from fairpost.mailer.sdk.connection import RedisOwner
+from fairpost.mailer.sdk.connection import RedisOwner, timeouts
 from fairpost.mailer.sdk.directory import DIRECTORY_TTL, PoolDirectory
 from fairpost.mailer.sdk.mail import check_tenant_id
+from fairpost.mailer.sdk.pool_redis import SyncPoolRedis
 
 __all__ = ["MoveReport", "Pools"]
 
 Step = Literal["copy", "placed", "draining", "done"]
+_Space = tuple[redis.Redis, Keys]
+"""A pool's client (its slot's, on a Redis Cluster) and its keys."""
 _MARGIN_MS = 500
 """Past the directory's TTL, before every SDK counts as having seen a move."""
 
@@ -69,6 +72,11 @@ class Pools(RedisOwner):
     def __init__(self, settings: Settings | None = None, *, redis_client: redis.Redis | None = None) -> None:
         super().__init__(settings, redis_client=redis_client)
         self.directory = PoolDirectory(self.settings, self._redis, ttl=0.0)
+        self._pools = SyncPoolRedis(self.settings, self._redis, **timeouts(self.settings))
+
+    def close(self) -> None:
+        self._pools.close()
+        super().close()
 
     def placements(self) -> dict[str, str]:
         """Every tenant not on the default pool → its pool."""
@@ -112,7 +120,7 @@ class Pools(RedisOwner):
                 )])  # fmt: skip
             state = {"from": state["from"], "to": to, "step": "copy"}
             self.directory.record_move(tenant, state)
-        source, target = self._keys(str(state["from"])), self._keys(to)
+        source, target = self._space(str(state["from"])), self._space(to)
         if state["step"] == "copy":
             self._copy_settings(tenant, source, target)
             self._merge(tenant, source, target)
@@ -146,54 +154,56 @@ class Pools(RedisOwner):
         state = self.directory.move(tenant)
         if state is None:
             return None
-        waiting = self._waiting(tenant, self._keys(str(state["from"])))
+        waiting = self._waiting(tenant, self._space(str(state["from"])))
         return MoveReport(tenant, str(state["from"]), str(state["to"]), state["step"], waiting)
 
     # -- the raw copies ----------------------------------------------------------------
 
-    def _copy_settings(self, tenant: str, source: Keys, target: Keys) -> None:
+    def _copy_settings(self, tenant: str, source: _Space, target: _Space) -> None:
         """What the operator set for the tenant, mirrored: the target ends as the source is."""
-        r = self._redis
+        (r, old), (w, new) = source, target
         scope = f"t:{tenant}"
         for key_of, field in ((Keys.limit_overrides, scope), (Keys.warmup, tenant)):
-            value = r.hget(key_of(source), field)
+            value = r.hget(key_of(old), field)
             if value is None:
-                r.hdel(key_of(target), field)
+                w.hdel(key_of(new), field)
             else:
-                r.hset(key_of(target), field, value)
-        if r.sismember(source.paused(), tenant):
-            r.sadd(target.paused(), tenant)
+                w.hset(key_of(new), field, value)
+        if r.sismember(old.paused(), tenant):
+            w.sadd(new.paused(), tenant)
         else:
-            r.srem(target.paused(), tenant)
-        if r.sismember(source.warmup_known(), tenant) or r.sismember(source.tenants(), tenant):
-            r.sadd(target.warmup_known(), tenant)  # seen before: no default plan starts over
-        hold: dict[Any, Any] = r.hgetall(source.tenant_hold(tenant))
-        ttl = r.pttl(source.tenant_hold(tenant))
-        r.delete(target.tenant_hold(tenant))
+            w.srem(new.paused(), tenant)
+        if r.sismember(old.warmup_known(), tenant) or r.sismember(old.tenants(), tenant):
+            w.sadd(new.warmup_known(), tenant)  # seen before: no default plan starts over
+        hold: dict[Any, Any] = r.hgetall(old.tenant_hold(tenant))
+        ttl = r.pttl(old.tenant_hold(tenant))
+        w.delete(new.tenant_hold(tenant))
         if hold and ttl > 0:
-            r.hset(target.tenant_hold(tenant), mapping=hold)
-            r.pexpire(target.tenant_hold(tenant), ttl)
+            w.hset(new.tenant_hold(tenant), mapping=hold)
+            w.pexpire(new.tenant_hold(tenant), ttl)
 
-    def _merge(self, tenant: str, source: Keys, target: Keys) -> None:
+    def _merge(self, tenant: str, source: _Space, target: _Space) -> None:
         """What only grows, added: the suppressed addresses and the idempotency keys."""
-        r = self._redis
-        suppressed: dict[Any, Any] = r.hgetall(source.suppressed(tenant))
+        (r, old), (w, new) = source, target
+        suppressed: dict[Any, Any] = r.hgetall(old.suppressed(tenant))
         for address, reason in suppressed.items():
-            r.hsetnx(target.suppressed(tenant), address, reason)
-        idem = source.idempotency(tenant, "")
+            w.hsetnx(new.suppressed(tenant), address, reason)
+        idem = old.idempotency(tenant, "")
         for key in r.scan_iter(match=idem + "*", count=1000):
             name = text(key)
             value, ttl = r.get(name), r.pttl(name)
             if value is not None and ttl > 0:
-                r.set(target.idempotency(tenant, name[len(idem) :]), value, px=ttl, nx=True)
+                w.set(new.idempotency(tenant, name[len(idem) :]), value, px=ttl, nx=True)
 
-    def _waiting(self, tenant: str, source: Keys) -> int:
+    def _waiting(self, tenant: str, source: _Space) -> int:
         """The tenant's jobs in the source pool: queued, and claimed or in SQS."""
-        queued = self._redis.hget(source.counts(), tenant)
-        return int(queued or 0) + int(self._redis.zcard(source.inflight(tenant)))
+        r, keys = source
+        queued = r.hget(keys.counts(), tenant)
+        return int(queued or 0) + int(r.zcard(keys.inflight(tenant)))
 
-    def _keys(self, pool: str) -> Keys:
-        return Keys(pool_key_prefix(self.settings, pool))
+    def _space(self, pool: str) -> _Space:
+        """The pool's client and keys."""
+        return self._pools(pool), Keys(pool_key_prefix(self.settings, pool))
 
     def _known(self, pool: str) -> None:
         if pool not in pool_names(self.settings):

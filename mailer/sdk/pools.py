@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import redis
 import redis.asyncio
@@ -21,6 +22,7 @@ from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.lifecycle import Lifecycle, SyncLifecycle
 from fairpost.dispatcher.store import JobStore, StoreLimits, SyncJobStore, store_limits
 from fairpost.mailer.sdk.directory import AsyncPoolDirectory, PoolDirectory
+from fairpost.mailer.sdk.pool_redis import AsyncPoolRedis, SyncPoolRedis
 
 __all__ = ["AsyncRoute", "AsyncRoutes", "SyncRoute", "SyncRoutes"]
 
@@ -46,14 +48,16 @@ class AsyncRoute:
 class SyncRoutes:
     """Every pool's route, built once, and the directory that picks one per tenant."""
 
-    def __init__(self, settings: Settings, client: redis.Redis) -> None:
+    def __init__(self, settings: Settings, client: redis.Redis, **options: Any) -> None:
         self.directory = PoolDirectory(settings, client)
+        self.redis = SyncPoolRedis(settings, client, **options)
         self._routes = {
             name: SyncRoute(
-                name, own, keys, SyncJobStore(client, keys, limits), SyncLifecycle(client, keys, limits)
+                name, own, keys,
+                SyncJobStore(self.redis(name), keys, limits), SyncLifecycle(self.redis(name), keys, limits),
             )
             for name, own, keys, limits in _pools(settings)
-        }
+        }  # fmt: skip
 
     def pool(self, name: str) -> SyncRoute:
         return self._routes[name]
@@ -68,12 +72,16 @@ class SyncRoutes:
 class AsyncRoutes:
     """:class:`SyncRoutes` for asyncio."""
 
-    def __init__(self, settings: Settings, client: redis.asyncio.Redis) -> None:
+    def __init__(self, settings: Settings, client: redis.asyncio.Redis, **options: Any) -> None:
         self.directory = AsyncPoolDirectory(settings, client)
+        self.redis = AsyncPoolRedis(settings, client, **options)
         self._routes = {
-            name: AsyncRoute(name, own, keys, JobStore(client, keys, limits), Lifecycle(client, keys, limits))
+            name: AsyncRoute(
+                name, own, keys,
+                JobStore(self.redis(name), keys, limits), Lifecycle(self.redis(name), keys, limits),
+            )
             for name, own, keys, limits in _pools(settings)
-        }
+        }  # fmt: skip
 
     def pool(self, name: str) -> AsyncRoute:
         return self._routes[name]
