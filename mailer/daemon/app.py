@@ -178,6 +178,12 @@ async def _run(
                     also=labels.known(),
                 )
                 metrics.update(stats)
+                for pool, parts in zip(pools, served, strict=True) if settings.pools else ():
+                    own = pool_settings(settings, pool)
+                    alone = await collect_stats(
+                        pool_redis(pool), Keys(own.key_prefix), own, quota=parts.quota, tenants=()
+                    )
+                    metrics.update_pool(pool, alone)
                 metrics.webhooks.update(stats.webhooks, stats.at_ms)
 
             http = HttpServer(metrics, port=settings.http_port, alive=alive, ready=ready, refresh=refresh)

@@ -18,6 +18,7 @@ from fairpost.dispatcher.keys import Keys
 from fairpost.mailer.cli import main
 from fairpost.mailer.sdk.client import MailClient
 from fairpost.mailer.sdk.directory import PoolDirectory
+from fairpost.mailer.testing.services import free_port
 from fairpost.mailer.testing.ses_mail import max_in_window
 from fairpost.mailer.testing.ses_server import SesServer
 from fairpost.mailer.testing.wait import wait_for
@@ -80,9 +81,14 @@ def test_each_pool_sends_through_its_own_ses_within_its_own_window(
     # The eu tenant's jobs live under the eu pool's hash tag, not the default's.
     assert redis_client.exists(eu_keys.queue("eu-tenant", "normal"))
     assert not redis_client.exists(Keys(PREFIX).queue("eu-tenant", "normal"))
-    with daemon_process(env, tmp_path, replica="r1"):
+    with daemon_process(env, tmp_path, replica="r1", http_port=free_port()) as daemon:
         ses.wait_for(12, timeout=30)
         eu_ses.wait_for(12, timeout=30)
+        status, text = daemon.get("/metrics")
+    assert status == 200
+    # Each pool's own global window, by pool (a bounded label: the pools configured).
+    assert f'fairpost_pool_global_quota_limit{{pool="eu",window="second"}} {EU_LIMIT}.0' in text
+    assert f'fairpost_pool_global_quota_limit{{pool="default",window="second"}} {DEFAULT_LIMIT}.0' in text
     assert {m.subject for m in ses.sent} == {"us-tenant"}
     assert {m.subject for m in eu_ses.sent} == {"eu-tenant"}
     # The eu pool's own global window held at its own SES.
