@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from fairpost import __version__
 from fairpost.config import ConfigError, FairpostError, Settings, load_settings
 from fairpost.mailer.ops.analytics_commands import add_parser as add_analytics_command
-from fairpost.mailer.ops.console import aws_error, print_json, unreachable_redis
+from fairpost.mailer.ops.console import aws_error, fail, print_json, unreachable_redis
 from fairpost.mailer.ops.doctor import add_parser as add_doctor
 from fairpost.mailer.ops.lifecycle_commands import add_commands as add_lifecycle_commands
 from fairpost.mailer.ops.lifecycle_commands import parse_header, parse_send_at
@@ -48,15 +48,18 @@ def cmd_console(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_init_aws(args: argparse.Namespace, settings: Settings) -> int:
-    import contextlib
-
-    import boto3
-
+    from fairpost.config.pools import pool_names, pool_settings
+    from fairpost.mailer.ops.pool_aws import pool_client
     from fairpost.mailer.ops.queue_setup import init_events_queue, init_queue, queue_warnings
 
-    with contextlib.closing(boto3.client("sqs")) as sqs:
-        url, differ = init_queue(sqs, settings)
-        events = init_events_queue(sqs, settings) if args.events else None
+    if args.pool not in pool_names(settings):
+        return fail(f"no pool {args.pool!r}: one of {', '.join(pool_names(settings))}")
+    own = settings.pools.get(args.pool)
+    if own is not None and own.queue_url:
+        return fail(f"pool {args.pool}'s queue is named by URL (another account's): create it there")
+    with pool_client(settings, args.pool, "sqs") as sqs:
+        url, differ = init_queue(sqs, pool_settings(settings, args.pool))
+        events = init_events_queue(sqs, pool_settings(settings, args.pool)) if args.events else None
         warnings = queue_warnings(sqs, url)
     if args.json:
         report: dict[str, object] = {
@@ -277,6 +280,9 @@ def build_parser() -> argparse.ArgumentParser:
     init.add_argument("--json", action="store_true")
     init.add_argument(
         "--events", action="store_true", help="also the SES events queue (FAIRPOST_EVENTS_QUEUE_NAME)"
+    )
+    init.add_argument(
+        "--pool", default="default", help="the sending pool whose queue to create, in its account and region"
     )
     init.set_defaults(handler=cmd_init_aws)
 

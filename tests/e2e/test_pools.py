@@ -55,10 +55,9 @@ def env(
     }.items():
         monkeypatch.setenv(name, value)
     assert main(["init-aws"]) == 0  # the default pool's queue
+    assert main(["init-aws", "--pool", "eu"]) == 0  # the eu pool's, in its region
     eu_sqs = boto3.client("sqs", region_name="eu-west-1", endpoint_url=aws_env)
-    eu_sqs.create_queue(
-        QueueName=EU_QUEUE, Attributes={"FifoQueue": "true", "ContentBasedDeduplication": "false"}
-    )
+    assert eu_sqs.get_queue_url(QueueName=EU_QUEUE)["QueueUrl"].endswith(EU_QUEUE)
     return dict(os.environ)
 
 
