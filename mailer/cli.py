@@ -176,9 +176,14 @@ def cmd_stats(args: argparse.Namespace, settings: Settings) -> int:
     import redis
     import redis.asyncio
 
+    from fairpost.config.pools import pool_names, pool_settings
     from fairpost.dispatcher.connect import async_redis_client
     from fairpost.dispatcher.keys import Keys
     from fairpost.mailer.ops.stats import collect_stats, render_table, render_text
+
+    if args.pool not in pool_names(settings):
+        return fail(f"no pool {args.pool!r}: one of {', '.join(pool_names(settings))}")
+    settings = pool_settings(settings, args.pool)  # its keys, its global limits, its slot
 
     async def run() -> None:
         client = async_redis_client(settings)
@@ -332,6 +337,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     stats.add_argument("--interval", type=float, default=1.0, help="seconds between updates with --watch")
     stats.add_argument("--tenant", action="append", help="only these tenants (repeat for several)")
+    stats.add_argument(
+        "--pool", default="default", help="the sending pool to show (default: the default pool)"
+    )
     stats.set_defaults(handler=cmd_stats)
 
     add_quota_commands(sub)

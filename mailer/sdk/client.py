@@ -19,6 +19,7 @@ import redis.asyncio
 
 from fairpost.config import Settings, load_settings
 from fairpost.config.limits import budget_exceeded
+from fairpost.config.pools import DEFAULT_POOL
 from fairpost.dispatcher.jobs import NewJob, check_priority
 from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.redis_memory import PolicyOnce
@@ -267,14 +268,15 @@ class MailClient(RedisOwner, BaseMailClient):
 
     def events(
         self, *, group: str, consumer: str, tenant: str | None = None, start: Start = "earliest",
-        batch: int = 100, block: bool = True, claim_idle_seconds: float = 60.0,
+        batch: int = 100, block: bool = True, claim_idle_seconds: float = 60.0, pool: str = DEFAULT_POOL,
     ) -> EventReader:  # fmt: skip
         """The outcome feed, read as ``consumer`` of ``group``: each event at least once,
         until acknowledged (``event.ack()``); ``tenant``: that tenant's only; ``block=False``:
-        stop when none is waiting (fairpost.mailer.sdk.outcomes.stream, docs/outcomes.md)."""
+        stop when none is waiting (fairpost.mailer.sdk.outcomes.stream, docs/outcomes.md).
+        ``pool``: the sending pool whose feed to read (each pool keeps its own)."""
         return EventReader(
-            self._redis, self.settings, group=group, consumer=consumer, tenant=tenant, start=start,
-            batch=batch, block=block, claim_idle_seconds=claim_idle_seconds,
+            self._routes.redis(pool), self._routes.pool(pool).settings, group=group, consumer=consumer,
+            tenant=tenant, start=start, batch=batch, block=block, claim_idle_seconds=claim_idle_seconds,
         )  # fmt: skip
 
 
@@ -378,10 +380,10 @@ class AsyncMailClient(AsyncRedisOwner, BaseMailClient):
 
     def events(
         self, *, group: str, consumer: str, tenant: str | None = None, start: Start = "earliest",
-        batch: int = 100, block: bool = True, claim_idle_seconds: float = 60.0,
+        batch: int = 100, block: bool = True, claim_idle_seconds: float = 60.0, pool: str = DEFAULT_POOL,
     ) -> AsyncEventReader:  # fmt: skip
         """``async for event in client.events(...)``: as :meth:`MailClient.events`."""
         return AsyncEventReader(
-            self._redis, self.settings, group=group, consumer=consumer, tenant=tenant, start=start,
-            batch=batch, block=block, claim_idle_seconds=claim_idle_seconds,
+            self._routes.redis(pool), self._routes.pool(pool).settings, group=group, consumer=consumer,
+            tenant=tenant, start=start, batch=batch, block=block, claim_idle_seconds=claim_idle_seconds,
         )  # fmt: skip

@@ -236,3 +236,15 @@ def test_the_acl_template_names_every_pool_s_keys() -> None:
 
     line = acl_setuser("fairpost", "fairpost", pools=["fairpost:pool:eu"])
     assert " ~{fairpost}* ~{fairpost:pool:eu}* " in line
+
+
+def test_each_pool_keeps_its_own_outcome_feed(redis_url: str, redis_client: redis.Redis) -> None:
+    settings = pooled(redis_url)
+    PoolDirectory(settings, redis_client).place("b", "eu")
+    with MailClient(settings) as client:
+        job = client.send("b", sender="x@example.com", to="ada@example.org", subject="s", text="t")
+        client.cancel(job)
+        eu = [e.job_id for e in client.events(group="g", consumer="c", block=False, pool="eu")]
+        default = [e.job_id for e in client.events(group="g", consumer="c", block=False)]
+    assert job in eu
+    assert job not in default
