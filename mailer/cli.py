@@ -22,6 +22,7 @@ from fairpost.mailer.ops.lifecycle_commands import parse_header, parse_send_at
 from fairpost.mailer.ops.migrate_commands import add_parser as add_migrate_command
 from fairpost.mailer.ops.pool_commands import add_parser as add_pools_command
 from fairpost.mailer.ops.pool_commands import add_tenant_actions as add_pool_actions
+from fairpost.mailer.ops.pool_commands import tenant_pool_settings
 from fairpost.mailer.ops.quota_commands import add_commands as add_quota_commands
 from fairpost.mailer.ops.redis_check import redis_findings
 from fairpost.mailer.ops.reputation_commands import add_commands as add_reputation_commands
@@ -403,6 +404,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     handler: Command = args.handler
     try:
+        # A command about one tenant's state acts in the pool the tenant is on (#43).
+        settings = tenant_pool_settings(args, settings)
         return handler(args, settings)
     except FairpostError as exc:
         print(f"fairpost: {exc}", file=sys.stderr)

@@ -10,7 +10,30 @@ from fairpost.config import Settings
 from fairpost.config.pools import pool_names
 from fairpost.mailer.ops.console import fail, print_json, unreachable_redis
 
-__all__ = ["add_parser", "add_tenant_actions"]
+__all__ = ["add_parser", "add_tenant_actions", "tenant_pool_settings"]
+
+_TENANT_STATE = frozenset({"quota", "analytics"})
+"""Commands about a tenant's state in its pool's keys (its overrides, its counts)."""
+_TENANT_STATE_ACTIONS = frozenset({"pause", "resume", "warmup"})
+"""``fairpost tenant`` actions about its state there (not ``move``, ``pool``, ``fallback``)."""
+
+
+def tenant_pool_settings(args: argparse.Namespace, settings: Settings) -> Settings:
+    """For a command about one tenant's state (its quota, pause, warm-up, counts), the
+    settings of the pool the tenant is on: its keys and, on a Redis Cluster, its slot.
+    Any other command, or an installation without pools: the settings as they are."""
+    command = getattr(args, "command", None)
+    scoped = command in _TENANT_STATE or (command == "tenant" and args.action in _TENANT_STATE_ACTIONS)
+    tenant = getattr(args, "tenant", None)
+    if command == "quota" and getattr(args, "values", None) and len(args.values) > 1:
+        tenant = args.values[0]  # quota set TENANT LIMITS
+    if not settings.pools or not scoped or not isinstance(tenant, str):
+        return settings
+    from fairpost.config.pools import pool_settings
+    from fairpost.mailer.sdk.pool_admin import Pools
+
+    with Pools(settings) as pools:
+        return pool_settings(settings, pools.pool_of(tenant))
 
 
 def add_tenant_actions(actions: Any) -> None:

@@ -248,3 +248,22 @@ def test_each_pool_keeps_its_own_outcome_feed(redis_url: str, redis_client: redi
         default = [e.job_id for e in client.events(group="g", consumer="c", block=False)]
     assert job in eu
     assert job not in default
+
+
+def test_commands_about_a_tenant_s_state_act_in_its_pool(
+    monkeypatch: pytest.MonkeyPatch, redis_url: str, redis_client: redis.Redis
+) -> None:
+    monkeypatch.setenv("FAIRPOST_REDIS_URL", redis_url)
+    monkeypatch.setenv("FAIRPOST_KEY_PREFIX", "pt")
+    monkeypatch.setenv("FAIRPOST_POOLS__EU__QUEUE_NAME", "fairpost-eu.fifo")
+    settings = load_settings()
+    eu = Keys(pool_settings(settings, "eu").key_prefix)
+    PoolDirectory(settings, redis_client).place("b", "eu")
+    assert main(["quota", "set", "b", "7/minute"]) == 0
+    assert main(["tenant", "pause", "b"]) == 0
+    assert redis_client.hget(eu.limit_overrides(), "t:b") == "7/minute"
+    assert redis_client.sismember(eu.paused(), "b")
+    assert not redis_client.exists(Keys("pt").limit_overrides(), Keys("pt").paused())
+    # The pool's own commands stay on the directory: a move is not redirected.
+    assert main(["tenant", "move", "b", "--to", "default"]) == 0
+    assert PoolDirectory(settings, redis_client).placements() == {}
