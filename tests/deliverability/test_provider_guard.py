@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+from html import unescape
 from typing import Any
 
+import aiohttp
 import pytest
 import redis
 
@@ -25,10 +27,12 @@ from fairpost.mailer.sdk.outcomes.feed import HELD, from_entry
 from fairpost.mailer.testing.ses_server import SesServer
 from fairpost.mailer.testing.ses_tenancy import EventSink
 from fairpost.mailer.testing.wait import wait_for_async as wait_for
+from tests.console.conftest import TOKEN, serve
 from tests.support.deliverability import EVENTS_QUEUE, FakeDns
 from tests.support.pipeline import pipeline, quick_settings
 
 KEYS = Keys()
+BEARER = {"Authorization": f"Bearer {TOKEN}"}
 GMAIL = ["ann@gmail.com", "bob@gmail.com", "cy@workspace.example", "dan@googlemail.com"]
 OUTLOOK = ["dee@outlook.com", "eve@m365.example", "fay@hotmail.com", "gus@live.com"]
 
@@ -43,6 +47,7 @@ def guarded(redis_url: str, **reputation: Any) -> Settings:
     return quick_settings(
         redis_url,
         events_queue_name=EVENTS_QUEUE,
+        console={"token": TOKEN},
         reputation={
             "per_provider": True, "provider_min_sends": 4, "min_sends": 1000,
             "provider_recheck_seconds": 1, **reputation,
@@ -59,7 +64,8 @@ def sent_to(ses: SesServer) -> list[str]:
 
 
 def held_events(client: redis.Redis) -> list[dict[str, Any]]:
-    events = [from_entry(i, f) for i, f in client.xrange(KEYS.outcomes())]
+    entries: list[tuple[str, dict[str, str]]] = client.xrange(KEYS.outcomes())  # type: ignore[assignment]
+    events = [from_entry(i, f) for i, f in entries]
     return [e.data for e in events if e is not None and e.type == HELD]
 
 
@@ -99,6 +105,12 @@ async def test_gmail_bounces_hold_the_tenants_gmail_mail_while_its_outlook_mail_
         assert acme["provider_holds"]["gmail"]["reason"].startswith("bounce rate 25.00% at gmail")
         assert await asyncio.to_thread(main, ["stats"]) == 0
         assert "acme: mail to gmail held by the reputation guard at" in capsys.readouterr().out
+        async with serve(settings) as base, aiohttp.ClientSession(headers=BEARER) as http:
+            async with http.get(base + "/") as response:
+                assert "held at gmail by the reputation guard" in unescape(await response.text())
+            async with http.get(base + "/tenants/acme") as response:
+                page = unescape(await response.text())
+                assert "its mail to gmail held by the reputation guard: bounce rate 25.00%" in page
         held = held_events(redis_client)
         assert sorted(e["job_id"] for e in held) == sorted([gmail_job, hosted_job])
         assert {e["reason"] for e in held} == {"provider_paused:gmail"}
@@ -144,8 +156,9 @@ async def test_mail_in_sqs_when_the_hold_begins_is_taken_back_and_its_group_goes
         await asyncio.wait_for(parked.wait(), 20)
         gmail_job = await client.send("acme", **mail_to("hal@gmail.com"))
         outlook_job = await client.send("acme", **mail_to("joe@outlook.com"))
-        for job in (gmail_job, outlook_job):
-            await wait_for(lambda j=job: _state(client, j, "dispatched"), within=20, what="in SQS")
+        await wait_for(
+            lambda: _states(client, [gmail_job, outlook_job], "dispatched"), within=20, what="in SQS"
+        )
         ses_env.emit("Bounce", by_address["ann@gmail.com"])
         await wait_for(lambda: held_at(redis_client) == ["gmail"], within=20, what="acme held at gmail")
         await asyncio.sleep(FRESH_SECONDS)  # (the sender reads the holds at most once a second)
@@ -189,3 +202,7 @@ async def test_the_hold_lifts_by_itself_once_the_days_with_the_bounces_leave_the
 
 async def _state(client: AsyncMailClient, job_id: str, state: str) -> bool:
     return (await client.status(job_id)).state == state
+
+
+async def _states(client: AsyncMailClient, job_ids: list[str], state: str) -> bool:
+    return all([await _state(client, j, state) for j in job_ids])
