@@ -23,7 +23,7 @@ from fairpost.dispatcher.lifecycle import Lifecycle
 from fairpost.dispatcher.linger import Linger
 from fairpost.dispatcher.loop import OnError, forever
 from fairpost.dispatcher.store import JobStore
-from fairpost.dispatcher.worker import Dead, Done, HandedOff, Outcome, Retry, Worker
+from fairpost.dispatcher.worker import Dead, Done, HandedOff, Later, Outcome, Retry, Worker
 
 log = logging.getLogger("fairpost.dispatcher")
 
@@ -269,6 +269,15 @@ class Dispatcher:
 
     async def _record(self, settled: list[tuple[Job, Outcome]], handed: list[str]) -> None:
         await self.store.handed_off(handed)
+        later: dict[tuple[float, str], list[tuple[Job, Later]]] = defaultdict(list)
+        for job, outcome in settled:
+            if isinstance(outcome, Later):
+                later[(outcome.seconds, outcome.reason)].append((job, outcome))
+        for (seconds, reason), deferred in later.items():
+            entries = {job.id: o.entry for job, o in deferred if o.entry is not None}
+            await self.store.defer(
+                [job.id for job, _ in deferred], int(seconds * 1000), reason, entries=entries
+            )
         for job, outcome in settled:
             if isinstance(outcome, Done):
                 await self.store.finish(job.id, JobState.SENT, keep_seconds=self.finished_ttl_seconds)
