@@ -6,8 +6,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from fairpost.config import Settings
-from fairpost.config.pools import pool_names
+from fairpost.config import ConfigError, Settings
+from fairpost.config.pools import pool_names, pool_settings
 from fairpost.mailer.ops.console import fail, print_json, unreachable_redis
 
 __all__ = ["add_parser", "add_tenant_actions", "tenant_pool_settings"]
@@ -22,6 +22,11 @@ def tenant_pool_settings(args: argparse.Namespace, settings: Settings) -> Settin
     """For a command about one tenant's state (its quota, pause, warm-up, counts), the
     settings of the pool the tenant is on: its keys and, on a Redis Cluster, its slot.
     Any other command, or an installation without pools: the settings as they are."""
+    in_pool = getattr(args, "in_pool", None)  # --pool: the command acts in that pool
+    if in_pool is not None:
+        if in_pool not in pool_names(settings):
+            raise ConfigError([("--pool", f"no pool {in_pool!r}: one of {', '.join(pool_names(settings))}")])
+        return pool_settings(settings, in_pool)
     command = getattr(args, "command", None)
     scoped = command in _TENANT_STATE or (command == "tenant" and args.action in _TENANT_STATE_ACTIONS)
     tenant = getattr(args, "tenant", None)
@@ -29,7 +34,6 @@ def tenant_pool_settings(args: argparse.Namespace, settings: Settings) -> Settin
         tenant = args.values[0]  # quota set TENANT LIMITS
     if not settings.pools or not scoped or not isinstance(tenant, str):
         return settings
-    from fairpost.config.pools import pool_settings
     from fairpost.mailer.sdk.pool_admin import Pools
 
     with Pools(settings) as pools:

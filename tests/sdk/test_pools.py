@@ -267,3 +267,28 @@ def test_commands_about_a_tenant_s_state_act_in_its_pool(
     # The pool's own commands stay on the directory: a move is not redirected.
     assert main(["tenant", "move", "b", "--to", "default"]) == 0
     assert PoolDirectory(settings, redis_client).placements() == {}
+
+
+def test_dead_letters_and_global_quotas_of_a_pool_by_pool_option(
+    monkeypatch: pytest.MonkeyPatch,
+    redis_url: str,
+    redis_client: redis.Redis,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("FAIRPOST_REDIS_URL", redis_url)
+    monkeypatch.setenv("FAIRPOST_KEY_PREFIX", "pt")
+    monkeypatch.setenv("FAIRPOST_POOLS__EU__QUEUE_NAME", "fairpost-eu.fifo")
+    settings = load_settings()
+    PoolDirectory(settings, redis_client).place("b", "eu")
+    with MailClient(settings) as client:
+        job = client.send("b", sender="x@example.com", to="ada@example.org", subject="s", text="t")
+        client.cancel(job)  # a dead letter, in the eu pool
+    assert main(["dead", "list", "--json"]) == 0
+    assert job not in capsys.readouterr().out
+    assert main(["dead", "list", "--pool", "eu", "--json"]) == 0
+    assert job in capsys.readouterr().out
+    assert main(["quota", "set", "--global", "9/second", "--pool", "eu"]) == 0
+    eu = Keys(pool_settings(settings, "eu").key_prefix)
+    assert redis_client.hget(eu.limit_overrides(), "global") == "9/second"
+    assert main(["dead", "list", "--pool", "asia"]) == 1
+    assert "no pool 'asia'" in capsys.readouterr().err
