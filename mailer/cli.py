@@ -241,12 +241,15 @@ def cmd_tenant_pause(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_health(args: argparse.Namespace, settings: Settings) -> int:
+    from fairpost.config.pools import pool_settings, served_pools
     from fairpost.mailer.daemon.health import check_heartbeat, check_http
 
     if settings.http_port is not None and args.replica is None:
         health = check_http(settings.http_port, timeout=args.timeout)
     else:
-        health = check_heartbeat(settings, args.replica, timeout=args.timeout)
+        # The heartbeat of the first pool this replica serves (each pool's is in its keys).
+        beats_in = pool_settings(settings, served_pools(settings)[0])
+        health = check_heartbeat(beats_in, args.replica, timeout=args.timeout)
     if args.json:
         print_json(health.to_json())
     else:

@@ -5,6 +5,8 @@ global quota and its own Redis hash tag; tenants on each."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -122,3 +124,27 @@ def test_a_tenant_moved_under_load_loses_nothing_and_sends_nothing_twice(
     assert sorted(ids) == sorted(sent)  # every mail once: none lost, none twice
     # Mail sent after the move went through the new pool only.
     assert {m.tags["fairpost-job-id"] for m in eu_ses.sent} >= set(after)
+
+
+def test_a_replica_serves_only_the_pools_it_is_told_to(
+    env: dict[str, str], tmp_path: Path, ses: SesServer, eu_ses: SesServer, redis_client: redis.Redis
+) -> None:
+    settings = load_settings()
+    PoolDirectory(settings, redis_client).place("eu-tenant", "eu")
+    with MailClient(settings) as client:
+        send(client, "us-tenant", 3)
+        send(client, "eu-tenant", 3)
+    eu_keys = Keys(pool_settings(settings, "eu").key_prefix)
+    only_eu = {**env, "FAIRPOST_SERVE_POOLS": "eu"}
+    with daemon_process(only_eu, tmp_path, replica="eu-only", wait_ready=False) as daemon:
+        wait_for(lambda: redis_client.exists(eu_keys.heartbeat("eu-only")), within=30, what="eu's heartbeat")
+        eu_ses.wait_for(3, timeout=30)
+        # Its health is read where it beats: the first pool it serves.
+        health = subprocess.run(
+            [sys.executable, "-m", "fairpost.mailer.cli", "health", "--replica", "eu-only"],
+            env={**only_eu, "PYTHONPATH": os.environ.get("PYTHONPATH", "")}, capture_output=True, timeout=30,
+        )  # fmt: skip
+        assert health.returncode == 0, health.stdout + health.stderr
+        assert daemon.process.poll() is None
+    assert ses.sent_count == 0  # the default pool's mail waits for a replica that serves it
+    assert not redis_client.exists(Keys(PREFIX).heartbeat("eu-only"))
