@@ -149,12 +149,13 @@ async def _run(
             tasks.update({task_name(pool, name): task for name, task in parts.tasks(stop).items()})
         sqs, queue_url, quota = clients[0].sqs, clients[0].queue_url, served[0].quota
         stats_keys = Keys(pool_settings(settings, pools[0]).key_prefix)
-        if settings.webhook.enabled and role in ("all", "webhooks"):
+        for pool in pools if settings.webhook.enabled and role in ("all", "webhooks") else ():
+            # Each pool's feed to the endpoints kept in its keys (mailer/sdk/outcomes/endpoints.py).
             webhooks = WebhookDeliveries(
-                client, keys, settings, metrics.webhooks,
-                on_error=metrics.task_failed, on_newer=metrics.newer_format,
+                pool_redis(pool), Keys(pool_key_prefix(settings, pool)), pool_settings(settings, pool),
+                metrics.webhooks, on_error=metrics.task_failed, on_newer=metrics.newer_format,
             )  # fmt: skip
-            tasks.update(webhooks.tasks(stop))
+            tasks.update({task_name(pool, name): task for name, task in webhooks.tasks(stop).items()})
         if settings.http_port is not None:
 
             def alive() -> Check:

@@ -24,6 +24,7 @@ from fairpost.mailer.testing.services import free_port
 from fairpost.mailer.testing.ses_mail import max_in_window
 from fairpost.mailer.testing.ses_server import SesServer
 from fairpost.mailer.testing.wait import wait_for
+from tests.outcomes.receiver import Receiver
 from tests.support.daemon_process import daemon_process
 
 PREFIX = "pools"
@@ -54,6 +55,7 @@ def env(
         "FAIRPOST_POOLS__EU__SES_ENDPOINT_URL": eu_ses.url,
         "FAIRPOST_POOLS__EU__GLOBAL_LIMITS": f"{EU_LIMIT}/second",
         "AWS_ENDPOINT_URL_SESV2": ses.url,
+        "FAIRPOST_WEBHOOK_ALLOW_PRIVATE": "true",  # the receiver, on 127.0.0.1
     }.items():
         monkeypatch.setenv(name, value)
     assert main(["init-aws"]) == 0  # the default pool's queue
@@ -75,25 +77,42 @@ def test_each_pool_sends_through_its_own_ses_within_its_own_window(
 ) -> None:
     settings = load_settings()
     PoolDirectory(settings, redis_client).place("eu-tenant", "eu")
-    with MailClient(settings) as client:
-        send(client, "us-tenant", 12)
-        send(client, "eu-tenant", 12)
-    eu_keys = Keys(pool_settings(settings, "eu").key_prefix)
-    # The eu tenant's jobs live under the eu pool's hash tag, not the default's.
-    assert redis_client.exists(eu_keys.queue("eu-tenant", "normal"))
-    assert not redis_client.exists(Keys(PREFIX).queue("eu-tenant", "normal"))
-    with daemon_process(env, tmp_path, replica="r1", http_port=free_port()) as daemon:
-        ses.wait_for(12, timeout=30)
-        eu_ses.wait_for(12, timeout=30)
-        status, text = daemon.get("/metrics")
-    assert status == 200
-    # Each pool's own global window, by pool (a bounded label: the pools configured).
-    assert f'fairpost_pool_global_quota_limit{{pool="eu",window="second"}} {EU_LIMIT}.0' in text
-    assert f'fairpost_pool_global_quota_limit{{pool="default",window="second"}} {DEFAULT_LIMIT}.0' in text
+    with Receiver().running() as receiver, MailClient(settings) as client:
+        # A webhook endpoint of each tenant, added once: each pool delivers its own tenants' events.
+        with client.webhooks() as hooks:
+            for tenant in ("us-tenant", "eu-tenant"):
+                receiver.secret(f"/{tenant}", hooks.add(tenant, receiver.url(f"/{tenant}")).secret)
+        jobs = {"us-tenant": send(client, "us-tenant", 12), "eu-tenant": send(client, "eu-tenant", 12)}
+        eu_keys = Keys(pool_settings(settings, "eu").key_prefix)
+        # The eu tenant's jobs live under the eu pool's hash tag, not the default's.
+        assert redis_client.exists(eu_keys.queue("eu-tenant", "normal"))
+        assert not redis_client.exists(Keys(PREFIX).queue("eu-tenant", "normal"))
+        with daemon_process(env, tmp_path, replica="r1", http_port=free_port()) as daemon:
+            ses.wait_for(12, timeout=30)
+            eu_ses.wait_for(12, timeout=30)
+            status, text = daemon.get("/metrics")
+            for tenant, sent in jobs.items():
+                wait_for(
+                    lambda t=tenant, j=sent: sent_events(receiver, f"/{t}") >= set(j),  # type: ignore[misc]
+                    within=30, what=f"{tenant}'s mail.sent webhooks",
+                )  # fmt: skip
     assert {m.subject for m in ses.sent} == {"us-tenant"}
     assert {m.subject for m in eu_ses.sent} == {"eu-tenant"}
     # The eu pool's own global window held at its own SES.
     assert max_in_window(eu_ses.sent, 1.0) <= EU_LIMIT
+    assert status == 200
+    # Each pool's own global window, by pool (a bounded label: the pools configured).
+    assert f'fairpost_pool_global_quota_limit{{pool="eu",window="second"}} {EU_LIMIT}.0' in text
+    assert f'fairpost_pool_global_quota_limit{{pool="default",window="second"}} {DEFAULT_LIMIT}.0' in text
+
+
+def sent_events(receiver: Receiver, path: str) -> set[str]:
+    """The job ids of the ``mail.sent`` events delivered (and verified) at ``path``."""
+    return {
+        d.event["data"]["job_id"]
+        for d in receiver.verified(path)
+        if d.event and d.event["type"] == "mail.sent"
+    }
 
 
 def test_a_tenant_moved_under_load_loses_nothing_and_sends_nothing_twice(
