@@ -118,6 +118,9 @@ class Pools(RedisOwner):
                     "--to", f"tenant {tenant!r} is moving from {state['from']!r} to {state['to']!r}: "
                     f"finish that move first (tenant move {tenant} --to {state['to']})",
                 )])  # fmt: skip
+            if state["from"] == to:  # back where it was, before it was placed: nothing moved
+                self.directory.record_move(tenant, None)
+                return MoveReport(tenant, to, to, "done")
             state = {"from": state["from"], "to": to, "step": "copy"}
             self.directory.record_move(tenant, state)
         source, target = self._space(str(state["from"])), self._space(to)

@@ -292,3 +292,13 @@ def test_dead_letters_and_global_quotas_of_a_pool_by_pool_option(
     assert redis_client.hget(eu.limit_overrides(), "global") == "9/second"
     assert main(["dead", "list", "--pool", "asia"]) == 1
     assert "no pool 'asia'" in capsys.readouterr().err
+
+
+def test_a_move_killed_before_it_placed_the_tenant_may_go_back(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    settings = pooled(redis_url)
+    with MailClient(settings) as client, client.pools() as pools:
+        pools.directory.record_move("t", {"from": "default", "to": "eu", "step": "copy"})  # killed mid-copy
+        assert pools.move("t", "default").step == "done"
+        assert pools.moving("t") is None and pools.pool_of("t") == "default"
