@@ -37,7 +37,7 @@ from pydantic_settings import (
 from fairpost.config.durations import Duration, Schedule
 from fairpost.config.errors import ConfigError
 from fairpost.config.limits import GlobalLimits, Limits, parse_limits
-from fairpost.config.pools import PoolSettings, ServePools, check_pools, fifo_queue_name, split_names
+from fairpost.config.pool_model import PoolSettings, ServePools, check_pools, fifo_queue_name, split_names
 from fairpost.config.providers import PROVIDERS
 from fairpost.config.ses_names import ses_tenant_name
 from fairpost.config.tenant_id import TENANT_ID_RULE, is_valid_tenant_id

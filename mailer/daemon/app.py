@@ -184,7 +184,7 @@ async def _run(
                     alone = await collect_stats(
                         pool_redis(pool), Keys(own.key_prefix), own, quota=parts.quota, tenants=()
                     )
-                    metrics.update_pool(pool, alone)
+                    metrics.pools.update(pool, alone)
                 metrics.webhooks.update(stats.webhooks, stats.at_ms)
 
             http = HttpServer(metrics, port=settings.http_port, alive=alive, ready=ready, refresh=refresh)

@@ -93,13 +93,13 @@ class PoolHealth:
             since = time_ms(await self._redis.time())
             await self._redis.hsetnx(self._key, self.pool, str(since))
             self.switched = True
-            self._metrics.pool_failovers_total.labels(self.pool, "fallback").inc()
+            self._metrics.pools.failovers_total.labels(self.pool, "fallback").inc()
             log.warning("pool %s: SES failing for %ss: tenants with a fallback pool now send through it",
                         self.pool, self.after)  # fmt: skip
         elif self.switched and self.failing_since is None:
             await self._redis.hdel(self._key, self.pool)
             self.switched = False
-            self._metrics.pool_failovers_total.labels(self.pool, "own").inc()
+            self._metrics.pools.failovers_total.labels(self.pool, "own").inc()
             log.warning("pool %s: SES answers again: its tenants send through it again", self.pool)
 
     async def _probe(self) -> None:

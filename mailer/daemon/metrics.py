@@ -37,6 +37,7 @@ from prometheus_client.process_collector import ProcessCollector
 
 from fairpost.config import Settings
 from fairpost.mailer.daemon.deliverability import DeliverabilityMetrics
+from fairpost.mailer.daemon.pool_metrics import PoolMetrics
 from fairpost.mailer.daemon.redis_metrics import RedisMemoryMetrics
 from fairpost.mailer.daemon.webhooks.metrics import WebhookMetrics
 from fairpost.mailer.ops.stats import Stats
@@ -246,13 +247,8 @@ class Metrics:
             ["format", "found", "reads"],
             registry=r,
         )
-        self.pool_failovers_total = Counter(
-            "fairpost_pool_failovers",
-            "Switches of a sending pool's fallback tenants: to their fallback pool (to=fallback, its "
-            "SES failing) and back (to=own).",
-            ["pool", "to"],
-            registry=r,
-        )
+        self.pools = PoolMetrics(r)
+        """Per sending pool (#43): fairpost.mailer.daemon.pool_metrics."""
         self.latency = Histogram(
             "fairpost_mail_latency_seconds",
             "From enqueue to SES accepting the mail.",
@@ -278,26 +274,6 @@ class Metrics:
         )
         self.tenant_quota_limit = Gauge(
             "fairpost_tenant_quota_limit", "A tenant window's limit.", ["tenant", "window"], registry=r
-        )
-        # Per sending pool (#43), bounded by the pools configured: what each pool's own
-        # global quota and queues hold (the families above read the first pool served).
-        self.pool_backlog = Gauge(
-            "fairpost_pool_backlog", "Jobs waiting in Redis, per sending pool.", ["pool"], registry=r
-        )
-        self.pool_inflight = Gauge(
-            "fairpost_pool_inflight", "Jobs in SQS, not finished, per sending pool.", ["pool"], registry=r
-        )
-        self.pool_global_quota_used = Gauge(
-            "fairpost_pool_global_quota_used",
-            "Recipients counted in a pool's global window.",
-            ["pool", "window"],
-            registry=r,
-        )
-        self.pool_global_quota_limit = Gauge(
-            "fairpost_pool_global_quota_limit",
-            "A pool's global window's limit.",
-            ["pool", "window"],
-            registry=r,
         )
         self.global_quota_used = Gauge(
             "fairpost_global_quota_used", "Recipients counted in a global window.", ["window"], registry=r
@@ -452,15 +428,6 @@ class Metrics:
         self.handed_back_total.inc(count)
 
     # -- gauges -----------------------------------------------------------------
-    def update_pool(self, pool: str, stats: Stats) -> None:
-        """Set one sending pool's gauges from its :func:`~fairpost.mailer.ops.stats.collect_stats`."""
-        g = stats.global_
-        self.pool_backlog.labels(pool).set(g.backlog)
-        self.pool_inflight.labels(pool).set(g.inflight)
-        for w in g.windows:
-            self.pool_global_quota_used.labels(pool, w.name).set(w.used)
-            self.pool_global_quota_limit.labels(pool, w.name).set(w.limit)
-
     def update(self, stats: Stats) -> None:
         """Set the gauges from a :func:`fairpost.mailer.ops.stats.collect_stats` result.
 

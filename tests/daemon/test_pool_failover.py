@@ -70,14 +70,14 @@ async def test_fallback_tenants_switch_while_the_pool_s_ses_fails_and_come_back(
         assert set(directory.failing()) == {"default"}
         assert directory.route("careful") == "eu"
         assert directory.route("anyone") == "default"
-        assert metrics.pool_failovers_total.labels("default", "fallback")._value.get() == 1
+        assert metrics.pools.failovers_total.labels("default", "fallback")._value.get() == 1
         # SES answers again (a GetAccount probe): back to its own pool.
         rule.cancel()
         now[0] += 10
         await health.step()
         assert directory.failing() == {}
         assert directory.route("careful") == "default"
-        assert metrics.pool_failovers_total.labels("default", "own")._value.get() == 1
+        assert metrics.pools.failovers_total.labels("default", "own")._value.get() == 1
     finally:
         await aclient.aclose()
 
