@@ -1,5 +1,6 @@
 """What an unsubscribe does, by link or by mail: verify the token, then unsubscribe
-at once (fairpost.mailer.sdk.unsubscribes), its event in the outcome feed.
+at once (fairpost.mailer.sdk.unsubscribes), its event in the outcome feed, counted
+in the tenant's deliverability rollups.
 
 Shared by ``fairpost unsubscribe-server`` (the https link) and the SES event
 consumer (the ``mailto:`` address: SES receives the mail and notifies the events
@@ -14,8 +15,6 @@ import time
 import redis.asyncio
 
 from fairpost.config import Settings
-from fairpost.dispatcher.calls import outcome_journal
-from fairpost.dispatcher.keys import Keys
 from fairpost.mailer.errors import InvalidToken
 from fairpost.mailer.sdk.list_unsubscribe import MAILTO_PREFIX
 from fairpost.mailer.sdk.unsub_token import Token, verify
@@ -31,8 +30,7 @@ class Unsubscriber:
         self.keys = [k.get_secret_value().encode() for k in settings.unsubscribe.keys]
         self.mailto_domain = (settings.unsubscribe.mailto_domain or "").lower()
         self.client = client
-        self.redis_keys = Keys(settings.key_prefix)
-        self.journal = outcome_journal(settings)
+        self.settings = settings
 
     def token(self, text: str) -> Token:
         """The token, or :class:`InvalidToken`."""
@@ -54,8 +52,6 @@ class Unsubscriber:
         """Unsubscribe the token's address from its topic (or every topic of its tenant);
         False if it was already."""
         topic = EVERY_TOPIC if whole_tenant else token.topic
-        changed = await unsubscribe(
-            self.client, self.redis_keys, self.journal, token.tenant, token.address, topic, source
-        )
+        changed = await unsubscribe(self.client, self.settings, token.tenant, token.address, topic, source)
         log.info("unsubscribed (%s)", source, extra={"tenant": token.tenant})
         return changed

@@ -10,8 +10,10 @@ address in lower case → ``"<topics> <source> <ms>"``, the topics sorted and
 comma-separated, or ``*``; the source (``link``, ``mailto``, ``admin``) and
 Redis time of the last change. Every change goes through ``unsubscribe.lua``,
 which appends a ``recipient.unsubscribed`` event to the outcome feed in the same
-step when an address is unsubscribed. The sender asks with one ``HMGET`` per
-group (:func:`ask_unsubscribed`). This module owns the format.
+step when an address is unsubscribed; that unsubscribe is then counted in the
+tenant's deliverability rollups (``unsubscribed``, mailer/sdk/rollups.py). The
+sender asks with one ``HMGET`` per group (:func:`ask_unsubscribed`). This module
+owns the format.
 
 >>> with Unsubscribes() as unsubscribes:
 ...     unsubscribes.add("acme", "ada@example.com", topic="digest")
@@ -38,6 +40,7 @@ from fairpost.mailer.errors import InvalidMail, InvalidSuppression
 from fairpost.mailer.sdk.connection import RedisOwner
 from fairpost.mailer.sdk.failures import redis_operation
 from fairpost.mailer.sdk.outcomes import feed
+from fairpost.mailer.sdk.rollups import UNSUBSCRIBED, Deliverability, count_outcome
 from fairpost.mailer.sdk.streams import TOPIC_RULE, check_topic
 from fairpost.mailer.sdk.suppression import checked_address, checked_tenant, normalize
 
@@ -134,9 +137,16 @@ class Unsubscribes(RedisOwner):
         raw: dict[Any, Any] = self._redis.hgetall(self.keys.unsubscribed(checked_tenant(tenant)))
         return sorted((_parse(text(k), text(v)) for k, v in raw.items()), key=lambda u: u.address)
 
-    @redis_operation("unsubscribes: add", writes=True)
     def add(self, tenant: str, address: str, topic: str | None = None) -> bool:
         """Unsubscribe the address from ``topic`` (None: every topic); False if it was already."""
+        changed = self._add(tenant, address, topic)
+        if changed and self.settings.deliverability.enabled:
+            # Its own call after the unsubscribe: a retry of this one would count twice.
+            Deliverability(self.settings, redis_client=self._redis).count(tenant, UNSUBSCRIBED, [address])
+        return changed
+
+    @redis_operation("unsubscribes: add", writes=True)
+    def _add(self, tenant: str, address: str, topic: str | None) -> bool:
         return self._run(tenant, address, topic, add=True) == 1
 
     @redis_operation("unsubscribes: remove", writes=True)
@@ -162,10 +172,14 @@ class Unsubscribes(RedisOwner):
 
 
 async def unsubscribe(
-    client: redis.asyncio.Redis, keys: Keys, journal: Journal | None, tenant: str, address: str,
-    topic: str, source: str,
-) -> bool:  # fmt: skip
+    client: redis.asyncio.Redis, settings: Settings, tenant: str, address: str, topic: str, source: str
+) -> bool:
     """What a recipient's one click (or mail) does: unsubscribed at once, its event in
-    the feed; False if it was already."""
-    keys_, args = unsubscribe_call(keys, journal, tenant, address, topic, add=True, source=source)
-    return int(await client.register_script(unsubscribe_source())(keys=keys_, args=args)) == 1
+    the feed, counted in the rollups; False if it was already."""
+    keys_, args = unsubscribe_call(
+        Keys(settings.key_prefix), outcome_journal(settings), tenant, address, topic, add=True, source=source
+    )
+    changed = int(await client.register_script(unsubscribe_source())(keys=keys_, args=args)) == 1
+    if changed and settings.deliverability.enabled:
+        await count_outcome(client, settings, tenant, UNSUBSCRIBED, [address])
+    return changed
