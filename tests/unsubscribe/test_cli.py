@@ -55,3 +55,18 @@ def test_unsubscribes_commands(
     assert main(["unsubscribes", "remove", "acme", "bo@example.org"]) == 0
     assert main(["unsubscribes", "list", "acme"]) == 0
     assert "1 unsubscribed from tenant acme" in capsys.readouterr().out
+
+
+def test_check_config_lists_the_unsubscribe_settings_and_masks_the_token_keys(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    key = "s3cret-" + "k" * 40
+    monkeypatch.setenv("FAIRPOST_UNSUBSCRIBE__KEYS", json.dumps([key]))
+    monkeypatch.setenv("FAIRPOST_UNSUBSCRIBE__BASE_URL", "https://unsub.example.com")
+    assert main(["check-config", "--json"]) == 0
+    out = capsys.readouterr().out
+    shown = json.loads(out[out.index("{") :])["unsubscribe"]
+    assert shown["keys"] == ["**********"] and shown["base_url"] == "https://unsub.example.com"
+    every = {"keys", "base_url", "mailto_domain", "token_days", "host", "port", "rate_per_minute"}
+    assert set(shown) == every
+    assert "s3cret" not in out
