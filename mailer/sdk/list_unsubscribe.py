@@ -21,6 +21,7 @@ from fairpost.mailer.errors import InvalidMail
 from fairpost.mailer.sdk.headers import (
     LIST_UNSUBSCRIBE,
     LIST_UNSUBSCRIBE_POST,
+    MAX_VALUE_CHARS,
     ONE_CLICK,
     UNSUBSCRIBE_RULE,
     find_header,
@@ -58,10 +59,19 @@ def unsubscribe_headers(settings: Settings, tenant: str, address: str, topic: st
         )
     expires = int(time.time()) + section.token_days * 86400
     token = sign(Token(tenant, address, topic, expires), section.keys[0].get_secret_value().encode())
-    uris = [f"<{section.base_url}/u/{token}>"]
-    if section.mailto_domain:
-        uris.append(f"<mailto:{MAILTO_PREFIX}{token}@{section.mailto_domain}?subject=unsubscribe>")
-    return {LIST_UNSUBSCRIBE: ", ".join(uris), LIST_UNSUBSCRIBE_POST: ONE_CLICK}
+    value = f"<{section.base_url}/u/{token}>"
+    if len(value) > MAX_VALUE_CHARS:
+        raise InvalidMail(
+            "to",
+            f"its unsubscribe link would be {len(value)} characters, over SES's {MAX_VALUE_CHARS} for a "
+            "header: shorten FAIRPOST_UNSUBSCRIBE__BASE_URL (the token grows with the address)",
+        )
+    mailto = f", <mailto:{MAILTO_PREFIX}{token}@{section.mailto_domain}?subject=unsubscribe>"
+    # The token is written twice with the mailto: address; RFC 8058 needs the https
+    # link alone, so a long address's mail keeps that one (SES refuses a longer value).
+    if section.mailto_domain and len(value + mailto) <= MAX_VALUE_CHARS:
+        value += mailto
+    return {LIST_UNSUBSCRIBE: value, LIST_UNSUBSCRIBE_POST: ONE_CLICK}
 
 
 def is_list_unsubscribe(name: str) -> bool:

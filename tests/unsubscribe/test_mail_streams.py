@@ -204,3 +204,22 @@ def test_a_token_made_over_to_another_tenant_is_forged() -> None:
     forged = base64.b32encode(other).decode().rstrip("=").lower()
     with pytest.raises(InvalidToken, match="forged"):
         verify(forged, [KEY.encode(), OLD_KEY.encode()], now)
+
+
+def test_a_header_too_long_for_ses_keeps_the_https_link_alone() -> None:
+    # SES v2 takes a header value of at most 870 characters (mailer/sdk/headers.py); a
+    # long address makes a long token, written twice with the mailto: address.
+    from fairpost.mailer.sdk.headers import MAX_VALUE_CHARS, check_header
+
+    long_address = "a" * 64 + "@" + "b" * 63 + "." + "c" * 63 + ".example.com"
+    valid, _, _ = job_of(unsub_settings(), mail(to=long_address, stream="notification", topic="t" * 32))
+    value = valid.headers["List-Unsubscribe"]
+    # The two URIs would not fit.
+    token = value.split("/u/")[1].rstrip(">")
+    assert len(f"{value}, <mailto:u-{token}@unsub.example.com?subject=unsubscribe>") > MAX_VALUE_CHARS
+    assert len(value) <= MAX_VALUE_CHARS and check_header("List-Unsubscribe", value) == value
+    assert value.startswith(f"<{BASE}/u/") and "mailto:" not in value
+    # A link that could never fit is refused at send, naming the setting, not queued to die at SES.
+    with pytest.raises(InvalidMail) as caught:
+        job_of(unsub_settings(base_url=BASE + "/" + "p" * 500), mail(to=long_address, stream="notification"))
+    assert "FAIRPOST_UNSUBSCRIBE__BASE_URL" in caught.value.rule
