@@ -8,6 +8,7 @@ still sent."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -95,6 +96,10 @@ def test_one_click_from_outside(ops: Ops, monkeypatch: pytest.MonkeyPatch) -> No
         assert curl("-X", "POST", "-d", "List-Unsubscribe=One-Click", local) == "200"
         code, out = ops.cli("unsubscribes", "list", "acme")
         assert code == 0 and f"{ADA}  digest  link" in out
+        # Counted in the tenant's deliverability, as `fairpost analytics` shows it.
+        code, out = ops.cli("analytics", "acme", "--days", "1", "--json")
+        [report] = json.loads(out)["tenants"]
+        assert code == 0 and {p["provider"]: p["unsubscribed"] for p in report["providers"]} == {"other": 1}
         second = client.send("acme", sender="app@acme.example", to=ADA, subject="n", text="n",
                              stream="notification", topic="digest")  # fmt: skip
         receipt = client.send("acme", sender="app@acme.example", to=ADA, subject="r", text="r")
