@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import redis.asyncio
 
+from fairpost.config import Settings
 from fairpost.dispatcher.jobs import JobState
 from fairpost.dispatcher.keys import lane
 from fairpost.dispatcher.store import JobStore, NewJob, StoreLimits
+from fairpost.mailer.quota.overrides import QuotaAdmin
 from tests.support import KEYS
 
 
@@ -60,3 +62,18 @@ async def test_a_cap_of_one_still_sends_bulk_jobs(aredis: redis.asyncio.Redis) -
     store = make_store(aredis, cap=1)
     await store.enqueue(jobs("acme", "bulk", 2, bulk=True))
     assert [job.id for job in await store.claim(10)] == ["bulk-0"]
+
+
+async def test_a_tenant_left_out_of_the_ring_with_bulk_jobs_comes_back_on_resume(
+    aredis: redis.asyncio.Redis, settings: Settings
+) -> None:
+    # A 0.1.0 dispatcher (CHANGELOG, upgrade notes) drops a tenant from the ring when
+    # its three priority queues are empty, bulk jobs waiting or not: done here by hand.
+    store = make_store(aredis, cap=4)
+    await store.enqueue(jobs("acme", "bulk", 2, bulk=True))
+    await aredis.lrem(KEYS.ring(), 0, "acme")
+    await aredis.srem(KEYS.ring_members(), "acme")
+    assert await store.claim(10) == []
+    with QuotaAdmin(settings) as admin:
+        assert not admin.resume("acme")  # no hold to lift, yet back in the ring
+    assert [job.id for job in await store.claim(10)] == ["bulk-0", "bulk-1"]
