@@ -10,9 +10,18 @@ dispatcher's loop and the sender's receive loop.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from redis.exceptions import RedisError
 
 from fairpost.dispatcher.access import refusal
+
+log = logging.getLogger("fairpost.outage")
+
+_T = TypeVar("_T")
 
 
 class OutageBackoff:
@@ -40,6 +49,30 @@ class OutageBackoff:
             return None
         delay: float = min(self.first * 2 ** (self._errors - 1), self.most)
         return delay
+
+
+async def until_landed(
+    what: str,
+    step: Callable[[], Awaitable[_T]],
+    max_outage_seconds: float,
+    *,
+    first: float = 0.5,
+    most: float = 10.0,
+) -> _T:
+    """Run ``step`` until Redis has it, riding out an outage: for writes that must
+    land (a record of what was done already), so running one again must be safe.
+    Raises the last RedisError once the outage outlasts ``max_outage_seconds``, or at
+    once for a refused credential or command."""
+    backoff = OutageBackoff(max_outage_seconds, first=first, most=most)
+    while True:
+        try:
+            return await step()
+        except RedisError as exc:
+            delay = backoff.failed(exc)
+            if delay is None:
+                raise
+            log.warning("%s failed (%s: %s); again in %.1fs", what, type(exc).__name__, exc, delay)
+            await asyncio.sleep(delay)
 
 
 async def wait_or_stop(stop: asyncio.Event, seconds: float, *wake: asyncio.Event) -> None:

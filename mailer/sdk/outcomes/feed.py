@@ -57,10 +57,14 @@ REJECTED = "mail.rejected"
 SUPPRESSED = "mail.suppressed"
 DEAD = "mail.dead"
 CANCELLED_TYPE = "mail.cancelled"
+HELD = "mail.held"
+"""The mail waits for a hold of its tenant at its recipients' provider (the per-provider
+reputation guard); written when it starts to wait so, not at each recheck."""
 UNSUBSCRIBED = "recipient.unsubscribed"
 
 EVENT_TYPES = (
-    SENT, DELIVERED, DELAYED, BOUNCED, COMPLAINED, REJECTED, SUPPRESSED, DEAD, CANCELLED_TYPE, UNSUBSCRIBED
+    SENT, DELIVERED, DELAYED, BOUNCED, COMPLAINED, REJECTED, SUPPRESSED, DEAD, CANCELLED_TYPE, HELD,
+    UNSUBSCRIBED,
 )  # fmt: skip
 """Every event type, in the order of a mail's life, then the recipient's."""
 
