@@ -116,10 +116,11 @@ async def test_only_a_post_with_the_rfc_8058_body_unsubscribes_and_at_once(
 @pytest.mark.parametrize(
     "bad",
     [
-        token(key="x" * 40),  # another deployment's key
-        token(expires_in=-10),  # expired
-        token()[:-4] + "aaaa",  # tampered with
-        "not-a-token",
+        # Named: a token holds its expiry, so its text differs between xdist workers.
+        pytest.param(token(key="x" * 40), id="another-deployments-key"),
+        pytest.param(token(expires_in=-10), id="expired"),
+        pytest.param(token()[:-4] + "aaaa", id="tampered-with"),
+        pytest.param("not-a-token", id="malformed"),
     ],
 )
 async def test_a_forged_expired_or_broken_token_is_refused_and_changes_nothing(
