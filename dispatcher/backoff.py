@@ -15,7 +15,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from redis.exceptions import RedisError
+from redis.exceptions import OutOfMemoryError, RedisError
 
 from fairpost.dispatcher.access import refusal
 
@@ -39,13 +39,18 @@ class OutageBackoff:
         """One more failure in a row: the seconds to wait before trying again,
         or None once the outage has lasted too long (the caller re-raises). None
         at once for ``exc`` a refused credential or command: no outage but the
-        configuration, which waiting cannot mend (fairpost.dispatcher.access)."""
+        configuration, which waiting cannot mend (fairpost.dispatcher.access).
+
+        A full Redis (``exc`` an OOM refusal) is ridden out however long it lasts:
+        a restart would not free it, and this daemon's sends are what do (each frees
+        its mail's payload); an outage that follows is timed from its end."""
         if exc is not None and refusal(exc) is not None:
             return None
         self._errors += 1
-        if self._errors == 1:
-            self._failing_since = time.monotonic()
-        if time.monotonic() - self._failing_since > self.max_outage_seconds:
+        now = time.monotonic()
+        if self._errors == 1 or isinstance(exc, OutOfMemoryError):
+            self._failing_since = now
+        if now - self._failing_since > self.max_outage_seconds:
             return None
         delay: float = min(self.first * 2 ** (self._errors - 1), self.most)
         return delay
