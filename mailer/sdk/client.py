@@ -35,8 +35,10 @@ from fairpost.mailer.sdk.outcomes.stream import AsyncEventReader, EventReader, S
 from fairpost.mailer.sdk.pool_admin import Pools
 from fairpost.mailer.sdk.pools import AsyncRoute, AsyncRoutes, SyncRoute, SyncRoutes
 from fairpost.mailer.sdk.status import JobStatus
+from fairpost.mailer.sdk.streams import TRANSACTIONAL
 from fairpost.mailer.sdk.suppression import Suppressions
 from fairpost.mailer.sdk.tracing import Creating
+from fairpost.mailer.sdk.unsubscribes import Unsubscribes
 
 __all__ = ["MAIL_KIND", "AsyncMailClient", "MailClient"]
 
@@ -162,10 +164,14 @@ class MailClient(RedisOwner, BaseMailClient):
         attachments: Sequence[Attachment] = (),
         idempotency_key: str | None = None,
         send_at: datetime | None = None,
+        stream: str = TRANSACTIONAL,
+        topic: str | None = None,
     ) -> str:
         """Validate and enqueue one mail; return its job id. Raises :class:`InvalidMail`.
 
         Without ``sender``, the tenant's ``default_sender`` setting is used.
+        ``stream``: ``transactional`` (the default) or ``notification``, subscribed mail
+        of a ``topic`` its one recipient may stop (fairpost.mailer.sdk.streams).
         """
         mail = Mail(
             sender=sender or "",
@@ -180,6 +186,8 @@ class MailClient(RedisOwner, BaseMailClient):
             attachments=attachments,
             idempotency_key=idempotency_key,
             send_at=send_at,
+            stream=stream,
+            topic=topic,
         )
         route = self._route(tenant_id)
         made = self._jobs(route.settings, tenant_id, [mail], priority, many=False, send_at=send_at)
@@ -262,6 +270,11 @@ class MailClient(RedisOwner, BaseMailClient):
         client's connection)."""
         return Pools(self.settings, redis_client=self._redis)
 
+    def unsubscribes(self) -> Unsubscribes:
+        """List, add and remove who stopped a tenant's notification mail (by topic), on
+        this client's connection (fairpost.mailer.sdk.unsubscribes)."""
+        return Unsubscribes(self.settings, redis_client=self._redis)
+
     def webhooks(self) -> Webhooks:
         """A tenant's signed webhook endpoints (add, list, rotate, replay...), on this client's connection."""
         return Webhooks(self.settings, redis_client=self._redis)
@@ -315,6 +328,8 @@ class AsyncMailClient(AsyncRedisOwner, BaseMailClient):
         attachments: Sequence[Attachment] = (),
         idempotency_key: str | None = None,
         send_at: datetime | None = None,
+        stream: str = TRANSACTIONAL,
+        topic: str | None = None,
     ) -> str:
         mail = Mail(
             sender=sender or "",
@@ -329,6 +344,8 @@ class AsyncMailClient(AsyncRedisOwner, BaseMailClient):
             attachments=attachments,
             idempotency_key=idempotency_key,
             send_at=send_at,
+            stream=stream,
+            topic=topic,
         )
         route = await self._route(tenant_id)
         made = self._jobs(route.settings, tenant_id, [mail], priority, many=False, send_at=send_at)

@@ -8,7 +8,8 @@ twice by the move itself, however it is interrupted.
 
 What the tenant carries along is copied raw, key by key, never parsed: its live
 limits and pause, its hold, its warm-up step (and that it was seen, so that no
-default plan starts again), its suppression list and its idempotency keys. Its
+default plan starts again), its suppression and unsubscribe lists and its
+idempotency keys. Its
 reputation (the guard's windows, SES's verdict, the deliverability counts) stays
 with the pool it was earned in.
 
@@ -186,11 +187,14 @@ class Pools(RedisOwner):
             w.pexpire(new.tenant_hold(tenant), ttl)
 
     def _merge(self, tenant: str, source: _Space, target: _Space) -> None:
-        """What only grows, added: the suppressed addresses and the idempotency keys."""
+        """What only grows, added: the suppressed and unsubscribed addresses, the idempotency keys."""
         (r, old), (w, new) = source, target
         suppressed: dict[Any, Any] = r.hgetall(old.suppressed(tenant))
         for address, reason in suppressed.items():
             w.hsetnx(new.suppressed(tenant), address, reason)
+        unsubscribed: dict[Any, Any] = r.hgetall(old.unsubscribed(tenant))
+        for address, topics in unsubscribed.items():
+            w.hsetnx(new.unsubscribed(tenant), address, topics)
         idem = old.idempotency(tenant, "")
         for key in r.scan_iter(match=idem + "*", count=1000):
             name = text(key)

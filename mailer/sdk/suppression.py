@@ -40,7 +40,16 @@ from fairpost.mailer.sdk.directory import PoolDirectory
 from fairpost.mailer.sdk.failures import redis_operation
 from fairpost.mailer.sdk.pool_redis import SyncPoolRedis
 
-__all__ = ["Reason", "Suppression", "Suppressions", "normalize", "suppress", "suppressed_among"]
+__all__ = [
+    "Reason",
+    "Suppression",
+    "Suppressions",
+    "checked_address",
+    "checked_tenant",
+    "normalize",
+    "suppress",
+    "suppressed_among",
+]
 
 Reason = Literal["bounce", "complaint", "manual"]
 _REASONS = ("bounce", "complaint", "manual")
@@ -148,7 +157,7 @@ class Suppressions(RedisOwner):
     def _list_keys(self, tenant: object) -> list[tuple[redis.Redis, str]]:
         """The tenant's list in the pool it is on (its sender reads it there), first; while it
         moves, also in the pool its waiting mail drains from (mailer/sdk/pool_admin.py)."""
-        valid = _tenant(tenant)
+        valid = checked_tenant(tenant)
         pools = [self._directory.pool_of(valid)]
         move = self._directory.move(valid) if self.settings.pools else None
         if move is not None and move["from"] not in pools:
@@ -165,14 +174,14 @@ class Suppressions(RedisOwner):
     @redis_operation("suppression: check")
     def is_suppressed(self, tenant: str, address: str) -> bool:
         [(client, key), *_] = self._list_keys(tenant)
-        return bool(client.hexists(key, _address(address)))
+        return bool(client.hexists(key, checked_address(address)))
 
     @redis_operation("suppression: add", writes=True)
     def add(self, tenant: str, address: str, reason: Reason = "manual") -> bool:
         """Suppress an address for the tenant; False if it was already."""
         if reason not in _REASONS:
             raise InvalidSuppression("reason", f"must be one of {', '.join(_REASONS)}, got {reason!r}")
-        lists, field = self._list_keys(tenant), _address(address)
+        lists, field = self._list_keys(tenant), checked_address(address)
         now_ms = time_ms(self._redis.time())  # every stored time is Redis time
         added = [bool(client.hsetnx(key, field, _value(reason, now_ms))) for client, key in lists]
         return added[0]
@@ -180,18 +189,19 @@ class Suppressions(RedisOwner):
     @redis_operation("suppression: remove", writes=True)
     def remove(self, tenant: str, address: str) -> bool:
         """Let the tenant write to the address again; False if it was not suppressed."""
-        removed = [bool(client.hdel(key, _address(address))) for client, key in self._list_keys(tenant)]
+        lists = self._list_keys(tenant)
+        removed = [bool(client.hdel(key, checked_address(address))) for client, key in lists]
         return removed[0]
 
 
-def _tenant(tenant: object) -> str:
+def checked_tenant(tenant: object) -> str:
     if not is_valid_tenant_id(tenant):
         raise InvalidSuppression("tenant", f"must be {TENANT_ID_RULE}, got {tenant!r}")
     assert isinstance(tenant, str)
     return tenant
 
 
-def _address(address: object) -> str:
+def checked_address(address: object) -> str:
     from email_validator import EmailNotValidError, validate_email
 
     if not isinstance(address, str):
