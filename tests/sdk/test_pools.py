@@ -302,3 +302,18 @@ def test_a_move_killed_before_it_placed_the_tenant_may_go_back(
         pools.directory.record_move("t", {"from": "default", "to": "eu", "step": "copy"})  # killed mid-copy
         assert pools.move("t", "default").step == "done"
         assert pools.moving("t") is None and pools.pool_of("t") == "default"
+
+
+def test_unsubscribes_are_kept_in_the_tenant_s_pool_and_move_with_it(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    settings = pooled(redis_url)
+    eu = Keys(pool_settings(settings, "eu").key_prefix)
+    with MailClient(settings) as client, client.unsubscribes() as unsubscribes, client.pools() as pools:
+        assert unsubscribes.add("b", "gone@example.org")
+        assert redis_client.hexists(Keys("pt").unsubscribed("b"), "gone@example.org")
+        assert pools.move("b", "eu", sleep=lambda _: None).step == "done"
+        assert redis_client.hexists(eu.unsubscribed("b"), "gone@example.org")
+        assert unsubscribes.add("b", "late@example.org")
+        assert redis_client.hexists(eu.unsubscribed("b"), "late@example.org")
+        assert [u.address for u in unsubscribes.list("b")] == ["gone@example.org", "late@example.org"]
