@@ -317,3 +317,29 @@ def test_unsubscribes_are_kept_in_the_tenant_s_pool_and_move_with_it(
         assert unsubscribes.add("b", "late@example.org")
         assert redis_client.hexists(eu.unsubscribed("b"), "late@example.org")
         assert [u.address for u in unsubscribes.list("b")] == ["gone@example.org", "late@example.org"]
+
+
+async def test_a_one_click_unsubscribe_lands_in_the_tenant_s_pool(
+    redis_url: str, redis_client: redis.Redis, aredis: redis.asyncio.Redis
+) -> None:
+    import time
+
+    from fairpost.mailer.daemon.unsubscriber import Unsubscriber
+    from fairpost.mailer.sdk.unsub_token import Token, sign
+    from tests.unsubscribe.support import BASE, KEY
+
+    settings = load_settings(
+        redis_url=redis_url, key_prefix="pt", pools={"eu": EU}, unsubscribe={"keys": [KEY], "base_url": BASE}
+    )
+    PoolDirectory(settings, redis_client).place("acme", "eu")
+    unsubscriber = Unsubscriber(settings, aredis)
+    try:
+        token = unsubscriber.token(
+            sign(Token("acme", "ada@example.org", "news", int(time.time()) + 60), KEY.encode())
+        )
+        assert await unsubscriber.apply(token, whole_tenant=False, source="link")
+    finally:
+        await unsubscriber.aclose()
+    eu = Keys(pool_settings(settings, "eu").key_prefix)
+    assert redis_client.hexists(eu.unsubscribed("acme"), "ada@example.org")
+    assert not redis_client.exists(Keys("pt").unsubscribed("acme"))
