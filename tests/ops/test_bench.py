@@ -61,6 +61,8 @@ FIGURES = {
     "outcome_redis_cpu_ratio",
     "outcome_event_redis_usec",
     "webhook_deliveries_per_second",
+    "pools_shard_speedup",
+    "pools_routing_cost",
 }
 
 
