@@ -4,38 +4,49 @@ Every key of a pool shares the pool's hash tag, so a pool is one slot, and on a
 Redis Cluster the pools may sit on different masters. This bench starts a
 3-master cluster (Debian's ``redis-server``, each master with one replica,
 ``redis-cli --cluster create``, as the HA tests start it), names pools whose hash
-tags land on three different masters (asserted against ``CLUSTER SLOTS``), and
-measures, in one run:
+tags land on three different masters (asserted against ``CLUSTER SLOTS``, and
+after each drain by the keys every master holds), and measures, in one run:
 
-1. **One pool on one shard.** One ``fairpost run`` replica drains ``mails``
-   mails of :data:`TENANTS_PER_POOL` tenants of the default pool, enqueued
-   through the SDK. Redis CPU (``INFO cpu``, ``used_cpu_sys`` + ``used_cpu_user``)
-   of each master is read before the enqueue and after the last mail is
-   recorded as sent; each master's own idle CPU over as long (its rate in a
-   quiet window just before) is taken off.
-2. **Three pools on three shards.** The same, with two more pools declared and
-   the tenants placed over the three (``mails`` mails a pool), one replica
-   serving every pool.
+1. **One pool on one shard.** A ``fairpost run`` replica drains ``mails`` mails
+   of :data:`TENANTS_PER_POOL` tenants of the default pool, enqueued through the
+   SDK. Redis CPU (``INFO cpu``, ``used_cpu_sys`` + ``used_cpu_user``) of each
+   master is read before the enqueue and after the last mail is recorded as
+   sent; each master's idle CPU over as long (its rate in a quiet window just
+   before) is taken off.
+2. **Three pools on three shards.** The same with two more pools declared, the
+   tenants placed over the three with the pool directory, ``mails`` mails a pool,
+   a replica a pool. The two set-ups alternate :data:`REPEATS` times.
 
 The figure is the mails a second the cluster carries per core of Redis: the
 mails over the Redis CPU of its busiest master (a master is one thread: when
-its core is full, the cluster is), three pools against one. It is taken in
-Redis core-seconds, not wall-clock seconds, because the replica, the SQS
+its core is full, the cluster is full), three pools against one. It is taken
+in Redis core-seconds, not wall-clock seconds, because the replicas, the SQS
 emulator and the recording SES share the machine's cores with Redis: on a
-2-core machine the drain's wall-clock rate says how fast Python runs, not
-how much a shard carries, and other load on the machine slows the wall clock
-far more than it moves a command's CPU.
+2-core machine the drain's wall-clock rate says how fast Python runs, not how
+much a shard carries, and other load on the machine stretches the wall clock
+far more than a command's CPU.
 
-3. **The SDK's routing.** :class:`~fairpost.MailClient` ``send()`` one mail at a
-   time, round-robin over the tenants, with the pools declared (each send asks
-   the pool directory, cached :data:`~fairpost.mailer.sdk.directory.DIRECTORY_TTL`
-   seconds) against a client of the same cluster with no pool declared (which
-   never reads the directory). The cost of an enqueue is the client's own CPU
-   (``time.thread_time``) plus the Redis CPU of every master, per mail; rounds
-   of the two alternate and the median round of each counts.
+Each pool runs as the single-pool fairpost its
+:func:`~fairpost.config.pools.pool_settings` describe (its key prefix, queue
+and limits), with a client of its own slot, and the SDK's enqueue asks the
+directory for each tenant's pool first, as ``MailClient.send`` does: at
+78ea781 the pooled daemon and ``MailClient`` hold one connection pool, bound
+to the default pool's slot, so that on a cluster a pool on another master
+answers ``MOVED`` (BENCHMARKS.md, "Sending pools on a Redis Cluster").
 
-``python -m bench.pool_shards [--mails N]`` runs it alone; ``python -m bench
---only pools`` within the bench.
+3. **The SDK's routing.** ``MailClient.send()`` of one mail at a time,
+   round-robin over tenants of the default pool, by a client with the pools
+   declared (each send asks the directory, cached
+   :data:`~fairpost.mailer.sdk.directory.DIRECTORY_TTL` seconds) and by one with
+   none (it never reads the directory). An enqueue's cost is the client's CPU
+   (``time.thread_time``) plus every master's Redis CPU, per mail; rounds go
+   plain, routed, routed, plain, and the figure is the median of these quads'
+   ratios. Beside it,
+   the directory's own answer from the cache and from Redis, each alone.
+
+``python -m bench --only pools`` runs it within the bench (``--quick``: one
+small drain of each); ``python -m bench.pool_shards [--mails N] [--repeats N]
+[--enqueues N]`` alone.
 """
 
 from __future__ import annotations
@@ -44,6 +55,7 @@ import argparse
 import asyncio
 import contextlib
 import shutil
+import statistics
 import subprocess
 import tempfile
 import time
@@ -80,8 +92,9 @@ ROUTING_TARGET = 5.0
 """Percent the SDK's routing may add to an enqueue's cost."""
 IDLE_WINDOW = 2.0
 """Seconds each master's idle CPU is read over, before each drain."""
-ROUNDS = 7
-"""Rounds of enqueue, each alternating a plain and a routed client; the median counts."""
+QUADS = 5
+"""Rounds of enqueue by a plain and a routed client, four at a time (plain, routed,
+routed, plain), each four a ratio; the median counts."""
 REPEATS = 2
 """Drains of each set-up, alternating: one pool, three pools, one pool, three pools."""
 MAILS = 1_000
@@ -390,23 +403,40 @@ def _send(client: MailClient, tenant: str) -> None:
     )
 
 
-def routing(cluster: RedisCluster, pools: Mapping[str, Any], mails: int) -> tuple[Enqueue, Enqueue, Lookups]:
-    """The median round of a plain client (no pool declared: the directory never read)
-    and of a routed one (the pools declared: each send asks the directory, cached),
-    rounds alternating; the tenants on the default pool (the routed client reaches no
-    other pool's master at 78ea781, see :func:`drain`). And the directory's own cost."""
+@dataclass
+class Routing:
+    plain: Enqueue
+    """The round of median cost of a client with no pool declared (the directory never read)."""
+    routed: Enqueue
+    """... of a client with the pools declared (each send asks the directory, cached)."""
+    extra: float
+    """The median over the quads of rounds of what routing added, in percent."""
+    lookups: Lookups
+
+
+def routing(cluster: RedisCluster, pools: Mapping[str, Any], mails: int) -> Routing:
+    """Rounds of a plain client and a routed one, in quads, each quad a ratio; the
+    tenants on the default pool (the routed client reaches no other pool's master at
+    78ea781, see :func:`drain`). And the directory's own cost."""
     run = uuid.uuid4().hex[:6]
     plain_settings = pooled_settings(cluster, {}, run)
     routed_settings = pooled_settings(cluster, pools, run)
     tenants = list(tenants_of([DEFAULT_POOL] * MASTERS))
     plain: list[Enqueue] = []
     routed: list[Enqueue] = []
-    for _ in range(ROUNDS):
-        cluster.flush()
-        plain.append(enqueue_round(cluster, plain_settings, tenants, mails))
-        cluster.flush()
-        routed.append(enqueue_round(cluster, routed_settings, tenants, mails))
-    return _median(plain), _median(routed), lookups(routed_settings, tenants, mails)
+    extra: list[float] = []
+    for _ in range(QUADS):
+        # plain, routed, routed, plain: what the order costs (the first round after a
+        # flush, the machine's load drifting) falls on both alike.
+        quad = []
+        for settings in (plain_settings, routed_settings, routed_settings, plain_settings):
+            cluster.flush()
+            quad.append(enqueue_round(cluster, settings, tenants, mails))
+        plain += quad[0], quad[3]
+        routed += quad[1], quad[2]
+        extra.append(((quad[1].cost + quad[2].cost) / (quad[0].cost + quad[3].cost) - 1) * 100)
+    directory = lookups(cluster, routed_settings, tenants, mails)
+    return Routing(_median(plain), _median(routed), statistics.median(extra), directory)
 
 
 @dataclass
@@ -414,13 +444,14 @@ class Lookups:
     hit: float
     """Client CPU seconds of a directory answer from the cache."""
     miss: float
-    """Client CPU seconds of one read from Redis (two HGETs, one round trip)."""
+    """Client and Redis CPU seconds of one read from Redis (two HGETs, one round trip)."""
     miss_wall: float
 
 
-def lookups(settings: Settings, tenants: Sequence[str], count: int) -> Lookups:
-    """What the routing itself costs the client: ``count`` directory answers from the
-    cache, and ``count`` read from Redis (a cache that keeps nothing)."""
+def lookups(cluster: RedisCluster, settings: Settings, tenants: Sequence[str], count: int) -> Lookups:
+    """What the routing itself costs: ``count`` directory answers from the cache, and
+    ``count`` read from Redis (a cache that keeps nothing)."""
+    masters = sorted(cluster.masters().values())
     with contextlib.closing(redis_client(settings)) as conn:
         cached, uncached = PoolDirectory(settings, conn), PoolDirectory(settings, conn, ttl=0.0)
         for tenant in tenants:
@@ -429,11 +460,12 @@ def lookups(settings: Settings, tenants: Sequence[str], count: int) -> Lookups:
         for n in range(count):
             cached.pool_of(tenants[n % len(tenants)])
         hit = (time.thread_time() - t0) / count
-        t0, w0 = time.thread_time(), time.monotonic()
+        before, t0, w0 = cpu(masters), time.thread_time(), time.monotonic()
         for n in range(count):
             uncached.pool_of(tenants[n % len(tenants)])
-        miss, wall = (time.thread_time() - t0) / count, (time.monotonic() - w0) / count
-    return Lookups(hit, miss, wall)
+        client, wall, after = time.thread_time() - t0, time.monotonic() - w0, cpu(masters)
+    redis_cpu = sum(after[p] - before[p] for p in masters)
+    return Lookups(hit, (client + redis_cpu) / count, wall / count)
 
 
 def _median(rounds: list[Enqueue]) -> Enqueue:
@@ -443,9 +475,7 @@ def _median(rounds: list[Enqueue]) -> Enqueue:
 # -- the figures ------------------------------------------------------------------------------
 
 
-def figures(
-    one: Drain, three: Drain, placed: Mapping[str, int], plain: Enqueue, routed: Enqueue, directory: Lookups
-) -> list[Figure]:
+def figures(one: Drain, three: Drain, placed: Mapping[str, int], routes: Routing) -> list[Figure]:
     speedup = three.per_core / one.per_core
     shards = ", ".join(f"{pool} on :{port}" for pool, port in placed.items())
 
@@ -455,7 +485,7 @@ def figures(
     def keys_text(d: Drain) -> str:
         return ", ".join(f":{p} {n}" for p, n in d.keys.items())
 
-    extra = (routed.cost / plain.cost - 1) * 100
+    plain, routed, directory = routes.plain, routes.routed, routes.lookups
     return [
         Figure(
             key="pools_shard_speedup",
@@ -479,17 +509,21 @@ def figures(
         Figure(
             key="pools_routing_cost",
             title="Pools: what the SDK's routing adds to an enqueue's cost (client + Redis CPU)",
-            value=extra,
+            value=routes.extra,
             unit=" %",
             op="<=",
             target=ROUTING_TARGET,
             detail=(
                 f"send() of one mail, {plain.mails} a round over {TENANTS_PER_POOL * MASTERS} tenants of the "
-                f"default pool, the median of {ROUNDS} rounds each, alternating: no pool declared "
-                f"{plain.text()}; 3 pools declared, the directory asked (cached {DIRECTORY_TTL:.0f} s): "
-                f"{routed.text()}; the directory's own answer, client "
-                f"CPU: {directory.hit * 1e6:.1f} µs from the cache, {directory.miss * 1e6:.0f} µs read from "
-                f"Redis ({directory.miss_wall * 1e6:.0f} µs wall), once a tenant each {DIRECTORY_TTL:.0f} s"
+                f"default pool, {2 * QUADS} rounds each (plain, routed, routed, plain), the median of the "
+                f"{QUADS} quads' ratios; the "
+                f"median rounds: no pool declared {plain.text()}; 3 pools declared, the directory asked "
+                f"(cached {DIRECTORY_TTL:.0f} s) {routed.text()}; the directory's own answer: "
+                f"{directory.hit * 1e6:.1f} µs of client CPU from the cache "
+                f"({directory.hit / plain.cost * 100:.2f} % of a send), {directory.miss * 1e6:.0f} µs of "
+                f"client and Redis CPU read from Redis ({directory.miss / plain.cost * 100:.0f} % of a send, "
+                f"{directory.miss_wall * 1e6:.0f} µs wall), paid by a tenant's first send each "
+                f"{DIRECTORY_TTL:.0f} s"
             ),
         ),
     ]
@@ -515,8 +549,8 @@ async def measure(backend: Backend, mails: int, enqueues: int, repeats: int = RE
                 raise BenchError(f"the pools' keys are not on {MASTERS} masters: {thrice.keys}")
             three = thrice if three is None else three.plus(thrice)
         assert one is not None and three is not None
-        plain, routed, directory = routing(cluster, pools, enqueues)
-    return figures(one, three, placed, plain, routed, directory)
+        routes = routing(cluster, pools, enqueues)
+    return figures(one, three, placed, routes)
 
 
 async def run(backend: Backend, quick: bool) -> list[Figure]:
