@@ -60,10 +60,11 @@ import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import redis
 from redis.crc import key_slot
@@ -103,7 +104,6 @@ ENQUEUES = 600
 """Sends a round of the routing figure."""
 CHUNK = 50
 """Mails an SDK call in the drains' enqueue (``send_many``)."""
-"""Rounds of enqueue, each alternating a plain and a routed client; the median counts."""
 
 
 # -- the cluster ------------------------------------------------------------------------------
@@ -136,13 +136,21 @@ class RedisCluster:
                 client.flushall()
 
 
-def _healthy(port: int) -> bool:
+def _ready(port: int) -> bool:
+    """The node serves every slot, and as a master has its replica in sync (a first
+    sync during a measured drain would be counted as the drain's CPU)."""
     try:
         with redis.Redis(port=port) as client:
             info = client.execute_command("CLUSTER INFO")
+            replication: dict[str, Any] = client.info("replication")
     except redis.RedisError:
         return False
-    return bool(info.get("cluster_state") == "ok" and info.get("cluster_slots_ok") == "16384")
+    if info.get("cluster_state") != "ok" or info.get("cluster_slots_ok") != "16384":
+        return False
+    replica = replication.get("slave0")
+    if replication.get("role") == "master":
+        return isinstance(replica, dict) and replica.get("state") == "online"
+    return replication.get("master_link_status") == "up"
 
 
 @contextlib.contextmanager
@@ -162,7 +170,7 @@ def redis_cluster(workdir: Path, masters: int = MASTERS) -> Iterator[RedisCluste
                 "--cluster-port", str(free_port()), "--repl-diskless-sync-delay", "0",
             )  # fmt: skip
             stack.callback(proc.stop)
-            nodes.append((proc, int(url.rsplit(":", 1)[1].split("/")[0])))
+            nodes.append((proc, int(urlsplit(url).port or 0)))
         created = subprocess.run(
             [cli, "--cluster", "create", *[f"127.0.0.1:{port}" for _, port in nodes],
              "--cluster-replicas", "1", "--cluster-yes"],
@@ -171,8 +179,8 @@ def redis_cluster(workdir: Path, masters: int = MASTERS) -> Iterator[RedisCluste
         if created.returncode != 0:
             raise BenchError(f"redis-cli --cluster create failed:\n{created.stdout}\n{created.stderr}")
         wait_for(
-            lambda: all(_healthy(port) for _, port in nodes),
-            within=30, what="every slot of the cluster served", interval=0.2,
+            lambda: all(_ready(port) for _, port in nodes),
+            within=30, what="every slot of the cluster served and replicated", interval=0.2,
         )  # fmt: skip
         yield RedisCluster(nodes)
 
@@ -185,7 +193,7 @@ def slot_of_prefix(prefix: str) -> int:
     return int(key_slot(Keys(prefix).ring().encode()))
 
 
-def spread_pools(master_of: Any, prefix: str = PREFIX, count: int = MASTERS) -> list[str]:
+def spread_pools(master_of: Callable[[int], int], prefix: str = PREFIX, count: int = MASTERS) -> list[str]:
     """The names of ``count - 1`` pools which, with the default pool on ``prefix``, have
     their hash tags on ``count`` different masters (``master_of``: slot -> master).
     Raises BenchError if the first hundred candidates do not do it."""
@@ -325,7 +333,8 @@ async def drain(backend: Backend, cluster: RedisCluster, pools: Mapping[str, Any
         for conn in conns.values():
             stack.callback(conn.close)
         clients = {
-            name: MailClient(pool_settings(settings, name), redis_client=c) for name, c in conns.items()
+            name: stack.enter_context(MailClient(pool_settings(settings, name), redis_client=c))
+            for name, c in conns.items()
         }
         directory = PoolDirectory(settings, conns[DEFAULT_POOL])
         for tenant, pool in tenants.items():
@@ -344,13 +353,18 @@ async def drain(backend: Backend, cluster: RedisCluster, pools: Mapping[str, Any
             raise BenchError(f"{ses.sent_count} of {sent} mails sent:\n{worlds[0].replicas[0].log_tail()}")
         wait_for(lambda: _none_in_flight(conns, settings), within=60, what="every mail recorded as sent")
         after, elapsed = cpu(masters), time.monotonic() - t0
-        keys = {port: int(redis.Redis(port=port).dbsize()) for port in masters}
+        keys = {port: _dbsize(port) for port in masters}
         errors = [line for w in worlds for line in w.replica_errors()]
         if errors:
             raise BenchError(f"a replica logged errors: {errors[0]}")
     spent = {port: idle[port] * elapsed for port in masters}
     busy = {port: max(1e-9, after[port] - before[port] - spent[port]) for port in masters}
     return Drain(len(names), sent, elapsed, busy, spent, keys)
+
+
+def _dbsize(port: int) -> int:
+    with redis.Redis(port=port) as client:
+        return int(client.dbsize())
 
 
 def _tear_down(backend: Backend, w: World) -> None:
@@ -533,7 +547,7 @@ async def measure(backend: Backend, mails: int, enqueues: int, repeats: int = RE
     """The figures, on a cluster of their own; ``mails`` a pool in each drain, ``repeats``
     drains of each set-up, ``enqueues`` sends a round of the routing figure."""
     with tempfile.TemporaryDirectory(prefix="fairpost-pools-") as tmp, redis_cluster(Path(tmp)) as cluster:
-        names = spread_pools(lambda slot: cluster.master_of(slot))
+        names = spread_pools(cluster.master_of)
         placed = {DEFAULT_POOL: cluster.master_of(slot_of_prefix(PREFIX))}
         placed |= {name: cluster.master_of(slot_of_prefix(f"{PREFIX}:pool:{name}")) for name in names}
         if len(set(placed.values())) != MASTERS:
