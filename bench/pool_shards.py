@@ -34,15 +34,18 @@ directory for each tenant's pool first, as ``MailClient.send`` does: at
 to the default pool's slot, so that on a cluster a pool on another master
 answers ``MOVED`` (BENCHMARKS.md, "Sending pools on a Redis Cluster").
 
-3. **The SDK's routing.** ``MailClient.send()`` of one mail at a time,
-   round-robin over tenants of the default pool, by a client with the pools
-   declared (each send asks the directory, cached
-   :data:`~fairpost.mailer.sdk.directory.DIRECTORY_TTL` seconds) and by one with
-   none (it never reads the directory). An enqueue's cost is the client's CPU
-   (``time.thread_time``) plus every master's Redis CPU, per mail; rounds go
-   plain, routed, routed, plain, and the figure is the median of these quads'
-   ratios. Beside it,
-   the directory's own answer from the cache and from Redis, each alone.
+3. **The SDK's routing.** Pairs of ``MailClient.send()`` of one mail, to the
+   same tenant of the default pool, one by a client with the pools declared
+   (each send asks the directory, cached
+   :data:`~fairpost.mailer.sdk.directory.DIRECTORY_TTL` seconds), one by a client
+   with none (it never reads the directory), which goes first alternating. The
+   figure is what routing adds to a send's cost (client CPU, ``time.thread_time``
+   around each call, plus Redis CPU): the routed client's CPU over the plain
+   one's, and the Redis CPU of its directory reads (``INFO commandstats``
+   counts them; no other command differs). Client CPU is paired send by send,
+   because Redis CPU taken round by round moved by a fifth between identical
+   rounds on this machine (the same commands, counted). Beside it, the
+   directory's own answer from the cache and from Redis, each alone.
 
 ``python -m bench --only pools`` runs it within the bench (``--quick``: one
 small drain of each); ``python -m bench.pool_shards [--mails N] [--repeats N]
@@ -55,7 +58,6 @@ import argparse
 import asyncio
 import contextlib
 import shutil
-import statistics
 import subprocess
 import tempfile
 import time
@@ -93,15 +95,12 @@ ROUTING_TARGET = 5.0
 """Percent the SDK's routing may add to an enqueue's cost."""
 IDLE_WINDOW = 2.0
 """Seconds each master's idle CPU is read over, before each drain."""
-QUADS = 5
-"""Rounds of enqueue by a plain and a routed client, four at a time (plain, routed,
-routed, plain), each four a ratio; the median counts."""
 REPEATS = 2
 """Drains of each set-up, alternating: one pool, three pools, one pool, three pools."""
 MAILS = 1_000
 """Mails a pool in each drain."""
-ENQUEUES = 600
-"""Sends a round of the routing figure."""
+ENQUEUES = 2_000
+"""Pairs of sends of the routing figure."""
 CHUNK = 50
 """Mails an SDK call in the drains' enqueue (``send_many``)."""
 
@@ -377,38 +376,90 @@ def _tear_down(backend: Backend, w: World) -> None:
 
 
 @dataclass
-class Enqueue:
-    client_cpu: float
-    redis_cpu: float
+class Lookups:
+    hit: float
+    """Client CPU seconds of a directory answer from the cache."""
+    miss_client: float
+    """Client CPU seconds of an answer read from Redis (two HGETs, one round trip)."""
+    miss_redis: float
+    """Redis CPU seconds of it."""
+    miss_wall: float
+
+
+@dataclass
+class Routing:
+    """``sends`` pairs of ``send()``: one by a client with no pool declared (it never
+    reads the directory), one by a client with the pools declared (each send asks
+    the directory, cached), to the same tenant, one after the other."""
+
+    sends: int
+    plain_client: float
+    """Client CPU seconds of the plain client's sends."""
+    routed_client: float
+    redis: float
+    """Redis CPU seconds of both clients' sends (the default pool's master)."""
+    reads: int
+    """Directory reads from Redis the routed client made (its cache's misses)."""
     wall: float
-    mails: int
+    lookups: Lookups
 
     @property
-    def cost(self) -> float:
-        """Core-seconds a mail: the SDK's and Redis's."""
-        return (self.client_cpu + self.redis_cpu) / self.mails
+    def plain_cost(self) -> float:
+        """Client and Redis CPU seconds of a plain send (Redis's: half of the pairs')."""
+        return (self.plain_client + self.redis / 2) / self.sends
 
-    def text(self) -> str:
-        each = 1e6 / self.mails
-        return (
-            f"{self.cost * 1e6:.0f} µs a mail (client {self.client_cpu * each:.0f}, Redis "
-            f"{self.redis_cpu * each:.0f}; {self.wall * each:.0f} µs wall)"
-        )
+    @property
+    def extra(self) -> float:
+        """Percent routing adds to a send: the client's CPU over the plain client's,
+        and the Redis CPU of the directory reads (no other command differs)."""
+        added = self.routed_client - self.plain_client + self.reads * self.lookups.miss_redis
+        return added / self.sends / self.plain_cost * 100
 
 
-def enqueue_round(cluster: RedisCluster, settings: Settings, tenants: Sequence[str], mails: int) -> Enqueue:
-    """``mails`` sends, one mail each, round-robin over ``tenants``; a send per tenant
-    first (the connection made) is not counted."""
-    masters = sorted(cluster.masters().values())
-    with MailClient(settings) as client:
+def routing(cluster: RedisCluster, pools: Mapping[str, Any], sends: int) -> Routing:
+    """Pairs of sends by a plain and a routed client, round-robin over tenants of the
+    default pool (the routed client reaches no other pool's master at 78ea781, see
+    :func:`drain`), which of the two goes first alternating; each client's CPU
+    summed apart (``time.thread_time`` around each call), so that both see the same
+    moments of the machine. Both send the same commands to the same master, but
+    for the directory reads, which ``INFO commandstats`` counts: the plain client
+    sends no ``HGET`` (checked)."""
+    run = uuid.uuid4().hex[:6]
+    plain_settings = pooled_settings(cluster, {}, run)
+    routed_settings = pooled_settings(cluster, pools, run)
+    tenants = list(tenants_of([DEFAULT_POOL] * MASTERS))
+    port = cluster.master_of(slot_of_prefix(PREFIX))
+    cluster.flush()
+    with (
+        MailClient(plain_settings) as plain,
+        MailClient(routed_settings) as routed,
+        redis.Redis(port=port) as master,
+    ):
+        for client in (plain, routed):  # connections made, caches filled: not counted
+            for tenant in tenants:
+                _send(client, tenant)
+        master.config_resetstat()
         for tenant in tenants:
-            _send(client, tenant)
-        before, t0, w0 = cpu(masters), time.thread_time(), time.monotonic()
-        for n in range(mails):
-            _send(client, tenants[n % len(tenants)])
-        client_cpu, wall = time.thread_time() - t0, time.monotonic() - w0
-        after = cpu(masters)
-    return Enqueue(client_cpu, sum(after[p] - before[p] for p in masters), wall, mails)
+            _send(plain, tenant)
+        if _hgets(master):
+            raise BenchError("a send with no pool declared reads HGET: the directory reads are not counted")
+        spent = {id(plain): 0.0, id(routed): 0.0}
+        master.config_resetstat()
+        before, w0 = cpu([port])[port], time.monotonic()
+        for n in range(sends):
+            for client in (plain, routed) if n % 2 == 0 else (routed, plain):
+                t0 = time.thread_time()
+                _send(client, tenants[n % len(tenants)])
+                spent[id(client)] += time.thread_time() - t0
+        redis_cpu, wall = cpu([port])[port] - before, time.monotonic() - w0
+        reads = _hgets(master) // 2
+    directory = lookups(cluster, routed_settings, tenants, sends)
+    return Routing(sends, spent[id(plain)], spent[id(routed)], redis_cpu, reads, wall, directory)
+
+
+def _hgets(client: redis.Redis) -> int:
+    stats: dict[str, Any] = client.info("commandstats")
+    return int(stats.get("cmdstat_hget", {}).get("calls", 0))
 
 
 def _send(client: MailClient, tenant: str) -> None:
@@ -417,55 +468,10 @@ def _send(client: MailClient, tenant: str) -> None:
     )
 
 
-@dataclass
-class Routing:
-    plain: Enqueue
-    """The round of median cost of a client with no pool declared (the directory never read)."""
-    routed: Enqueue
-    """... of a client with the pools declared (each send asks the directory, cached)."""
-    extra: float
-    """The median over the quads of rounds of what routing added, in percent."""
-    lookups: Lookups
-
-
-def routing(cluster: RedisCluster, pools: Mapping[str, Any], mails: int) -> Routing:
-    """Rounds of a plain client and a routed one, in quads, each quad a ratio; the
-    tenants on the default pool (the routed client reaches no other pool's master at
-    78ea781, see :func:`drain`). And the directory's own cost."""
-    run = uuid.uuid4().hex[:6]
-    plain_settings = pooled_settings(cluster, {}, run)
-    routed_settings = pooled_settings(cluster, pools, run)
-    tenants = list(tenants_of([DEFAULT_POOL] * MASTERS))
-    plain: list[Enqueue] = []
-    routed: list[Enqueue] = []
-    extra: list[float] = []
-    for _ in range(QUADS):
-        # plain, routed, routed, plain: what the order costs (the first round after a
-        # flush, the machine's load drifting) falls on both alike.
-        quad = []
-        for settings in (plain_settings, routed_settings, routed_settings, plain_settings):
-            cluster.flush()
-            quad.append(enqueue_round(cluster, settings, tenants, mails))
-        plain += quad[0], quad[3]
-        routed += quad[1], quad[2]
-        extra.append(((quad[1].cost + quad[2].cost) / (quad[0].cost + quad[3].cost) - 1) * 100)
-    directory = lookups(cluster, routed_settings, tenants, mails)
-    return Routing(_median(plain), _median(routed), statistics.median(extra), directory)
-
-
-@dataclass
-class Lookups:
-    hit: float
-    """Client CPU seconds of a directory answer from the cache."""
-    miss: float
-    """Client and Redis CPU seconds of one read from Redis (two HGETs, one round trip)."""
-    miss_wall: float
-
-
 def lookups(cluster: RedisCluster, settings: Settings, tenants: Sequence[str], count: int) -> Lookups:
-    """What the routing itself costs: ``count`` directory answers from the cache, and
-    ``count`` read from Redis (a cache that keeps nothing)."""
-    masters = sorted(cluster.masters().values())
+    """What the directory costs alone: ``count`` answers from the cache, and ``count``
+    read from Redis (a cache that keeps nothing)."""
+    port = cluster.master_of(slot_of_prefix(settings.key_prefix))
     with contextlib.closing(redis_client(settings)) as conn:
         cached, uncached = PoolDirectory(settings, conn), PoolDirectory(settings, conn, ttl=0.0)
         for tenant in tenants:
@@ -474,16 +480,11 @@ def lookups(cluster: RedisCluster, settings: Settings, tenants: Sequence[str], c
         for n in range(count):
             cached.pool_of(tenants[n % len(tenants)])
         hit = (time.thread_time() - t0) / count
-        before, t0, w0 = cpu(masters), time.thread_time(), time.monotonic()
+        before, t0, w0 = cpu([port])[port], time.thread_time(), time.monotonic()
         for n in range(count):
             uncached.pool_of(tenants[n % len(tenants)])
-        client, wall, after = time.thread_time() - t0, time.monotonic() - w0, cpu(masters)
-    redis_cpu = sum(after[p] - before[p] for p in masters)
-    return Lookups(hit, (client + redis_cpu) / count, wall / count)
-
-
-def _median(rounds: list[Enqueue]) -> Enqueue:
-    return sorted(rounds, key=lambda r: r.cost)[len(rounds) // 2]
+        client, wall, redis_cpu = time.thread_time() - t0, time.monotonic() - w0, cpu([port])[port] - before
+    return Lookups(hit, client / count, redis_cpu / count, wall / count)
 
 
 # -- the figures ------------------------------------------------------------------------------
@@ -499,7 +500,8 @@ def figures(one: Drain, three: Drain, placed: Mapping[str, int], routes: Routing
     def keys_text(d: Drain) -> str:
         return ", ".join(f":{p} {n}" for p, n in d.keys.items())
 
-    plain, routed, directory = routes.plain, routes.routed, routes.lookups
+    directory, base = routes.lookups, routes.plain_cost
+    miss = directory.miss_client + directory.miss_redis
     return [
         Figure(
             key="pools_shard_speedup",
@@ -528,16 +530,19 @@ def figures(one: Drain, three: Drain, placed: Mapping[str, int], routes: Routing
             op="<=",
             target=ROUTING_TARGET,
             detail=(
-                f"send() of one mail, {plain.mails} a round over {TENANTS_PER_POOL * MASTERS} tenants of the "
-                f"default pool, {2 * QUADS} rounds each (plain, routed, routed, plain), the median of the "
-                f"{QUADS} quads' ratios; the "
-                f"median rounds: no pool declared {plain.text()}; 3 pools declared, the directory asked "
-                f"(cached {DIRECTORY_TTL:.0f} s) {routed.text()}; the directory's own answer: "
-                f"{directory.hit * 1e6:.1f} µs of client CPU from the cache "
-                f"({directory.hit / plain.cost * 100:.2f} % of a send), {directory.miss * 1e6:.0f} µs of "
-                f"client and Redis CPU read from Redis ({directory.miss / plain.cost * 100:.0f} % of a send, "
-                f"{directory.miss_wall * 1e6:.0f} µs wall), paid by a tenant's first send each "
-                f"{DIRECTORY_TTL:.0f} s"
+                f"{routes.sends} pairs of send() of one mail, round-robin over {TENANTS_PER_POOL * MASTERS} "
+                f"tenants of the default pool, by a client with no pool declared and one with 3 pools "
+                f"(the directory asked, cached {DIRECTORY_TTL:.0f} s), in turn: client CPU "
+                f"{routes.plain_client / routes.sends * 1e6:.0f} µs a send plain, "
+                f"{routes.routed_client / routes.sends * 1e6:.0f} µs routed; Redis CPU "
+                f"{routes.redis / routes.sends / 2 * 1e6:.0f} µs a send, the same commands but for "
+                f"{routes.reads} directory reads ({directory.miss_redis * 1e6:.0f} µs of Redis CPU each); "
+                f"{routes.wall / routes.sends / 2 * 1e6:.0f} µs wall a send. The directory alone: "
+                f"{directory.hit * 1e6:.1f} µs of client CPU an answer from the cache "
+                f"({directory.hit / base * 100:.2f} % of a send); "
+                f"{miss * 1e6:.0f} µs of client and Redis CPU an answer read from Redis "
+                f"({miss / base * 100:.0f} % of a send, {directory.miss_wall * 1e6:.0f} µs wall), which a "
+                f"tenant's first send each {DIRECTORY_TTL:.0f} s pays"
             ),
         ),
     ]
@@ -578,7 +583,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.pool_shards", description=description)
     parser.add_argument("--mails", type=int, default=MAILS, help="mails a pool in each drain")
     parser.add_argument("--repeats", type=int, default=REPEATS, help="drains of each set-up, alternating")
-    parser.add_argument("--enqueues", type=int, default=ENQUEUES, help="sends a round of the routing figure")
+    parser.add_argument("--enqueues", type=int, default=ENQUEUES, help="pairs of sends of the routing figure")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="fairpost-pools-") as workdir:
         process, sqs_url = start_fifo_sqs(Path(workdir))
