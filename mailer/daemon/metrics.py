@@ -179,8 +179,8 @@ class Metrics:
         platform and GC metrics, and drop the ``*_created`` series (process-wide).
         ``high_water``: FAIRPOST_REDIS_HIGH_WATER, published beside Redis's memory.
 
-        A declarative table, long on purpose: each metric declared once, its name,
-        help and labels, in the order docs/operations.md lists them."""
+        A declarative table, long on purpose: each metric declared once, with its
+        name, help and labels."""
         self.registry = CollectorRegistry()
         self.labels = labels or TenantLabels()
         self._other_seen = False
