@@ -190,7 +190,8 @@ def cmd_stats(args: argparse.Namespace, settings: Settings) -> int:
     from fairpost.config.pools import pool_names, pool_settings
     from fairpost.dispatcher.connect import async_redis_client
     from fairpost.dispatcher.keys import Keys
-    from fairpost.mailer.ops.stats import collect_stats, render_table, render_text
+    from fairpost.mailer.ops.stats import collect_stats
+    from fairpost.mailer.ops.stats_render import render_table, render_text
 
     if args.pool not in pool_names(settings):
         return fail(f"no pool {args.pool!r}: one of {', '.join(pool_names(settings))}")
