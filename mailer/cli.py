@@ -11,6 +11,7 @@ import asyncio
 import json
 import sys
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from fairpost import __version__
 from fairpost.config import ConfigError, FairpostError, Settings, load_settings
@@ -189,7 +190,8 @@ def cmd_stats(args: argparse.Namespace, settings: Settings) -> int:
     from fairpost.config.pools import pool_names, pool_settings
     from fairpost.dispatcher.connect import async_redis_client
     from fairpost.dispatcher.keys import Keys
-    from fairpost.mailer.ops.stats import collect_stats, render_table, render_text
+    from fairpost.mailer.ops.stats import collect_stats
+    from fairpost.mailer.ops.stats_render import render_table, render_text
 
     if args.pool not in pool_names(settings):
         return fail(f"no pool {args.pool!r}: one of {', '.join(pool_names(settings))}")
@@ -275,6 +277,21 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
+    _add_service_commands(sub)
+    _add_mail_commands(sub)
+    add_lifecycle_commands(sub)
+    add_reputation_commands(sub)
+    add_webhook_commands(sub)
+
+    _add_operator_commands(sub)
+    add_analytics_command(sub)
+
+    return parser
+
+
+def _add_service_commands(sub: Any) -> None:
+    """The long-running processes (the daemon, the console, the unsubscribe server),
+    their set-up and probe, and the demo."""
     run = sub.add_parser("run", help="run the daemon")
     run.add_argument(
         "--role",
@@ -312,6 +329,29 @@ def build_parser() -> argparse.ArgumentParser:
     )
     init.set_defaults(handler=cmd_init_aws)
 
+    health = sub.add_parser(
+        "health",
+        help="exit 0 if this replica is alive, 1 if not (HTTP /healthz, or its heartbeat in Redis)",
+    )
+    health.add_argument("--json", action="store_true")
+    health.add_argument("--replica", help="check this replica's heartbeat (default: this host's)")
+    health.add_argument("--timeout", type=float, default=3.0)
+    health.set_defaults(handler=cmd_health)
+
+    demo = sub.add_parser(
+        "demo", help="run fairpost on an embedded Redis and AWS emulator with a sample load"
+    )
+    demo.add_argument(
+        "--duration", type=float, default=None, help="seconds of load (default: the scenario's)"
+    )
+    demo.add_argument("--replicas", type=int, default=2)
+    demo.add_argument("--scenario", default="default")
+    demo.add_argument("--output", default="demo-output", help="where the summary and chart go")
+    demo.set_defaults(handler=cmd_demo)
+
+
+def _add_mail_commands(sub: Any) -> None:
+    """One mail: enqueue it, see its state."""
     send = sub.add_parser("send", help="enqueue one mail and print its job id")
     send.add_argument("--tenant", required=True)
     send.add_argument("--from", dest="sender", help="default: the tenant's default_sender setting")
@@ -335,15 +375,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     send.set_defaults(handler=cmd_send)
 
-    add_lifecycle_commands(sub)
-    add_reputation_commands(sub)
-    add_webhook_commands(sub)
-
     status = sub.add_parser("status", help="show a job's state")
     status.add_argument("job_id")
     status.add_argument("--json", action="store_true")
     status.set_defaults(handler=cmd_status)
 
+
+def _add_operator_commands(sub: Any) -> None:
+    """What an operator checks and changes: the settings, the figures, tenants and pools."""
     check = sub.add_parser("check-config", help="validate and print the effective settings (secrets masked)")
     check.add_argument("--json", action="store_true")
     check.set_defaults(handler=cmd_check_config)
@@ -384,29 +423,6 @@ def build_parser() -> argparse.ArgumentParser:
             help="also set its SES tenant's customer-managed sending status (DISABLED / ENABLED)",
         )
         cmd.set_defaults(handler=cmd_tenant_pause)
-
-    health = sub.add_parser(
-        "health",
-        help="exit 0 if this replica is alive, 1 if not (HTTP /healthz, or its heartbeat in Redis)",
-    )
-    health.add_argument("--json", action="store_true")
-    health.add_argument("--replica", help="check this replica's heartbeat (default: this host's)")
-    health.add_argument("--timeout", type=float, default=3.0)
-    health.set_defaults(handler=cmd_health)
-
-    add_analytics_command(sub)
-
-    demo = sub.add_parser(
-        "demo", help="run fairpost on an embedded Redis and AWS emulator with a sample load"
-    )
-    demo.add_argument(
-        "--duration", type=float, default=None, help="seconds of load (default: the scenario's)"
-    )
-    demo.add_argument("--replicas", type=int, default=2)
-    demo.add_argument("--scenario", default="default")
-    demo.add_argument("--output", default="demo-output", help="where the summary and chart go")
-    demo.set_defaults(handler=cmd_demo)
-    return parser
 
 
 def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:

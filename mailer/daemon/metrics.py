@@ -177,7 +177,10 @@ class Metrics:
     ) -> None:
         """``process_metrics``: for the daemon, which owns its process: add process,
         platform and GC metrics, and drop the ``*_created`` series (process-wide).
-        ``high_water``: FAIRPOST_REDIS_HIGH_WATER, published beside Redis's memory."""
+        ``high_water``: FAIRPOST_REDIS_HIGH_WATER, published beside Redis's memory.
+
+        A declarative table, long on purpose: each metric declared once, with its
+        name, help and labels."""
         self.registry = CollectorRegistry()
         self.labels = labels or TenantLabels()
         self._other_seen = False

@@ -25,7 +25,8 @@ from fairpost.mailer.cli import main
 from fairpost.mailer.daemon.metrics import OTHER_TENANT, Metrics, TenantLabels
 from fairpost.mailer.daemon.ses_account import derive_limits
 from fairpost.mailer.errors import InvalidOverride
-from fairpost.mailer.ops.stats import ScopeStats, Stats, WindowUsage, render_table, render_text
+from fairpost.mailer.ops.stats import ScopeStats, Stats, WindowUsage
+from fairpost.mailer.ops.stats_render import render_table, render_text
 from fairpost.mailer.quota.overrides import QuotaAdmin
 from fairpost.mailer.sdk.client import MailClient
 from fairpost.mailer.testing.services import free_port
