@@ -192,7 +192,7 @@ def cmd_stats(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_tenant_pause(args: argparse.Namespace, settings: Settings) -> int:
     import redis
 
-    from fairpost.mailer.quota.overrides import QuotaAdmin
+    from fairpost.mailer.quota.admin import QuotaAdmin
 
     try:
         with QuotaAdmin(settings) as admin:

@@ -27,7 +27,7 @@ from fairpost.dispatcher.store import store_limits
 from fairpost.mailer.console.live import Account, Samples, SesAccount
 from fairpost.mailer.console.tenants import TenantIndex
 from fairpost.mailer.ops.stats import ScopeStats, Stats, WindowUsage, collect_stats
-from fairpost.mailer.quota.overrides import QuotaAdmin
+from fairpost.mailer.quota.admin import QuotaAdmin
 from fairpost.mailer.quota.provider_guard import held_providers
 from fairpost.mailer.quota.reputation import guard_states, read_verdicts
 from fairpost.mailer.sdk.client import AsyncMailClient

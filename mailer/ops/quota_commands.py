@@ -13,7 +13,7 @@ from fairpost.mailer.ops.console import print_json, unreachable_redis
 def cmd_quota_show(args: argparse.Namespace, settings: Settings) -> int:
     import redis
 
-    from fairpost.mailer.quota.overrides import QuotaAdmin
+    from fairpost.mailer.quota.admin import QuotaAdmin
     from fairpost.mailer.quota.stream_limits import resolve_stream
 
     try:
@@ -37,7 +37,7 @@ def cmd_quota_set(args: argparse.Namespace, settings: Settings) -> int:
     import redis
 
     from fairpost.config.limits import format_limits
-    from fairpost.mailer.quota.overrides import QuotaAdmin
+    from fairpost.mailer.quota.admin import QuotaAdmin
 
     if len(args.values) != (1 if args.global_ else 2):
         print("fairpost: usage: quota set TENANT LIMITS | quota set --global LIMITS", file=sys.stderr)
@@ -59,7 +59,7 @@ def cmd_quota_set(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_quota_reset(args: argparse.Namespace, settings: Settings) -> int:
     import redis
 
-    from fairpost.mailer.quota.overrides import QuotaAdmin
+    from fairpost.mailer.quota.admin import QuotaAdmin
 
     if (args.tenant is None) == (not args.global_):
         print("fairpost: usage: quota reset TENANT | quota reset --global", file=sys.stderr)

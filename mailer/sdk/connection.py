@@ -1,6 +1,6 @@
 """Settings and a Redis connection, for every blocking or asyncio client fairpost
 hands out (:class:`~fairpost.mailer.sdk.client.MailClient`, :class:`~fairpost.mailer.sdk.dead.DeadLetters`,
-:class:`~fairpost.mailer.quota.overrides.QuotaAdmin`, :class:`~fairpost.mailer.sdk.client.AsyncMailClient`).
+:class:`~fairpost.mailer.quota.admin.QuotaAdmin`, :class:`~fairpost.mailer.sdk.client.AsyncMailClient`).
 
 A client given a ``redis_client`` uses it and leaves it open: its owner
 closes it. A client that opened its own connection (:mod:`fairpost.dispatcher.connect`:

@@ -13,7 +13,7 @@ from playwright.async_api import Page, expect
 
 from fairpost import MailClient
 from fairpost.mailer.console.auth import Auth, safe_next
-from fairpost.mailer.quota.overrides import QuotaAdmin
+from fairpost.mailer.quota.admin import QuotaAdmin
 from fairpost.mailer.sdk.suppression import Suppressions
 from tests.console.conftest import BROWSER_LOOP, TOKEN, console_settings, log_in, serve
 

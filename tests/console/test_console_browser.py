@@ -22,9 +22,9 @@ from fairpost import MailClient
 from fairpost.config.limits import parse_limits
 from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.store import store_limits
+from fairpost.mailer.quota.admin import QuotaAdmin
 from fairpost.mailer.quota.engine import QuotaEngine
 from fairpost.mailer.quota.holds import TenantHolds
-from fairpost.mailer.quota.overrides import QuotaAdmin
 from tests.console.conftest import BROWSER_LOOP, TOKEN, console_settings, log_in, serve
 
 MAIL = {"sender": "no-reply@acme.example", "to": ["ada@example.com"], "subject": "Hi", "text": "Hello"}

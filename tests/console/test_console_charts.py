@@ -20,7 +20,7 @@ from playwright.async_api import Page, expect
 
 from fairpost import AsyncMailClient
 from fairpost.config import Settings
-from fairpost.mailer.quota.overrides import QuotaAdmin
+from fairpost.mailer.quota.admin import QuotaAdmin
 from fairpost.mailer.sdk.rollups import Deliverability, SendHistory
 from fairpost.mailer.testing.ses_server import SesServer
 from fairpost.mailer.testing.wait import wait_for_async as wait_for

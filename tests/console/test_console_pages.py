@@ -15,8 +15,8 @@ from playwright.async_api import Page, expect
 from fairpost import MailClient
 from fairpost.config.limits import parse_limits
 from fairpost.dispatcher.keys import Keys
+from fairpost.mailer.quota.admin import QuotaAdmin
 from fairpost.mailer.quota.engine import QuotaEngine
-from fairpost.mailer.quota.overrides import QuotaAdmin
 from fairpost.mailer.testing.ses_server import SesServer
 from tests.console.conftest import BROWSER_LOOP, console_settings, log_in, serve
 

@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 from playwright.async_api import Page, expect
 
 from fairpost import AsyncMailClient
-from fairpost.mailer.quota.overrides import QuotaAdmin
+from fairpost.mailer.quota.admin import QuotaAdmin
 from fairpost.mailer.testing.ses_server import SesServer
 from fairpost.mailer.testing.wait import wait_for_async
 from tests.console.conftest import BROWSER_LOOP, TOKEN, log_in, serve

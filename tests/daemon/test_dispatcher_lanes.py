@@ -9,7 +9,7 @@ from fairpost.config import Settings
 from fairpost.dispatcher.jobs import JobState
 from fairpost.dispatcher.keys import lane
 from fairpost.dispatcher.store import JobStore, NewJob, StoreLimits
-from fairpost.mailer.quota.overrides import QuotaAdmin
+from fairpost.mailer.quota.admin import QuotaAdmin
 from tests.support import KEYS
 
 

@@ -15,7 +15,7 @@ from fairpost.dispatcher.keys import Keys
 from fairpost.mailer.cli import main
 from fairpost.mailer.daemon.ses import send_email_request
 from fairpost.mailer.errors import InvalidSuppression
-from fairpost.mailer.quota.overrides import QuotaAdmin
+from fairpost.mailer.quota.admin import QuotaAdmin
 from fairpost.mailer.quota.reputation import GuardState, ReputationBook, lift_guard, throttled
 from fairpost.mailer.sdk.envelope import Envelope
 from fairpost.mailer.sdk.mail import Mail, validate

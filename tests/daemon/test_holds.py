@@ -29,8 +29,8 @@ from fairpost.mailer.daemon.holds import (
     Holds,
     forget_ended,
 )
+from fairpost.mailer.quota.admin import QuotaAdmin
 from fairpost.mailer.quota.holds import LIFTED_BY_RESUME, SES_TENANT_DISABLED
-from fairpost.mailer.quota.overrides import QuotaAdmin
 from fairpost.mailer.quota.provider_guard import ProviderHold
 from fairpost.mailer.quota.reputation import GuardState
 from fairpost.mailer.sdk.mail import Mail

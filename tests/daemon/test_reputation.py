@@ -26,7 +26,7 @@ from fairpost.mailer.daemon.metrics import Metrics
 from fairpost.mailer.daemon.ses_events import parse_event
 from fairpost.mailer.ops.queue_setup import init_events_queue
 from fairpost.mailer.ops.stats import collect_stats
-from fairpost.mailer.quota.overrides import QuotaAdmin
+from fairpost.mailer.quota.admin import QuotaAdmin
 from fairpost.mailer.quota.reputation import GuardState
 from fairpost.mailer.sdk.suppression import Suppressions
 from fairpost.mailer.testing.ses_server import SentMail, SesServer

@@ -9,7 +9,7 @@ from fairpost.config import load_settings
 from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.store import JobStore, store_limits
 from fairpost.mailer.daemon.parts import publish_tenant_settings
-from fairpost.mailer.quota.overrides import QuotaAdmin
+from fairpost.mailer.quota.admin import QuotaAdmin
 
 
 async def test_a_weight_and_cap_removed_from_the_config_stayed_in_redis(

@@ -46,9 +46,10 @@ from fairpost.mailer.daemon.health import Heartbeat, Liveness
 from fairpost.mailer.daemon.mail_jobs import MailJobs
 from fairpost.mailer.daemon.webhooks.loop import WebhookDeliveries
 from fairpost.mailer.daemon.webhooks.metrics import WebhookMetrics
+from fairpost.mailer.quota.admin import QuotaAdmin
 from fairpost.mailer.quota.engine import QuotaEngine
 from fairpost.mailer.quota.holds import TenantHolds
-from fairpost.mailer.quota.overrides import OverrideCache, QuotaAdmin
+from fairpost.mailer.quota.overrides import OverrideCache
 from fairpost.mailer.quota.reputation import ReputationBook
 from fairpost.mailer.quota.warmup_admin import WarmupAdmin
 from fairpost.mailer.sdk.outcomes import deliveries, feed

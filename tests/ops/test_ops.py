@@ -28,7 +28,7 @@ from fairpost.mailer.daemon.ses_account import derive_limits
 from fairpost.mailer.errors import InvalidOverride
 from fairpost.mailer.ops.stats import ScopeStats, Stats, WindowUsage
 from fairpost.mailer.ops.stats_render import render_table, render_text
-from fairpost.mailer.quota.overrides import QuotaAdmin
+from fairpost.mailer.quota.admin import QuotaAdmin
 from fairpost.mailer.sdk.client import MailClient
 from fairpost.mailer.testing.services import free_port
 from fairpost.mailer.testing.ses_server import SesServer

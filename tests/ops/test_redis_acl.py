@@ -18,7 +18,7 @@ from fairpost import AsyncMailClient, MailClient
 from fairpost.config import load_settings
 from fairpost.mailer.cli import main
 from fairpost.mailer.ops.redis_acl import COMMANDS, acl_setuser
-from fairpost.mailer.quota.overrides import QuotaAdmin
+from fairpost.mailer.quota.admin import QuotaAdmin
 from fairpost.mailer.testing.services import RedisServer, redis_server
 from fairpost.mailer.testing.ses_server import SesServer
 from tests.support.daemon_process import daemon_process

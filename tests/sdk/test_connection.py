@@ -12,7 +12,7 @@ import redis.asyncio
 
 from fairpost import AsyncMailClient, DeadLetters, MailClient, UnknownJob
 from fairpost.config import Settings
-from fairpost.mailer.quota.overrides import QuotaAdmin
+from fairpost.mailer.quota.admin import QuotaAdmin
 from fairpost.mailer.sdk.suppression import Suppressions
 from fairpost.mailer.testing.wait import wait_for, wait_for_async
 

@@ -15,7 +15,8 @@ from fairpost.config import ConfigError, Window, load_settings, parse_limits
 from fairpost.dispatcher.keys import Keys
 from fairpost.mailer.cli import main
 from fairpost.mailer.errors import InvalidOverride
-from fairpost.mailer.quota.overrides import QuotaAdmin, read_overrides
+from fairpost.mailer.quota.admin import QuotaAdmin
+from fairpost.mailer.quota.overrides import read_overrides
 
 RULE = "at least 1 second"
 

@@ -13,7 +13,7 @@ import redis
 
 from fairpost import AsyncMailClient, DeadLetters, FairpostError, MailClient, RedisFailed, Suppressions
 from fairpost.config import load_settings
-from fairpost.mailer.quota.overrides import QuotaAdmin
+from fairpost.mailer.quota.admin import QuotaAdmin
 from fairpost.mailer.testing.services import RedisServer, free_port, redis_server
 
 MAIL: dict[str, Any] = {"sender": "app@example.com", "to": ["ada@example.org"], "subject": "s", "text": "t"}

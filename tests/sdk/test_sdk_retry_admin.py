@@ -21,7 +21,7 @@ import redis
 
 from fairpost import RedisFailed, Suppressions
 from fairpost.config import Settings, load_settings
-from fairpost.mailer.quota.overrides import QuotaAdmin
+from fairpost.mailer.quota.admin import QuotaAdmin
 from fairpost.mailer.quota.warmup_admin import WarmupAdmin
 from fairpost.mailer.sdk.dead import DeadLetters
 from fairpost.mailer.sdk.outcomes.endpoints import Webhooks

@@ -9,7 +9,7 @@ import pytest
 from fairpost import AsyncMailClient
 from fairpost.config import Settings
 from fairpost.mailer.cli import main
-from fairpost.mailer.quota.overrides import QuotaAdmin
+from fairpost.mailer.quota.admin import QuotaAdmin
 from fairpost.mailer.testing.ses_server import SesServer
 from fairpost.mailer.testing.wait import wait_for_async
 from tests.support.pipeline import pipeline
