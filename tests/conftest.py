@@ -10,6 +10,7 @@ other settings overrides ``settings`` and keeps the clients built on it.
 from __future__ import annotations
 
 import gc
+import logging
 import sys
 import weakref
 from collections.abc import AsyncIterator, Iterator
@@ -35,6 +36,13 @@ from fairpost.mailer.testing.ses_server import SesServer
 from fairpost.mailer.testing.sqs_server import SqsServer
 from tests.support.memory import LimitedRedis, limited_redis
 from tests.support.topologies import Cluster, SentinelGroup, redis_cluster, redis_sentinel
+
+# The in-process emulators log each request through werkzeug, which gives its logger a
+# stream handler of its own on first use: bound to whatever sys.stderr was then (a
+# test's captured stream, closed after it), it printed "Logging error" tracebacks into
+# later tests' stderr. A handler here keeps werkzeug from adding one; the records
+# still reach pytest's log capture through the root logger.
+logging.getLogger("werkzeug").addHandler(logging.NullHandler())
 
 
 @pytest.fixture(scope="session")
