@@ -123,7 +123,10 @@ class Dispatcher:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._slot_freed.wait(), self.reap_interval)
             return next_reap, next_promote
-        if not await self.claim_batch():
+        # A wake token the claim took may say a scheduled job is due before the one
+        # the promotion waits for: then the turn ends without a wait, and the next one
+        # promotes at once (a wait would last until the promotion's old time).
+        if not await self.claim_batch() and not self._promote_now:
             until = min(next_reap, next_promote) - time.monotonic()
             self._woken(await self._wait_for_work(max(0.0, min(self.reap_interval, until)), stop))
         if self._promote_now:

@@ -413,6 +413,54 @@ async def test_only_a_wake_for_an_earlier_scheduled_job_looks_for_due_ones(
         await dispatcher.drain(1)
 
 
+class ScheduledBeforeTheClaim(JobStore):
+    """The store, with a scheduled job enqueued just before the first claim takes the
+    wake tokens: its token is taken there, not by the wait that follows."""
+
+    due_ms = 0
+    waits: list[float]
+
+    async def take_wake_tokens(self) -> str | None:
+        if not self.due_ms:
+            self.due_ms = await self.now_ms() + 300
+            await self.enqueue(
+                [NewJob(id="later", tenant="acme", kind="mail", payload="{}", send_at_ms=self.due_ms)]
+            )
+        return await super().take_wake_tokens()
+
+    async def wait_for_work(self, seconds: float) -> str | None:
+        self.waits.append(seconds)
+        return await super().wait_for_work(seconds)
+
+
+async def test_a_scheduled_jobs_token_taken_before_a_claim_still_ends_the_wait_when_due(
+    aredis: redis.asyncio.Redis,
+) -> None:
+    # The claim takes the wake tokens waiting; one saying a scheduled job is due
+    # earlier must bring the promotion forward before the wait that follows the
+    # claim, or the dispatcher waits out the reap interval with the job due.
+    defaults = {"default_weight": 1, "default_cap": 100_000, "lease_ms": 30_000}
+    store = ScheduledBeforeTheClaim(aredis, KEYS, StoreLimits(**defaults))
+    store.waits = []
+    # Within the client's socket timeout (5 s), which a longer BLPOP would outlast.
+    dispatcher = Dispatcher(store, [HandOffWorker()], reap_interval=4.0)
+    stop = asyncio.Event()
+    task = asyncio.create_task(dispatcher.run(stop))
+
+    async def dispatched() -> bool:
+        return (await store.job("later")).get("state") == JobState.DISPATCHED
+
+    try:
+        await wait_for_async(dispatched, within=10, what="the scheduled job promoted and dispatched")
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 5)
+        await dispatcher.drain(1)
+    # The first wait (the only one before the job was due) lasts until it is due,
+    # 300 ms after the first claim's take: not the reap interval.
+    assert store.waits and 0 < store.waits[0] <= 0.3, store.waits
+
+
 async def _at_least(count: Callable[[], int], n: int) -> bool:
     return count() >= n
 
