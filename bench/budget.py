@@ -26,7 +26,7 @@ import asyncio
 import collections
 import os
 import random
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
 import boto3
@@ -38,6 +38,8 @@ from bench.redis_profile import script_names
 from bench.shard_replay import SKIPPED, Recorder, instructions
 from fairpost.config import Settings, load_settings
 from fairpost.dispatcher.connect import async_redis_client
+from fairpost.dispatcher.jobs import Job
+from fairpost.dispatcher.worker import Outcome, Worker
 from fairpost.mailer.daemon.aws import SES_CONFIG, SQS_CONFIG, session
 from fairpost.mailer.daemon.parts import Parts, build_parts
 from fairpost.mailer.ops.queue_setup import init_queue
@@ -61,6 +63,23 @@ def budget_settings(redis_url: str) -> Settings:
     )
 
 
+class OneAtATime:
+    """A worker whose batches go out one after another, in the order the dispatcher
+    started them (an asyncio lock wakes its waiters in turn): a claim of 50 is five
+    hand-offs of ten, which SQS then holds in one order, whichever would have been
+    quicker. Their Redis commands are the same as when they overlap."""
+
+    def __init__(self, worker: Worker) -> None:
+        self._worker = worker
+        self._turn = asyncio.Lock()
+        self.kind = worker.kind
+        self.max_batch = worker.max_batch
+
+    async def handle(self, jobs: Sequence[Job]) -> Sequence[Outcome]:
+        async with self._turn:
+            return await self._worker.handle(jobs)
+
+
 @asynccontextmanager
 async def replica(settings: Settings) -> AsyncIterator[Parts]:
     """Every part ``fairpost run`` builds, none of their background tasks started
@@ -70,7 +89,11 @@ async def replica(settings: Settings) -> AsyncIterator[Parts]:
     aws = session()
     try:
         async with aws.client("sqs", config=SQS_CONFIG) as sqs, aws.client("sesv2", config=SES_CONFIG) as ses:
-            yield await build_parts(settings, client, sqs=sqs, ses_client=ses, queue_url=url)
+            parts = await build_parts(settings, client, sqs=sqs, ses_client=ses, queue_url=url)
+            if parts.dispatcher is not None:
+                workers = parts.dispatcher.workers.items()
+                parts.dispatcher.workers = {kind: OneAtATime(worker) for kind, worker in workers}
+            yield parts
     finally:
         await client.aclose()
 

@@ -57,6 +57,9 @@ class Dispatcher:
         self.workers: Mapping[str, Worker] = {w.kind: w for w in workers}
         self.concurrency = concurrency
         self.batch_size = batch_size
+        # What one hand-off takes (an SQS batch: ten): a claim bigger than that is one
+        # claim.lua call for several, and lingers only to fill its last one.
+        self.hand_off_size = min(batch_size, max((w.max_batch for w in workers), default=batch_size))
         self.reap_interval = reap_interval
         self.finished_ttl_seconds = finished_ttl_seconds
         self._busy = 0
@@ -136,7 +139,7 @@ class Dispatcher:
 
     async def claim_batch(self) -> bool:
         """One claim of up to a batch (the free slots allowing), lingering for company
-        when it comes back short, its jobs started with their workers. Returns whether
+        when its last hand-off is short, its jobs started with their workers. Returns whether
         to claim again at once: only after a full batch. A short one left the ring
         empty, and a tenant that joins it since pushes a wake token (ring.lua,
         ``activate``), which ends the loop's wait at once.
@@ -156,13 +159,14 @@ class Dispatcher:
         self._tokens_taken = False
         jobs = await self._claim(wanted)
         try:
-            if jobs and len(jobs) < wanted and self.linger.base > 0:
-                # Work is trickling in: a moment's wait fills the batch, and a full
-                # batch is one SQS call instead of several. A sleep, not a wait on the
+            short = len(jobs) % self.hand_off_size
+            if jobs and len(jobs) < wanted and short and self.linger.base > 0:
+                # Work is trickling in: a moment's wait fills the last hand-off, and a
+                # full one is one SQS call instead of several. A sleep, not a wait on the
                 # wake list: Redis times a BLPOP out on its clock tick (1/hz, 100 ms by
                 # default), so the linger would last up to twice as long. Claimed again
                 # only if a tenant joined the ring meanwhile (its wake token).
-                await asyncio.sleep(self.linger.seconds(wanted - len(jobs)))
+                await asyncio.sleep(self.linger.seconds(self.hand_off_size - short))
                 if self._woken(await self.store.take_wake_tokens()):
                     jobs += await self._claim(wanted - len(jobs))
         finally:

@@ -12,6 +12,7 @@ import redis.asyncio
 from fairpost.dispatcher.jobs import Job, JobState
 from fairpost.dispatcher.keys import WAKE_WORK, Keys
 from fairpost.dispatcher.lifecycle import PROMOTE_BATCH, Lifecycle
+from fairpost.dispatcher.linger import Linger
 from fairpost.dispatcher.replies import time_ms
 from fairpost.dispatcher.runner import Dispatcher
 from fairpost.dispatcher.store import JobStore, NewJob, StoreLimits
@@ -265,6 +266,38 @@ async def test_a_short_claim_lingers_for_company(aredis: redis.asyncio.Redis) ->
     finally:
         stop.set()
         await asyncio.wait_for(task, 10)
+        await dispatcher.drain(1)
+
+
+class LingerSpy(Linger):
+    """The linger, noting each wait it is asked for (how many jobs were missing)."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(seconds)
+        self.asked: list[int] = []
+
+    def seconds(self, missing: int) -> float:
+        self.asked.append(missing)
+        return 0.0
+
+
+@pytest.mark.parametrize(("waiting", "asked"), [(20, []), (13, [7]), (3, [7])])
+async def test_a_claim_bigger_than_a_hand_off_lingers_only_to_fill_its_last_one(
+    aredis: redis.asyncio.Redis, waiting: int, asked: list[int]
+) -> None:
+    # A claim of 50 is one claim.lua call for five SQS batches of ten: it lingers
+    # for company only when its last hand-off is short, for what that one misses.
+    store = make_store(aredis)
+    await store.enqueue(jobs_for("acme", waiting, kind="mail"))
+    dispatcher = Dispatcher(store, [BatchRecorder()], batch_size=50, linger_seconds=5.0)
+    spy = LingerSpy(5.0)
+    dispatcher.linger = spy
+    try:
+        assert await dispatcher.claim_batch() is False  # short: the ring is empty
+        await dispatcher.settled()
+        assert dispatcher.claimed_total == waiting
+        assert spy.asked == asked
+    finally:
         await dispatcher.drain(1)
 
 

@@ -71,11 +71,11 @@ BUDGET: dict[str, Budget] = {
     # once (INFO memory and INFO stats), on its first write.
     "dispatcher/enqueue.lua": Budget(0.0465, 2.7075),
     "INFO": Budget(0.0010),
-    # The dispatcher: claims of up to 10 (the wake tokens taken before each), each
-    # batch handed to SQS and recorded.
-    "LPOP": Budget(0.1145),
-    "dispatcher/claim.lua": Budget(0.1070, 8.5500),
-    "dispatcher/handoff.lua": Budget(0.1045, 3.0140),
+    # The dispatcher: claims of up to 50 (the wake tokens taken before each), each
+    # handed to SQS ten at a time and recorded.
+    "LPOP": Budget(0.0340),
+    "dispatcher/claim.lua": Budget(0.0265, 6.2440),
+    "dispatcher/handoff.lua": Budget(0.1045, 2.7850),
     # The sender, a received batch's tenant group at a time: its state and
     # suppression read, its quota, its sending markers, its record, its rollups.
     "HGET": Budget(1.0000),
