@@ -78,6 +78,24 @@ async def test_a_batch_claims_what_one_by_one_claims_would(
         assert sum(by_batch.values()) == wanted
 
 
+async def test_a_tenant_at_its_cap_in_the_middle_of_whole_rounds_keeps_no_deficit(
+    aredis: redis.asyncio.Redis,
+) -> None:
+    # A claim of 12 over 4 tenants gives 3 rounds in one pass. One-job turns would
+    # leave the capped tenant nothing of its turn when it reaches its cap; kept as a
+    # deficit, it turned whole rounds off for every later claim (a turn a job).
+    store = make_store(aredis)
+    await store.sync_tenant_settings({}, {"capped": 2})
+    await store.enqueue([*jobs_for("capped", 10), *jobs_for("a", 10), *jobs_for("b", 10), *jobs_for("c", 10)])
+    first = collections.Counter(job.tenant for job in await store.claim(12))
+    # 3 rounds (capped blocked after 2), then a round of 1 for the one job left to claim.
+    assert first == {"capped": 2, "a": 4, "b": 3, "c": 3}, first
+    assert not await aredis.exists(KEYS.deficit())
+    # The same jobs one-job turns give: 2 rounds of the 3 tenants left in the ring.
+    second = collections.Counter(job.tenant for job in await store.claim(6))
+    assert second == {"a": 2, "b": 2, "c": 2}, second
+
+
 async def test_a_deep_backlog_does_not_delay_a_tenant_with_one_job(aredis: redis.asyncio.Redis) -> None:
     store = make_store(aredis)
     await store.enqueue(jobs_for("big", 10_000))

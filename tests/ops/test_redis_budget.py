@@ -74,8 +74,8 @@ BUDGET: dict[str, Budget] = {
     # The dispatcher: claims of up to 50 (the wake tokens taken before each), each
     # handed to SQS ten at a time and recorded.
     "LPOP": Budget(0.0340),
-    "dispatcher/claim.lua": Budget(0.0265, 6.2440),
-    "dispatcher/handoff.lua": Budget(0.1045, 2.7850),
+    "dispatcher/claim.lua": Budget(0.0265, 4.6750),
+    "dispatcher/handoff.lua": Budget(0.1045, 2.6840),
     # The sender, a received batch's tenant group at a time: its state and
     # suppression read, its quota, its sending markers, its record, its rollups.
     "HGET": Budget(1.0000),
