@@ -173,6 +173,16 @@ class ReputationSettings(_Section):
     ses_status_refresh: float = Field(default=60.0, ge=1, le=86400)
     """Seconds between GetReputationEntity reads of a tenant with mail waiting (and of a
     tenant SES disabled, until it is enabled again)."""
+    per_provider: bool = False
+    """The guard per mailbox provider (mailer/quota/provider_guard.py): a tenant whose
+    bounce or complaint rate at one provider crosses a threshold is held for that
+    provider only; its mail to the others goes on."""
+    provider_min_sends: int = Field(default=100, ge=1, le=1_000_000)
+    """A provider's rates are counted over at least this many sends to it (fewer count as
+    this many), so a few bounces among a few sends hold nobody."""
+    provider_recheck_seconds: float = Field(default=60.0, ge=1, le=3600)
+    """How often a provider hold is judged again (and lifted once the rates are back
+    under), and how long a held mail not yet in SQS waits before it is looked at again."""
 
 
 class WarmupSettings(_Section):

@@ -10,9 +10,18 @@ dispatcher's loop and the sender's receive loop.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from redis.exceptions import OutOfMemoryError, RedisError
 
 from fairpost.dispatcher.access import refusal
+
+log = logging.getLogger("fairpost.outage")
+
+_T = TypeVar("_T")
 
 
 class OutageBackoff:
@@ -30,16 +39,45 @@ class OutageBackoff:
         """One more failure in a row: the seconds to wait before trying again,
         or None once the outage has lasted too long (the caller re-raises). None
         at once for ``exc`` a refused credential or command: no outage but the
-        configuration, which waiting cannot mend (fairpost.dispatcher.access)."""
+        configuration, which waiting cannot mend (fairpost.dispatcher.access).
+
+        A full Redis (``exc`` an OOM refusal) is ridden out however long it lasts:
+        a restart would not free it, and this daemon's sends are what do (each frees
+        its mail's payload); an outage that follows is timed from its end."""
         if exc is not None and refusal(exc) is not None:
             return None
         self._errors += 1
-        if self._errors == 1:
-            self._failing_since = time.monotonic()
-        if time.monotonic() - self._failing_since > self.max_outage_seconds:
+        now = time.monotonic()
+        if self._errors == 1 or isinstance(exc, OutOfMemoryError):
+            self._failing_since = now
+        if now - self._failing_since > self.max_outage_seconds:
             return None
         delay: float = min(self.first * 2 ** (self._errors - 1), self.most)
         return delay
+
+
+async def until_landed(
+    what: str,
+    step: Callable[[], Awaitable[_T]],
+    max_outage_seconds: float,
+    *,
+    first: float = 0.5,
+    most: float = 10.0,
+) -> _T:
+    """Run ``step`` until Redis has it, riding out an outage: for writes that must
+    land (a record of what was done already), so running one again must be safe.
+    Raises the last RedisError once the outage outlasts ``max_outage_seconds``, or at
+    once for a refused credential or command."""
+    backoff = OutageBackoff(max_outage_seconds, first=first, most=most)
+    while True:
+        try:
+            return await step()
+        except RedisError as exc:
+            delay = backoff.failed(exc)
+            if delay is None:
+                raise
+            log.warning("%s failed (%s: %s); again in %.1fs", what, type(exc).__name__, exc, delay)
+            await asyncio.sleep(delay)
 
 
 async def wait_or_stop(stop: asyncio.Event, seconds: float, *wake: asyncio.Event) -> None:

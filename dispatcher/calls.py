@@ -50,11 +50,23 @@ Call = tuple[list[str], Args]
 """A script's KEYS and ARGV."""
 
 _RING_SCRIPTS = frozenset(
-    {"enqueue", "claim", "handoff", "requeue", "reap", "finish", "promote", "cancel", "replay", "resume"}
+    {
+        "enqueue",
+        "claim",
+        "handoff",
+        "requeue",
+        "reap",
+        "finish",
+        "promote",
+        "cancel",
+        "replay",
+        "resume",
+        "defer",
+    }
 )
 """The scripts that change the ring of tenants or its counters, and so open with ring.lua."""
 
-_JOURNAL_SCRIPTS = frozenset({"finish", "cancel", "dead_letter"})
+_JOURNAL_SCRIPTS = frozenset({"finish", "cancel", "dead_letter", "defer"})
 """The scripts that end jobs, and so append to the journal (journal.lua, dispatcher/journal.py)."""
 
 
@@ -235,6 +247,20 @@ class ScriptCalls:
             for name, value in (fields or {}).items():
                 pairs += [name, value]
             args += [job_id, len(pairs) // 2, *pairs, *entry_args((entries or {}).get(job_id))]
+        return keys + journal_keys(journal), args
+
+    def defer(
+        self, job_ids: Sequence[str], wait_ms: int, reason: str, entries: Mapping[str, Entry] | None = None
+    ) -> Call:
+        """One call for the jobs (defer.lua): each scheduled again ``wait_ms`` from now,
+        waiting for ``reason``; ``entries``: job id → its journal entry, appended when
+        it starts to wait for that reason."""
+        k, journal = self.keys, self.journal
+        keys = [*self._ring_keys(), k.leases(), k.dispatched(), k.scheduled()]
+        args: Args = [*self._ring_args(), wait_ms, reason, *journal_args(journal)]
+        for job_id in job_ids:
+            keys += [k.job(job_id), k.sending(job_id)]
+            args += [job_id, *entry_args((entries or {}).get(job_id))]
         return keys + journal_keys(journal), args
 
     def touch(self, tenant: str, until_ms: int) -> Call:

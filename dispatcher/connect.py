@@ -44,6 +44,10 @@ __all__ = ["async_redis_client", "node_options", "redis_client", "slot_of"]
 # Answers that mean "not here (now)": the command did not run.
 _ELSEWHERE = (AskError, ClusterDownError, TryAgainError)
 
+# redis-py 6 split connecting from the health check (``connect_check_health``); the
+# SDK's floor, 5.0.1, has only ``connect``. Both are served.
+CONNECT_CHECKS_HEALTH = hasattr(redis.connection.AbstractConnection, "connect_check_health")
+
 
 def slot_of(settings: Settings) -> int:
     """The cluster slot of every fairpost key (they share the ``{prefix}`` hash tag)."""
@@ -170,15 +174,23 @@ def _sentinel_kwargs(settings: Settings, options: dict[str, Any]) -> dict[str, A
 
 
 class _SyncSentinelPool(redis.sentinel.SentinelConnectionPool):
-    def close(self) -> None:
-        super().close()
+    # ``disconnect``, not ``close``: redis-py 5's client closes its pool with it. The
+    # pool itself drops only idle connections (inuse_connections=False) on a failover.
+    def disconnect(self, inuse_connections: bool = True) -> None:
+        super().disconnect(inuse_connections)
+        if not inuse_connections:
+            return
         for sentinel in self.sentinel_manager.sentinels:
             sentinel.close()
 
 
 class _AsyncSentinelPool(redis.asyncio.sentinel.SentinelConnectionPool):
-    async def aclose(self) -> None:
-        await super().aclose()
+    # ``disconnect``, not ``aclose``: redis-py 5's client closes its pool with it. The
+    # pool itself drops only idle connections (inuse_connections=False) on a failover.
+    async def disconnect(self, inuse_connections: bool = True) -> None:
+        await super().disconnect(inuse_connections)
+        if not inuse_connections:
+            return
         for sentinel in self.sentinel_manager.sentinels:
             await sentinel.aclose()
 
@@ -214,7 +226,10 @@ class _SyncSlotConnection(redis.connection.Connection):
         if self._sock:
             return
         self.host, self.port = self.slot_pool.slot_master()
-        self.connect_check_health(check_health=False, retry_socket_connect=False)
+        if CONNECT_CHECKS_HEALTH:
+            self.connect_check_health(check_health=False, retry_socket_connect=False)
+        else:  # redis-py 5: its own connect, which retries the socket itself
+            super().connect()  # type: ignore[no-untyped-call]
 
     def read_response(self, *args: Any, **kwargs: Any) -> Any:
         try:
@@ -254,9 +269,10 @@ class _SyncSlotPool(redis.ConnectionPool):
         node = self._cluster.nodes_manager.get_node_from_slot(self._slot)
         return str(node.host), int(node.port)
 
-    def close(self) -> None:
-        super().close()
-        if self._cluster is not None:
+    # ``disconnect``, not ``close``: redis-py 5's client closes its pool with it.
+    def disconnect(self, inuse_connections: bool = True) -> None:
+        super().disconnect(inuse_connections)
+        if inuse_connections and self._cluster is not None:
             self._cluster.close()
             self._cluster = None
 
@@ -273,7 +289,10 @@ class _AsyncSlotConnection(redis.asyncio.connection.Connection):
         if self._reader:
             return
         self.host, self.port = await self.slot_pool.slot_master()
-        await self.connect_check_health(check_health=False, retry_socket_connect=False)
+        if CONNECT_CHECKS_HEALTH:
+            await self.connect_check_health(check_health=False, retry_socket_connect=False)
+        else:  # redis-py 5: its own connect, which retries the socket itself
+            await super().connect()  # type: ignore[no-untyped-call]
 
     async def read_response(self, *args: Any, **kwargs: Any) -> Any:
         try:
@@ -315,8 +334,9 @@ class _AsyncSlotPool(redis.asyncio.ConnectionPool):
             node = self._cluster.nodes_manager.get_node_from_slot(self._slot)
             return str(node.host), int(node.port)
 
-    async def aclose(self) -> None:
-        await super().aclose()
-        if self._cluster is not None:
+    # ``disconnect``, not ``aclose``: redis-py 5's client closes its pool with it.
+    async def disconnect(self, inuse_connections: bool = True) -> None:
+        await super().disconnect(inuse_connections)
+        if inuse_connections and self._cluster is not None:
             await self._cluster.aclose()
             self._cluster = None

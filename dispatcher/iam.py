@@ -116,6 +116,10 @@ class _SyncRenewal:
         self._born = time.monotonic()
         super().on_connect_check_health(check_health)  # type: ignore[misc]
 
+    def on_connect(self) -> None:  # redis-py 5's hook; 6 routes it to the one above
+        self._born = time.monotonic()
+        super().on_connect()  # type: ignore[misc]
+
 
 class _AsyncRenewal:
     max_age: float
@@ -129,6 +133,10 @@ class _AsyncRenewal:
     async def on_connect_check_health(self, check_health: bool = True) -> None:
         self._born = time.monotonic()
         await super().on_connect_check_health(check_health)  # type: ignore[misc]
+
+    async def on_connect(self) -> None:  # redis-py 5's hook; 6 routes it to the one above
+        self._born = time.monotonic()
+        await super().on_connect()  # type: ignore[misc]
 
 
 def renewing(base: type[_C], max_age: float, *, asyncio_class: bool = False) -> type[_C]:

@@ -265,6 +265,16 @@ class Keys:
         """Hash: tenant → the reputation guard's action on it (JSON: level, reason, rates, time)."""
         return f"{self.root}:rep:guard"
 
+    def provider_guard(self) -> str:
+        """Hash: tenant → the providers the per-provider guard holds it for (JSON: provider →
+        reason, rates, time; mailer/quota/provider_guard.py)."""
+        return f"{self.root}:rep:provider-guard"
+
+    def provider_guard_base(self, tenant: str) -> str:
+        """String with a TTL: the tenant's per-provider counts when an operator lifted its
+        provider holds (JSON); the guard judges only what came after."""
+        return f"{self.root}:rep:{tenant}:provider-base"
+
     def ses_tenant_status(self) -> str:
         """Hash: tenant → its SES tenant's sending status (JSON), for tenants SES disabled."""
         return f"{self.root}:ses:tenant-status"

@@ -13,7 +13,8 @@ the back-off over. Failures in a row that last longer than the back-off's
 ``max_outage_seconds`` are not ridden out: the last one is raised, the task ends
 and the daemon stops loudly, for its supervisor to restart it; a refused credential or
 command (fairpost.dispatcher.access) is raised at once: no outage, the
-configuration. So whether a task
+configuration; a full Redis (an OOM refusal) is ridden out however long it lasts,
+since the daemon's own sends free it. So whether a task
 lives never depends on which exception it met. Cancellation is no failure of a
 step: it ends the loop at once.
 """
@@ -77,7 +78,7 @@ async def forever(
                     task, code, (described or describe)(exc), ACL_DOCS,
                 )  # fmt: skip
                 raise
-            delay = backoff.failed()
+            delay = backoff.failed(exc)
             if delay is None:
                 log.critical(
                     "task %s failing for over %gs (%d steps in a row, the last: %s): stopping",

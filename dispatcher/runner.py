@@ -14,18 +14,16 @@ import logging
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
-from redis.exceptions import RedisError
-
-from fairpost.dispatcher.backoff import OutageBackoff
+from fairpost.dispatcher.backoff import OutageBackoff, until_landed
 from fairpost.dispatcher.jobs import Job, JobState
 from fairpost.dispatcher.keys import WAKE_SCHEDULED
 from fairpost.dispatcher.lifecycle import Lifecycle
 from fairpost.dispatcher.linger import Linger
 from fairpost.dispatcher.loop import OnError, forever
 from fairpost.dispatcher.store import JobStore
-from fairpost.dispatcher.worker import Dead, Done, HandedOff, Outcome, Retry, Worker
+from fairpost.dispatcher.worker import Dead, Done, HandedOff, Later, Outcome, Retry, Worker
 
 log = logging.getLogger("fairpost.dispatcher")
 
@@ -301,14 +299,19 @@ class Dispatcher:
         settled = list(zip(jobs, outcomes, strict=True))
         handed = [job.id for job, o in settled if isinstance(o, HandedOff)]
         retry = [job.id for job, o in settled if isinstance(o, Retry)]
-        await self._until_landed("recording outcomes", functools.partial(self._record, settled, handed))
+        # Settling steps run until Redis has them. Running one again is safe (a job
+        # already handed off, finished or given back is left as it is: the scripts read
+        # its state), and a job left held has its lease renewed while this process lives.
+        record = functools.partial(self._record, settled, handed)
+        await until_landed("recording outcomes", record, self.max_outage_seconds)
         for job in jobs:
             if job.id not in retry:
                 self._held.pop(job.id, None)
         if retry:
             await asyncio.sleep(self._retry_delay)
             self._retry_delay = min(self._retry_delay * 2, _RETRY_DELAY_MAX)
-            await self._until_landed("requeueing jobs", functools.partial(self.store.requeue, retry))
+            requeue = functools.partial(self.store.requeue, retry)
+            await until_landed("requeueing jobs", requeue, self.max_outage_seconds)
             for job_id in retry:
                 self._held.pop(job_id, None)
         elif handed:
@@ -316,6 +319,15 @@ class Dispatcher:
 
     async def _record(self, settled: list[tuple[Job, Outcome]], handed: list[str]) -> None:
         await self.store.handed_off(handed)
+        later: dict[tuple[float, str], list[tuple[Job, Later]]] = defaultdict(list)
+        for job, outcome in settled:
+            if isinstance(outcome, Later):
+                later[(outcome.seconds, outcome.reason)].append((job, outcome))
+        for (seconds, reason), deferred in later.items():
+            entries = {job.id: o.entry for job, o in deferred if o.entry is not None}
+            await self.store.defer(
+                [job.id for job, _ in deferred], int(seconds * 1000), reason, entries=entries
+            )
         for job, outcome in settled:
             if isinstance(outcome, Done):
                 await self.store.finish(job.id, JobState.SENT, keep_seconds=self.finished_ttl_seconds)
@@ -327,21 +339,3 @@ class Dispatcher:
                     keep_seconds=self.finished_ttl_seconds,
                     fields={"dead_reason": outcome.reason, "last_error": outcome.reason},
                 )
-
-    async def _until_landed(self, what: str, step: Callable[[], Awaitable[object]]) -> None:
-        """Run a settling step until Redis has it, riding out an outage like the loop
-        does. Running it again is safe (a job already handed off, finished or given
-        back is left as it is: the scripts read its state), and a job left held
-        would have its lease renewed for as long as this process lives. Raises once
-        the outage outlasts ``max_outage_seconds``."""
-        backoff = OutageBackoff(self.max_outage_seconds)
-        while True:
-            try:
-                await step()
-                return
-            except RedisError as exc:
-                delay = backoff.failed(exc)
-                if delay is None:
-                    raise
-                log.warning("%s failed (%s: %s); again in %.1fs", what, type(exc).__name__, exc, delay)
-                await asyncio.sleep(delay)

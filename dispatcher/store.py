@@ -55,6 +55,7 @@ class JobStore:
         self._dead_letter = client.register_script(script("dead_letter"))
         self._tenant_settings = client.register_script(script("tenant_settings"))
         self._attempt = client.register_script(script("attempt"))
+        self._defer = client.register_script(script("defer"))
 
     async def enqueue(self, jobs: Sequence[NewJob]) -> list[bool]:
         """Enqueue jobs in one atomic call, all or nothing; False where nothing was
@@ -154,6 +155,24 @@ class JobStore:
             return
         keys, args = self._calls.finish(jobs, state, keep_seconds, entries)
         await self._finish(keys=keys, args=args, client=pipeline)
+
+    async def defer(
+        self,
+        job_ids: Sequence[str],
+        wait_ms: int,
+        reason: str,
+        *,
+        entries: Mapping[str, Entry] | None = None,
+    ) -> list[int]:
+        """Schedule claimed or dispatched jobs again ``wait_ms`` from now, waiting for
+        ``reason`` (their slots freed, their leases or dispatched entries gone:
+        defer.lua). Per job: 1 deferred, newly waiting for ``reason`` (its journal
+        entry, from ``entries``, appended); 2 deferred, as it waited before; 0 left
+        as it was (not leased nor dispatched, or a sender holds it); -1 no record."""
+        if not job_ids:
+            return []
+        keys, args = self._calls.defer(job_ids, wait_ms, reason, entries)
+        return [int(r) for r in await self._defer(keys=keys, args=args)]
 
     async def touch_inflight(self, tenant: str, until_ms: int) -> None:
         """Keep the tenant's in-flight slots while its mail waits in SQS for its quota."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -34,7 +34,18 @@ class Dead:
     reason: str
 
 
-Outcome = HandedOff | Done | Retry | Dead
+@dataclass(frozen=True)
+class Later:
+    """The job may not go now (its recipients' provider is held for its tenant): it is
+    scheduled again ``seconds`` from now, its status saying ``reason``
+    (:meth:`JobStore.defer`); ``entry``: its journal entry when it starts to wait so."""
+
+    seconds: float
+    reason: str
+    entry: Mapping[str, str] | None = None
+
+
+Outcome = HandedOff | Done | Retry | Dead | Later
 
 
 class Worker(Protocol):

@@ -28,6 +28,7 @@ from fairpost.mailer.console.live import Account, Samples, SesAccount
 from fairpost.mailer.console.tenants import TenantIndex
 from fairpost.mailer.ops.stats import ScopeStats, Stats, WindowUsage, collect_stats
 from fairpost.mailer.quota.overrides import QuotaAdmin
+from fairpost.mailer.quota.provider_guard import held_providers
 from fairpost.mailer.quota.reputation import guard_states, read_verdicts
 from fairpost.mailer.sdk.client import AsyncMailClient
 from fairpost.mailer.sdk.dead import DeadLetter, DeadLetters
@@ -144,10 +145,14 @@ class Console:
             pipe.smembers(self.keys.paused())
             pipe.hgetall(self.keys.guard())
             pipe.hgetall(self.keys.ses_tenant_status())
-            paused, guards, verdicts = await pipe.execute()
+            pipe.hgetall(self.keys.provider_guard())
+            paused, guards, verdicts, providers = await pipe.execute()
         why: dict[str, str] = {text(t): "paused by an operator" for t in paused}
         for tenant, state in guard_states(guards).items():
             why.setdefault(tenant, f"{state.level} by the reputation guard")
+        for tenant, raw in providers.items():
+            if held := held_providers(raw):
+                why.setdefault(text(tenant), f"held at {', '.join(sorted(held))} by the reputation guard")
         for tenant, verdict in read_verdicts(verdicts).items():
             if verdict.disabled:
                 why.setdefault(tenant, "SES disabled its SES tenant")
@@ -188,7 +193,8 @@ class Console:
             known=known
             or scope.guard is not None
             or scope.ses_disabled is not None
-            or scope.warmup is not None,
+            or scope.warmup is not None
+            or bool(scope.provider_holds),
             suppressions=suppressed[:SHOWN_SUPPRESSIONS],
             suppressions_total=len(suppressed),
             waiting={

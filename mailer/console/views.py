@@ -64,7 +64,8 @@ class Wait:
     """One reason a tenant does not send now."""
 
     kind: str
-    """``paused``, ``guard``, ``ses``, ``hold`` or ``quota``: for the page's styling and tests."""
+    """``paused``, ``guard``, ``provider``, ``ses``, ``hold`` or ``quota``: for the page's
+    styling and tests."""
     reason: str
     until: str
     """When it ends, as far as known: a time, or what lifts it."""
@@ -82,6 +83,10 @@ def waits(scope: ScopeStats, at_ms: int) -> list[Wait]:
             else f"throttled to {scope.guard.override or 'a low rate'}"
         )
         found.append(Wait("guard", f"{level} by the reputation guard: {scope.guard.reason}", "resumed"))
+    for provider, hold in sorted(scope.provider_holds.items()):
+        found.append(
+            Wait("provider", f"its mail to {provider} held by the reputation guard: {hold.reason}", "resumed")
+        )
     if scope.ses_disabled is not None:
         cause = f" ({scope.ses_disabled.cause})" if scope.ses_disabled.cause else ""
         found.append(

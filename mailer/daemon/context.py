@@ -11,6 +11,7 @@ from fairpost.mailer.daemon.feedback import Feedback
 from fairpost.mailer.daemon.holds import Holds
 from fairpost.mailer.daemon.mail_jobs import MailJobs
 from fairpost.mailer.daemon.metrics import Metrics
+from fairpost.mailer.daemon.provider_holds import ProviderHolds
 from fairpost.mailer.quota.engine import Grant, QuotaEngine
 from fairpost.mailer.quota.overrides import LimitSource, OverrideCache
 
@@ -45,6 +46,8 @@ class SenderContext:
     feedback: Feedback | None = None
     """Reputation (fairpost.mailer.daemon.feedback): suppression lists, sends counted for
     the guard, SES asked about a tenant's SES tenant; None: none of it."""
+    provider_holds: ProviderHolds | None = None
+    """The per-provider guard's holds (fairpost.mailer.daemon.provider_holds); None: off."""
 
     def windows(self, tenant: str) -> tuple[Limits, Limits]:
         """The global and the tenant's quota windows, as the quota engine takes them."""

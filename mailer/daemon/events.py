@@ -49,6 +49,7 @@ from fairpost.mailer.daemon.deliverability import DeliverabilityCounter
 from fairpost.mailer.daemon.metrics import EVENT_OUTCOMES, Metrics
 from fairpost.mailer.daemon.ses import redact
 from fairpost.mailer.daemon.ses_events import SesEvent, parse_event
+from fairpost.mailer.quota.provider_guard import ProviderGuard
 from fairpost.mailer.quota.reputation import ReputationBook
 from fairpost.mailer.sdk.outcomes import feed
 from fairpost.mailer.sdk.rollups import counter_of
@@ -92,7 +93,10 @@ class EventConsumer:
         book: ReputationBook,
         metrics: Metrics | None = None,
         deliverability: DeliverabilityCounter | None = None,
+        provider_guard: ProviderGuard | None = None,
     ) -> None:
+        """``provider_guard``: judges the tenant per provider after each bounce or complaint."""
+        self.provider_guard = provider_guard
         self.sqs = sqs
         self.queue_url = queue_url
         self.redis = client
@@ -258,6 +262,9 @@ class EventConsumer:
             await self.book.record(tenant, complaints=max(1, len(event.recipients)))
         elif event.kind == "reject":
             log.warning("SES rejected the mail after accepting it: %s", event.diagnostic or "", extra=extra)
+        if self.provider_guard is not None and (event.permanent or event.kind == "complaint"):
+            # Counted in the rollup above: the guard judges the tenant's providers on it.
+            await self.provider_guard.judge(tenant)
 
     async def _record_outcome(
         self, pipe: redis.asyncio.client.Pipeline, job_id: str, outcome: str, event: SesEvent, at_ms: int

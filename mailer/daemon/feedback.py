@@ -31,6 +31,7 @@ from fairpost.config import Settings
 from fairpost.dispatcher.calls import journal_of
 from fairpost.dispatcher.journal import JournalWriter
 from fairpost.dispatcher.keys import Keys
+from fairpost.dispatcher.loop import OnError
 from fairpost.dispatcher.replies import Queued
 from fairpost.dispatcher.scripts import lua_source
 from fairpost.dispatcher.store import JobStore
@@ -41,6 +42,7 @@ from fairpost.mailer.daemon.mail_jobs import MailState
 from fairpost.mailer.daemon.metrics import Metrics
 from fairpost.mailer.daemon.mx import Lookup
 from fairpost.mailer.daemon.ses_tenant_status import SesTenantStatus
+from fairpost.mailer.quota.provider_guard import ProviderGuard, ProviderHold
 from fairpost.mailer.quota.reputation import ReputationBook
 from fairpost.mailer.sdk.envelope import Envelope
 from fairpost.mailer.sdk.outcomes import feed
@@ -229,9 +231,17 @@ class ReputationParts:
     """With SES tenants in use: SES's verdict on them (task ``ses-tenants``)."""
     events: EventConsumer | None
     """With ``FAIRPOST_EVENTS_QUEUE_NAME``: the SES event consumer (task ``events``)."""
+    provider_guard: ProviderGuard | None = None
+    """With ``FAIRPOST_REPUTATION__PER_PROVIDER``: the guard per provider (task
+    ``provider-guard`` judges its held tenants again on schedule)."""
+    on_error: OnError | None = None
 
     def tasks(self, stop: asyncio.Event) -> dict[str, asyncio.Task[None]]:
         tasks = {}
+        if self.provider_guard is not None:
+            tasks["provider-guard"] = asyncio.create_task(
+                self.provider_guard.run(stop, self.on_error), name="provider-guard"
+            )
         if self.status is not None:
             tasks["ses-tenants"] = asyncio.create_task(self.status.run(stop), name="ses-tenants")
         if self.events is not None:
@@ -269,6 +279,13 @@ async def build(
             await refresh_limits()
 
     book = ReputationBook(store.redis, store.keys, settings, on_action=acted)
+    provider_guard = None
+    if settings.reputation.per_provider:
+
+        async def provider_acted(tenant: str, action: str, hold: ProviderHold) -> None:
+            metrics.guard_action(tenant, action)
+
+        provider_guard = ProviderGuard(store.redis, store.keys, settings, on_action=provider_acted)
     deliverability = DeliverabilityCounter(
         store.redis, store.keys, settings, metrics.deliverability,
         tenant_label=metrics.labels, lookup=mx_lookup,
@@ -283,10 +300,10 @@ async def build(
         url = (await sqs.get_queue_url(QueueName=settings.events_queue_name))["QueueUrl"]
         events = EventConsumer(
             sqs=sqs, queue_url=url, client=store.redis, keys=store.keys, settings=settings, book=book,
-            metrics=metrics, deliverability=deliverability,
+            metrics=metrics, deliverability=deliverability, provider_guard=provider_guard,
         )  # fmt: skip
     feedback = Feedback(
         store=store, settings=settings, book=book, status=status, metrics=metrics,
         deliverability=deliverability,
     )  # fmt: skip
-    return ReputationParts(book, feedback, status, events)
+    return ReputationParts(book, feedback, status, events, provider_guard, metrics.task_failed)

@@ -23,9 +23,11 @@ from fairpost.mailer.daemon.endings import Endings
 from fairpost.mailer.daemon.gate import Gate
 from fairpost.mailer.daemon.inbox import MAX_VISIBILITY, Received
 from fairpost.mailer.daemon.mail_jobs import FINAL_STATES
+from fairpost.mailer.daemon.provider_holds import TAKEN_BACK_MIN_SECONDS, ProviderHolds
 from fairpost.mailer.daemon.send import Sending
-from fairpost.mailer.daemon.settlement import HAND_BACK, Delete, Park, Retry
+from fairpost.mailer.daemon.settlement import HAND_BACK, Backoff, Delete, Park, Retry
 from fairpost.mailer.quota.engine import never_fits_reason
+from fairpost.mailer.quota.provider_guard import ProviderHold
 from fairpost.mailer.sdk.envelope import Envelope
 
 log = logging.getLogger("fairpost.sender")
@@ -89,6 +91,10 @@ class GroupDecision:
             # alone, uncounted, until the hold's recheck.
             await self.park(tenant, todo, hold.recheck, hold.reason, await ctx.store.now_ms())
             return
+        if ctx.provider_holds is not None:
+            todo = await self._provider_held(tenant, todo, ctx.provider_holds, states)
+            if not todo:
+                return
         if ctx.feedback is not None:
             screened = await ctx.feedback.screen(tenant, todo, suppressed)
             kept = {id(m) for m in screened}
@@ -129,6 +135,52 @@ class GroupDecision:
         for outcome in outcomes:
             if isinstance(outcome, BaseException):
                 raise outcome
+
+    async def _provider_held(
+        self, tenant: str, todo: list[Received], holds: ProviderHolds, states: dict[str, str]
+    ) -> list[Received]:
+        """The mails not held for their recipients' provider. Those held are taken back
+        out of SQS (scheduled again in Redis, then their messages deleted): waiting in
+        SQS they would block the tenant's group, its mail to every other provider too."""
+        held = await holds.tenant_holds(tenant)
+        if not held:
+            return todo
+        kept: list[Received] = []
+        taken: dict[str, tuple[ProviderHold, list[Received]]] = {}
+        for msg in todo:
+            assert msg.envelope is not None
+            mail = msg.envelope.mail
+            hold = await holds.blocking(held, mail.to + mail.cc + mail.bcc)
+            if hold is None:
+                kept.append(msg)
+            else:
+                taken.setdefault(hold.provider, (hold, []))[1].append(msg)
+        wait = max(holds.recheck_seconds, TAKEN_BACK_MIN_SECONDS)
+        for hold, msgs in taken.values():
+            ids = [m.envelope.job_id for m in msgs if m.envelope is not None]
+            event = holds.event(hold)
+            codes = await self.ctx.store.defer(
+                ids, int(wait * 1000), hold.waiting_for, entries=dict.fromkeys(ids, event)
+            )
+            for msg, job_id, code in zip(msgs, ids, codes, strict=True):
+                if code == -1:
+                    kept.append(msg)  # no record: ended below as any such message is
+                elif code > 0 or states.get(job_id) == "scheduled":
+                    # In Redis now (or already: a copy of a mail taken back before).
+                    msg.decide(Delete(hold.waiting_for))
+                    if msg.trace is not None:
+                        msg.trace.state = hold.waiting_for
+                else:
+                    # A sender has it, or its hand-off is not recorded yet: looked at again.
+                    msg.decide(Backoff(holds.recheck_seconds, hold.waiting_for))
+            self.ctx.metrics.throttled(tenant, hold.waiting_for, len(msgs))
+            log.info(
+                "%d mails held for %s taken back out of SQS",
+                len(msgs),
+                hold.provider,
+                extra={"tenant": tenant},
+            )
+        return kept
 
     async def _look_up(
         self, tenant: str, envelopes: list[Envelope]

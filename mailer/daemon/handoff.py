@@ -13,10 +13,12 @@ import logging
 from collections.abc import Mapping, Sequence
 
 from fairpost.dispatcher.jobs import Job
-from fairpost.dispatcher.worker import Dead, HandedOff, Outcome, Retry
+from fairpost.dispatcher.worker import Dead, HandedOff, Later, Outcome, Retry
 from fairpost.mailer.daemon.aws import SqsClient
 from fairpost.mailer.daemon.metrics import Metrics
+from fairpost.mailer.daemon.provider_holds import ProviderHolds
 from fairpost.mailer.daemon.tracing import Tracing
+from fairpost.mailer.errors import NewerFormat, PoisonMessage
 from fairpost.mailer.sdk import envelope
 from fairpost.mailer.sdk.client import MAIL_KIND
 
@@ -38,7 +40,11 @@ class MailWorker:
         *,
         metrics: Metrics | None = None,
         tracing: Tracing | None = None,
+        provider_holds: ProviderHolds | None = None,
     ) -> None:
+        """``provider_holds``: the per-provider guard's holds; a held mail is not handed
+        off but scheduled again (fairpost.mailer.daemon.provider_holds)."""
+        self.provider_holds = provider_holds
         self.sqs = sqs
         self.queue_url = queue_url
         self.metrics = metrics or Metrics()
@@ -46,7 +52,31 @@ class MailWorker:
         """A span for each SendMessageBatch (mailer/daemon/tracing.py); None: untraced."""
 
     async def handle(self, jobs: Sequence[Job]) -> Sequence[Outcome]:
-        return await self.hand_off(jobs)
+        later = await self._held(jobs)
+        if not later:
+            return await self.hand_off(jobs)
+        handed = iter(await self.hand_off([j for j in jobs if j.id not in later]))
+        return [later[j.id] if j.id in later else next(handed) for j in jobs]
+
+    async def _held(self, jobs: Sequence[Job]) -> dict[str, Outcome]:
+        """The jobs held for their recipients' provider, each as it waits (not handed off)."""
+        holds = self.provider_holds
+        if holds is None or not holds.enabled:
+            return {}
+        later: dict[str, Outcome] = {}
+        for job in jobs:
+            held = await holds.tenant_holds(job.tenant)
+            if not held:
+                continue
+            try:
+                mail = envelope.decode(envelope.encode(job.id, job.tenant, job.created_ms, job.payload)).mail
+            except (PoisonMessage, NewerFormat):
+                continue  # handed off: the sender ends it as it ends any such message
+            hold = await holds.blocking(held, mail.to + mail.cc + mail.bcc)
+            if hold is not None:
+                later[job.id] = Later(holds.recheck_seconds, hold.waiting_for, holds.event(hold))
+                self.metrics.throttled(job.tenant, hold.waiting_for, 1)
+        return later
 
     async def hand_off(self, jobs: Sequence[Job], *, again: Mapping[str, int] | None = None) -> list[Outcome]:
         """Send the jobs to SQS; ``again``: job id → how many times the reconciler has

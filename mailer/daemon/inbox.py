@@ -185,22 +185,12 @@ class Inbox:
                 retries.setdefault(settled.at, []).append(m)
         for m, seconds in changes:
             m.hidden_until = now + seconds
-        for chunk in _chunks(changes, 10):
-            visibilities: list[dict[str, Any]] = [
-                {
-                    "Id": str(i),
-                    "ReceiptHandle": m.receipt,
-                    # SQS counts whole seconds: round up, or a short wait becomes
-                    # no wait at all and the message comes straight back.
-                    "VisibilityTimeout": min(MAX_VISIBILITY, max(0, math.ceil(seconds))),
-                }
-                for i, (m, seconds) in enumerate(chunk)
-            ]
-            response = await self.sqs.change_message_visibility_batch(
-                QueueUrl=self.queue_url, Entries=visibilities
-            )
-            for fail in response.get("Failed", []):
-                log.warning("SQS visibility change failed: %s", fail.get("Message", fail.get("Code")))
+        # SQS counts whole seconds: round up, or a short wait becomes no wait at
+        # all and the message comes straight back.
+        await self._change_visibility(
+            [(m.receipt, min(MAX_VISIBILITY, max(0, math.ceil(seconds)))) for m, seconds in changes],
+            "SQS visibility change failed",
+        )
         for due, again in retries.items():
             self._time(again, due)
 
@@ -236,16 +226,9 @@ class Inbox:
 
     async def extend(self, messages: Sequence[Received], seconds: int) -> None:
         """Keep ``messages`` hidden ``seconds`` more from now (their sends go on)."""
-        for chunk in _chunks(messages, 10):
-            entries = [
-                {"Id": str(i), "ReceiptHandle": m.receipt, "VisibilityTimeout": seconds}
-                for i, m in enumerate(chunk)
-            ]
-            response = await self.sqs.change_message_visibility_batch(
-                QueueUrl=self.queue_url, Entries=entries
-            )
-            for fail in response.get("Failed", []):
-                log.warning("SQS visibility extension failed: %s", fail.get("Message", fail.get("Code")))
+        await self._change_visibility(
+            [(m.receipt, seconds) for m in messages], "SQS visibility extension failed"
+        )
 
     async def hand_back(self, response: Any) -> None:
         """A receive's messages this process will not look at: straight back to SQS."""
@@ -269,14 +252,25 @@ class Inbox:
         for name in tenants:
             parked = self._parked.pop(name, {})
             receipts += [r for r, until in parked.items() if until > now]
-        for start in range(0, len(receipts), 10):
-            entries = [
-                {"Id": str(i), "ReceiptHandle": r, "VisibilityTimeout": 0}
-                for i, r in enumerate(receipts[start : start + 10])
-            ]
-            # A failure is a message that came back (or went) already: nothing to do.
-            await self.sqs.change_message_visibility_batch(QueueUrl=self.queue_url, Entries=entries)
+        # A failure is a message that came back (or went) already: nothing to do.
+        await self._change_visibility([(r, 0) for r in receipts], None)
         return len(receipts)
+
+    async def _change_visibility(self, changes: Sequence[tuple[str, int]], failure: str | None) -> None:
+        """New visibilities (receipt, seconds from now) in SQS's batches of ten; each
+        entry SQS refuses is logged under ``failure`` (None: expected, not logged)."""
+        for chunk in _chunks(changes, 10):
+            entries = [
+                {"Id": str(i), "ReceiptHandle": receipt, "VisibilityTimeout": seconds}
+                for i, (receipt, seconds) in enumerate(chunk)
+            ]
+            response = await self.sqs.change_message_visibility_batch(
+                QueueUrl=self.queue_url, Entries=entries
+            )
+            if failure is None:
+                continue
+            for fail in response.get("Failed", []):
+                log.warning("%s: %s", failure, fail.get("Message", fail.get("Code")))
 
     async def release_held(self) -> int:
         """Shutdown: give every message received but not finished back to SQS at once."""

@@ -66,7 +66,8 @@ THROTTLE_REASONS = (
 """``fairpost_mail_throttled_total{reason}``: who held the mail back (``warmup``: the
 tenant's warm-up step; ``warmup_held``: a step held for its bounce or complaint rate;
 ``paused``, ``reputation_paused``, ``ses_tenant_disabled`` and ``ses_<code>``: the tenant's
-hold, fairpost.mailer.daemon.holds)."""
+hold, fairpost.mailer.daemon.holds; ``provider_paused:<provider>``: the guard per provider,
+fairpost.mailer.daemon.provider_holds)."""
 
 DEAD_REASONS = (
     "rejected",
@@ -196,7 +197,8 @@ class Metrics:
             "fairpost_mail_throttled",
             "Mails held back (parked in SQS or backed off), by reason: "
             + ", ".join(THROTTLE_REASONS)
-            + ", ses_<code> (SES refused the tenant's own set-up: the tenant is held alone).",
+            + ", ses_<code> (SES refused the tenant's own set-up: the tenant is held alone)"
+            + ", provider_paused:<provider> (the tenant held at one mailbox provider).",
             ["tenant", "reason"],
             registry=r,
         )
@@ -303,7 +305,7 @@ class Metrics:
         )
         self.guard_actions_total = Counter(
             "fairpost_reputation_guard_actions",
-            "Reputation guard actions: throttle, pause, unthrottle.",
+            "Reputation guard actions: throttle, pause, unthrottle; provider_pause, provider_resume.",
             ["tenant", "action"],
             registry=r,
         )

@@ -31,7 +31,8 @@ from fairpost.mailer.daemon.feedback import build as build_reputation
 from fairpost.mailer.daemon.handoff import MailWorker
 from fairpost.mailer.daemon.health import sender_alive
 from fairpost.mailer.daemon.metrics import Metrics
-from fairpost.mailer.daemon.mx import Lookup
+from fairpost.mailer.daemon.mx import Lookup, ProviderMap
+from fairpost.mailer.daemon.provider_holds import ProviderHolds
 from fairpost.mailer.daemon.reconcile import Reconciler
 from fairpost.mailer.daemon.sender import Sender
 from fairpost.mailer.daemon.ses_account import SesAccountLimits, limits_rose
@@ -140,8 +141,12 @@ async def build_parts(
     quota = QuotaEngine(client, keys, durability=durability(settings))
     parts = Parts(settings, store, quota, metrics or Metrics())
     metrics = parts.metrics
+    provider_holds = None
+    if full and settings.reputation.per_provider:
+        # One map of domains to providers for the worker's and the sender's look-ups.
+        provider_holds = ProviderHolds(client, keys, settings, ProviderMap(settings, mx_lookup))
     if role in ("all", "dispatcher"):
-        worker = MailWorker(sqs, queue_url, metrics=metrics, tracing=tracing)
+        worker = MailWorker(sqs, queue_url, metrics=metrics, tracing=tracing, provider_holds=provider_holds)
         parts.worker = worker
         parts.dispatcher = Dispatcher(
             store,
@@ -221,6 +226,7 @@ async def build_parts(
         metrics=metrics,
         feedback=feedback,
         tracing=tracing,
+        provider_holds=provider_holds,
     )
     if full:
         assert parts.overrides is not None

@@ -20,7 +20,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from redis.asyncio.client import Pipeline
 from redis.exceptions import RedisError
 
-from fairpost.dispatcher.backoff import OutageBackoff
+from fairpost.dispatcher.backoff import until_landed
 from fairpost.mailer.daemon import ses
 from fairpost.mailer.daemon.answers import Answers
 from fairpost.mailer.daemon.aws import SesClient
@@ -264,30 +264,23 @@ class Sending:
         # Their recipients by mailbox provider, for the deliverability rollup (one script
         # call in the pipeline below; the MX lookups started when the group was read).
         rolled = await ctx.feedback.sent_counts(accepted) if ctx.feedback is not None else {}
+
         # SES has these mails: their record must be written (and be on the replicas
         # FAIRPOST_REDIS_MIN_REPLICAS asks for), or their messages would come back
         # unrecorded after a failover and be sent again. So a failing Redis is ridden
         # out here, for as long as the daemon rides out an outage. A retry writes again:
         # finishing a sent job changes nothing, and moving units twice counts them twice
         # at the answer (the safe side).
-        backoff = OutageBackoff(ctx.settings.max_outage_seconds, first=0.2, most=2.0)
-        while True:
-            try:
-                async with ctx.store.pipeline() as pipe:
-                    await self.counting.move_to_answers(tenant, answered, pipe)
-                    await ctx.mail.record_sent(
-                        sent, keep_seconds=ctx.finished_ttl, pipeline=pipe, entries=events
-                    )
-                    if ctx.feedback is not None:
-                        await self._queue_feedback(pipe, ctx.feedback, tenant, answered, rolled)
-                    await ctx.store.execute_durably(pipe)
-                break
-            except RedisError as exc:
-                delay = backoff.failed(exc)
-                if delay is None:
-                    raise
-                log.warning("recording %d sent mails failed (%s); again in %.1fs", len(sent), exc, delay)
-                await asyncio.sleep(delay)
+        async def write() -> None:
+            async with ctx.store.pipeline() as pipe:
+                await self.counting.move_to_answers(tenant, answered, pipe)
+                await ctx.mail.record_sent(sent, keep_seconds=ctx.finished_ttl, pipeline=pipe, entries=events)
+                if ctx.feedback is not None:
+                    await self._queue_feedback(pipe, ctx.feedback, tenant, answered, rolled)
+                await ctx.store.execute_durably(pipe)
+
+        what = f"recording {len(sent)} sent mails"
+        await until_landed(what, write, ctx.settings.max_outage_seconds, first=0.2, most=2.0)
         if ctx.feedback is not None:
             ctx.feedback.counted(tenant, rolled)
             await ctx.feedback.count_sent(tenant, sum(e.mail.recipients for e in accepted))

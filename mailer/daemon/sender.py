@@ -47,6 +47,7 @@ from fairpost.mailer.daemon.holds import Holds
 from fairpost.mailer.daemon.inbox import Inbox, Received
 from fairpost.mailer.daemon.mail_jobs import MailJobs
 from fairpost.mailer.daemon.metrics import Metrics
+from fairpost.mailer.daemon.provider_holds import ProviderHolds
 from fairpost.mailer.daemon.receive import Receiver
 from fairpost.mailer.daemon.send import Sending
 from fairpost.mailer.daemon.ses import redact
@@ -84,9 +85,11 @@ class Sender:
         feedback: Feedback | None = None,
         holds: Holds | None = None,
         tracing: Tracing | None = None,
+        provider_holds: ProviderHolds | None = None,
     ) -> None:
         """``holds``: every hold on a tenant (fairpost.mailer.daemon.holds); by default
-        the pauses of ``limits`` and SES's verdict on SES tenants of ``feedback``."""
+        the pauses of ``limits`` and SES's verdict on SES tenants of ``feedback``;
+        ``provider_holds``: the per-provider guard's (a held mail is taken back out of SQS)."""
         self.tracing = tracing
         """The processing spans of received jobs (mailer/daemon/tracing.py); None: untraced."""
         self._queue = queue_url.rsplit("/", 1)[-1]
@@ -103,6 +106,7 @@ class Sender:
             holds=holds,
             mail=MailJobs(store),
             feedback=feedback,
+            provider_holds=provider_holds,
         )
         self.holds = holds
         self.store = store

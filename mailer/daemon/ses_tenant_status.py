@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -61,6 +62,11 @@ _MAX_READS_PER_TICK = 5
 
 _SOON = 1.0
 """After a send error, the tenant is re-read at once, but at most once per this many seconds."""
+
+_NEVER = -math.inf
+"""The monotonic time of a read that never was. Not 0.0: the monotonic clock counts
+from the host's boot, and on a host up for less than the refresh interval a tenant
+never read would wait for the host's uptime to reach it."""
 
 
 class SesTenantStatus:
@@ -242,14 +248,14 @@ class SesTenantStatus:
         for tenant, at in list(self._checked.items()):
             if now - at > 2 * refresh and tenant not in self._waiting and tenant not in self._disabled:
                 del self._checked[tenant]
-        urgent = sorted(t for t in self._soon if now - self._checked.get(t, 0.0) >= _SOON)
+        urgent = sorted(t for t in self._soon if now - self._checked.get(t, _NEVER) >= _SOON)
         routine = sorted(
             (
                 t
                 for t in set(self._waiting) | set(self._disabled)
-                if t not in self._soon and now - self._checked.get(t, 0.0) >= refresh
+                if t not in self._soon and now - self._checked.get(t, _NEVER) >= refresh
             ),
-            key=lambda t: self._checked.get(t, 0.0),
+            key=lambda t: self._checked.get(t, _NEVER),
         )
         # Bounded: SES's control-plane calls have low rate limits of their own, so a
         # few reads a tick, a send error's first, then the longest unread.

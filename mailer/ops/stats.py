@@ -36,6 +36,7 @@ from fairpost.dispatcher.replies import record, text, time_ms
 from fairpost.mailer.quota.engine import QuotaEngine
 from fairpost.mailer.quota.holds import parse_hold, read_hold
 from fairpost.mailer.quota.overrides import read_auto_limits, read_overrides, resolve_global, resolve_tenant
+from fairpost.mailer.quota.provider_guard import ProviderHold, held_providers
 from fairpost.mailer.quota.reputation import (
     GuardState,
     Reputation,
@@ -98,6 +99,9 @@ class ScopeStats:
     """SES's verdict, while SES has the tenant's SES tenant disabled."""
     warmup: WarmupView | None = None
     """Where the tenant stands in its warm-up plan, while it warms up (mailer/quota/warmup.py)."""
+    provider_holds: dict[str, ProviderHold] = field(default_factory=dict)
+    """The providers the per-provider guard holds the tenant for (mailer/quota/provider_guard.py):
+    its mail to them waits, its mail to the others goes on."""
 
     @property
     def held(self) -> str | None:
@@ -132,6 +136,7 @@ class ScopeStats:
             "held_by": self.held_by,
             "held_until_ms": self.held_until_ms,
             "warmup": None if self.warmup is None else self.warmup.to_json(),
+            "provider_holds": {p: h.to_json() for p, h in sorted(self.provider_holds.items())},
         }
 
 
@@ -209,10 +214,12 @@ async def collect_stats(
         pipe.hgetall(keys.warmup())
         pipe.info("memory")
         pipe.info("stats")
+        pipe.hgetall(keys.provider_guard())
         values = await pipe.execute()
         server_time, raw_overrides, paused, known, auto_text, replicas, reconciled, totals = values[:8]
     guards, ses_disabled = guard_states(values[8]), read_verdicts(values[9])
     events = {text(k): int(v) for k, v in values[10].items()}
+    provider_held = {text(t): h for t, raw in values[14].items() if (h := held_providers(raw))}
     warming = {t: WarmupView(t, place) for t, (_, place) in read_places(values[11]).items()}
     book = ReputationBook(client, keys, settings)
     at_ms = time_ms(server_time)
@@ -223,7 +230,7 @@ async def collect_stats(
             await client.smembers(keys.tenants()) if known <= sample else await _top(client, keys, sample)
         )
         names = {text(t) for t in listed} | set(settings.tenants) | set(overrides.tenants) | overrides.paused
-        names |= set(also) | set(guards) | set(ses_disabled) | set(warming)
+        names |= set(also) | set(guards) | set(ses_disabled) | set(warming) | set(provider_held)
     else:
         names = set(tenants)
     ordered = sorted(names)
@@ -278,6 +285,7 @@ async def collect_stats(
             held_by=holds[tenant][0] if tenant in holds else None,
             held_until_ms=holds[tenant][1] if tenant in holds else None,
             warmup=warming.get(tenant),
+            provider_holds=provider_held.get(tenant, {}),
         )
 
     async def global_stats() -> ScopeStats:
@@ -366,6 +374,8 @@ def _state(scope: ScopeStats) -> str:
         return f"throttled {scope.retry_after:.1f}s"
     if scope.guard is not None:
         return "throttled by the reputation guard"
+    if scope.provider_holds:
+        return "held at " + ", ".join(sorted(scope.provider_holds))
     return "ok"
 
 
@@ -417,6 +427,12 @@ def render_text(stats: Stats) -> str:
             guard = scope.guard
             lines.append(
                 f"{scope.scope}: {guard.level} by the reputation guard at {stamp} UTC: {guard.reason}"
+            )
+        for provider, hold in sorted(scope.provider_holds.items()):
+            stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(hold.at_ms / 1000))
+            lines.append(
+                f"{scope.scope}: mail to {provider} held by the reputation guard at {stamp} UTC: "
+                + hold.reason
             )
         if scope.warmup is not None:
             lines.append(f"{scope.scope}: {scope.warmup.describe(stats.at_ms)}")

@@ -58,6 +58,7 @@ LIFTED_BY_RESUME = {
     "reputation_throttled": "the reputation guard's throttle",
     SES_TENANT_DISABLED: "a disabled SES tenant's park (SES is asked again when it sends)",
     "ses_<code>": "a hold for an SES fault of its own set-up (its next mail rechecks it)",
+    "provider_paused:<provider>": "the per-provider guard's hold at one mailbox provider",
 }
 """The holds ``fairpost tenant resume`` lifts, by reason. Not lifted (no operator
 can): the sender's own holds for SES throttling or an account pause, and quota parks."""

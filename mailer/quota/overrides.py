@@ -47,6 +47,7 @@ from fairpost.dispatcher.loop import OnError, forever
 from fairpost.dispatcher.replies import record, text, time_ms
 from fairpost.mailer.errors import InvalidOverride
 from fairpost.mailer.quota import holds
+from fairpost.mailer.quota.provider_guard import hold_reason, lift_provider_holds
 from fairpost.mailer.quota.reputation import lift_guard
 from fairpost.mailer.quota.warmup import PENDING, Warmups
 from fairpost.mailer.sdk.connection import RedisOwner
@@ -460,6 +461,9 @@ class QuotaAdmin(RedisOwner):
             lifted = [r for r in lifted if guard.level != "paused"] + ["reputation_" + guard.level]
         # Every replica brings back the mail of a tenant whose hold is gone
         # (mailer/daemon/holds.py, mailer/daemon/ses_tenant_status.py).
+        # And the per-provider guard's holds, after which it too judges what comes after.
+        providers = lift_provider_holds(self._redis, self.keys, tenant)
+        lifted += [hold_reason(p) for p in providers]
         return lifted + holds.lift(self._redis, self.keys, tenant)
 
     @redis_operation("quota: read")

@@ -47,7 +47,9 @@ class JobStatus:
     """While it is not finished: why it last waited (``tenant_quota``, ``global_quota``,
     ``global_share``, ``paused`` (by an operator), ``reputation_paused`` (by the reputation
     guard), ``ses`` (throttled), ``ses_<code>`` (its tenant held
-    for an SES fault of its own), ``ses_tenant_disabled`` (SES disabled its SES tenant))."""
+    for an SES fault of its own), ``ses_tenant_disabled`` (SES disabled its SES tenant),
+    ``provider_paused:<provider>`` (its tenant held at its recipients' mailbox provider: it
+    waits ``scheduled`` in Redis))."""
     waiting_until: datetime | None = None
     """Until when that wait was to last."""
 

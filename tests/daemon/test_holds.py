@@ -31,6 +31,7 @@ from fairpost.mailer.daemon.holds import (
 )
 from fairpost.mailer.quota.holds import LIFTED_BY_RESUME, SES_TENANT_DISABLED
 from fairpost.mailer.quota.overrides import QuotaAdmin
+from fairpost.mailer.quota.provider_guard import ProviderHold
 from fairpost.mailer.quota.reputation import GuardState
 from fairpost.mailer.sdk.mail import Mail
 from fairpost.mailer.testing.ses_server import Faults, SesServer
@@ -235,17 +236,24 @@ def test_resume_lifts_every_hold_an_operator_may_lift_and_says_which(
     redis_client.hset(KEYS.guard(), "acme", json.dumps(_guard("throttled").to_json()))
     redis_client.hset(KEYS.ses_tenant_status(), "acme", "{}")
     redis_client.hset(KEYS.tenant_hold("acme"), mapping={"reason": "ses_MessageRejected", "until_ms": 1})
+    gmail = ProviderHold("gmail", "bounce rate 5% at gmail", 0.05, 0.0, 100, 1)
+    redis_client.hset(KEYS.provider_guard(), "acme", json.dumps({"gmail": gmail.to_json()}))
     with QuotaAdmin(quick, redis_client=redis_client) as admin:
         admin.pause("acme")
         lifted = admin.lift_holds("acme")
-        assert lifted == ["paused", "reputation_throttled", "ses_MessageRejected", SES_TENANT_DISABLED]
+        assert lifted == [
+            "paused", "reputation_throttled", "provider_paused:gmail", "ses_MessageRejected",
+            SES_TENANT_DISABLED,
+        ]  # fmt: skip
         assert admin.resume("acme") is False, "nothing holds it any more"
         admin.pause("globex")
         redis_client.hset(KEYS.guard(), "globex", json.dumps(_guard("paused").to_json()))
         assert admin.lift_holds("globex") == ["reputation_paused"], "the guard's pause, named as such"
     assert not redis_client.exists(KEYS.tenant_hold("acme"))
     assert not redis_client.hexists(KEYS.ses_tenant_status(), "acme")
+    assert not redis_client.hexists(KEYS.provider_guard(), "acme")
     named = {"ses_<code>" if r == "ses_MessageRejected" else r for r in lifted}
+    named = {"provider_paused:<provider>" if r.startswith("provider_paused:") else r for r in named}
     assert named | {"reputation_paused"} == set(LIFTED_BY_RESUME), "--help names every hold resume lifts"
 
 

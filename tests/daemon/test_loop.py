@@ -7,6 +7,7 @@ import logging
 import time
 
 import pytest
+from redis.exceptions import OutOfMemoryError
 
 from fairpost.dispatcher.backoff import OutageBackoff
 from fairpost.dispatcher.loop import forever
@@ -117,6 +118,26 @@ async def test_an_outage_longer_than_allowed_stops_the_task_loudly(caplog: pytes
     stopping = [r for r in caplog.records if r.levelno == logging.CRITICAL]
     assert len(stopping) == 1
     assert "task overrides failing for over 0.05s" in stopping[0].getMessage()
+
+
+async def test_a_full_redis_is_ridden_out_past_the_outage_allowed_then_an_outage_is_timed_again() -> None:
+    """An OOM refusal is no outage a restart mends: the daemon's sends free the room."""
+    stop = asyncio.Event()
+    errors = Errors()
+    started = time.monotonic()
+
+    async def step() -> None:
+        if time.monotonic() - started < 0.3:  # six times the outage allowed
+            raise OutOfMemoryError("command not allowed when used memory > 'maxmemory'.")
+        raise RuntimeError("redis is away")
+
+    backoff = OutageBackoff(0.05, first=0.01, most=0.01)
+    with pytest.raises(RuntimeError, match="away"):
+        await asyncio.wait_for(forever("events", step, stop, backoff=backoff, on_error=errors), 30)
+    full = [exc for _, exc in errors.seen if isinstance(exc, OutOfMemoryError)]
+    away = [exc for _, exc in errors.seen if isinstance(exc, RuntimeError)]
+    assert full and time.monotonic() - started >= 0.3
+    assert len(away) >= 2  # the outage after it was ridden out for a while, as any
 
 
 async def test_success_starts_the_back_off_over() -> None:

@@ -207,7 +207,7 @@ async def test_every_script_runs_on_a_cluster_within_fairposts_slot(
         # the key layout: read (and stamped) by a daemon's start
         assert await read_layout(client, keys) == LAYOUT
 
-        # enqueue, claim, renew, requeue, handoff, finish, reap, touch, keep
+        # enqueue, claim, renew, requeue, handoff, defer, finish, reap, touch, keep
         a, b, c = job("acme"), job("acme"), job("beta", send_at_ms=now + 200)
         await store.enqueue([a, b])
         await store.enqueue([c])
@@ -225,6 +225,9 @@ async def test_every_script_runs_on_a_cluster_within_fairposts_slot(
         assert await store.renew([a.id]) == 1
         assert await store.requeue([b.id]) == 1
         await store.handed_off([a.id, c.id])
+        # defer: a dispatched job taken back (the per-provider guard), with its outcome event
+        held = feed.entry(feed.HELD, {"reason": "provider_paused:gmail"})
+        assert await store.defer([c.id], 60_000, "provider_paused:gmail", entries={c.id: held}) == [1]
         await store.touch_inflight("acme", now + 60_000)
         await store.keep_inflight(60_000, now + 60_000, 0, 100)
         assert await MailJobs(store).claim_sending([a.id], 60_000) == [1]

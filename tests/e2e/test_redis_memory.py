@@ -18,6 +18,7 @@ from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
+import boto3
 import pytest
 import redis
 
@@ -28,9 +29,11 @@ from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.redis_memory import read_memory
 from fairpost.mailer.cli import main
 from fairpost.mailer.errors import RedisFailed
+from fairpost.mailer.ops.queue_setup import init_events_queue
 from fairpost.mailer.sdk.client import MailClient
 from fairpost.mailer.testing.services import free_port
 from fairpost.mailer.testing.ses_server import SesServer
+from fairpost.mailer.testing.ses_tenancy import EventSink
 from fairpost.mailer.testing.wait import wait_for
 from tests.support.daemon_process import daemon_process
 from tests.support.memory import MAXMEMORY, LimitedRedis, fill_to
@@ -211,3 +214,59 @@ def test_a_volatile_lru_backlog_larger_than_memory_loses_nothing_and_never_evict
     for tenant in range(3):
         times = sorted(m.monotonic for m in ses.sent if m.subject and int(m.subject[1:]) % 3 == tenant)
         assert all(times[i + 40] - times[i] >= 1.0 for i in range(len(times) - 40)), f"t{tenant}"
+
+
+def test_ses_events_on_a_full_redis_wait_in_their_queue_and_the_daemon_lives_on(
+    env: dict[str, str], limited_redis_srv: LimitedRedis, ses: SesServer, tmp_path: Path
+) -> None:
+    """SES's events for the mail a full Redis drains cannot be recorded until it has room:
+    they wait in their queue, however long Redis stays full, and the daemon, which
+    sends what frees the room, lives on (it used to stop after
+    FAIRPOST_MAX_OUTAGE_SECONDS of its events task failing, leaving the backlog)."""
+    url = limited_redis_srv.url("noeviction")
+    events = "fairpost-ses-events-full"
+    sqs = boto3.client("sqs")
+    events_url, _ = init_events_queue(sqs, load_settings(redis_url=url, events_queue_name=events))
+    sink = EventSink(sqs, events_url, envelope="sns")
+    ses.events = sink
+    with MailClient(load_settings(redis_url=url, key_prefix=PREFIX)) as client:
+        # The mailbox simulator's address: SES publishes a delivery event for each.
+        simulated = {"to": ["success@simulator.amazonses.com"], "text": "hello"}
+        job_ids = [client.send("t0", **{**mail(i), **simulated}) for i in range(40)]  # type: ignore[arg-type]
+    env = {**env, "FAIRPOST_REDIS_URL": url, "FAIRPOST_EVENTS_QUEUE_NAME": events}
+    try:
+        with (
+            redis.Redis.from_url(url) as plain,
+            daemon_process(env, tmp_path, replica="r", http_port=free_port()) as daemon,
+        ):
+            ses.wait_for(1, timeout=30)
+            fill_to(plain, 0.9)
+            plain.config_set("maxmemory", int(read_memory(plain).used_memory * 0.9))
+            full_since = time.monotonic()
+            ses.wait_for(len(job_ids), timeout=60)
+            wait_for(lambda: all_sent(plain, job_ids), within=30, what="every send recorded")
+
+            def failing_longer_than_allowed() -> bool:
+                failed = [
+                    r for r in daemon.log_records() if "task events step failed" in str(r.get("msg", ""))
+                ]
+                return len(failed) >= 2 and time.monotonic() - full_since > 2 * 5  # MAX_OUTAGE_SECONDS
+
+            wait_for(
+                failing_longer_than_allowed, within=60, what="the events task failing past the outage allowed"
+            )
+            assert daemon.process.poll() is None, daemon.logs()
+            plain.config_set("maxmemory", MAXMEMORY)  # room again: the events recorded
+            plain.delete(*plain.keys("filler:*"))
+
+            def delivered() -> int:
+                status, text = daemon.get("/metrics")
+                found = re.findall(
+                    r'^fairpost_ses_events_total\{[^}]*outcome="delivery"[^}]*\} (\S+)$', text, re.M
+                )
+                return int(sum(float(v) for v in found)) if status == 200 else 0
+
+            wait_for(lambda: delivered() >= len(job_ids), within=60, what="every delivery event recorded")
+            assert daemon.process.poll() is None, daemon.logs()
+    finally:
+        sink.close()

@@ -22,6 +22,7 @@ then it raises and the daemon stops loudly.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import random
 import time
@@ -33,7 +34,7 @@ import redis.asyncio
 from redis.exceptions import RedisError
 
 from fairpost.config import Settings
-from fairpost.dispatcher.backoff import OutageBackoff, wait_or_stop
+from fairpost.dispatcher.backoff import OutageBackoff, until_landed, wait_or_stop
 from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.loop import OnError, forever
 from fairpost.dispatcher.replies import text, time_ms
@@ -265,14 +266,12 @@ class WebhookDeliveries:
     async def _settle_landed(self, keys: list[str], args: list[str | int], delivery: Claimed) -> str:
         """Settle, riding out a Redis blip; a settle never landed leaves the claim to
         its lease, and the event is delivered again (at least once)."""
-        backoff = OutageBackoff(self.settings.max_outage_seconds, first=0.2, most=2.0)
-        while True:
-            try:
-                result = await self._settle(keys=keys, args=args)
-                return "" if result is None else text(result)
-            except RedisError as exc:
-                delay = backoff.failed(exc)
-                if delay is None:
-                    log.error("webhook delivery not settled (%s); its lease will bring it back", exc)
-                    return ""
-                await asyncio.sleep(delay)
+        settle = functools.partial(self._settle, keys=keys, args=args)
+        try:
+            result = await until_landed(
+                "settling a webhook delivery", settle, self.settings.max_outage_seconds, first=0.2, most=2.0
+            )
+        except RedisError as exc:
+            log.error("webhook delivery not settled (%s); its lease will bring it back", exc)
+            return ""
+        return "" if result is None else text(result)

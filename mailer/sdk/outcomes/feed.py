@@ -57,8 +57,13 @@ REJECTED = "mail.rejected"
 SUPPRESSED = "mail.suppressed"
 DEAD = "mail.dead"
 CANCELLED_TYPE = "mail.cancelled"
+HELD = "mail.held"
+"""The mail waits for a hold of its tenant at its recipients' provider (the per-provider
+reputation guard); written when it starts to wait so, not at each recheck."""
 
-EVENT_TYPES = (SENT, DELIVERED, DELAYED, BOUNCED, COMPLAINED, REJECTED, SUPPRESSED, DEAD, CANCELLED_TYPE)
+EVENT_TYPES = (
+    SENT, DELIVERED, DELAYED, BOUNCED, COMPLAINED, REJECTED, SUPPRESSED, DEAD, CANCELLED_TYPE, HELD,
+)  # fmt: skip
 """Every event type, in the order of a mail's life."""
 
 _BY_STATE = {"sent": SENT, "suppressed": SUPPRESSED, "dead": DEAD}
