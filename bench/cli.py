@@ -32,6 +32,7 @@ from bench import (
     safety,
     scale,
     strategies,
+    streams,
     throughput,
     tracing,
 )
@@ -47,6 +48,7 @@ SCENARIOS: dict[str, Scenario] = {
     "quota_engine": quota_engine.run,
     "safety": safety.run,
     "isolation": isolation.run,
+    "streams": streams.run,
     "fairshare": fairshare.run,
     "throughput": throughput.run,
     "strategies": strategies.run,

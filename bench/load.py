@@ -19,12 +19,15 @@ from fairpost.mailer.testing.wait import wait_for_async
 TENANT_TAG = "fairpost-tenant"
 
 
-def mail(n: int, recipients: int = 1) -> Mail:
+def mail(n: int, recipients: int = 1, *, stream: str = "transactional") -> Mail:
+    """A bench mail; a ``notification`` (one recipient) has the topic ``digest``."""
     return Mail(
         sender="app@bench.example",
         to=[f"user{n}.{r}@example.org" for r in range(recipients)],
         subject=f"bench {n}",
         text="A benchmark mail.\n",
+        stream=stream,
+        topic="digest" if stream == "notification" else None,
     )
 
 
@@ -57,12 +60,14 @@ class Load:
         assert self._client is not None, "use Load as an async context manager"
         return self._client
 
-    async def burst(self, tenant: str, count: int, *, chunk: int = 200) -> list[str]:
+    async def burst(
+        self, tenant: str, count: int, *, chunk: int = 200, stream: str = "transactional"
+    ) -> list[str]:
         """``count`` mails for ``tenant`` at once, in SDK calls of ``chunk``."""
         ids: list[str] = []
         while len(ids) < count:
             n = min(chunk, count - len(ids))
-            mails = [mail(self._n + i) for i in range(n)]
+            mails = [mail(self._n + i, stream=stream) for i in range(n)]
             self._n += n
             new = await self.client.send_many(tenant, mails)
             now = time.time()

@@ -31,6 +31,7 @@ from fairpost.dispatcher.calls import script
 from fairpost.dispatcher.journal import append_source
 from fairpost.dispatcher.scripts import lua_source
 from fairpost.mailer.sdk.outcomes.deliveries import script as delivery_script
+from fairpost.mailer.sdk.unsubscribes import unsubscribe_source
 
 UNBOUND = {"global_limits": "100000/second", "tenant_limits": "100000/second"}
 TENANTS = 20
@@ -56,6 +57,7 @@ def script_sources() -> dict[str, tuple[str, str]]:
     for name in ("send_claim", "heartbeat"):
         add(f"mailer/daemon/{name}.lua", lua_source("fairpost.mailer.daemon", name))
     add("mailer/sdk/rollups.lua", lua_source("fairpost.mailer.sdk", "rollups"))
+    add("mailer/sdk/unsubscribe.lua", unsubscribe_source())
     for name in _OUTCOME_SCRIPTS:
         add(f"mailer/sdk/outcomes/{name}.lua", delivery_script(name))
     return sources

@@ -98,7 +98,8 @@ def bare(backend: Backend, mails: int) -> dict[str, Any]:
     with world(backend, "bare", UNBOUND) as w:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("FAIRPOST_", "AWS_"))}
         env.update(AWS_ENV, AWS_ENDPOINT_URL_SQS=backend.sqs_url, AWS_ENDPOINT_URL_SESV2=w.ses.url)
-        env["PYTHONPATH"] = str(ROOT)
+        # This checkout's own bench and fairpost (a worktree puts its src on PYTHONPATH).
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
         out = subprocess.run(
             [sys.executable, "-m", "bench.bare", "--redis", w.config["redis_url"], "--queue-url", w.queue_url,
              "--mails", str(mails), "--tenants", "20"],

@@ -59,8 +59,13 @@ class TenantSettings(_Section):
     limits: Limits | None = None
     weight: int | None = Field(default=None, ge=1, le=1000)
     inflight_cap: int | None = Field(default=None, ge=1, le=10_000)
+    notification_limits: Limits | None = None
+    """Its notification mail's own limits, within (and counted in) its ``limits``."""
     ses_tenant_name: str | None = None
     configuration_set: str | None = None
+    notification_configuration_set: str | None = None
+    """The SES configuration set of its notification mail (its own event destination,
+    its own dedicated IPs); default: ``configuration_set``."""
     default_sender: str | None = None
     ses_identities: tuple[str, ...] = ()
     """The SES identities (domains or addresses) the tenant sends from, associated with
@@ -286,6 +291,55 @@ class OutcomeSettings(_Section):
     """At most about this many events are kept, whatever their age."""
 
 
+_HTTPS_BASE = re.compile(r"https://[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[^\s<>,]*)?")
+_DOMAIN = re.compile(r"[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)+")
+
+
+class UnsubscribeSettings(_Section):
+    """One-click unsubscribe of notification mail (docs/unsubscribe.md): the signed
+    tokens the SDK puts in ``List-Unsubscribe``, and ``fairpost unsubscribe-server``."""
+
+    keys: tuple[SecretStr, ...] = ()
+    """Token keys, newest first: the first signs, every one verifies (rotate by putting a
+    new key first and dropping the old one once its tokens have expired)."""
+    base_url: str | None = None
+    """Where ``fairpost unsubscribe-server`` faces the internet: links are ``<base_url>/u/<token>``."""
+    mailto_domain: str | None = None
+    """A domain whose mail SES receives into the events queue: adds ``<mailto:u-<token>@domain>``."""
+    token_days: int = Field(default=90, ge=1, le=3650)
+    """How long a link works after its mail was enqueued."""
+    host: str = "0.0.0.0"
+    port: int = Field(default=8026, ge=1, le=65535)
+    rate_per_minute: int = Field(default=30, ge=1, le=100_000)
+    """Requests one client address may make a minute (more get 429)."""
+
+    @field_validator("keys")
+    @classmethod
+    def _long_keys(cls, value: tuple[SecretStr, ...]) -> tuple[SecretStr, ...]:
+        if any(len(k.get_secret_value()) < 32 for k in value):
+            raise ValueError("each key must be at least 32 characters (openssl rand -hex 32)")
+        return value
+
+    @field_validator("base_url")
+    @classmethod
+    def _https_url(cls, value: str | None) -> str | None:
+        if value is not None and not _HTTPS_BASE.fullmatch(value):
+            raise ValueError(
+                "must be an https:// URL (a host, an optional port and path; no spaces, <, > or ,): "
+                "where fairpost unsubscribe-server faces the internet"
+            )
+        return value.rstrip("/") if value else value
+
+    @field_validator("mailto_domain")
+    @classmethod
+    def _domain(cls, value: str | None) -> str | None:
+        if value is not None and not _DOMAIN.fullmatch(value):
+            raise ValueError(
+                "must be a domain name (letters, digits, '-' and '.'), such as unsubscribe.example.com"
+            )
+        return value
+
+
 WEBHOOK_VARIABLES = {
     name: "FAIRPOST_WEBHOOK_" + name.upper()
     for name in (
@@ -376,6 +430,9 @@ class Settings(BaseSettings):
     ses_account_refresh: float = Field(default=300.0, ge=1, le=86400)
     """With ``global_limits = "auto"``: seconds between GetAccount calls."""
     tenant_limits: Limits = parse_limits("5/second; 10000/day")
+    notification_limits: Limits | None = None
+    """Every tenant's notification mail, within its tenant's limits, unless the tenant
+    has its own (``tenants.<id>.notification_limits``); None: only the tenant's limits."""
     default_weight: int = Field(default=1, ge=1, le=1000)
     inflight_cap: int = Field(default=20, ge=1, le=10_000)
     tenants: dict[str, TenantSettings] = Field(default_factory=dict)
@@ -404,6 +461,7 @@ class Settings(BaseSettings):
     outcomes: OutcomeSettings = OutcomeSettings()
     webhook: WebhookSettings = WebhookSettings()
     deliverability: DeliverabilitySettings = DeliverabilitySettings()
+    unsubscribe: UnsubscribeSettings = UnsubscribeSettings()
 
     events_queue_name: str | None = None
     """The SQS queue SES events arrive in (through SNS or EventBridge); unset: none read."""
@@ -542,6 +600,9 @@ class Settings(BaseSettings):
 
     def limits_for(self, tenant_id: str) -> Limits:
         return self.tenant(tenant_id).limits or self.tenant_limits
+
+    def notification_limits_for(self, tenant_id: str) -> Limits | None:
+        return self.tenant(tenant_id).notification_limits or self.notification_limits
 
     def ses_tenant_for(self, tenant_id: str) -> str | None:
         """The SES tenant (``TenantName``) the tenant's mail is sent under, if any."""

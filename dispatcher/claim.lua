@@ -16,7 +16,9 @@
 -- priority first), their leases and slots written in one ZADD each, and its
 -- count of waiting jobs moved once. A turn of one job (the default weight)
 -- costs eight commands: five for the turn (LMOVE, ZCARD, LMPOP, ZADD,
--- HINCRBY), three for the job (its record read and marked claimed, its payload).
+-- HINCRBY), three for the job (its record read and marked claimed, its payload);
+-- a turn of bulk jobs (notification mail) one more, the LMPOP of the urgent
+-- lanes that found them empty.
 local record = KEYS[13]
 local written = redis.call('GET', record)
 if written then
@@ -138,13 +140,24 @@ end
 -- The per-job work is what a claim costs under load, so it builds no table
 -- of its own: its lease pairs go straight into all_leases (the turn's slots
 -- are a slice of it).
-local function take(tenant, room)
-  -- Its queues, as queue_keys names them (ring.lua's three priorities), with no table built.
+local function take(tenant, room, bulk_room)
+  -- Its queues, as queue_keys names them (ring.lua's lanes), with no table built:
+  -- the urgent lanes first; the bulk lanes only when those are empty, and only
+  -- into the slots bulk jobs may hold (bulk_cap). A fourth answer, true: only
+  -- bulk jobs wait, and they have no room (the tenant is blocked for them).
   local prefix = ctx.queue_prefix .. tenant .. ':'
-  local popped = redis.call('LMPOP', #PRIORITIES, prefix .. PRIORITIES[1], prefix .. PRIORITIES[2],
+  local popped = redis.call('LMPOP', URGENT_LANES, prefix .. PRIORITIES[1], prefix .. PRIORITIES[2],
     prefix .. PRIORITIES[3], 'LEFT', 'COUNT', room)
   if not popped then
-    return 0, 0, 0
+    if math.min(room, bulk_room) <= 0 then
+      return 0, 0, 0, redis.call('EXISTS', prefix .. PRIORITIES[4], prefix .. PRIORITIES[5],
+        prefix .. PRIORITIES[6]) > 0
+    end
+    popped = redis.call('LMPOP', 3, prefix .. PRIORITIES[4], prefix .. PRIORITIES[5],
+      prefix .. PRIORITIES[6], 'LEFT', 'COUNT', math.min(room, bulk_room))
+    if not popped then
+      return 0, 0, 0
+    end
   end
   local ids = popped[2]
   local first = n_leases + 1
@@ -261,8 +274,12 @@ while claimed < wanted and steps < wanted * 4 + 64 do
       end
     end
     local room = math.min(deficit, cap - held, wanted - claimed, MOST_PER_TURN)
-    local n, popped, added = take(tenant, room)
-    if popped == 0 then
+    local n, popped, added, full = take(tenant, room, bulk_cap(cap) - held)
+    if full then
+      -- Only bulk jobs wait, and the slots left are kept for urgent ones.
+      redis.call('SADD', ctx.blocked, tenant)
+      leave = true
+    elseif popped == 0 then
       if stored then
         redis.call('HDEL', deficits, tenant)
       end

@@ -7,7 +7,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from fairpost.dispatcher.keys import PRIORITIES
+from fairpost.dispatcher.keys import LANES, PRIORITIES
 from fairpost.dispatcher.record import ENTRY_SEP
 
 
@@ -41,6 +41,13 @@ def check_priority(priority: str) -> str:
     return priority
 
 
+def check_lane(value: str) -> str:
+    """A priority, or a priority's bulk lane (:data:`~fairpost.dispatcher.keys.LANES`)."""
+    if value not in LANES:
+        raise ValueError(f"must be one of {', '.join(LANES)}")
+    return value
+
+
 @dataclass(frozen=True)
 class Job:
     """A claimed job, as a worker receives it."""
@@ -65,6 +72,7 @@ class NewJob:
     kind: str
     payload: str
     priority: str = "normal"
+    """Its lane: a priority, or its bulk lane (:func:`~fairpost.dispatcher.keys.lane`)."""
     fields: Mapping[str, str] | None = None
     send_at_ms: int = 0
     """When it may be sent (Redis server time, ms); 0 or a past time: now."""
@@ -78,8 +86,8 @@ class NewJob:
         # A queue entry is the id, this separator and the payload (dispatcher/record.py).
         if ENTRY_SEP in self.id:
             raise ValueError(f"a job id holds no {ENTRY_SEP!r}")
-        # A queue of any other priority would never be claimed from (claim.lua).
+        # A queue of any other lane would never be claimed from (claim.lua).
         try:
-            check_priority(self.priority)
+            check_lane(self.priority)
         except ValueError as exc:
             raise ValueError(f"priority {exc}") from None

@@ -11,6 +11,21 @@ from dataclasses import dataclass
 
 PRIORITIES = ("high", "normal", "low")
 
+BULK = "bulk."
+"""What a bulk lane's name puts before its priority. A job of a bulk lane (for mail:
+the ``notification`` stream) is claimed only when its tenant has nothing waiting in
+the other lanes, and never takes the last quarter of its tenant's in-flight slots
+(``ring.lua``), so a tenant's bulk backlog never delays its urgent jobs."""
+BULK_LANES = tuple(BULK + p for p in PRIORITIES)
+LANES = PRIORITIES + BULK_LANES
+"""Every queue of a tenant, in the order the claim takes them (``ring.lua``)."""
+
+
+def lane(priority: str, *, bulk: bool) -> str:
+    """The queue a job of ``priority`` waits in: its bulk lane for bulk work."""
+    return BULK + priority if bulk else priority
+
+
 TOTAL_WAITING = "~waiting"
 """The field of :meth:`Keys.counts` with the jobs waiting over every tenant (``~``
 is not allowed in tenant ids)."""
@@ -65,7 +80,7 @@ class Keys:
         return f"{self.root}:job:"
 
     def queue(self, tenant: str, priority: str) -> str:
-        """List: ids of the tenant's waiting jobs of one priority, head first."""
+        """List: ids of the tenant's waiting jobs of one lane (:data:`LANES`), head first."""
         return f"{self.root}:q:{tenant}:{priority}"
 
     def queue_prefix(self) -> str:
@@ -237,6 +252,11 @@ class Keys:
     def ses_message(self, message_id: str) -> str:
         """String with a TTL: the job id of the mail SES accepted under this SES message id."""
         return f"{self.root}:sesmsg:{message_id}"
+
+    def unsubscribed(self, tenant: str) -> str:
+        """Hash: the tenant's unsubscribed addresses (lower case) → "<topics> <source> <ms>"
+        (mailer/sdk/unsubscribes.py)."""
+        return f"{self.root}:unsub:{tenant}"
 
     def suppressed(self, tenant: str) -> str:
         """Hash: the tenant's suppressed addresses (lower case) → "reason ms" (mailer/sdk/suppression.py)."""

@@ -21,7 +21,18 @@
 --   KEYS[9] backlog top (zset: tenant -> largest power of two its backlog reached)
 --   ARGV[1] queue key prefix   ARGV[2] in-flight key prefix   ARGV[3] default in-flight cap
 
-local PRIORITIES = {'high', 'normal', 'low'}
+-- Every lane of a tenant (dispatcher/keys.py LANES): its priorities, then
+-- their bulk lanes. A bulk job (notification mail) is taken only when the
+-- urgent lanes are empty, and never into the last quarter of its tenant's
+-- in-flight slots (bulk_cap), which stay for urgent jobs: however deep its
+-- bulk backlog, a tenant's urgent job finds a slot, and goes first.
+local PRIORITIES = {'high', 'normal', 'low', 'bulk.high', 'bulk.normal', 'bulk.low'}
+local URGENT_LANES = 3
+
+-- The most slots a tenant's bulk jobs may hold (at least one).
+local function bulk_cap(cap)
+  return math.max(1, cap - math.floor(cap / 4))
+end
 
 local function ring_context(keys, argv)
   return {
@@ -65,6 +76,10 @@ end
 
 local function has_waiting(ctx, tenant)
   return redis.call('EXISTS', unpack(queue_keys(ctx, tenant))) > 0
+end
+
+local function has_urgent_waiting(ctx, tenant)
+  return redis.call('EXISTS', unpack(queue_keys(ctx, tenant), 1, URGENT_LANES)) > 0
 end
 
 local function cap_of(ctx, tenant)
@@ -199,7 +214,8 @@ local function activate(ctx, tenant, now)
     return
   end
   local cap = cap_of(ctx, tenant)
-  if held_slots(ctx, tenant, cap, now) >= cap then
+  local held = held_slots(ctx, tenant, cap, now)
+  if held >= cap or (held >= bulk_cap(cap) and not has_urgent_waiting(ctx, tenant)) then
     -- No need to note when: the tenant holds slots, so it is in the expiring
     -- zset, and a finish re-activates it sooner.
     redis.call('SADD', ctx.blocked, tenant)

@@ -23,6 +23,7 @@ from fairpost.mailer.sdk.outcomes.stream import AsyncEvent, Event
 from fairpost.mailer.sdk.rollups import Deliverability
 from fairpost.mailer.sdk.status import JobStatus
 from fairpost.mailer.sdk.suppression import Suppressions
+from fairpost.mailer.sdk.unsubscribes import Unsubscribes
 
 __all__ = [
     "AsyncEvent",
@@ -44,5 +45,6 @@ __all__ = [
     "Suppressions",
     "TooLateToCancel",
     "UnknownJob",
+    "Unsubscribes",
     "Webhooks",
 ]

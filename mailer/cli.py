@@ -23,6 +23,7 @@ from fairpost.mailer.ops.migrate_commands import add_parser as add_migrate_comma
 from fairpost.mailer.ops.quota_commands import add_commands as add_quota_commands
 from fairpost.mailer.ops.redis_check import redis_findings
 from fairpost.mailer.ops.reputation_commands import add_commands as add_reputation_commands
+from fairpost.mailer.ops.unsubscribe_commands import add_commands as add_unsubscribe_commands
 from fairpost.mailer.ops.warmup_commands import add_tenant_parser
 from fairpost.mailer.ops.webhook_commands import add_parser as add_webhook_commands
 
@@ -40,6 +41,14 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_console(args: argparse.Namespace, settings: Settings) -> int:
     from fairpost.mailer.console.app import serve
     from fairpost.mailer.daemon.logs import configure_logging
+
+    configure_logging(settings.log_level)
+    return asyncio.run(serve(settings))
+
+
+def cmd_unsubscribe_server(args: argparse.Namespace, settings: Settings) -> int:
+    from fairpost.mailer.daemon.logs import configure_logging
+    from fairpost.mailer.daemon.unsubscribe_server import serve
 
     configure_logging(settings.log_level)
     return asyncio.run(serve(settings))
@@ -269,6 +278,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     console.set_defaults(handler=cmd_console)
 
+    unsubscribe_server = sub.add_parser(
+        "unsubscribe-server",
+        help="the one-click unsubscribe endpoint (RFC 8058) on FAIRPOST_UNSUBSCRIBE__PORT (8026)",
+        description="Serve /u/<token>: a GET shows a page, a POST with List-Unsubscribe=One-Click "
+        "unsubscribes. Meant to face the internet; needs FAIRPOST_UNSUBSCRIBE__KEYS.",
+    )
+    unsubscribe_server.set_defaults(handler=cmd_unsubscribe_server)
+
     init = sub.add_parser(
         "init-aws", help="create the SQS FIFO queue (idempotent) and report differing attributes"
     )
@@ -328,6 +345,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_quota_commands(sub)
     add_migrate_command(sub)
+    add_unsubscribe_commands(sub)
 
     tenant_sub = add_tenant_parser(sub)  # with ``tenant warmup``
     from fairpost.mailer.quota.holds import LIFTED_BY_RESUME

@@ -17,8 +17,9 @@ re-exported here, so ``fairpost.mailer.errors`` names every error fairpost raise
     ├── InvalidInput              the caller's input breaks a rule (.field, .rule); nothing was written
     │   ├── InvalidMail           the SDK refused a mail
     │   ├── InvalidOverride       a live quota override is invalid
-    │   ├── InvalidSuppression    a suppression-list entry is invalid
+    │   ├── InvalidSuppression    a suppression-list or unsubscribe entry is invalid
     │   └── InvalidWebhook        a webhook endpoint is invalid (a URL, an event type)
+    ├── InvalidToken              an unsubscribe token is malformed, forged or expired (.reason)
     ├── UnknownEndpoint           no webhook endpoint has this id
     ├── AddressNotPublic          a webhook endpoint's host resolves to a private address (also an OSError)
     ├── RedisFailed               Redis failed an SDK call (unreachable, too slow, out of memory)
@@ -66,6 +67,7 @@ __all__ = [
     "InvalidMail",
     "InvalidOverride",
     "InvalidSuppression",
+    "InvalidToken",
     "InvalidWebhook",
     "LayoutNotReadable",
     "MigrationBusy",
@@ -125,6 +127,15 @@ class InvalidOverride(InvalidInput):
 
 class InvalidSuppression(InvalidInput):
     """The suppression-list entry is invalid; nothing was written."""
+
+
+class InvalidToken(FairpostError):
+    """An unsubscribe token that is not fairpost's, not whole, or expired. ``reason`` is
+    ``malformed``, ``forged`` or ``expired``; nothing of what it names is said."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(f"unsubscribe token refused: {reason}")
 
 
 class InvalidWebhook(InvalidInput):

@@ -19,7 +19,7 @@ import redis.asyncio
 
 from fairpost.config import Settings
 from fairpost.config.tenant_id import is_valid_tenant_id
-from fairpost.dispatcher.keys import PRIORITIES, Keys
+from fairpost.dispatcher.keys import LANES, Keys
 from fairpost.dispatcher.lifecycle import SyncLifecycle
 from fairpost.dispatcher.record import ENTRY_SEP
 from fairpost.dispatcher.replies import text
@@ -35,6 +35,7 @@ from fairpost.mailer.sdk.dead import DeadLetter, DeadLetters
 from fairpost.mailer.sdk.rollups import Deliverability, Report, SendHistory
 from fairpost.mailer.sdk.status import JobStatus
 from fairpost.mailer.sdk.suppression import Suppression, Suppressions
+from fairpost.mailer.sdk.unsubscribes import Unsubscribe, Unsubscribes
 
 __all__ = ["Console", "DeadPage", "Held", "Overview", "TenantCharts", "TenantDetail"]
 
@@ -86,8 +87,11 @@ class TenantDetail:
     """Whether it ever enqueued, or the settings or an operator name it."""
     suppressions: list[Suppression]
     suppressions_total: int
+    unsubscribes: list[Unsubscribe]
+    """Who stopped its notification mail, and which topics (apart from the suppression list)."""
+    unsubscribes_total: int
     waiting: dict[str, list[str]]
-    """Priority → ids of its first waiting jobs."""
+    """Lane (a priority, or its bulk lane: notification mail) → ids of its first waiting jobs."""
     inflight: list[str]
     dead: list[DeadLetter]
 
@@ -115,6 +119,7 @@ class Console:
         self.mail = AsyncMailClient(settings, redis_client=client)
         self.dead = DeadLetters(settings, redis_client=sync_client)
         self.suppressions = Suppressions(settings, redis_client=sync_client)
+        self.unsubscribes = Unsubscribes(settings, redis_client=sync_client)
         self.admin = QuotaAdmin(settings, redis_client=sync_client)
         self.deliverability = Deliverability(settings, redis_client=sync_client)
         self.lifecycle = SyncLifecycle(sync_client, self.keys, store_limits(settings))
@@ -172,12 +177,13 @@ class Console:
         stats = await collect_stats(self.redis, self.keys, self.settings, tenants=[tenant])
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.sismember(self.keys.tenants(), tenant)
-            for priority in PRIORITIES:
+            for priority in LANES:
                 pipe.lrange(self.keys.queue(tenant, priority), 0, SHOWN_JOBS - 1)
             pipe.zrange(self.keys.inflight(tenant), 0, SHOWN_JOBS - 1)
             enqueued, *queues, inflight = await pipe.execute()
-        suppressed, dead = await asyncio.gather(
+        suppressed, unsubscribed, dead = await asyncio.gather(
             asyncio.to_thread(self.suppressions.list, tenant),
+            asyncio.to_thread(self.unsubscribes.list, tenant),
             asyncio.to_thread(self.dead.list, tenant, limit=SHOWN_JOBS),
         )
         scope = stats.tenants[0]
@@ -197,9 +203,10 @@ class Console:
             or bool(scope.provider_holds),
             suppressions=suppressed[:SHOWN_SUPPRESSIONS],
             suppressions_total=len(suppressed),
+            unsubscribes=unsubscribed[:SHOWN_SUPPRESSIONS],
+            unsubscribes_total=len(unsubscribed),
             waiting={
-                p: [text(e).split(ENTRY_SEP, 1)[0] for e in q]
-                for p, q in zip(PRIORITIES, queues, strict=True)
+                p: [text(e).split(ENTRY_SEP, 1)[0] for e in q] for p, q in zip(LANES, queues, strict=True)
             },
             inflight=[text(j) for j in inflight],
             dead=dead,

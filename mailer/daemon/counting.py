@@ -26,7 +26,9 @@ from fairpost.dispatcher.backoff import OutageBackoff
 from fairpost.mailer.daemon import ses
 from fairpost.mailer.daemon.context import SenderContext
 from fairpost.mailer.daemon.inbox import Received
-from fairpost.mailer.quota.engine import Grant
+from fairpost.mailer.quota.engine import Grant, StreamWindows
+from fairpost.mailer.quota.stream_limits import stream_windows
+from fairpost.mailer.sdk.streams import TRANSACTIONAL
 
 log = logging.getLogger("fairpost.sender")
 
@@ -38,6 +40,8 @@ class Stamp:
 
     at_ms: int
     mono: float
+    stream: StreamWindows | None = None
+    """The windows of the mail's stream, moved with the tenant's (fairpost.mailer.quota.stream_limits)."""
 
 
 def may_have_it(verdict: ses.Verdict) -> bool:
@@ -55,15 +59,23 @@ class Counting:
         ctx = self.ctx
         costs = [m.envelope.mail.recipients for m in messages if m.envelope]
         return await ctx.quota.acquire(
-            tenant, costs, *ctx.windows(tenant), weight=ctx.settings.weight_for(tenant)
-        )
+            tenant, costs, *ctx.windows(tenant), weight=ctx.settings.weight_for(tenant),
+            stream=self.stream(tenant, messages[0]),
+        )  # fmt: skip
+
+    def stream(self, tenant: str, msg: Received) -> StreamWindows | None:
+        """The windows of the mail's stream, if it has its own (a group is one stream:
+        one FIFO group); its units move with the tenant's (:class:`Stamp`)."""
+        stream = msg.envelope.mail.stream if msg.envelope else TRANSACTIONAL
+        return stream_windows(self.ctx.limits, self.ctx.settings, tenant, stream)
 
     async def refund(self, tenant: str, msg: Received, at_ms: int) -> None:
         """A granted mail SES never took (refused outright, or not sent here): its
         units, counted in the bucket of ``at_ms``, go back."""
         assert msg.envelope is not None
         ctx = self.ctx
-        await ctx.quota.refund(tenant, msg.envelope.mail.recipients, at_ms, *ctx.windows(tenant))
+        cost, stream = msg.envelope.mail.recipients, self.stream(tenant, msg)
+        await ctx.quota.refund(tenant, cost, at_ms, *ctx.windows(tenant), stream=stream)
 
     def every(self, tenant: str) -> float:
         """Half the shortest window: how long a granted mail may go unsent before its
@@ -76,7 +88,8 @@ class Counting:
         counted until SES has it: move its units to now once ``every`` passed."""
         if time.monotonic() - stamp.mono < every:
             return
-        moved = await self.ctx.quota.restamp(tenant, cost, stamp.at_ms, *self.ctx.windows(tenant))
+        windows = self.ctx.windows(tenant)
+        moved = await self.ctx.quota.restamp(tenant, cost, stamp.at_ms, *windows, stream=stamp.stream)
         if moved is not None:
             stamp.at_ms, stamp.mono = moved, time.monotonic()
 
@@ -138,11 +151,14 @@ class Counting:
         """Queue on ``pipeline``: the units of every mail SES may have move to the
         answer, summed per bucket they sat in."""
         counted: dict[int, int] = {}
+        stream: StreamWindows | None = None
         for msg, result, stamp in answered:
             if may_have_it(result.verdict) and msg.envelope:
                 counted[stamp.at_ms] = counted.get(stamp.at_ms, 0) + msg.envelope.mail.recipients
+                stream = stamp.stream  # a group is one stream
+        windows = self.ctx.windows(tenant)
         for at_ms, cost in counted.items():
-            await self.ctx.quota.restamp(tenant, cost, at_ms, *self.ctx.windows(tenant), pipeline=pipeline)
+            await self.ctx.quota.restamp(tenant, cost, at_ms, *windows, pipeline=pipeline, stream=stream)
 
 
 class _Keeper:

@@ -16,6 +16,7 @@ from fairpost.mailer.daemon.inbox import Received
 from fairpost.mailer.daemon.settlement import Backoff, Delete
 from fairpost.mailer.errors import NewerFormat, PoisonMessage
 from fairpost.mailer.sdk.envelope import decode
+from fairpost.mailer.sdk.streams import tenant_of_group
 
 log = logging.getLogger("fairpost.sender")
 
@@ -70,7 +71,7 @@ class Endings:
         log.warning(
             "SQS message %s: %s in format version %d, this fairpost reads up to %d: "
             "left in SQS for a newer fairpost",
-            msg.message_id, exc.what, exc.found, exc.reads, extra={"tenant": msg.group},
+            msg.message_id, exc.what, exc.found, exc.reads, extra={"tenant": tenant_of_group(msg.group)},
         )  # fmt: skip
         return Backoff(NEWER_FORMAT_SECONDS, "newer format")
 
@@ -91,12 +92,14 @@ class Endings:
                 keep_seconds=ctx.finished_ttl,
                 fields={"dead_reason": why, "last_error": why, "raw_body": msg.body[:262_144]},
             )
+        # The message's FIFO group names its tenant (a notification's: <tenant>:notification).
+        tenant = tenant_of_group(msg.group)
         if finished == -1:
             job_id = f"poison-{msg.message_id}"
-            await self._record_dead(job_id, msg.group, why, msg.body)
+            await self._record_dead(job_id, tenant, why, msg.body)
         ctx.stats.dead += 1
-        ctx.metrics.dead(msg.group, "poison")
-        log.error("poison message dead-lettered: %s", reason, extra={"job_id": job_id, "tenant": msg.group})
+        ctx.metrics.dead(tenant, "poison")
+        log.error("poison message dead-lettered: %s", reason, extra={"job_id": job_id, "tenant": tenant})
         return Delete("poison")
 
     async def _record_dead(self, job_id: str, tenant: str, reason: str, raw_body: str) -> None:

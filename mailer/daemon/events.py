@@ -15,7 +15,10 @@ by the SES message id the sender recorded (:meth:`Keys.ses_message`; the
   tenant (:mod:`fairpost.mailer.sdk.suppression`) and counts it in the tenant's
   reputation, which the guard judges (:mod:`fairpost.mailer.quota.reputation`);
 - counts the recipients in the tenant's deliverability rollup, by mailbox
-  provider (:mod:`fairpost.mailer.daemon.deliverability`), in the same step as the record.
+  provider (:mod:`fairpost.mailer.daemon.deliverability`), in the same step as the record;
+- on mail SES received for an unsubscribe address (``u-<token>@`` the
+  ``FAIRPOST_UNSUBSCRIBE__MAILTO_DOMAIN``), unsubscribes its token's address
+  (:mod:`fairpost.mailer.daemon.unsubscriber`).
 
 A body that cannot be read, an event for no known mail, a duplicate
 delivery: logged (never an address) and counted, then deleted, so nothing
@@ -49,6 +52,7 @@ from fairpost.mailer.daemon.deliverability import DeliverabilityCounter
 from fairpost.mailer.daemon.metrics import EVENT_OUTCOMES, Metrics
 from fairpost.mailer.daemon.ses import redact
 from fairpost.mailer.daemon.ses_events import SesEvent, parse_event
+from fairpost.mailer.daemon.unsubscriber import Unsubscriber
 from fairpost.mailer.quota.provider_guard import ProviderGuard
 from fairpost.mailer.quota.reputation import ReputationBook
 from fairpost.mailer.sdk.outcomes import feed
@@ -108,6 +112,7 @@ class EventConsumer:
             client, keys, settings, self.metrics.deliverability
         )
         self.journal = JournalWriter(client, outcome_journal(settings))
+        self.unsubscriber = Unsubscriber(settings, client)
         self.handled: dict[str, int] = {}
         """Outcome → events this consumer handled (tests wait on it)."""
 
@@ -189,6 +194,13 @@ class EventConsumer:
         seen = self.keys.ses_event(event.event_id)
         if await self.redis.exists(seen):
             return await self._counted("duplicate")
+        if event.kind == "received":
+            # Mail to an unsubscribe address (receipt rule → SNS → this queue).
+            tokens = [t for t in map(self.unsubscriber.mailto_token, event.recipients) if t is not None]
+            for token in tokens:
+                await self.unsubscriber.apply(token, whole_tenant=False, source="mailto")
+            await self.redis.set(seen, "1", ex=_DEDUP_SECONDS)
+            return await self._counted("received" if tokens else "ignored")
         job_id, tenant, state = await self._match(event)
         if job_id is None or tenant is None:
             log.warning(

@@ -16,6 +16,7 @@ import asyncio
 import logging
 import random
 import time
+from typing import Any
 
 from fairpost.mailer.daemon.context import SenderContext
 from fairpost.mailer.daemon.counting import Counting
@@ -26,9 +27,11 @@ from fairpost.mailer.daemon.mail_jobs import FINAL_STATES
 from fairpost.mailer.daemon.provider_holds import TAKEN_BACK_MIN_SECONDS, ProviderHolds
 from fairpost.mailer.daemon.send import Sending
 from fairpost.mailer.daemon.settlement import HAND_BACK, Backoff, Delete, Park, Retry
+from fairpost.mailer.daemon.unsubscribed import Unsubscribed
 from fairpost.mailer.quota.engine import never_fits_reason
 from fairpost.mailer.quota.provider_guard import ProviderHold
 from fairpost.mailer.sdk.envelope import Envelope
+from fairpost.mailer.sdk.streams import TRANSACTIONAL
 
 log = logging.getLogger("fairpost.sender")
 
@@ -64,11 +67,12 @@ class GroupDecision:
         self.counting = counting
         self.endings = endings
         self.sending = sending
+        self.unsubscribed = Unsubscribed(ctx.store, ctx.metrics, ctx.finished_ttl)
 
     async def handle(self, tenant: str, group: list[Received]) -> None:
         ctx = self.ctx
         envelopes = [m.envelope for m in group if m.envelope is not None]
-        states, suppressed = await self._look_up(tenant, envelopes)
+        states, suppressed, unsubscribed = await self._look_up(tenant, envelopes)
         todo: list[Received] = []
         seen: set[str] = set()
         for msg in group:
@@ -83,6 +87,7 @@ class GroupDecision:
             else:
                 seen.add(msg.envelope.job_id)
                 todo.append(msg)
+        todo = _suppressed(todo, await self.unsubscribed.screen(tenant, todo, unsubscribed))
         if not todo:
             return
         hold = ctx.holds.of(tenant)
@@ -96,15 +101,7 @@ class GroupDecision:
             if not todo:
                 return
         if ctx.feedback is not None:
-            screened = await ctx.feedback.screen(tenant, todo, suppressed)
-            kept = {id(m) for m in screened}
-            for msg in todo:
-                if id(msg) not in kept:
-                    # Every recipient suppressed: finished so, never sent.
-                    msg.decide(Delete("suppressed"))
-                    if msg.trace is not None:
-                        msg.trace.state = "suppressed"
-            todo = screened
+            todo = _suppressed(todo, await ctx.feedback.screen(tenant, todo, suppressed))
             if not todo:
                 return
         if ctx.holds.probing(tenant):
@@ -184,19 +181,24 @@ class GroupDecision:
 
     async def _look_up(
         self, tenant: str, envelopes: list[Envelope]
-    ) -> tuple[dict[str, str], set[str] | None]:
-        """Each job's state (a job without a record left out) and, with reputation on,
-        which of the mails' recipients are on the tenant's suppression list (else None):
-        one round trip for both, not one each."""
+    ) -> tuple[dict[str, str], set[str] | None, dict[str, Any]]:
+        """Each job's state (a job without a record left out); with reputation on,
+        which of the mails' recipients are on the tenant's suppression list (else None);
+        and the notifications' unsubscribes (fairpost.mailer.daemon.unsubscribed): one
+        round trip for them all, not one each."""
         ctx = self.ctx
         ids = [e.job_id for e in envelopes]
-        if ctx.feedback is None:
-            return await ctx.store.job_states(ids), None
+        if ctx.feedback is None and all(e.mail.stream == TRANSACTIONAL for e in envelopes):
+            return await ctx.store.job_states(ids), None, {}
         async with ctx.store.pipeline() as pipe:
             states = ctx.store.ask_job_states(pipe, ids)
-            suppressed = ctx.feedback.ask_suppressed(pipe, tenant, envelopes)
+            feedback = ctx.feedback
+            suppressed = None if feedback is None else feedback.ask_suppressed(pipe, tenant, envelopes)
+            unsubscribed = self.unsubscribed.ask(pipe, tenant, envelopes)
             replies = iter(await pipe.execute())
-        return states.take(replies), suppressed.take(replies)
+        state = states.take(replies)
+        listed = None if suppressed is None else suppressed.take(replies)
+        return state, listed, unsubscribed.take(replies)
 
     async def park(
         self,
@@ -274,3 +276,15 @@ class GroupDecision:
             wait,
             extra={"tenant": tenant},
         )
+
+
+def _suppressed(todo: list[Received], kept: list[Received]) -> list[Received]:
+    """``kept``; the rest of ``todo`` was finished ``suppressed`` (every recipient on the
+    tenant's list, or unsubscribed), never to be sent: its messages are deleted."""
+    staying = {id(m) for m in kept}
+    for msg in todo:
+        if id(msg) not in staying:
+            msg.decide(Delete("suppressed"))
+            if msg.trace is not None:
+                msg.trace.state = "suppressed"
+    return kept

@@ -1,6 +1,7 @@
 """The mail worker: hands claimed mail jobs to the SQS FIFO queue.
 
-``MessageGroupId`` is the tenant, so SQS serves each tenant's mail in order
+``MessageGroupId`` is the tenant (its notification mail: ``<tenant>:notification``,
+fairpost.mailer.sdk.streams.group_id), so SQS serves each tenant's mail in order
 and a paused tenant pauses alone; ``MessageDeduplicationId`` is the job id,
 so a job handed off twice (a lease that ran out mid-call) is stored once
 (a replayed dead letter gets ``<job id>-r<replays>``: a new life, a new id).
@@ -21,6 +22,7 @@ from fairpost.mailer.daemon.tracing import Tracing
 from fairpost.mailer.errors import NewerFormat, PoisonMessage
 from fairpost.mailer.sdk import envelope
 from fairpost.mailer.sdk.client import MAIL_KIND
+from fairpost.mailer.sdk.streams import group_id, payload_stream
 
 log = logging.getLogger("fairpost.handoff")
 
@@ -93,7 +95,9 @@ class MailWorker:
             entries[job.id] = {
                 "Id": job.id,
                 "MessageBody": body,
-                "MessageGroupId": job.tenant,
+                # The tenant's notification mail has a group of its own: a FIFO group
+                # is served in order, and transactional mail must not wait behind it.
+                "MessageGroupId": group_id(job.tenant, payload_stream(job.payload)),
                 # A replayed job is a new hand-off: SQS must not drop it as a
                 # duplicate of its first life's message (5-minute dedup window).
                 "MessageDeduplicationId": _dedup_id(job, (again or {}).get(job.id, 0)),

@@ -97,7 +97,7 @@ HELD_REASONS = ("ses_tenant_disabled", "reputation_paused", "reputation_throttle
 guard paused or throttled the tenant (mailer/quota/reputation.py)."""
 
 EVENT_OUTCOMES = (
-    "bounce", "complaint", "delivery", "reject", "delivery_delay",
+    "bounce", "complaint", "delivery", "reject", "delivery_delay", "received",
     "ignored", "duplicate", "unmatched", "unparseable", "poison",
 )  # fmt: skip
 """``fairpost_ses_events_total{outcome}`` (mailer/daemon/events.py); ``poison``: handling

@@ -105,7 +105,8 @@ class Sending:
 
     async def _send_claimed(self, tenant: str, granted: list[Received], at_ms: int) -> None:
         granted = await self._load_content(tenant, granted, at_ms)
-        stamps = [Stamp(at_ms, time.monotonic()) for _ in granted]
+        stream = self.counting.stream(tenant, granted[0]) if granted else None
+        stamps = [Stamp(at_ms, time.monotonic(), stream) for _ in granted]
         # How often a mail not yet answered is kept counted: the same for the whole group.
         every = self.counting.every(tenant)
         sends = [

@@ -57,6 +57,7 @@ from fairpost.mailer.errors import NewerFormat, PoisonMessage
 from fairpost.mailer.quota.engine import QuotaEngine
 from fairpost.mailer.quota.overrides import LimitSource, StaticLimits
 from fairpost.mailer.sdk.envelope import decode
+from fairpost.mailer.sdk.streams import group_id
 
 __all__ = ["Received", "Sender", "SenderStats"]
 
@@ -353,12 +354,15 @@ class Sender:
 
 
 def _grouped(messages: list[Received]) -> list[list[Received]]:
-    """A batch by tenant, in order; a poison message is a group of its own: it ends alone."""
+    """A batch by FIFO group (a tenant's stream), in order; a poison message is a group
+    of its own: it ends alone. A tenant's notification mail is decided apart from its
+    transactional mail, so it is never parked in front of it."""
     groups: dict[str, list[Received]] = {}
     poison: list[list[Received]] = []
     for msg in messages:
         if msg.envelope is None:
             poison.append([msg])
         else:
-            groups.setdefault(msg.envelope.tenant, []).append(msg)
+            env = msg.envelope
+            groups.setdefault(group_id(env.tenant, env.mail.stream), []).append(msg)
     return [*groups.values(), *poison]

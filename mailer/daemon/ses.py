@@ -47,6 +47,7 @@ from fairpost.config.settings import TenantSettings
 from fairpost.mailer.daemon import tracing
 from fairpost.mailer.daemon.aws import SesClient
 from fairpost.mailer.sdk.envelope import Envelope
+from fairpost.mailer.sdk.streams import NOTIFICATION
 
 log = logging.getLogger("fairpost.sender")
 
@@ -291,8 +292,13 @@ def send_email_request(env: Envelope, tenant: TenantSettings) -> dict[str, Any]:
         request["ReplyToAddresses"] = list(mail.reply_to)
     if tenant.ses_tenant_name:
         request["TenantName"] = tenant.ses_tenant_name
-    if tenant.configuration_set:
-        request["ConfigurationSetName"] = tenant.configuration_set
+    configuration_set = tenant.configuration_set
+    if mail.stream == NOTIFICATION:
+        # Its stream says so to SES's events and metrics, and may pick its own set.
+        request["EmailTags"].append({"Name": "fairpost-stream", "Value": NOTIFICATION})
+        configuration_set = tenant.notification_configuration_set or configuration_set
+    if configuration_set:
+        request["ConfigurationSetName"] = configuration_set
     return request
 
 

@@ -10,8 +10,10 @@ them:
 - EventBridge (``source: aws.ses``, ``detail-type: Email Bounced`` ...): the SES
   event is ``detail``.
 
-The SES event is an *event publishing* record (``eventType``) or a
-feedback notification (``notificationType``, identity notifications): both
+The SES event is an *event publishing* record (``eventType``), a
+feedback notification (``notificationType``, identity notifications), or a
+receipt notification (``notificationType: Received``: mail SES received for a
+receipt rule, read for unsubscribes by mail). The first two both
 name ``Bounce``, ``Complaint``, ``Delivery``; event publishing also ``Reject``
 and ``DeliveryDelay`` (and ``Send``, ``Open``, ``Click``, ... which fairpost
 does not need). Each names the mail by ``mail.messageId``, SES's id that
@@ -35,8 +37,8 @@ from fairpost.mailer.daemon.ses import redact
 
 __all__ = ["KINDS", "Kind", "SesEvent", "parse_event"]
 
-Kind = Literal["bounce", "complaint", "delivery", "reject", "delivery_delay", "other"]
-KINDS: tuple[Kind, ...] = ("bounce", "complaint", "delivery", "reject", "delivery_delay", "other")
+Kind = Literal["bounce", "complaint", "delivery", "reject", "delivery_delay", "received", "other"]
+KINDS: tuple[Kind, ...] = ("bounce", "complaint", "delivery", "reject", "delivery_delay", "received", "other")
 
 _KIND = {
     "bounce": "bounce",
@@ -44,6 +46,9 @@ _KIND = {
     "delivery": "delivery",
     "reject": "reject",
     "deliverydelay": "delivery_delay",
+    # SES receiving mail (a receipt rule's SNS action): an unsubscribe by mail, when
+    # it is addressed to FAIRPOST_UNSUBSCRIBE__MAILTO_DOMAIN (mailer/daemon/unsubscriber.py).
+    "received": "received",
 }
 _ID = re.compile(r"[\x21-\x7e]{1,200}")
 """An id a key is built from: printable ASCII (Redis keys are UTF-8, which cannot
@@ -139,6 +144,10 @@ def _ses_event(data: dict[str, Any], envelope_id: str) -> SesEvent:
         diagnostic = redact(str(detail.get("smtpResponse", ""))) or None
     elif kind == "reject":
         diagnostic = redact(str(detail.get("reason", ""))) or None
+    elif kind == "received":
+        receipt = data.get("receipt")
+        listed = (receipt.get("recipients") if isinstance(receipt, dict) else None) or mail.get("destination")
+        recipients = tuple(str(r) for r in listed) if isinstance(listed, list) else ()
     feedback = detail.get("feedbackId")
     event_id = (
         str(feedback)

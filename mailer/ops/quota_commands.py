@@ -14,17 +14,20 @@ def cmd_quota_show(args: argparse.Namespace, settings: Settings) -> int:
     import redis
 
     from fairpost.mailer.quota.overrides import QuotaAdmin
+    from fairpost.mailer.quota.stream_limits import resolve_stream
 
     try:
         with QuotaAdmin(settings) as admin:
-            shown = admin.show(args.tenant)
+            stream = resolve_stream(settings, admin.overrides(), args.tenant) if args.tenant else None
+            shown = [admin.global_limits(), stream] if stream else admin.show(args.tenant)
     except (redis.RedisError, OSError) as exc:
         return unreachable_redis(settings, exc)
     if args.json:
         print_json({"global": shown[0].to_json(), "tenants": {e.scope: e.to_json() for e in shown[1:]}})
         return 0
     for eff in shown:
-        limits = eff.to_json()["limits"] or "auto (no daemon has read SES yet)"
+        none = "auto (no daemon has read SES yet)" if eff is shown[0] else "none of its own"
+        limits = eff.to_json()["limits"] or none
         name = "(global)" if eff is shown[0] else eff.scope
         print(f"{name:20} {limits:40} from {eff.source}{'  PAUSED' if eff.paused else ''}")
     return 0

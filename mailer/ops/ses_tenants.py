@@ -7,7 +7,8 @@ ever seen in Redis, by the rule of :mod:`fairpost.config.ses_names`):
 - ``GetTenant``; ``CreateTenant`` if SES has none of that name;
 - ``ListTenantResources``; ``CreateTenantResourceAssociation`` for each of its
   resources SES does not have yet: its sender identities (``ses_identities``,
-  else the domain of its ``default_sender``) and its ``configuration_set``.
+  else the domain of its ``default_sender``) and its ``configuration_set`` (and its
+  ``notification_configuration_set``).
   The ARNs are built from the tenant's own ARN (region and account), so no
   other call is needed.
 
@@ -76,8 +77,9 @@ def _resources(settings: Settings, tenant: str, tenant_arn: str) -> list[str]:
 
         identities = [parseaddr(own.default_sender)[1].rpartition("@")[2]]
     arns = [f"{base}identity/{identity}" for identity in identities if identity]
-    if own.configuration_set:
-        arns.append(f"{base}configuration-set/{own.configuration_set}")
+    for configuration_set in dict.fromkeys((own.configuration_set, own.notification_configuration_set)):
+        if configuration_set:
+            arns.append(f"{base}configuration-set/{configuration_set}")
     return arns
 
 

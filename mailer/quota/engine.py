@@ -36,7 +36,15 @@ from fairpost.dispatcher.durable import Durability
 from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.scripts import lua_source
 
-__all__ = ["BUCKETS_PER_WINDOW", "NEVER", "RATE_WINDOW_SECONDS", "Grant", "QuotaEngine", "never_fits_reason"]
+__all__ = [
+    "BUCKETS_PER_WINDOW",
+    "NEVER",
+    "RATE_WINDOW_SECONDS",
+    "Grant",
+    "QuotaEngine",
+    "StreamWindows",
+    "never_fits_reason",
+]
 
 
 BUCKETS_PER_WINDOW = 50
@@ -57,7 +65,20 @@ _MOST_UNANSWERED = 1024
 """Asks whose answer was lost a process remembers (one per tenant at most, but
 for their costs); an ask forgotten counts again when asked again: the safe side."""
 
-_Ask = tuple[str, str, tuple[int, ...], tuple[Window, ...], tuple[Window, ...]]
+
+@dataclass(frozen=True)
+class StreamWindows:
+    """The windows of a tenant's stream, counted apart from (and as well as) the tenant's."""
+
+    scope: str
+    """The stream's scope: its FIFO group id (``<tenant>:notification``)."""
+    windows: tuple[Window, ...]
+
+    def __bool__(self) -> bool:
+        return bool(self.windows)
+
+
+_Ask = tuple[str, str, tuple[int, ...], tuple[Window, ...], tuple[Window, ...], tuple[Window, ...]]
 """What an acquire asks: the tenant, the operation, the costs and the windows."""
 
 _BLOCKED: dict[int, Literal["global", "tenant", "share"] | None] = {
@@ -154,6 +175,7 @@ class QuotaEngine:
         *,
         weight: int | None = None,
         now_ms: int | None = None,
+        stream: StreamWindows | None = None,
     ) -> Grant:
         """Grant the longest prefix of ``costs`` that fits in every window, atomically.
 
@@ -171,6 +193,9 @@ class QuotaEngine:
         that window is empty and goes alone; bigger than a longer window (a
         budget), it is refused with :data:`NEVER` and ``too_big_for``.
         ``now_ms`` is a test hook (see the class); leave it out in production.
+        ``stream``: the windows of the mails' stream (a tenant's notification mail may
+        have a limit of its own, fairpost.mailer.quota.stream_limits), checked and
+        counted with the tenant's own, in the same call.
 
         An acquire that raised (Redis may have counted it and lost only the
         answer) is remembered by what it asked: the same ask again from this
@@ -188,12 +213,15 @@ class QuotaEngine:
             if weight < 1:
                 raise ValueError(f"a weight is at least 1, not {weight}")
             op, tail = "acquire_fair", [tenant, weight, *costs]
-        ask: _Ask = (tenant, op, tuple(costs), tuple(global_windows), tuple(tenant_windows))
+        extra = stream.windows if stream else ()
+        ask: _Ask = (tenant, op, tuple(costs), tuple(global_windows), tuple(tenant_windows), tuple(extra))
         # Only one call may take a lost answer's grant: two sent under one count
         # would go over the limit.
         token = self._unanswered.pop(ask, None) or uuid.uuid4().hex
         try:
-            reply = await self._run(op, tenant, global_windows, tenant_windows, now_ms, tail, record=token)
+            reply = await self._run(
+                op, tenant, global_windows, tenant_windows, now_ms, tail, record=token, stream=stream
+            )
         except RedisError:
             # Redis may have counted it, and only the answer was lost.
             self._unanswered[ask] = token
@@ -202,7 +230,7 @@ class QuotaEngine:
             raise
         granted, retry_ms, blocked, at_ms, never, binding = reply
         retry_after = NEVER if retry_ms < 0 else retry_ms / 1000
-        windows = (*global_windows, *tenant_windows)
+        windows = (*global_windows, *tenant_windows, *extra)
         return Grant(
             granted=granted,
             retry_after=retry_after,
@@ -219,6 +247,8 @@ class QuotaEngine:
         at_ms: int,
         global_windows: Sequence[Window],
         tenant_windows: Sequence[Window],
+        *,
+        stream: StreamWindows | None = None,
     ) -> None:
         """Give back ``cost`` units of a grant taken at ``at_ms`` for a mail never sent.
 
@@ -228,7 +258,7 @@ class QuotaEngine:
         """
         if cost < 1:
             raise ValueError(f"a refund is at least 1 recipient, not {cost}")
-        await self._run("refund", tenant, global_windows, tenant_windows, at_ms, [cost])
+        await self._run("refund", tenant, global_windows, tenant_windows, at_ms, [cost], stream=stream)
 
     async def restamp(
         self,
@@ -239,6 +269,7 @@ class QuotaEngine:
         tenant_windows: Sequence[Window],
         *,
         pipeline: Pipeline | None = None,
+        stream: StreamWindows | None = None,
     ) -> int | None:
         """Count a sent mail's units from when SES answered instead of from the grant.
 
@@ -255,7 +286,7 @@ class QuotaEngine:
         if cost < 1:
             raise ValueError(f"a restamp is at least 1 recipient, not {cost}")
         reply = await self._run(
-            "restamp", tenant, global_windows, tenant_windows, at_ms, [cost], pipeline=pipeline
+            "restamp", tenant, global_windows, tenant_windows, at_ms, [cost], pipeline=pipeline, stream=stream
         )
         return None if pipeline is not None else reply[0]
 
@@ -302,11 +333,16 @@ class QuotaEngine:
         *,
         pipeline: Pipeline | None = None,
         record: str | None = None,
+        stream: StreamWindows | None = None,
     ) -> list[int]:
-        """``record``: an acquire's token (quota.lua keeps its answer under it)."""
+        """``record``: an acquire's token (quota.lua keeps its answer under it);
+        ``stream``: more windows, of their own scope, counted after the tenant's."""
         keys: list[str] = []
         args: list[str | int] = [op, "" if time_ms is None else time_ms, self._buckets, len(global_windows)]
-        for scope, windows in (("global", global_windows), (f"t:{tenant}", tenant_windows)):
+        scopes = [("global", global_windows), (f"t:{tenant}", tenant_windows)]
+        if stream:
+            scopes.append((f"t:{stream.scope}", stream.windows))
+        for scope, windows in scopes:
             if len({w.seconds for w in windows}) != len(windows):
                 raise ValueError(f"two {scope} windows of the same length: {list(windows)}")
             for window in windows:

@@ -42,7 +42,7 @@ from fairpost.dispatcher.store import StoreLimits
 __all__ = [
     "LIFTED_BY_RESUME",
     "SES_TENANT_DISABLED",
-    "Hold",
+    "SesFaultHold",
     "TenantHolds",
     "lift",
     "parse_hold",
@@ -65,7 +65,7 @@ can): the sender's own holds for SES throttling or an account pause, and quota p
 
 
 @dataclass(frozen=True)
-class Hold:
+class SesFaultHold:
     reason: str
     """``ses_<code>``: the SES error that holds the tenant."""
     until_ms: int
@@ -78,10 +78,10 @@ def read_hold(pipe: redis.asyncio.client.Pipeline, keys: Keys, tenant: str) -> N
     pipe.hmget(keys.tenant_hold(tenant), ["reason", "until_ms"])
 
 
-def parse_hold(reply: Any) -> Hold | None:
+def parse_hold(reply: Any) -> SesFaultHold | None:
     """The hold :func:`read_hold` read; None: the tenant is not held (nor recently was)."""
     reason, until = reply
-    return None if reason is None or until is None else Hold(text(reason), int(until))
+    return None if reason is None or until is None else SesFaultHold(text(reason), int(until))
 
 
 class TenantHolds:
@@ -97,7 +97,7 @@ class TenantHolds:
 
     async def hold(
         self, tenant: str, reason: str, *, first_seconds: float, most_seconds: float
-    ) -> tuple[Hold, float]:
+    ) -> tuple[SesFaultHold, float]:
         """Hold the tenant (or keep the hold in force); returns the hold and the
         seconds until it ends. Until then, and an in-flight TTL after, the tenant
         keeps its in-flight slots and its dispatched jobs count as waiting, not
@@ -108,7 +108,7 @@ class TenantHolds:
         )
         # Slots handed off since a hold in force began are kept as long too.
         await self.keep_alive(tenant, int(until_ms))
-        return Hold(text(held_for), int(until_ms)), int(wait_ms) / 1000
+        return SesFaultHold(text(held_for), int(until_ms)), int(wait_ms) / 1000
 
     async def keep_alive(self, tenant: str, until_ms: int) -> None:
         """The tenant's mail waits in SQS until ``until_ms`` (Redis time): its in-flight
@@ -120,7 +120,7 @@ class TenantHolds:
     async def clear(self, tenant: str) -> None:
         await self._redis.delete(self._keys.tenant_hold(tenant))
 
-    async def held(self, tenants: Iterable[str]) -> dict[str, Hold]:
+    async def held(self, tenants: Iterable[str]) -> dict[str, SesFaultHold]:
         """The holds of these tenants (those held, or recently held, only)."""
         names = list(tenants)
         if not names:

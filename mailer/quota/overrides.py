@@ -52,6 +52,7 @@ from fairpost.mailer.quota.reputation import lift_guard
 from fairpost.mailer.quota.warmup import PENDING, Warmups
 from fairpost.mailer.sdk.connection import RedisOwner
 from fairpost.mailer.sdk.failures import redis_operation
+from fairpost.mailer.sdk.streams import split_group
 
 __all__ = [
     "REFRESH_SECONDS",
@@ -344,6 +345,11 @@ def _check_tenant(tenant: object) -> str:
     return tenant
 
 
+def _check_scope(scope: object) -> str:
+    """A tenant, or a tenant's stream (``acme:notification``: fairpost.mailer.quota.stream_limits)."""
+    return scope if isinstance(scope, str) and split_group(scope) is not None else _check_tenant(scope)
+
+
 def _check_limits(limits: str | Sequence[Window]) -> Limits:
     if isinstance(limits, str):
         try:
@@ -413,7 +419,7 @@ class QuotaAdmin(RedisOwner):
     @redis_operation("quota: set", writes=True)
     def set_tenant_limits(self, tenant: str, limits: str | Sequence[Window]) -> Limits:
         """Override a tenant's limits (``"100/minute; 5000/day"``) until :meth:`reset_tenant_limits`."""
-        field_name = _TENANT_FIELD + _check_tenant(tenant)
+        field_name = _TENANT_FIELD + _check_scope(tenant)
         windows = _check_limits(limits)
         self._redis.hset(self.keys.limit_overrides(), field_name, format_limits(windows))
         return windows
@@ -428,7 +434,7 @@ class QuotaAdmin(RedisOwner):
     @redis_operation("quota: reset", writes=True)
     def reset_tenant_limits(self, tenant: str) -> bool:
         """Back to the settings; False if there was no override."""
-        field_name = _TENANT_FIELD + _check_tenant(tenant)
+        field_name = _TENANT_FIELD + _check_scope(tenant)
         return bool(self._redis.hdel(self.keys.limit_overrides(), field_name))
 
     @redis_operation("quota: reset", writes=True)

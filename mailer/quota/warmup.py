@@ -52,8 +52,8 @@ from fairpost.mailer.quota.reputation import Reputation, ReputationBook
 __all__ = [
     "HOLD_KINDS",
     "PENDING",
-    "Hold",
     "Place",
+    "StepHold",
     "WarmupView",
     "Warmups",
     "advance",
@@ -80,7 +80,10 @@ def plan_of(text: str) -> WarmupPlan:
 
 
 @dataclass(frozen=True)
-class Hold:
+class StepHold:
+    """Why a tenant's warm-up plan stays at its step (its reputation), not a hold on
+    its mail: the tenant sends at the step's limit meanwhile."""
+
     kind: str
     """One of :data:`HOLD_KINDS`."""
     why: str
@@ -137,7 +140,7 @@ class Place:
         return self.entered_ms + (self.steps[self.step + 1].offset - self.steps[self.step].offset) * 1000
 
 
-def advance(place: Place, now_ms: int, hold: Hold | None) -> Place | None:
+def advance(place: Place, now_ms: int, hold: StepHold | None) -> Place | None:
     """Where ``place`` stands at ``now_ms``, given the tenant's rates (``hold``: not clean).
 
     Due steps are taken in turn while clean, each from its due time; a due step
@@ -164,7 +167,7 @@ def advance(place: Place, now_ms: int, hold: Hold | None) -> Place | None:
     return place
 
 
-def hold_for(rep: Reputation, settings: Settings) -> Hold | None:
+def hold_for(rep: Reputation, settings: Settings) -> StepHold | None:
     """Why a step may not advance now, if the tenant's rates are not under the warm-up's
     thresholds: counted as the guard counts them (since an operator last lifted it, over
     at least ``FAIRPOST_REPUTATION__MIN_SENDS`` sends), over 24 hours and 7 days."""
@@ -179,7 +182,7 @@ def hold_for(rep: Reputation, settings: Settings) -> Hold | None:
             if rate >= threshold:
                 counted = f", counted as {min_sends}" if w.judged_sends < min_sends else ""
                 what = kind.replace("_", " ")
-                return Hold(
+                return StepHold(
                     kind,
                     f"{what} {rate:.2%} over {w.name} ({count} of {max(w.judged_sends, count)} sends"
                     f"{counted}) >= {threshold:.2%}",

@@ -33,8 +33,10 @@ from fairpost.mailer.sdk.mail import Mail, check_tenant_id
 from fairpost.mailer.sdk.outcomes.endpoints import Webhooks
 from fairpost.mailer.sdk.outcomes.stream import AsyncEventReader, EventReader, Start
 from fairpost.mailer.sdk.status import JobStatus
+from fairpost.mailer.sdk.streams import TRANSACTIONAL
 from fairpost.mailer.sdk.suppression import Suppressions
 from fairpost.mailer.sdk.tracing import Creating
+from fairpost.mailer.sdk.unsubscribes import Unsubscribes
 
 __all__ = ["MAIL_KIND", "AsyncMailClient", "MailClient"]
 
@@ -158,10 +160,14 @@ class MailClient(RedisOwner, BaseMailClient):
         attachments: Sequence[Attachment] = (),
         idempotency_key: str | None = None,
         send_at: datetime | None = None,
+        stream: str = TRANSACTIONAL,
+        topic: str | None = None,
     ) -> str:
         """Validate and enqueue one mail; return its job id. Raises :class:`InvalidMail`.
 
         Without ``sender``, the tenant's ``default_sender`` setting is used.
+        ``stream``: ``transactional`` (the default) or ``notification``, subscribed mail
+        of a ``topic`` its one recipient may stop (fairpost.mailer.sdk.streams).
         """
         mail = Mail(
             sender=sender or "",
@@ -176,6 +182,8 @@ class MailClient(RedisOwner, BaseMailClient):
             attachments=attachments,
             idempotency_key=idempotency_key,
             send_at=send_at,
+            stream=stream,
+            topic=topic,
         )
         with Creating(self._jobs(tenant_id, [mail], priority, many=False, send_at=send_at)) as jobs:
             [(_, job_id)] = self._failures.call("enqueue", lambda: self._submit(jobs))
@@ -228,6 +236,11 @@ class MailClient(RedisOwner, BaseMailClient):
         """List, add and remove a tenant's suppressed addresses, on this client's connection."""
         return Suppressions(self.settings, redis_client=self._redis)
 
+    def unsubscribes(self) -> Unsubscribes:
+        """List, add and remove who stopped a tenant's notification mail (by topic), on
+        this client's connection (fairpost.mailer.sdk.unsubscribes)."""
+        return Unsubscribes(self.settings, redis_client=self._redis)
+
     def webhooks(self) -> Webhooks:
         """A tenant's signed webhook endpoints (add, list, rotate, replay...), on this client's connection."""
         return Webhooks(self.settings, redis_client=self._redis)
@@ -278,6 +291,8 @@ class AsyncMailClient(AsyncRedisOwner, BaseMailClient):
         attachments: Sequence[Attachment] = (),
         idempotency_key: str | None = None,
         send_at: datetime | None = None,
+        stream: str = TRANSACTIONAL,
+        topic: str | None = None,
     ) -> str:
         mail = Mail(
             sender=sender or "",
@@ -292,6 +307,8 @@ class AsyncMailClient(AsyncRedisOwner, BaseMailClient):
             attachments=attachments,
             idempotency_key=idempotency_key,
             send_at=send_at,
+            stream=stream,
+            topic=topic,
         )
         with Creating(self._jobs(tenant_id, [mail], priority, many=False, send_at=send_at)) as jobs:
             [(_, job_id)] = await self._failures.acall("enqueue", lambda: self._submit(jobs))

@@ -10,17 +10,21 @@ its addresses, subject and that key (a claim check, envelope version 2).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from datetime import datetime
+from email.utils import parseaddr
 
 from fairpost.config import Settings
 from fairpost.dispatcher.jobs import NewJob, new_job_id
-from fairpost.dispatcher.keys import Keys
+from fairpost.dispatcher.keys import Keys, lane
 from fairpost.mailer.errors import InvalidMail
 from fairpost.mailer.sdk.attachments import check_attachments
 from fairpost.mailer.sdk.envelope import STORED_MARK
+from fairpost.mailer.sdk.list_unsubscribe import has_own, unsubscribe_headers
 from fairpost.mailer.sdk.mail import Mail, ValidMail, validate
 from fairpost.mailer.sdk.mime import SES_MAX_MESSAGE_BYTES, build_mime
+from fairpost.mailer.sdk.streams import NOTIFICATION
 
 INLINE_MAX_BYTES = 256 * 1024
 """A mail's JSON up to this size travels inside its SQS message; a bigger one
@@ -69,6 +73,15 @@ def stored_payload(mail: ValidMail, content_key: str, size: int) -> str:
     return payload
 
 
+def with_unsubscribe(settings: Settings, tenant: str, mail: ValidMail) -> tuple[ValidMail, str]:
+    """A notification mail with fairpost's one-click unsubscribe headers for its one recipient."""
+    assert mail.topic is not None
+    address = parseaddr(mail.to[0])[1]
+    headers = {**mail.headers, **unsubscribe_headers(settings, tenant, address, mail.topic)}
+    valid = dataclasses.replace(mail, headers=headers)
+    return valid, valid.to_json()
+
+
 def mail_job(
     settings: Settings,
     keys: Keys,
@@ -82,6 +95,10 @@ def mail_job(
 ) -> NewJob:
     """Validate ``mail`` and build its job; raises :class:`InvalidMail` naming the field."""
     valid, payload = validate(mail, max_bytes=settings.max_message_bytes, prefix=prefix)
+    notification = valid.stream == NOTIFICATION
+    # The application's own List-Unsubscribe passed the header rules in validate().
+    if notification and not has_own(valid.headers):
+        valid, payload = with_unsubscribe(settings, tenant, valid)
     attachments = check_attachments(mail.attachments, prefix + "attachments")
     send_at_ms = check_send_at(mail.send_at if mail.send_at is not None else send_at, prefix + "send_at")
     idempotency_key = check_idempotency_key(mail.idempotency_key, prefix + "idempotency_key")
@@ -107,7 +124,7 @@ def mail_job(
         tenant=tenant,
         kind=kind,
         payload=payload,
-        priority=priority,
+        priority=lane(priority, bulk=notification),
         fields={"recipients": str(valid.recipients)},
         send_at_ms=send_at_ms,
         idempotency_key=idempotency_key,

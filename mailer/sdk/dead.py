@@ -24,7 +24,7 @@ import redis
 
 from fairpost.config import Settings
 from fairpost.dispatcher.errors import NotReplayable, UnknownJob
-from fairpost.dispatcher.keys import Keys
+from fairpost.dispatcher.keys import BULK, Keys
 from fairpost.dispatcher.lifecycle import SyncLifecycle
 from fairpost.dispatcher.record import has_payload
 from fairpost.dispatcher.store import store_limits
@@ -64,7 +64,7 @@ class DeadLetter:
             last_error=record.get("last_error") or None,
             died_at=record_time(died_ms if died_ms is not None else record.get("finished_ms")),
             created_at=record_time(record.get("created_ms")),
-            priority=record.get("priority", "normal"),
+            priority=record.get("priority", "normal").removeprefix(BULK),
             recipients=int(record.get("recipients", "0")),
             replays=int(record.get("replays", "0")),
             replayable=has_payload(record),

@@ -15,6 +15,7 @@ from fairpost.config.tenant_id import TENANT_ID_RULE, is_valid_tenant_id
 from fairpost.mailer.errors import InvalidMail
 from fairpost.mailer.sdk.attachments import Attachment
 from fairpost.mailer.sdk.headers import CONTROLS, check_headers, check_subject
+from fairpost.mailer.sdk.streams import NOTIFICATION, TRANSACTIONAL, check_stream, check_topic
 
 MAX_RECIPIENTS = 50
 """SES's limit on To + Cc + Bcc of one message."""
@@ -46,6 +47,11 @@ class Mail:
     """A second mail of the tenant with this key, within FAIRPOST_IDEMPOTENCY_TTL, is not enqueued."""
     send_at: datetime | None = None
     """Timezone-aware: the mail waits in Redis until then."""
+    stream: str = TRANSACTIONAL
+    """``transactional`` or ``notification`` (subscribed mail the recipient may stop:
+    fairpost adds the one-click unsubscribe headers; fairpost.mailer.sdk.streams)."""
+    topic: str | None = None
+    """A notification's topic, what its recipient unsubscribes from (default ``general``)."""
 
 
 @dataclass(frozen=True)
@@ -65,6 +71,9 @@ class ValidMail:
     raw: bytes | None = field(default=None, repr=False)
     """The whole MIME message, when it travels as one (attachments, or a claim
     check): the sender loads it from Redis and sends it as ``Content.Raw``."""
+    stream: str = TRANSACTIONAL
+    topic: str | None = None
+    """A notification's topic; None for transactional mail."""
 
     @property
     def recipients(self) -> int:
@@ -72,8 +81,11 @@ class ValidMail:
         return len(self.to) + len(self.cc) + len(self.bcc)
 
     def to_json(self) -> str:
+        # A transactional mail's JSON is what it was before streams existed.
+        stream = {"stream": self.stream, "topic": self.topic} if self.stream == NOTIFICATION else {}
         return json.dumps(
             {
+                **stream,
                 "from": self.sender,
                 "to": self.to,
                 "cc": self.cc,
@@ -109,6 +121,9 @@ class ValidMail:
             text=text_body,
             html=html,
             headers=dict(headers),
+            # Absent in a transactional mail's JSON, and in every mail before streams.
+            stream=_string(data.get("stream", TRANSACTIONAL), "stream"),
+            topic=None if data.get("topic") is None else _string(data["topic"], "topic"),
         )
 
 
@@ -155,8 +170,17 @@ def validate(mail: Mail, *, max_bytes: int, prefix: str = "") -> tuple[ValidMail
             raise InvalidMail(prefix + name, "must be a string")
     if not mail.text and not mail.html:
         raise InvalidMail(prefix + "text", "at least one of text and html is required")
-    headers = check_headers(mail.headers, prefix + "headers")
-    valid = ValidMail(sender, to, cc, bcc, reply_to, subject, mail.text, mail.html, headers)
+    stream = check_stream(mail.stream, prefix + "stream")
+    topic = check_topic(mail.topic, stream, prefix + "topic")
+    headers = check_headers(mail.headers, prefix + "headers", notification=stream == NOTIFICATION)
+    if stream == NOTIFICATION and (len(to) != 1 or cc or bcc):
+        raise InvalidMail(
+            prefix + "to",
+            "notification mail has exactly one recipient, in to: its unsubscribe link names one address",
+        )
+    valid = ValidMail(
+        sender, to, cc, bcc, reply_to, subject, mail.text, mail.html, headers, stream=stream, topic=topic
+    )
     payload = valid.to_json()
     size = len(payload.encode())
     if size > max_bytes:

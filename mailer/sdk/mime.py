@@ -12,6 +12,7 @@ from email.message import EmailMessage
 
 from fairpost.mailer.errors import InvalidMail
 from fairpost.mailer.sdk.attachments import Attachment
+from fairpost.mailer.sdk.list_unsubscribe import folded, is_list_unsubscribe
 from fairpost.mailer.sdk.mail import ValidMail
 
 SES_MAX_MESSAGE_BYTES = 40_000_000
@@ -37,7 +38,8 @@ def build_mime(mail: ValidMail, attachments: Iterable[Attachment], *, prefix: st
             msg["Reply-To"] = ", ".join(mail.reply_to)
         msg["Subject"] = mail.subject
         for name, value in mail.headers.items():
-            msg[name] = value
+            if not is_list_unsubscribe(name):
+                msg[name] = value
         if mail.text and mail.html:
             msg.set_content(mail.text)
             msg.add_alternative(mail.html, subtype="html")
@@ -50,7 +52,9 @@ def build_mime(mail: ValidMail, attachments: Iterable[Attachment], *, prefix: st
             msg.add_attachment(
                 attachment.data, maintype=maintype, subtype=subtype, filename=attachment.filename
             )
-        return msg.as_bytes(policy=policy.SMTP)
+        # Written as they are (folded, never encoded), before the rest of the header.
+        own = b"".join(folded(n, v) for n, v in mail.headers.items() if is_list_unsubscribe(n))
+        return own + msg.as_bytes(policy=policy.SMTP)
     except (ValueError, TypeError, MessageError) as exc:
         # A header value the email package cannot write (a malformed Date, say).
         raise InvalidMail(prefix + "headers", f"cannot be written as a MIME message: {exc}") from None

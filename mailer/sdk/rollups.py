@@ -50,14 +50,16 @@ __all__ = [
     "Report",
     "RollupWriter",
     "SendHistory",
+    "count_outcome",
     "counter_of",
+    "outcome_call",
     "rollup_call",
 ]
 
 COUNTERS = ("sent", "delivered", "hard_bounced", "soft_bounced", "complained", "suppressed", "unsubscribed")
 """What is counted per tenant, day and provider (recipients, not mails)."""
 
-UNSUBSCRIBED = "recipient.unsubscribed"
+UNSUBSCRIBED = feed.UNSUBSCRIBED
 """The outcome event of a recipient who unsubscribed; counted as ``unsubscribed``."""
 
 _BY_EVENT = {
@@ -99,6 +101,32 @@ def rollup_call(
 
 def rollup_source() -> str:
     return lua_source("fairpost.mailer.sdk", "rollups")
+
+
+def outcome_call(
+    keys: Keys, settings: Settings, tenant: str, event_type: str, addresses: Sequence[str]
+) -> tuple[list[str], list[str | int]] | None:
+    """rollups.lua's call counting an outcome recorded outside the daemon's pipelines
+    (None: the event type feeds no counter, or no address). The provider is told by
+    the domain's name alone (no MX lookup: ``other`` for a hosted domain)."""
+    counter = counter_of(event_type)
+    if counter is None or not addresses:
+        return None
+    named = frozenset(settings.deliverability.providers)
+    providers = (by_domain(normalize(a).rpartition("@")[2], named) or OTHER for a in addresses)
+    return rollup_call(keys, settings, tenant, dict(Tally((p, counter) for p in providers)))
+
+
+async def count_outcome(
+    client: redis.asyncio.Redis, settings: Settings, tenant: str, event_type: str, addresses: Sequence[str]
+) -> int:
+    """:meth:`Deliverability.count` for asyncio code (the unsubscribe server, the SES
+    event consumer): how many recipients were counted."""
+    call = outcome_call(Keys(settings.key_prefix), settings, tenant, event_type, addresses)
+    if call is None:
+        return 0
+    await client.register_script(rollup_source())(keys=call[0], args=call[1])
+    return len(addresses)
 
 
 class RollupWriter:
@@ -295,14 +323,9 @@ class Deliverability(RedisOwner):
         were counted (0: the event type feeds no counter). The provider is told by the
         domain's name alone here (no MX lookup: ``other`` for a hosted domain)."""
         check_tenant_id(tenant, "tenant")
-        counter = counter_of(event_type)
-        if counter is None or not addresses:
+        call = outcome_call(self.keys, self.settings, tenant, event_type, addresses)
+        if call is None:
             return 0
-        named = frozenset(self.settings.deliverability.providers)
-        providers = (by_domain(normalize(a).rpartition("@")[2], named) or OTHER for a in addresses)
-        counts = dict(Tally((p, counter) for p in providers))
-        call = rollup_call(self.keys, self.settings, tenant, counts)
-        assert call is not None
         self._script(keys=call[0], args=call[1])
         return len(addresses)
 

@@ -7,6 +7,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from fairpost.dispatcher.errors import UnknownJob
+from fairpost.dispatcher.keys import BULK
+from fairpost.mailer.sdk.streams import NOTIFICATION, TRANSACTIONAL
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,11 @@ class JobStatus:
     waits ``scheduled`` in Redis))."""
     waiting_until: datetime | None = None
     """Until when that wait was to last."""
+    stream: str = "transactional"
+    """``transactional`` or ``notification`` (fairpost.mailer.sdk.streams)."""
+    suppressed_reason: str | None = None
+    """``unsubscribed`` when a notification was not sent because its recipient
+    unsubscribed from its topic; None for the suppression list (bounces, complaints)."""
 
     @classmethod
     def from_record(cls, job_id: str, record: dict[str, str]) -> JobStatus:
@@ -62,7 +69,7 @@ class JobStatus:
             job_id=job_id,
             tenant_id=record.get("tenant", ""),
             state=record.get("state", ""),
-            priority=record.get("priority", "normal"),
+            priority=record.get("priority", "normal").removeprefix(BULK),
             recipients=int(record.get("recipients", "0")),
             attempts=int(record.get("attempts", "0")),
             throttled=int(record.get("throttled", "0")),
@@ -81,6 +88,9 @@ class JobStatus:
             suppressed=int(record.get("suppressed", "0")),
             waiting_for=None if final else record.get("waiting_for") or None,
             waiting_until=None if final else record_time(record.get("waiting_until_ms")),
+            # A bulk lane is the notification stream's (compose.mail_job).
+            stream=NOTIFICATION if record.get("priority", "").startswith(BULK) else TRANSACTIONAL,
+            suppressed_reason=record.get("suppressed_reason") or None,
         )
 
     def to_json(self) -> dict[str, Any]:

@@ -37,7 +37,16 @@ from fairpost.mailer.errors import InvalidSuppression
 from fairpost.mailer.sdk.connection import RedisOwner
 from fairpost.mailer.sdk.failures import redis_operation
 
-__all__ = ["Reason", "Suppression", "Suppressions", "normalize", "suppress", "suppressed_among"]
+__all__ = [
+    "Reason",
+    "Suppression",
+    "Suppressions",
+    "checked_address",
+    "checked_tenant",
+    "normalize",
+    "suppress",
+    "suppressed_among",
+]
 
 Reason = Literal["bounce", "complaint", "manual"]
 _REASONS = ("bounce", "complaint", "manual")
@@ -139,36 +148,37 @@ class Suppressions(RedisOwner):
     @redis_operation("suppression: list")
     def list(self, tenant: str) -> list[Suppression]:
         """The tenant's suppressed addresses, sorted."""
-        raw: dict[Any, Any] = self._redis.hgetall(self.keys.suppressed(_tenant(tenant)))
+        raw: dict[Any, Any] = self._redis.hgetall(self.keys.suppressed(checked_tenant(tenant)))
         return sorted((_parse(text(k), text(v)) for k, v in raw.items()), key=lambda e: e.address)
 
     @redis_operation("suppression: check")
     def is_suppressed(self, tenant: str, address: str) -> bool:
-        return bool(self._redis.hexists(self.keys.suppressed(_tenant(tenant)), _address(address)))
+        key = self.keys.suppressed(checked_tenant(tenant))
+        return bool(self._redis.hexists(key, checked_address(address)))
 
     @redis_operation("suppression: add", writes=True)
     def add(self, tenant: str, address: str, reason: Reason = "manual") -> bool:
         """Suppress an address for the tenant; False if it was already."""
         if reason not in _REASONS:
             raise InvalidSuppression("reason", f"must be one of {', '.join(_REASONS)}, got {reason!r}")
-        key, field = self.keys.suppressed(_tenant(tenant)), _address(address)
+        key, field = self.keys.suppressed(checked_tenant(tenant)), checked_address(address)
         now_ms = time_ms(self._redis.time())  # every stored time is Redis time
         return bool(self._redis.hsetnx(key, field, _value(reason, now_ms)))
 
     @redis_operation("suppression: remove", writes=True)
     def remove(self, tenant: str, address: str) -> bool:
         """Let the tenant write to the address again; False if it was not suppressed."""
-        return bool(self._redis.hdel(self.keys.suppressed(_tenant(tenant)), _address(address)))
+        return bool(self._redis.hdel(self.keys.suppressed(checked_tenant(tenant)), checked_address(address)))
 
 
-def _tenant(tenant: object) -> str:
+def checked_tenant(tenant: object) -> str:
     if not is_valid_tenant_id(tenant):
         raise InvalidSuppression("tenant", f"must be {TENANT_ID_RULE}, got {tenant!r}")
     assert isinstance(tenant, str)
     return tenant
 
 
-def _address(address: object) -> str:
+def checked_address(address: object) -> str:
     from email_validator import EmailNotValidError, validate_email
 
     if not isinstance(address, str):

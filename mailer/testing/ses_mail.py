@@ -170,6 +170,12 @@ class SentMail:
     reply_to: tuple[str, ...] = ()
     user_agent: str = ""
     """The request's ``User-Agent`` header: which client sent it."""
+    headers: tuple[tuple[str, str], ...] = ()
+    """The message's headers as a mailbox would read them: ``Simple.Headers``, or the
+    raw message's header section parsed (folding undone, encoded words left encoded)."""
+
+    def header(self, name: str) -> str | None:
+        return next((v for n, v in self.headers if n.lower() == name.lower()), None)
 
     @property
     def recipients(self) -> tuple[str, ...]:
@@ -289,9 +295,15 @@ def parse_send_email(body: bytes) -> SentMail:
     subject: str | None = None
     raw_data: bytes | None = None
     template_name: str | None = None
+    message_headers: tuple[tuple[str, str], ...] = ()
     if kinds == ["Simple"]:
         subject_part = content["Simple"].get("Subject")
         subject = _opt_str(subject_part.get("Data")) if isinstance(subject_part, dict) else None
+        given = content["Simple"].get("Headers")
+        if isinstance(given, list):
+            message_headers = tuple(
+                (str(h.get("Name")), str(h.get("Value"))) for h in given if isinstance(h, dict)
+            )
     elif kinds == ["Raw"]:
         encoded = content["Raw"].get("Data")
         if not isinstance(encoded, str):
@@ -301,6 +313,11 @@ def parse_send_email(body: bytes) -> SentMail:
         except (binascii.Error, ValueError):
             raise _refused(Faults.BAD_REQUEST.with_message("Raw.Data is not valid base64")) from None
         headers = BytesHeaderParser(policy=policy.default).parsebytes(raw_data)
+        # Unfolded as RFC 5322 says (CRLF + white space is one space), never decoded.
+        message_headers = tuple(
+            (name, " ".join(value.split()))
+            for name, value in BytesHeaderParser(policy=policy.compat32).parsebytes(raw_data).items()
+        )
         header_subject = headers.get("Subject")
         subject = None if header_subject is None else str(header_subject)
         if from_address is None and headers.get("From") is not None:
@@ -334,6 +351,7 @@ def parse_send_email(body: bytes) -> SentMail:
         configuration_set_name=_opt_str(request.get("ConfigurationSetName")),
         tags=tags,
         reply_to=_strings(request.get("ReplyToAddresses"), "ReplyToAddresses"),
+        headers=message_headers,
     )
 
 

@@ -356,6 +356,40 @@ def ses_event(
     return record
 
 
+def received_record(
+    sender: str, recipients: Iterable[str], *, subject: str = "unsubscribe"
+) -> dict[str, Any]:
+    """A receipt notification for mail SES received (a receipt rule's SNS action,
+    ``Encoding`` UTF-8 without the content), as the SES developer guide shows it."""
+    listed = list(recipients)
+    return {
+        "notificationType": "Received",
+        "mail": {
+            "timestamp": _iso(),
+            "source": sender,
+            "messageId": uuid.uuid4().hex,
+            "destination": listed,
+            "headersTruncated": False,
+            "commonHeaders": {"from": [sender], "to": listed, "subject": subject},
+        },
+        "receipt": {
+            "timestamp": _iso(),
+            "processingTimeMillis": 222,
+            "recipients": listed,
+            "spamVerdict": {"status": "PASS"},
+            "virusVerdict": {"status": "PASS"},
+            "spfVerdict": {"status": "PASS"},
+            "dkimVerdict": {"status": "PASS"},
+            "dmarcVerdict": {"status": "PASS"},
+            "action": {
+                "type": "SNS",
+                "topicArn": f"arn:aws:sns:{REGION}:{ACCOUNT}:fairpost-ses-events",
+                "encoding": "UTF8",
+            },
+        },
+    }
+
+
 def wrap(record: dict[str, Any], envelope: Envelope) -> str:
     """The SQS body SNS or EventBridge delivers for ``record``."""
     if envelope == "raw":

@@ -11,29 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from botocore import xform_name
 from botocore.session import get_session
 
 from fairpost.config import load_settings
-
-ROOT = Path(__file__).resolve().parents[2]
-KUBERNETES = ROOT / "deploy" / "kubernetes"
-
-
-def manifests() -> list[dict[str, Any]]:
-    return [
-        doc
-        for path in sorted(KUBERNETES.glob("*.yaml"))
-        if path.name != "kustomization.yaml"
-        for doc in yaml.safe_load_all(path.read_text())
-        if doc is not None
-    ]
-
-
-def manifest(kind: str, name: str) -> dict[str, Any]:
-    [found] = [m for m in manifests() if m["kind"] == kind and m["metadata"]["name"] == name]
-    return dict(found)
+from tests.support.kubernetes import KUBERNETES, ROOT, apply_env, manifest
 
 
 def console_container() -> dict[str, Any]:
@@ -76,20 +58,7 @@ def test_the_console_has_its_own_pods_port_and_service() -> None:
 
 def test_its_settings_are_valid_and_read_only(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     container = console_container()
-    variables: dict[str, str] = {}
-    for source in container["envFrom"]:
-        variables.update(manifest("ConfigMap", source["configMapRef"]["name"])["data"])
-    for entry in container["env"]:
-        if "value" in entry:
-            variables[entry["name"]] = entry["value"]
-        else:
-            ref = entry["valueFrom"]["secretKeyRef"]
-            variables[entry["name"]] = manifest("Secret", ref["name"])["stringData"][ref["key"]]
-    config = tmp_path / "fairpost.toml"
-    config.write_text(manifest("ConfigMap", "fairpost-config")["data"]["fairpost.toml"])
-    variables["FAIRPOST_CONFIG_FILE"] = str(config)
-    for name, value in variables.items():
-        monkeypatch.setenv(name, value)
+    apply_env(container, monkeypatch, tmp_path)
     console = load_settings().console
     assert console.port == {p["name"]: p["containerPort"] for p in container["ports"]}["http"]
     assert console.write is False, "the manifest's console starts read-only"

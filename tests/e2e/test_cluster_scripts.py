@@ -54,6 +54,7 @@ from fairpost.mailer.quota.warmup_admin import WarmupAdmin
 from fairpost.mailer.sdk.outcomes import deliveries, feed
 from fairpost.mailer.sdk.outcomes.endpoints import Webhooks
 from fairpost.mailer.sdk.rollups import RollupWriter
+from fairpost.mailer.sdk.unsubscribes import Unsubscribes, unsubscribe
 from fairpost.mailer.testing.wait import wait_for_async
 from tests.outcomes.conftest import delivering
 from tests.outcomes.receiver import Receiver
@@ -255,6 +256,17 @@ async def test_every_script_runs_on_a_cluster_within_fairposts_slot(
             sync_client.hset(keys.job("legacy"), mapping={"state": "dead", "payload": "{}"})
             assert Migration(sync_client, keys, say=lambda _: None).run() == 1
         await StrandedJobs(client, keys, limits).scan(handoffs_allowed=10)
+
+        # a bulk job (notification mail): claimed from its tenant's bulk lane
+        bulk = job("bulky", priority="bulk.normal")
+        await store.enqueue([bulk])
+        assert [j.id for j in await store.claim(1)] == [bulk.id]
+
+        # unsubscribes: an operator's (counted in the rollups), taken back; a recipient's click
+        with Unsubscribes(settings) as unsubscribes:
+            assert unsubscribes.add("acme", "ada@example.org", "digest")
+            assert unsubscribes.remove("acme", "ada@example.org", "digest")
+        assert await unsubscribe(client, settings, "acme", "ada@example.org", "comments", "link")
 
         # live control: pause and resume a tenant
         with QuotaAdmin(settings) as admin:

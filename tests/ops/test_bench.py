@@ -61,6 +61,8 @@ FIGURES = {
     "outcome_redis_cpu_ratio",
     "outcome_event_redis_usec",
     "webhook_deliveries_per_second",
+    "streams_transactional_p99_ratio",
+    "streams_notification_window",
 }
 
 

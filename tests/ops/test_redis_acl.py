@@ -50,6 +50,8 @@ def test_fairpost_runs_under_the_template_user_and_uses_no_other_command(
         "FAIRPOST_SENDER__WAIT_SECONDS": "1",
         "FAIRPOST_SHUTDOWN_GRACE": "2",
         "FAIRPOST_SENDER__MAX_JITTER_SECONDS": "0",
+        "FAIRPOST_UNSUBSCRIBE__KEYS": '["' + "k" * 40 + '"]',
+        "FAIRPOST_UNSUBSCRIBE__BASE_URL": "https://unsub.example.com",
     }.items():
         monkeypatch.setenv(name, value)
     assert main(["init-aws"]) == 0
@@ -66,6 +68,10 @@ def test_fairpost_runs_under_the_template_user_and_uses_no_other_command(
         client.suppressions().add("acme", "gone@example.org")
         client.suppressions().is_suppressed("acme", "gone@example.org")
         client.dead_letters().list()
+        # Notification mail (its tenant's bulk lane) and an unsubscribe (issue #42).
+        ids.append(client.send("acme", **MAIL, stream="notification", topic="digest"))
+        assert client.unsubscribes().add("acme", "gone@example.org", "digest")
+        client.unsubscribes().list("acme")
     with QuotaAdmin(settings) as admin_client:
         admin_client.pause("initech")
         admin_client.resume("initech")

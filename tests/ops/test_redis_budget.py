@@ -82,7 +82,7 @@ BUDGET: dict[str, Budget] = {
     "HMGET": Budget(0.1395),
     "mailer/quota/quota.lua": Budget(0.2925, 2.7210),
     "mailer/daemon/send_claim.lua": Budget(0.1400, 2.1395),
-    "dispatcher/finish.lua": Budget(0.1395, 6.5500),
+    "dispatcher/finish.lua": Budget(0.1395, 6.5520),
     "mailer/quota/reputation.lua": Budget(0.1400, 1.1360),
     "mailer/sdk/rollups.lua": Budget(0.1395, 1.4050),
     # redis-py's check that a pipeline's scripts are loaded, once a pipeline, and

@@ -12,6 +12,7 @@ import redis
 from bench.redis_profile import attribute, script_names
 from fairpost.dispatcher.calls import script
 from fairpost.dispatcher.scripts import lua_source
+from fairpost.mailer.sdk.unsubscribes import unsubscribe_source
 
 
 @pytest.fixture
@@ -51,3 +52,5 @@ def test_every_script_is_named_as_fairpost_loads_it(redis_client: redis.Redis) -
     send_claim = lua_source("fairpost.mailer.daemon", "send_claim")
     assert names[redis_client.register_script(send_claim).sha] == "mailer/daemon/send_claim.lua"
     assert "mailer/quota/quota.lua" in names.values()
+    unsubscribe = redis_client.register_script(unsubscribe_source())
+    assert names[unsubscribe.sha] == "mailer/sdk/unsubscribe.lua"

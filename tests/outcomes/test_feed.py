@@ -224,5 +224,6 @@ def test_the_mail_side_writes_only_known_types() -> None:
     assert set(EVENT_TYPES) == {
         "mail.sent", "mail.delivered", "mail.delayed", "mail.bounced", "mail.complained",
         "mail.rejected", "mail.suppressed", "mail.dead", "mail.cancelled", "mail.held",
+        "recipient.unsubscribed",
     }  # fmt: skip
     assert isinstance(from_entry("1-0", feed.entry(feed.BOUNCED, {}) | {"job": "j"}), Outcome)

@@ -39,6 +39,7 @@ MAILER_API = [
     "Suppressions",
     "TooLateToCancel",
     "UnknownJob",
+    "Unsubscribes",
     "Webhooks",
 ]
 CONFIG_API = [

@@ -8,10 +8,10 @@ from typing import Any
 from fairpost.config import load_settings
 from fairpost.config.limits import parse_limits
 from fairpost.mailer.quota.reputation import Reputation, WindowCounts
-from fairpost.mailer.quota.warmup import Hold, Place, advance, hold_for
+from fairpost.mailer.quota.warmup import Place, StepHold, advance, hold_for
 
 PLAN = "1/second from 0s | 3/second from 10s | 5/second from 30s | none from 60s"
-DIRTY = Hold("bounce_rate", "bounce rate 2.50% over 24h (5 of 10 sends, counted as 200) >= 2.00%")
+DIRTY = StepHold("bounce_rate", "bounce rate 2.50% over 24h (5 of 10 sends, counted as 200) >= 2.00%")
 
 
 def place(**fields: Any) -> Place:
@@ -33,7 +33,7 @@ def test_a_dirty_tenant_holds_its_step_and_later_steps_keep_their_length() -> No
     assert held == place(held="bounce_rate", why=DIRTY.why, held_ms=12_000)
     assert held is not None and held.limits == parse_limits("1/second")
     # Held, however long; the reason first given stays.
-    assert advance(held, 500_000, Hold("complaint_rate", "x")) == held
+    assert advance(held, 500_000, StepHold("complaint_rate", "x")) == held
     # Clean again: the next step from now, and the one after 20 s later (its length).
     moved = advance(held, 500_000, None)
     assert moved == place(step=1, entered_ms=500_000)

@@ -60,11 +60,16 @@ CANCELLED_TYPE = "mail.cancelled"
 HELD = "mail.held"
 """The mail waits for a hold of its tenant at its recipients' provider (the per-provider
 reputation guard); written when it starts to wait so, not at each recheck."""
+UNSUBSCRIBED = "recipient.unsubscribed"
 
 EVENT_TYPES = (
     SENT, DELIVERED, DELAYED, BOUNCED, COMPLAINED, REJECTED, SUPPRESSED, DEAD, CANCELLED_TYPE, HELD,
+    UNSUBSCRIBED,
 )  # fmt: skip
-"""Every event type, in the order of a mail's life."""
+"""Every event type, in the order of a mail's life, then the recipient's."""
+
+RECIPIENT_TYPES = (UNSUBSCRIBED,)
+"""Events about a tenant's recipient, not about one mail: their ``job_id`` is None."""
 
 _BY_STATE = {"sent": SENT, "suppressed": SUPPRESSED, "dead": DEAD}
 
@@ -135,13 +140,13 @@ def from_entry(entry_id: Any, fields: Mapping[Any, Any] | Sequence[Any] | None) 
         raise NewerFormat(EVENT_FORMAT, int(version), FORMAT_VERSION)
     job = values.get("job")
     event_type = values.get("type") or _BY_STATE.get(values.get("state", ""))
-    if not job or event_type is None:
+    if event_type is None or (not job and event_type not in RECIPIENT_TYPES):
         return None
     reason = values.get("dead_reason")
     if event_type == DEAD and reason == CANCELLED:
         event_type = CANCELLED_TYPE
     data: dict[str, Any] = {
-        "job_id": job,
+        "job_id": job or None,
         "tenant_id": values.get("tenant"),
         "idempotency_key": values.get("idempotency_key") or None,
         "ses_message_id": None,

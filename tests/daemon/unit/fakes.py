@@ -113,7 +113,7 @@ class FakeQuota:
         self.asked.append((tenant, list(costs)))
         return self.grant
 
-    async def refund(self, tenant: str, cost: int, at_ms: int, *_: Any) -> None:
+    async def refund(self, tenant: str, cost: int, at_ms: int, *_: Any, **__: Any) -> None:
         self.refunds.append((tenant, cost, at_ms))
 
     peeks: int = 0
