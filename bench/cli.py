@@ -28,6 +28,7 @@ from bench import (
     isolation,
     machine,
     outcomes,
+    pool_shards,
     quota_engine,
     safety,
     scale,
@@ -55,6 +56,7 @@ SCENARIOS: dict[str, Scenario] = {
     "scale": scale.run,
     "tracing": tracing.run,
     "outcomes": outcomes.run,
+    "pools": pool_shards.run,
 }
 
 

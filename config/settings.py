@@ -37,6 +37,7 @@ from pydantic_settings import (
 from fairpost.config.durations import Duration, Schedule
 from fairpost.config.errors import ConfigError
 from fairpost.config.limits import GlobalLimits, Limits, parse_limits
+from fairpost.config.pool_model import PoolSettings, ServePools, check_pools, fifo_queue_name, split_names
 from fairpost.config.providers import PROVIDERS
 from fairpost.config.ses_names import ses_tenant_name
 from fairpost.config.tenant_id import TENANT_ID_RULE, is_valid_tenant_id
@@ -436,6 +437,12 @@ class Settings(BaseSettings):
     default_weight: int = Field(default=1, ge=1, le=1000)
     inflight_cap: int = Field(default=20, ge=1, le=10_000)
     tenants: dict[str, TenantSettings] = Field(default_factory=dict)
+    pools: dict[str, PoolSettings] = Field(default_factory=dict)
+    """Sending pools besides the default (config/pools.py): ``FAIRPOST_POOLS__EU__REGION``..."""
+    configuration_set: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    """The SES configuration set of mail whose tenant names none of its own; unset: none."""
+    serve_pools: ServePools = None
+    """The pools this replica runs (``default,eu``); unset: every pool."""
 
     max_message_bytes: int = Field(default=10_000_000, ge=1024, le=40_000_000)
     """Largest mail (subject, bodies, headers, addresses; with attachments: the
@@ -473,6 +480,9 @@ class Settings(BaseSettings):
     http_port: int | None = Field(default=None, ge=1, le=65535)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     shutdown_grace: float = Field(default=8.0, ge=0, le=300)
+    failover_after: Duration = Field(default=60.0, ge=1, le=86400)
+    """How long the default pool's SES must fail (5xx, unreachable; not throttling) before
+    the tenants that name a fallback pool send through it (each pool has its own)."""
     max_outage_seconds: float = Field(default=60.0, gt=0, le=3600)
     """How long the dispatcher and the sender ride out failing Redis or AWS calls
     (backing off) before the daemon exits non-zero for its supervisor to restart it."""
@@ -493,12 +503,23 @@ class Settings(BaseSettings):
                 raise ValueError(f"tenant id {tenant_id!r} must be {TENANT_ID_RULE}")
         return value
 
+    @field_validator("serve_pools", mode="before")
+    @classmethod
+    def _split_pools(cls, value: Any) -> Any:
+        return split_names(value)
+
+    @model_validator(mode="after")
+    def _pools_apart(self) -> Settings:
+        """Pools that would mix their keys or queues, naming the variables involved."""
+        problem = check_pools(self)
+        if problem is not None:
+            raise PydanticCustomError("pools", "{rule}", {"variables": problem[0], "rule": problem[1]})
+        return self
+
     @field_validator("queue_name")
     @classmethod
     def _fifo_queue_name(cls, value: str) -> str:
-        if not re.fullmatch(r"[A-Za-z0-9_-]{1,75}\.fifo", value):
-            raise ValueError("must be an SQS FIFO queue name: 1 to 75 of A-Z a-z 0-9 _ -, then .fifo")
-        return value
+        return fifo_queue_name(value)
 
     @field_validator("events_queue_name")
     @classmethod
@@ -592,11 +613,16 @@ class Settings(BaseSettings):
 
     def tenant(self, tenant_id: str) -> TenantSettings:
         """The tenant's own settings; with ``ses_tenant_names = "tenant_id"``, its
-        ``ses_tenant_name`` filled in from its id when it has none of its own."""
+        ``ses_tenant_name`` filled in from its id when it has none of its own; and the
+        ``configuration_set`` (a pool's) when it names none."""
         own = self.tenants.get(tenant_id) or _NO_OVERRIDES
-        if own.ses_tenant_name or self.ses_tenant_names == "configured":
-            return own
-        return own.model_copy(update={"ses_tenant_name": ses_tenant_name(tenant_id)})
+        update: dict[str, str] = {}
+        named = ses_tenant_name(tenant_id) if self.ses_tenant_names == "tenant_id" else None
+        if not own.ses_tenant_name and named:
+            update["ses_tenant_name"] = named
+        if not own.configuration_set and self.configuration_set:
+            update["configuration_set"] = self.configuration_set
+        return own.model_copy(update=update) if update else own
 
     def limits_for(self, tenant_id: str) -> Limits:
         return self.tenant(tenant_id).limits or self.tenant_limits

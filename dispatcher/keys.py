@@ -371,3 +371,20 @@ class Keys:
     def webhook_wake(self) -> str:
         """List: a token that wakes an idle delivery loop (a delivery became due)."""
         return f"{self.root}:wh:wake"
+
+    # -- sending pools (mailer/sdk/directory.py): the default pool's keys only --------
+    def pool_directory(self) -> str:
+        """Hash: tenant → the pool it is on, for the tenants not on the default pool."""
+        return f"{self.root}:pools:tenant"
+
+    def pool_fallback(self) -> str:
+        """Hash: tenant → the pool its mail may go through while its own pool's SES fails."""
+        return f"{self.root}:pools:fallback"
+
+    def pool_moves(self) -> str:
+        """Hash: tenant → its move between pools in progress (JSON: from, to, step)."""
+        return f"{self.root}:pools:moves"
+
+    def pool_failing(self) -> str:
+        """Hash: pool → since when (ms) its SES fails, while it does (opt-in failover)."""
+        return f"{self.root}:pools:failing"

@@ -11,15 +11,19 @@ import asyncio
 import json
 import sys
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from fairpost import __version__
 from fairpost.config import ConfigError, FairpostError, Settings, load_settings
 from fairpost.mailer.ops.analytics_commands import add_parser as add_analytics_command
-from fairpost.mailer.ops.console import aws_error, print_json, unreachable_redis
+from fairpost.mailer.ops.console import aws_error, fail, print_json, unreachable_redis
 from fairpost.mailer.ops.doctor import add_parser as add_doctor
 from fairpost.mailer.ops.lifecycle_commands import add_commands as add_lifecycle_commands
 from fairpost.mailer.ops.lifecycle_commands import parse_header, parse_send_at
 from fairpost.mailer.ops.migrate_commands import add_parser as add_migrate_command
+from fairpost.mailer.ops.pool_commands import add_parser as add_pools_command
+from fairpost.mailer.ops.pool_commands import add_tenant_actions as add_pool_actions
+from fairpost.mailer.ops.pool_commands import tenant_pool_settings
 from fairpost.mailer.ops.quota_commands import add_commands as add_quota_commands
 from fairpost.mailer.ops.redis_check import redis_findings
 from fairpost.mailer.ops.reputation_commands import add_commands as add_reputation_commands
@@ -55,15 +59,18 @@ def cmd_unsubscribe_server(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_init_aws(args: argparse.Namespace, settings: Settings) -> int:
-    import contextlib
-
-    import boto3
-
+    from fairpost.config.pools import pool_names, pool_settings
+    from fairpost.mailer.ops.pool_aws import pool_client
     from fairpost.mailer.ops.queue_setup import init_events_queue, init_queue, queue_warnings
 
-    with contextlib.closing(boto3.client("sqs")) as sqs:
-        url, differ = init_queue(sqs, settings)
-        events = init_events_queue(sqs, settings) if args.events else None
+    if args.pool not in pool_names(settings):
+        return fail(f"no pool {args.pool!r}: one of {', '.join(pool_names(settings))}")
+    own = settings.pools.get(args.pool)
+    if own is not None and own.queue_url:
+        return fail(f"pool {args.pool}'s queue is named by URL (another account's): create it there")
+    with pool_client(settings, args.pool, "sqs") as sqs:
+        url, differ = init_queue(sqs, pool_settings(settings, args.pool))
+        events = init_events_queue(sqs, pool_settings(settings, args.pool)) if args.events else None
         warnings = queue_warnings(sqs, url)
     if args.json:
         report: dict[str, object] = {
@@ -180,9 +187,14 @@ def cmd_stats(args: argparse.Namespace, settings: Settings) -> int:
     import redis
     import redis.asyncio
 
+    from fairpost.config.pools import pool_names, pool_settings
     from fairpost.dispatcher.connect import async_redis_client
     from fairpost.dispatcher.keys import Keys
     from fairpost.mailer.ops.stats import collect_stats, render_table, render_text
+
+    if args.pool not in pool_names(settings):
+        return fail(f"no pool {args.pool!r}: one of {', '.join(pool_names(settings))}")
+    settings = pool_settings(settings, args.pool)  # its keys, its global limits, its slot
 
     async def run() -> None:
         client = async_redis_client(settings)
@@ -239,12 +251,15 @@ def cmd_tenant_pause(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_health(args: argparse.Namespace, settings: Settings) -> int:
+    from fairpost.config.pools import pool_settings, served_pools
     from fairpost.mailer.daemon.health import check_heartbeat, check_http
 
     if settings.http_port is not None and args.replica is None:
         health = check_http(settings.http_port, timeout=args.timeout)
     else:
-        health = check_heartbeat(settings, args.replica, timeout=args.timeout)
+        # The heartbeat of the first pool this replica serves (each pool's is in its keys).
+        beats_in = pool_settings(settings, served_pools(settings)[0])
+        health = check_heartbeat(beats_in, args.replica, timeout=args.timeout)
     if args.json:
         print_json(health.to_json())
     else:
@@ -261,6 +276,21 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
+    _add_service_commands(sub)
+    _add_mail_commands(sub)
+    add_lifecycle_commands(sub)
+    add_reputation_commands(sub)
+    add_webhook_commands(sub)
+
+    _add_operator_commands(sub)
+    add_analytics_command(sub)
+
+    return parser
+
+
+def _add_service_commands(sub: Any) -> None:
+    """The long-running processes (the daemon, the console, the unsubscribe server),
+    their set-up and probe, and the demo."""
     run = sub.add_parser("run", help="run the daemon")
     run.add_argument(
         "--role",
@@ -293,8 +323,34 @@ def build_parser() -> argparse.ArgumentParser:
     init.add_argument(
         "--events", action="store_true", help="also the SES events queue (FAIRPOST_EVENTS_QUEUE_NAME)"
     )
+    init.add_argument(
+        "--pool", default="default", help="the sending pool whose queue to create, in its account and region"
+    )
     init.set_defaults(handler=cmd_init_aws)
 
+    health = sub.add_parser(
+        "health",
+        help="exit 0 if this replica is alive, 1 if not (HTTP /healthz, or its heartbeat in Redis)",
+    )
+    health.add_argument("--json", action="store_true")
+    health.add_argument("--replica", help="check this replica's heartbeat (default: this host's)")
+    health.add_argument("--timeout", type=float, default=3.0)
+    health.set_defaults(handler=cmd_health)
+
+    demo = sub.add_parser(
+        "demo", help="run fairpost on an embedded Redis and AWS emulator with a sample load"
+    )
+    demo.add_argument(
+        "--duration", type=float, default=None, help="seconds of load (default: the scenario's)"
+    )
+    demo.add_argument("--replicas", type=int, default=2)
+    demo.add_argument("--scenario", default="default")
+    demo.add_argument("--output", default="demo-output", help="where the summary and chart go")
+    demo.set_defaults(handler=cmd_demo)
+
+
+def _add_mail_commands(sub: Any) -> None:
+    """One mail: enqueue it, see its state."""
     send = sub.add_parser("send", help="enqueue one mail and print its job id")
     send.add_argument("--tenant", required=True)
     send.add_argument("--from", dest="sender", help="default: the tenant's default_sender setting")
@@ -318,15 +374,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     send.set_defaults(handler=cmd_send)
 
-    add_lifecycle_commands(sub)
-    add_reputation_commands(sub)
-    add_webhook_commands(sub)
-
     status = sub.add_parser("status", help="show a job's state")
     status.add_argument("job_id")
     status.add_argument("--json", action="store_true")
     status.set_defaults(handler=cmd_status)
 
+
+def _add_operator_commands(sub: Any) -> None:
+    """What an operator checks and changes: the settings, the figures, tenants and pools."""
     check = sub.add_parser("check-config", help="validate and print the effective settings (secrets masked)")
     check.add_argument("--json", action="store_true")
     check.set_defaults(handler=cmd_check_config)
@@ -341,6 +396,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     stats.add_argument("--interval", type=float, default=1.0, help="seconds between updates with --watch")
     stats.add_argument("--tenant", action="append", help="only these tenants (repeat for several)")
+    stats.add_argument(
+        "--pool", default="default", help="the sending pool to show (default: the default pool)"
+    )
     stats.set_defaults(handler=cmd_stats)
 
     add_quota_commands(sub)
@@ -348,6 +406,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_unsubscribe_commands(sub)
 
     tenant_sub = add_tenant_parser(sub)  # with ``tenant warmup``
+    add_pool_actions(tenant_sub)  # ``tenant move``, ``tenant pool``, ``tenant fallback``
+    add_pools_command(sub)
     from fairpost.mailer.quota.holds import LIFTED_BY_RESUME
 
     resume_text = "let it send again at once: lifts " + "; ".join(
@@ -362,29 +422,6 @@ def build_parser() -> argparse.ArgumentParser:
             help="also set its SES tenant's customer-managed sending status (DISABLED / ENABLED)",
         )
         cmd.set_defaults(handler=cmd_tenant_pause)
-
-    health = sub.add_parser(
-        "health",
-        help="exit 0 if this replica is alive, 1 if not (HTTP /healthz, or its heartbeat in Redis)",
-    )
-    health.add_argument("--json", action="store_true")
-    health.add_argument("--replica", help="check this replica's heartbeat (default: this host's)")
-    health.add_argument("--timeout", type=float, default=3.0)
-    health.set_defaults(handler=cmd_health)
-
-    add_analytics_command(sub)
-
-    demo = sub.add_parser(
-        "demo", help="run fairpost on an embedded Redis and AWS emulator with a sample load"
-    )
-    demo.add_argument(
-        "--duration", type=float, default=None, help="seconds of load (default: the scenario's)"
-    )
-    demo.add_argument("--replicas", type=int, default=2)
-    demo.add_argument("--scenario", default="default")
-    demo.add_argument("--output", default="demo-output", help="where the summary and chart go")
-    demo.set_defaults(handler=cmd_demo)
-    return parser
 
 
 def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
@@ -403,6 +440,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     handler: Command = args.handler
     try:
+        # A command about one tenant's state acts in the pool the tenant is on (#43).
+        settings = tenant_pool_settings(args, settings)
         return handler(args, settings)
     except FairpostError as exc:
         print(f"fairpost: {exc}", file=sys.stderr)

@@ -17,7 +17,6 @@ import asyncio
 import logging
 import random
 import time
-from typing import Protocol
 
 from fairpost.mailer.daemon import ses
 from fairpost.mailer.daemon.aws import SesClient
@@ -26,6 +25,7 @@ from fairpost.mailer.daemon.counting import Counting, Stamp
 from fairpost.mailer.daemon.endings import Endings
 from fairpost.mailer.daemon.gate import Gate
 from fairpost.mailer.daemon.inbox import MAX_VISIBILITY, Received
+from fairpost.mailer.daemon.parking import Parking
 from fairpost.mailer.daemon.ses_account import daily_quota_wait, is_daily_quota_exceeded
 from fairpost.mailer.daemon.settlement import HAND_BACK, Backoff, Delete, Park, Settlement, attempt_backoff
 from fairpost.mailer.errors import SesAccountError
@@ -39,22 +39,15 @@ _THROTTLE_BACKOFF_MAX = 30.0
 Answered = list[tuple[Received, ses.SendResult, Stamp]]
 
 
-class _Park(Protocol):
-    async def __call__(
-        self,
-        tenant: str,
-        refused: list[Received],
-        retry_after: float,
-        blocked_by: str | None,
-        at_ms: int,
-        *,
-        overrule: bool = False,
-    ) -> None: ...
-
-
 class Answers:
     def __init__(
-        self, ctx: SenderContext, ses_client: SesClient, gate: Gate, endings: Endings, counting: Counting
+        self,
+        ctx: SenderContext,
+        ses_client: SesClient,
+        gate: Gate,
+        endings: Endings,
+        counting: Counting,
+        parking: Parking,
     ) -> None:
         self.ctx = ctx
         self.ses = ses_client
@@ -64,16 +57,15 @@ class Answers:
         self._throttle_backoff = _THROTTLE_BACKOFF_MIN
         self._daily_lock = asyncio.Lock()
         self._daily_until = 0.0
-        self.park: _Park | None = None
-        """Parks a tenant's mail (fairpost.mailer.daemon.group.GroupDecision.park), set by the Sender."""
+        self.parking = parking
 
     async def park_disabled(self, tenant: str, paused: list[Received], at_ms: int) -> None:
         """SES disabled the tenant's SES tenant: its refused mails wait (recheck, then
         resume), whatever their own answers decided."""
-        assert self.park is not None and self.ctx.feedback is not None
+        assert self.ctx.feedback is not None
         # The park says why in the job's status (waiting_for), as every park does.
         hold = self.ctx.holds.until_lifted(SES_TENANT_DISABLED)
-        await self.park(tenant, paused, hold.recheck, hold.reason, at_ms, overrule=True)
+        await self.parking.park(tenant, paused, hold.recheck, hold.reason, at_ms, overrule=True)
 
     async def obey(self, tenant: str, msg: Received, stamp: Stamp, result: ses.SendResult) -> Settlement:
         """Do what SES's answer means for this mail (the table in fairpost.mailer.daemon.ses),

@@ -16,7 +16,7 @@ asks :meth:`Holds.of` once per group and parks the mail for the hold's
 
 Not a tenant's hold: the account's (SES throttling or pausing the whole
 account, the global quota: fairpost.mailer.daemon.gate holds every tenant) and
-the quota's park (fairpost.mailer.daemon.group). Every park and hold keeps the
+the quota's park (fairpost.mailer.daemon.parking). Every park and hold keeps the
 tenant's in-flight slots and jobs alive as long, the one way
 (:meth:`Holds.keep_alive`).
 

@@ -37,6 +37,7 @@ from prometheus_client.process_collector import ProcessCollector
 
 from fairpost.config import Settings
 from fairpost.mailer.daemon.deliverability import DeliverabilityMetrics
+from fairpost.mailer.daemon.pool_metrics import PoolMetrics
 from fairpost.mailer.daemon.redis_metrics import RedisMemoryMetrics
 from fairpost.mailer.daemon.webhooks.metrics import WebhookMetrics
 from fairpost.mailer.ops.stats import Stats
@@ -176,7 +177,10 @@ class Metrics:
     ) -> None:
         """``process_metrics``: for the daemon, which owns its process: add process,
         platform and GC metrics, and drop the ``*_created`` series (process-wide).
-        ``high_water``: FAIRPOST_REDIS_HIGH_WATER, published beside Redis's memory."""
+        ``high_water``: FAIRPOST_REDIS_HIGH_WATER, published beside Redis's memory.
+
+        A declarative table, long on purpose: each metric declared once, with its
+        name, help and labels."""
         self.registry = CollectorRegistry()
         self.labels = labels or TenantLabels()
         self._other_seen = False
@@ -246,6 +250,8 @@ class Metrics:
             ["format", "found", "reads"],
             registry=r,
         )
+        self.pools = PoolMetrics(r)
+        """Per sending pool (#43): fairpost.mailer.daemon.pool_metrics."""
         self.latency = Histogram(
             "fairpost_mail_latency_seconds",
             "From enqueue to SES accepting the mail.",

@@ -147,73 +147,15 @@ async def build_parts(
         provider_holds = ProviderHolds(client, keys, settings, ProviderMap(settings, mx_lookup))
     if role in ("all", "dispatcher"):
         worker = MailWorker(sqs, queue_url, metrics=metrics, tracing=tracing, provider_holds=provider_holds)
-        parts.worker = worker
-        parts.dispatcher = Dispatcher(
-            store,
-            workers(worker) if workers is not None else [worker],
-            concurrency=settings.dispatcher.concurrency,
-            batch_size=settings.dispatcher.batch_size,
-            linger_seconds=settings.dispatcher.linger_seconds,
-            reap_interval=reap_interval,
-            finished_ttl_seconds=settings.job_ttl,
-            max_outage_seconds=settings.max_outage_seconds,
-            on_error=metrics.task_failed,
-        )
-        if full:
-            parts.reconciler = Reconciler(
-                store, worker, settings, metrics=metrics, may_act=lambda: sender_alive(client, keys)
-            )
+        _add_dispatcher(parts, client, worker, workers, reap_interval=reap_interval, full=full)
     if role not in ("all", "sender"):
         return parts
-
-    async def hold_changed(tenant: str | None = None) -> None:
-        # The one event (fairpost.mailer.daemon.holds): a hold lifted, or limits
-        # a park waited for changed (None: the global ones).
-        if parts.sender is not None:
-            await parts.sender.holds.changed(tenant)
-
     feedback = None
     if full:
-        auto = None
-        if isinstance(settings.global_limits, str):
-
-            async def auto_limits_changed(old: Limits | None, new: Limits) -> None:
-                # SES allows more (a raised quota, a day's mail aging out): a gate
-                # closed, or mail parked, under the old limits is looked at now.
-                if limits_rose(old, new):
-                    await hold_changed(None)
-
-            account = SesAccountLimits(
-                ses_client, settings, client=client, keys=keys, quota=quota,
-                on_change=auto_limits_changed, on_error=metrics.task_failed,
-            )  # fmt: skip
-            await account.start()
-            auto = account.current
-            parts.account = account
-
-        async def overrides_changed(old: Overrides, new: Overrides) -> None:
-            # Mail parked under the old limits (or a pause) is weighed again now.
-            global_changed, tenants = changed_scopes(old, new)
-            if global_changed:
-                await hold_changed(None)
-            for tenant in sorted(tenants):
-                await hold_changed(tenant)
-
-        async def holds_refresh() -> None:
-            # Other replicas' and operators' changes of the tenants' holds, as often.
-            if parts.sender is not None:
-                await parts.sender.holds.refresh()
-
-        overrides = OverrideCache(
-            client, keys, settings, auto=auto, refresh_seconds=refresh_seconds,
-            on_change=overrides_changed, on_refresh=holds_refresh, on_error=metrics.task_failed,
-        )  # fmt: skip
-        await overrides.refresh()
-        parts.overrides = limits = overrides
-        parts.reputation = await build_reputation(
-            settings=settings, store=store, sqs=sqs, ses_client=ses_client, metrics=metrics,
-            refresh_limits=overrides.refresh, lifted=hold_changed, mx_lookup=mx_lookup,
-        )  # fmt: skip
+        limits = await _add_live_limits(
+            parts, client, sqs, ses_client, mx_lookup=mx_lookup, refresh_seconds=refresh_seconds
+        )
+        assert parts.reputation is not None
         feedback = parts.reputation.feedback
     parts.sender = Sender(
         sqs=sender_sqs if sender_sqs is not None else sqs,
@@ -237,3 +179,97 @@ async def build_parts(
             on_error=metrics.task_failed,
         )  # fmt: skip
     return parts
+
+
+def _add_dispatcher(
+    parts: Parts,
+    client: redis.asyncio.Redis,
+    worker: MailWorker,
+    workers: Callable[[MailWorker], Sequence[Worker]] | None,
+    *,
+    reap_interval: float,
+    full: bool,
+) -> None:
+    """The dispatcher, handing jobs to ``worker`` (and ``workers``), and its reconciler."""
+    settings, store, metrics = parts.settings, parts.store, parts.metrics
+    parts.worker = worker
+    parts.dispatcher = Dispatcher(
+        store,
+        workers(worker) if workers is not None else [worker],
+        concurrency=settings.dispatcher.concurrency,
+        batch_size=settings.dispatcher.batch_size,
+        linger_seconds=settings.dispatcher.linger_seconds,
+        reap_interval=reap_interval,
+        finished_ttl_seconds=settings.job_ttl,
+        max_outage_seconds=settings.max_outage_seconds,
+        on_error=metrics.task_failed,
+    )
+    if full:
+        keys = store.keys
+        parts.reconciler = Reconciler(
+            store, worker, settings, metrics=metrics, may_act=lambda: sender_alive(client, keys)
+        )
+
+
+async def _add_live_limits(
+    parts: Parts,
+    client: redis.asyncio.Redis,
+    sqs: SqsClient,
+    ses_client: SesClient,
+    *,
+    mx_lookup: Lookup | None,
+    refresh_seconds: float,
+) -> LimitSource:
+    """The limits as they change while the daemon runs (SES's account with ``auto``,
+    the live overrides) and the reputation guard; returns the limits the sender weighs.
+    Each change reaches the sender's holds (built after: read when a change comes)."""
+    settings, store, quota, metrics = parts.settings, parts.store, parts.quota, parts.metrics
+    keys = store.keys
+
+    async def hold_changed(tenant: str | None = None) -> None:
+        # The one event (fairpost.mailer.daemon.holds): a hold lifted, or limits
+        # a park waited for changed (None: the global ones).
+        if parts.sender is not None:
+            await parts.sender.holds.changed(tenant)
+
+    auto = None
+    if isinstance(settings.global_limits, str):
+
+        async def auto_limits_changed(old: Limits | None, new: Limits) -> None:
+            # SES allows more (a raised quota, a day's mail aging out): a gate
+            # closed, or mail parked, under the old limits is looked at now.
+            if limits_rose(old, new):
+                await hold_changed(None)
+
+        account = SesAccountLimits(
+            ses_client, settings, client=client, keys=keys, quota=quota,
+            on_change=auto_limits_changed, on_error=metrics.task_failed,
+        )  # fmt: skip
+        await account.start()
+        auto = account.current
+        parts.account = account
+
+    async def overrides_changed(old: Overrides, new: Overrides) -> None:
+        # Mail parked under the old limits (or a pause) is weighed again now.
+        global_changed, tenants = changed_scopes(old, new)
+        if global_changed:
+            await hold_changed(None)
+        for tenant in sorted(tenants):
+            await hold_changed(tenant)
+
+    async def holds_refresh() -> None:
+        # Other replicas' and operators' changes of the tenants' holds, as often.
+        if parts.sender is not None:
+            await parts.sender.holds.refresh()
+
+    overrides = OverrideCache(
+        client, keys, settings, auto=auto, refresh_seconds=refresh_seconds,
+        on_change=overrides_changed, on_refresh=holds_refresh, on_error=metrics.task_failed,
+    )  # fmt: skip
+    await overrides.refresh()
+    parts.overrides = overrides
+    parts.reputation = await build_reputation(
+        settings=settings, store=store, sqs=sqs, ses_client=ses_client, metrics=metrics,
+        refresh_limits=overrides.refresh, lifted=hold_changed, mx_lookup=mx_lookup,
+    )  # fmt: skip
+    return overrides

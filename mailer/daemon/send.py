@@ -31,6 +31,7 @@ from fairpost.mailer.daemon.endings import Endings
 from fairpost.mailer.daemon.feedback import Feedback
 from fairpost.mailer.daemon.gate import Gate
 from fairpost.mailer.daemon.inbox import Inbox, Received
+from fairpost.mailer.daemon.parking import Parking
 from fairpost.mailer.daemon.settlement import Backoff, Delete
 from fairpost.mailer.sdk.envelope import Envelope
 from fairpost.mailer.sdk.outcomes import feed
@@ -50,6 +51,7 @@ class Sending:
         inbox: Inbox,
         endings: Endings,
         counting: Counting,
+        parking: Parking,
     ) -> None:
         self.ctx = ctx
         self.inbox = inbox
@@ -59,7 +61,7 @@ class Sending:
         self.counting = counting
         self._slots = asyncio.Semaphore(ctx.settings.sender.concurrency)
         self.account = ses.AccountCheck(ses_client)
-        self.answers = Answers(ctx, ses_client, gate, endings, counting)
+        self.answers = Answers(ctx, ses_client, gate, endings, counting, parking)
 
     async def send_granted(self, tenant: str, granted: list[Received], at_ms: int) -> None:
         """Send the mails a grant at ``at_ms`` covers; each is decided (its settlement)

@@ -6,7 +6,8 @@ Reading order, one idea a module:
 - :mod:`fairpost.mailer.daemon.gate`: when nothing is received at all;
 - this module: one received batch, grouped by tenant, each group decided, and a
   failed group's round (backed off, or asked for again here on an outage);
-- :mod:`fairpost.mailer.daemon.group`: one tenant group's quota decision and parking;
+- :mod:`fairpost.mailer.daemon.group`: one tenant group's quota decision;
+- :mod:`fairpost.mailer.daemon.parking`: refused mail waiting in SQS for its tenant;
 - :mod:`fairpost.mailer.daemon.send`: the granted mails' sends, kept hidden until recorded;
 - :mod:`fairpost.mailer.daemon.answers`: what each SES answer means (and tenant holds);
 - :mod:`fairpost.mailer.daemon.counting`: a mail's quota units, from its grant until SES counts it;
@@ -42,11 +43,12 @@ from fairpost.mailer.daemon.counting import Counting
 from fairpost.mailer.daemon.endings import Endings
 from fairpost.mailer.daemon.feedback import Feedback
 from fairpost.mailer.daemon.gate import Gate
-from fairpost.mailer.daemon.group import PRECISE_SAFETY_NET, GroupDecision
+from fairpost.mailer.daemon.group import GroupDecision
 from fairpost.mailer.daemon.holds import Holds
 from fairpost.mailer.daemon.inbox import Inbox, Received
 from fairpost.mailer.daemon.mail_jobs import MailJobs
 from fairpost.mailer.daemon.metrics import Metrics
+from fairpost.mailer.daemon.parking import PRECISE_SAFETY_NET, Parking
 from fairpost.mailer.daemon.provider_holds import ProviderHolds
 from fairpost.mailer.daemon.receive import Receiver
 from fairpost.mailer.daemon.send import Sending
@@ -119,9 +121,11 @@ class Sender:
         self.inbox = Inbox(sqs, queue_url, self.ctx.metrics, on_due=self._ask_again)
         self.endings = Endings(self.ctx)
         counting = Counting(self.ctx)
-        sending = Sending(self.ctx, ses_client, self.gate, self.inbox, self.endings, counting)
-        self.groups = GroupDecision(self.ctx, self.gate, counting, self.endings, sending)
-        sending.answers.park = self.groups.park
+        # Both the group's decision and SES's answers park a tenant's mail: one Parking,
+        # built first and handed to each.
+        parking = Parking(self.ctx, self.gate, self.endings)
+        sending = Sending(self.ctx, ses_client, self.gate, self.inbox, self.endings, counting, parking)
+        self.groups = GroupDecision(self.ctx, self.gate, counting, self.endings, sending, parking)
         self.receiver = Receiver(self.ctx, self.gate, self.inbox, self.process)
         # Failures in a row of handling messages on an outage: their retries back off on it.
         self._outage = OutageBackoff(settings.max_outage_seconds, first=0.2, most=RETRY_MOST)
@@ -175,7 +179,7 @@ class Sender:
     async def process(self, messages: list[Received]) -> None:
         """Handle one received batch: every message is deleted or given a new
         visibility before this returns, or is asked for again here in a moment:
-        those whose quota frees within a moment (fairpost.mailer.daemon.group.PRECISE_WAIT_MAX),
+        those whose quota frees within a moment (fairpost.mailer.daemon.parking.PRECISE_WAIT_MAX),
         and those whose handling failed on a Redis or AWS outage (on its back-off)."""
         self.ctx.stats.received += len(messages)
         self.inbox.hold(messages)

@@ -155,7 +155,8 @@ async def serve(settings: Settings) -> int:
         log.error("FAIRPOST_UNSUBSCRIBE__KEYS is not set: no token could be verified")
         return 2
     client = async_redis_client(settings)
-    runner = web.AppRunner(build_app(settings, Unsubscriber(settings, client)), access_log=None)
+    unsubscriber = Unsubscriber(settings, client)
+    runner = web.AppRunner(build_app(settings, unsubscriber), access_log=None)
     await runner.setup()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -170,5 +171,6 @@ async def serve(settings: Settings) -> int:
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(signum)
         await runner.cleanup()
+        await unsubscriber.aclose()
         await client.aclose()
     return 0

@@ -15,8 +15,11 @@ import time
 import redis.asyncio
 
 from fairpost.config import Settings
+from fairpost.config.pools import pool_settings
 from fairpost.mailer.errors import InvalidToken
+from fairpost.mailer.sdk.directory import AsyncPoolDirectory
 from fairpost.mailer.sdk.list_unsubscribe import MAILTO_PREFIX
+from fairpost.mailer.sdk.pool_redis import AsyncPoolRedis
 from fairpost.mailer.sdk.unsub_token import Token, verify
 from fairpost.mailer.sdk.unsubscribes import EVERY_TOPIC, unsubscribe
 
@@ -31,6 +34,13 @@ class Unsubscriber:
         self.mailto_domain = (settings.unsubscribe.mailto_domain or "").lower()
         self.client = client
         self.settings = settings
+        # Sending pools (#43): a tenant's unsubscribes are kept in the pool it is on.
+        self._directory = AsyncPoolDirectory(settings, client)
+        self._pools = AsyncPoolRedis(settings, client)
+
+    async def aclose(self) -> None:
+        """Close the other pools' clients it opened (a Redis Cluster's); not ``client``."""
+        await self._pools.aclose()
 
     def token(self, text: str) -> Token:
         """The token, or :class:`InvalidToken`."""
@@ -52,6 +62,8 @@ class Unsubscriber:
         """Unsubscribe the token's address from its topic (or every topic of its tenant);
         False if it was already."""
         topic = EVERY_TOPIC if whole_tenant else token.topic
-        changed = await unsubscribe(self.client, self.settings, token.tenant, token.address, topic, source)
+        pool = await self._directory.pool_of(token.tenant)
+        own = pool_settings(self.settings, pool)
+        changed = await unsubscribe(self._pools(pool), own, token.tenant, token.address, topic, source)
         log.info("unsubscribed (%s)", source, extra={"tenant": token.tenant})
         return changed

@@ -15,6 +15,7 @@ import argparse
 from typing import Any
 
 from fairpost.config import Settings
+from fairpost.config.pools import pool_names
 from fairpost.mailer.ops.console import print_json
 from fairpost.mailer.ops.doctor_aws import aws_checks
 from fairpost.mailer.ops.doctor_check import Check, exit_code, render_text
@@ -27,7 +28,8 @@ def run_checks(settings: Settings, *, aws: bool = True) -> list[Check]:
     """Every check, Redis first; ``aws=False``: Redis alone."""
     checks = redis_checks(settings)
     if aws:
-        checks += aws_checks(settings)
+        for pool in pool_names(settings):
+            checks += aws_checks(settings, pool)
     return checks
 
 

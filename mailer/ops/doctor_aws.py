@@ -7,13 +7,15 @@ as the daemon does. With the SDK alone installed (no boto3) they warn: not check
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator
+import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 from fairpost.config import Settings
 from fairpost.config.limits import Window
+from fairpost.config.pools import DEFAULT_POOL, pool_settings
 from fairpost.mailer.ops.doctor_check import Check, Verdict
+from fairpost.mailer.ops.pool_aws import pool_client
 
 __all__ = ["aws_checks"]
 
@@ -21,9 +23,11 @@ _DAY = 86_400
 _NO_QUEUE = {"AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist"}
 
 
-def aws_checks(settings: Settings) -> list[Check]:
+def aws_checks(settings: Settings, pool: str = DEFAULT_POOL) -> list[Check]:
+    """The pool's queue and SES account (config/pools.py); another pool than the default
+    names itself in each check's area (``sqs:eu``)."""
     try:
-        import boto3
+        import boto3  # noqa: F401  (pool_client's: without it, a warning, not a failure)
         from botocore.config import Config
     except ImportError:
         return [
@@ -37,22 +41,16 @@ def aws_checks(settings: Settings) -> list[Check]:
         ]
     quick = Config(connect_timeout=3, read_timeout=10, retries={"total_max_attempts": 2})
     checks = []
+    own = pool_settings(settings, pool)
     for area, service, step in (("sqs", "sqs", _sqs), ("ses", "sesv2", _ses)):
         try:
-            with _client(boto3, service, quick) as client:
-                checks += step(settings, client)
+            with pool_client(settings, pool, service, quick) as client:
+                checks += step(own, client)
         except Exception as exc:  # no region, no credentials, refused, unreachable
             checks.append(Check(area, "reach", "fail", _aws_problem(exc), _aws_fix(area, exc)))
-    return checks
-
-
-@contextlib.contextmanager
-def _client(boto3: Any, service: str, config: Any) -> Iterator[Any]:
-    client = boto3.client(service, config=config)
-    try:
-        yield client
-    finally:
-        client.close()
+    if pool == DEFAULT_POOL:
+        return checks
+    return [dataclasses.replace(check, area=f"{check.area}:{pool}") for check in checks]
 
 
 def _code(exc: Exception) -> str:

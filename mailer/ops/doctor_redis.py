@@ -16,6 +16,7 @@ import redis
 import redis.exceptions
 
 from fairpost.config import Settings, mask_url
+from fairpost.config.pools import pool_key_prefix
 from fairpost.dispatcher import connect
 from fairpost.dispatcher.access import ACL_DOCS, access_denied
 from fairpost.dispatcher.redis_memory import judge_policy, read_masters
@@ -160,7 +161,8 @@ def _persistence(settings: Settings, client: redis.Redis) -> Check:
 
 def _acl(settings: Settings, client: redis.Redis) -> Check:
     user = _user(settings)
-    template = f"{ACL_DOCS}; or: " + acl_setuser(user, settings.key_prefix)
+    pools = [pool_key_prefix(settings, pool) for pool in settings.pools]
+    template = f"{ACL_DOCS}; or: " + acl_setuser(user, settings.key_prefix, pools=pools)
     try:
         found = denied_commands(client, settings.key_prefix, cluster=settings.redis_cluster)
     except redis.exceptions.NoPermissionError as exc:

@@ -185,4 +185,7 @@ def add_commands(sub: Any) -> None:
     dpurge.add_argument("--all", action="store_true")
     dpurge.add_argument("--json", action="store_true")
     for parser in (dlist, dshow, dreplay, dpurge):
+        parser.add_argument(
+            "--pool", dest="in_pool", metavar="POOL", help="the dead letters of this pool (default: default)"
+        )
         parser.set_defaults(handler=cmd_dead)

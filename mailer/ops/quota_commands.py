@@ -94,3 +94,10 @@ def add_commands(sub: Any) -> None:
     qreset.add_argument("tenant", nargs="?")
     qreset.add_argument("--global", dest="global_", action="store_true", help="reset the global limits")
     qreset.set_defaults(handler=cmd_quota_reset)
+    for parser in (qshow, qset, qreset):
+        parser.add_argument(
+            "--pool",
+            dest="in_pool",
+            metavar="POOL",
+            help="a sending pool's (default: the tenant's, or default)",
+        )

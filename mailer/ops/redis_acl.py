@@ -19,6 +19,7 @@ that is harmless (an empty transaction, ``WAIT 0 0``); the handshake and
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import redis
@@ -81,11 +82,14 @@ _TOPOLOGY_ONLY = {"cluster|slots": "cluster", "cluster|shards": "cluster", "comm
 """Commands only one topology needs."""
 
 
-def acl_setuser(user: str = "fairpost", prefix: str = "fairpost", password: str = "PASSWORD") -> str:
-    """The ``ACL SETUSER`` line that allows fairpost exactly what it needs."""
-    root = Keys(prefix).root
+def acl_setuser(
+    user: str = "fairpost", prefix: str = "fairpost", password: str = "PASSWORD", *, pools: Sequence[str] = ()
+) -> str:
+    """The ``ACL SETUSER`` line that allows fairpost exactly what it needs; ``pools``: the
+    key prefixes of the sending pools besides the default (config/pools.py), each a pattern."""
+    patterns = " ".join(f"~{Keys(p).root}*" for p in (prefix, *pools))
     allowed = " ".join("+" + name for name in COMMANDS)
-    return f"ACL SETUSER {user} on >{password} resetkeys ~{root}* resetchannels -@all {allowed}"
+    return f"ACL SETUSER {user} on >{password} resetkeys {patterns} resetchannels -@all {allowed}"
 
 
 @dataclass(frozen=True)

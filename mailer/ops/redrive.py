@@ -19,7 +19,7 @@ from collections.abc import Mapping
 
 SHORTEST_PARK_SECONDS = 2.0
 """The shortest quota wait the sender parks in SQS (a receive each time): shorter
-ones it times itself (fairpost.mailer.daemon.group.PRECISE_WAIT_MAX, the same number)."""
+ones it times itself (fairpost.mailer.daemon.parking.PRECISE_WAIT_MAX, the same number)."""
 
 _DEFAULT_RETENTION = 345_600
 """SQS's default MessageRetentionPeriod (4 days), for attributes that lack it."""

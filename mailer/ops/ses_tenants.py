@@ -27,7 +27,7 @@ from botocore.exceptions import ClientError
 from fairpost.config import Settings
 from fairpost.mailer.errors import SesTenantError
 
-__all__ = ["TenantSync", "ses_tenant_map", "set_customer_status", "sync_tenants"]
+__all__ = ["TenantSync", "ses_tenant_map", "set_customer_status", "sync_tenants", "tenant_identities"]
 
 
 @dataclass
@@ -67,16 +67,23 @@ def ses_tenant_map(settings: Settings, seen: set[str] | None = None) -> dict[str
     return mapping
 
 
-def _resources(settings: Settings, tenant: str, tenant_arn: str) -> list[str]:
-    # arn:aws:ses:REGION:ACCOUNT:tenant/NAME/ID → arn:aws:ses:REGION:ACCOUNT:
-    base = tenant_arn.split("tenant/", 1)[0]
+def tenant_identities(settings: Settings, tenant: str) -> list[str]:
+    """The SES identities the tenant sends from: its ``ses_identities``, else its
+    ``default_sender``'s domain; empty when it names neither."""
     own = settings.tenant(tenant)
     identities = list(own.ses_identities)
     if not identities and own.default_sender:
         from email.utils import parseaddr
 
         identities = [parseaddr(own.default_sender)[1].rpartition("@")[2]]
-    arns = [f"{base}identity/{identity}" for identity in identities if identity]
+    return [identity for identity in identities if identity]
+
+
+def _resources(settings: Settings, tenant: str, tenant_arn: str) -> list[str]:
+    # arn:aws:ses:REGION:ACCOUNT:tenant/NAME/ID → arn:aws:ses:REGION:ACCOUNT:
+    base = tenant_arn.split("tenant/", 1)[0]
+    own = settings.tenant(tenant)
+    arns = [f"{base}identity/{identity}" for identity in tenant_identities(settings, tenant)]
     for configuration_set in dict.fromkeys((own.configuration_set, own.notification_configuration_set)):
         if configuration_set:
             arns.append(f"{base}configuration-set/{configuration_set}")

@@ -9,6 +9,7 @@ made before the first try, so a try whose answer was lost is not written twice.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
@@ -18,20 +19,21 @@ import redis.asyncio
 
 from fairpost.config import Settings, load_settings
 from fairpost.config.limits import budget_exceeded
+from fairpost.config.pools import DEFAULT_POOL
 from fairpost.dispatcher.jobs import NewJob, check_priority
 from fairpost.dispatcher.keys import Keys
-from fairpost.dispatcher.lifecycle import Lifecycle, SyncLifecycle
 from fairpost.dispatcher.redis_memory import PolicyOnce
-from fairpost.dispatcher.store import JobStore, SyncJobStore, store_limits
-from fairpost.mailer.errors import InvalidMail
+from fairpost.mailer.errors import InvalidMail, UnknownJob
 from fairpost.mailer.sdk.attachments import Attachment
 from fairpost.mailer.sdk.compose import mail_job
-from fairpost.mailer.sdk.connection import AsyncRedisOwner, RedisOwner
+from fairpost.mailer.sdk.connection import AsyncRedisOwner, RedisOwner, timeouts
 from fairpost.mailer.sdk.dead import DeadLetters
 from fairpost.mailer.sdk.failures import RedisFailures
 from fairpost.mailer.sdk.mail import Mail, check_tenant_id
 from fairpost.mailer.sdk.outcomes.endpoints import Webhooks
 from fairpost.mailer.sdk.outcomes.stream import AsyncEventReader, EventReader, Start
+from fairpost.mailer.sdk.pool_admin import Pools
+from fairpost.mailer.sdk.pools import AsyncRoute, AsyncRoutes, SyncRoute, SyncRoutes
 from fairpost.mailer.sdk.status import JobStatus
 from fairpost.mailer.sdk.streams import TRANSACTIONAL
 from fairpost.mailer.sdk.suppression import Suppressions
@@ -56,6 +58,7 @@ class BaseMailClient:
 
     def _jobs(
         self,
+        settings: Settings,
         tenant_id: str,
         mails: Iterable[Mail | Mapping[str, object]],
         priority: str,
@@ -64,8 +67,7 @@ class BaseMailClient:
         send_at: datetime | None = None,
     ) -> list[NewJob]:
         """Every mail checked (the first broken rule raises :class:`InvalidMail`
-        naming it), then its job built; nothing written."""
-        settings = self.settings
+        naming it), then its job built for the pool ``settings`` describe; nothing written."""
         tenant = check_tenant_id(tenant_id)
         try:
             check_priority(priority)
@@ -133,10 +135,12 @@ class MailClient(RedisOwner, BaseMailClient):
 
     def __init__(self, settings: Settings | None = None, *, redis_client: redis.Redis | None = None) -> None:
         super().__init__(settings, redis_client=redis_client)
-        keys, limits = Keys(self.settings.key_prefix), store_limits(self.settings)
-        self._store = SyncJobStore(self._redis, keys, limits)
-        self._lifecycle = SyncLifecycle(self._redis, keys, limits)
+        self._routes = SyncRoutes(self.settings, self._redis, **timeouts(self.settings))
         self._policy = PolicyOnce(self.settings.redis_high_water)
+
+    def close(self) -> None:
+        self._routes.redis.close()  # other pools' clients, on a Redis Cluster
+        super().close()
 
     @classmethod
     def from_env(cls) -> MailClient:
@@ -185,8 +189,10 @@ class MailClient(RedisOwner, BaseMailClient):
             stream=stream,
             topic=topic,
         )
-        with Creating(self._jobs(tenant_id, [mail], priority, many=False, send_at=send_at)) as jobs:
-            [(_, job_id)] = self._failures.call("enqueue", lambda: self._submit(jobs))
+        route = self._route(tenant_id)
+        made = self._jobs(route.settings, tenant_id, [mail], priority, many=False, send_at=send_at)
+        with Creating(made) as jobs:
+            [(_, job_id)] = self._failures.call("enqueue", lambda: self._submit(route, jobs))
         return job_id
 
     def send_many(
@@ -205,28 +211,51 @@ class MailClient(RedisOwner, BaseMailClient):
         FAIRPOST_IDEMPOTENCY_TTL gets the first job's id and enqueues nothing) and
         ``send_at`` (timezone-aware; ``send_at`` here applies to mails without one).
         """
-        with Creating(self._jobs(tenant_id, mails, priority, many=True, send_at=send_at)) as jobs:
-            submitted = self._failures.call("enqueue", lambda: self._submit(jobs))
+        route = self._route(tenant_id)
+        made = self._jobs(route.settings, tenant_id, mails, priority, many=True, send_at=send_at)
+        with Creating(made) as jobs:
+            submitted = self._failures.call("enqueue", lambda: self._submit(route, jobs))
         return [job_id for _, job_id in submitted]
 
-    def _submit(self, jobs: list[NewJob]) -> list[tuple[bool, str]]:
+    def _route(self, tenant_id: str) -> SyncRoute:
+        """The pool the tenant's new mail goes to (mailer/sdk/directory.py)."""
+        tenant = check_tenant_id(tenant_id)
+        return self._failures.call("enqueue", lambda: self._routes.for_tenant(tenant))
+
+    def _submit(self, route: SyncRoute, jobs: list[NewJob]) -> list[tuple[bool, str]]:
         """Write the jobs, once this client knows Redis will not evict them
         (:class:`EvictingRedis`); above the high-water mark, :class:`RedisNearlyFull`."""
         self._policy.check(self._redis)
-        return self._store.submit(jobs)
+        return route.store.submit(jobs)
 
     def status(self, job_id: str) -> JobStatus:
         """The job's state; raises :class:`UnknownJob` if there is no such job."""
-        record = self._failures.call("status", lambda: self._store.job(job_id))
-        return JobStatus.from_record(job_id, record)
+
+        def find() -> dict[str, str]:
+            # Job ids are unique over every pool: the first pool that knows it has it.
+            for route in self._routes:
+                record = route.store.job(job_id)
+                if record:
+                    return record
+            return {}
+
+        return JobStatus.from_record(job_id, self._failures.call("status", find))
 
     def cancel(self, job_id: str) -> str:
         """Stop a job not yet handed to SQS (scheduled, queued or claimed): it becomes a
         dead letter with reason "cancelled". Returns the state it had. Raises
         :class:`TooLateToCancel` once it is dispatched or finished, :class:`UnknownJob`
         if there is no such job. Cancelling twice is not an error."""
+
         # Cancelling twice is not an error: a try whose answer was lost is safe to repeat.
-        return self._failures.call("cancel", lambda: self._lifecycle.cancel(job_id, self.settings.job_ttl))
+        def cancel() -> str:
+            *others, last = list(self._routes)
+            for route in others:  # the job is in one pool: the others do not know it
+                with contextlib.suppress(UnknownJob):
+                    return route.lifecycle.cancel(job_id, self.settings.job_ttl)
+            return last.lifecycle.cancel(job_id, self.settings.job_ttl)
+
+        return self._failures.call("cancel", cancel)
 
     def dead_letters(self) -> DeadLetters:
         """List, show, replay and purge dead letters, on this client's connection."""
@@ -235,6 +264,11 @@ class MailClient(RedisOwner, BaseMailClient):
     def suppressions(self) -> Suppressions:
         """List, add and remove a tenant's suppressed addresses, on this client's connection."""
         return Suppressions(self.settings, redis_client=self._redis)
+
+    def pools(self) -> Pools:
+        """Which sending pool each tenant is on; move a tenant, name its fallback (on this
+        client's connection)."""
+        return Pools(self.settings, redis_client=self._redis)
 
     def unsubscribes(self) -> Unsubscribes:
         """List, add and remove who stopped a tenant's notification mail (by topic), on
@@ -247,14 +281,15 @@ class MailClient(RedisOwner, BaseMailClient):
 
     def events(
         self, *, group: str, consumer: str, tenant: str | None = None, start: Start = "earliest",
-        batch: int = 100, block: bool = True, claim_idle_seconds: float = 60.0,
+        batch: int = 100, block: bool = True, claim_idle_seconds: float = 60.0, pool: str = DEFAULT_POOL,
     ) -> EventReader:  # fmt: skip
         """The outcome feed, read as ``consumer`` of ``group``: each event at least once,
         until acknowledged (``event.ack()``); ``tenant``: that tenant's only; ``block=False``:
-        stop when none is waiting (fairpost.mailer.sdk.outcomes.stream, docs/outcomes.md)."""
+        stop when none is waiting (fairpost.mailer.sdk.outcomes.stream, docs/outcomes.md).
+        ``pool``: the sending pool whose feed to read (each pool keeps its own)."""
         return EventReader(
-            self._redis, self.settings, group=group, consumer=consumer, tenant=tenant, start=start,
-            batch=batch, block=block, claim_idle_seconds=claim_idle_seconds,
+            self._routes.redis(pool), self._routes.pool(pool).settings, group=group, consumer=consumer,
+            tenant=tenant, start=start, batch=batch, block=block, claim_idle_seconds=claim_idle_seconds,
         )  # fmt: skip
 
 
@@ -265,10 +300,12 @@ class AsyncMailClient(AsyncRedisOwner, BaseMailClient):
         self, settings: Settings | None = None, *, redis_client: redis.asyncio.Redis | None = None
     ) -> None:
         super().__init__(settings, redis_client=redis_client)
-        keys, limits = Keys(self.settings.key_prefix), store_limits(self.settings)
-        self._store = JobStore(self._redis, keys, limits)
-        self._lifecycle = Lifecycle(self._redis, keys, limits)
+        self._routes = AsyncRoutes(self.settings, self._redis, **timeouts(self.settings))
         self._policy = PolicyOnce(self.settings.redis_high_water)
+
+    async def aclose(self) -> None:
+        await self._routes.redis.aclose()
+        await super().aclose()
 
     @classmethod
     def from_env(cls) -> AsyncMailClient:
@@ -310,8 +347,10 @@ class AsyncMailClient(AsyncRedisOwner, BaseMailClient):
             stream=stream,
             topic=topic,
         )
-        with Creating(self._jobs(tenant_id, [mail], priority, many=False, send_at=send_at)) as jobs:
-            [(_, job_id)] = await self._failures.acall("enqueue", lambda: self._submit(jobs))
+        route = await self._route(tenant_id)
+        made = self._jobs(route.settings, tenant_id, [mail], priority, many=False, send_at=send_at)
+        with Creating(made) as jobs:
+            [(_, job_id)] = await self._failures.acall("enqueue", lambda: self._submit(route, jobs))
         return job_id
 
     async def send_many(
@@ -322,29 +361,46 @@ class AsyncMailClient(AsyncRedisOwner, BaseMailClient):
         priority: str = "normal",
         send_at: datetime | None = None,
     ) -> list[str]:
-        with Creating(self._jobs(tenant_id, mails, priority, many=True, send_at=send_at)) as jobs:
-            submitted = await self._failures.acall("enqueue", lambda: self._submit(jobs))
+        route = await self._route(tenant_id)
+        made = self._jobs(route.settings, tenant_id, mails, priority, many=True, send_at=send_at)
+        with Creating(made) as jobs:
+            submitted = await self._failures.acall("enqueue", lambda: self._submit(route, jobs))
         return [job_id for _, job_id in submitted]
 
-    async def _submit(self, jobs: list[NewJob]) -> list[tuple[bool, str]]:
+    async def _route(self, tenant_id: str) -> AsyncRoute:
+        tenant = check_tenant_id(tenant_id)
+        return await self._failures.acall("enqueue", lambda: self._routes.for_tenant(tenant))
+
+    async def _submit(self, route: AsyncRoute, jobs: list[NewJob]) -> list[tuple[bool, str]]:
         await self._policy.acheck(self._redis)
-        return await self._store.submit(jobs)
+        return await route.store.submit(jobs)
 
     async def status(self, job_id: str) -> JobStatus:
-        record = await self._failures.acall("status", lambda: self._store.job(job_id))
-        return JobStatus.from_record(job_id, record)
+        async def find() -> dict[str, str]:
+            for route in self._routes:
+                record = await route.store.job(job_id)
+                if record:
+                    return record
+            return {}
+
+        return JobStatus.from_record(job_id, await self._failures.acall("status", find))
 
     async def cancel(self, job_id: str) -> str:
-        return await self._failures.acall(
-            "cancel", lambda: self._lifecycle.cancel(job_id, self.settings.job_ttl)
-        )
+        async def cancel() -> str:
+            *others, last = list(self._routes)
+            for route in others:
+                with contextlib.suppress(UnknownJob):
+                    return await route.lifecycle.cancel(job_id, self.settings.job_ttl)
+            return await last.lifecycle.cancel(job_id, self.settings.job_ttl)
+
+        return await self._failures.acall("cancel", cancel)
 
     def events(
         self, *, group: str, consumer: str, tenant: str | None = None, start: Start = "earliest",
-        batch: int = 100, block: bool = True, claim_idle_seconds: float = 60.0,
+        batch: int = 100, block: bool = True, claim_idle_seconds: float = 60.0, pool: str = DEFAULT_POOL,
     ) -> AsyncEventReader:  # fmt: skip
         """``async for event in client.events(...)``: as :meth:`MailClient.events`."""
         return AsyncEventReader(
-            self._redis, self.settings, group=group, consumer=consumer, tenant=tenant, start=start,
-            batch=batch, block=block, claim_idle_seconds=claim_idle_seconds,
+            self._routes.redis(pool), self._routes.pool(pool).settings, group=group, consumer=consumer,
+            tenant=tenant, start=start, batch=batch, block=block, claim_idle_seconds=claim_idle_seconds,
         )  # fmt: skip

@@ -30,12 +30,15 @@ import redis
 import redis.asyncio
 
 from fairpost.config import Settings
+from fairpost.config.pools import pool_key_prefix
 from fairpost.config.tenant_id import TENANT_ID_RULE, is_valid_tenant_id
 from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.replies import Queued, text, time_ms
 from fairpost.mailer.errors import InvalidSuppression
-from fairpost.mailer.sdk.connection import RedisOwner
+from fairpost.mailer.sdk.connection import RedisOwner, timeouts
+from fairpost.mailer.sdk.directory import PoolDirectory
 from fairpost.mailer.sdk.failures import redis_operation
+from fairpost.mailer.sdk.pool_redis import SyncPoolRedis
 
 __all__ = [
     "Reason",
@@ -144,31 +147,51 @@ class Suppressions(RedisOwner):
     def __init__(self, settings: Settings | None = None, *, redis_client: redis.Redis | None = None) -> None:
         super().__init__(settings, redis_client=redis_client)
         self.keys = Keys(self.settings.key_prefix)
+        self._directory = PoolDirectory(self.settings, self._redis, ttl=0.0)
+        self._pools = SyncPoolRedis(self.settings, self._redis, **timeouts(self.settings))
+
+    def close(self) -> None:
+        self._pools.close()
+        super().close()
+
+    def _list_keys(self, tenant: object) -> list[tuple[redis.Redis, str]]:
+        """The tenant's list in the pool it is on (its sender reads it there), first; while it
+        moves, also in the pool its waiting mail drains from (mailer/sdk/pool_admin.py)."""
+        valid = checked_tenant(tenant)
+        pools = [self._directory.pool_of(valid)]
+        move = self._directory.move(valid) if self.settings.pools else None
+        if move is not None and move["from"] not in pools:
+            pools.append(str(move["from"]))
+        return [(self._pools(p), Keys(pool_key_prefix(self.settings, p)).suppressed(valid)) for p in pools]
 
     @redis_operation("suppression: list")
     def list(self, tenant: str) -> list[Suppression]:
         """The tenant's suppressed addresses, sorted."""
-        raw: dict[Any, Any] = self._redis.hgetall(self.keys.suppressed(checked_tenant(tenant)))
+        [(client, key), *_] = self._list_keys(tenant)
+        raw: dict[Any, Any] = client.hgetall(key)
         return sorted((_parse(text(k), text(v)) for k, v in raw.items()), key=lambda e: e.address)
 
     @redis_operation("suppression: check")
     def is_suppressed(self, tenant: str, address: str) -> bool:
-        key = self.keys.suppressed(checked_tenant(tenant))
-        return bool(self._redis.hexists(key, checked_address(address)))
+        [(client, key), *_] = self._list_keys(tenant)
+        return bool(client.hexists(key, checked_address(address)))
 
     @redis_operation("suppression: add", writes=True)
     def add(self, tenant: str, address: str, reason: Reason = "manual") -> bool:
         """Suppress an address for the tenant; False if it was already."""
         if reason not in _REASONS:
             raise InvalidSuppression("reason", f"must be one of {', '.join(_REASONS)}, got {reason!r}")
-        key, field = self.keys.suppressed(checked_tenant(tenant)), checked_address(address)
+        lists, field = self._list_keys(tenant), checked_address(address)
         now_ms = time_ms(self._redis.time())  # every stored time is Redis time
-        return bool(self._redis.hsetnx(key, field, _value(reason, now_ms)))
+        added = [bool(client.hsetnx(key, field, _value(reason, now_ms))) for client, key in lists]
+        return added[0]
 
     @redis_operation("suppression: remove", writes=True)
     def remove(self, tenant: str, address: str) -> bool:
         """Let the tenant write to the address again; False if it was not suppressed."""
-        return bool(self._redis.hdel(self.keys.suppressed(checked_tenant(tenant)), checked_address(address)))
+        lists = self._list_keys(tenant)
+        removed = [bool(client.hdel(key, checked_address(address))) for client, key in lists]
+        return removed[0]
 
 
 def checked_tenant(tenant: object) -> str:

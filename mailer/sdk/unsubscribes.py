@@ -31,15 +31,18 @@ import redis
 import redis.asyncio
 
 from fairpost.config import Settings
+from fairpost.config.pools import DEFAULT_POOL, pool_settings
 from fairpost.dispatcher.calls import outcome_journal
 from fairpost.dispatcher.journal import Journal, entry_args, journal_args, journal_keys
 from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.replies import Queued, text
 from fairpost.dispatcher.scripts import lua_source
 from fairpost.mailer.errors import InvalidMail, InvalidSuppression
-from fairpost.mailer.sdk.connection import RedisOwner
+from fairpost.mailer.sdk.connection import RedisOwner, timeouts
+from fairpost.mailer.sdk.directory import PoolDirectory
 from fairpost.mailer.sdk.failures import redis_operation
 from fairpost.mailer.sdk.outcomes import feed
+from fairpost.mailer.sdk.pool_redis import SyncPoolRedis
 from fairpost.mailer.sdk.rollups import UNSUBSCRIBED, Deliverability, count_outcome
 from fairpost.mailer.sdk.streams import TOPIC_RULE, check_topic
 from fairpost.mailer.sdk.suppression import checked_address, checked_tenant, normalize
@@ -130,15 +133,39 @@ class Unsubscribes(RedisOwner):
         self.keys = Keys(self.settings.key_prefix)
         self._journal = outcome_journal(self.settings)
         self._script = self._redis.register_script(unsubscribe_source())
+        # Sending pools (#43): a tenant's list is kept in the pool it is on, where its sender reads it.
+        self._directory = PoolDirectory(self.settings, self._redis, ttl=0.0)
+        self._pool_redis = SyncPoolRedis(self.settings, self._redis, **timeouts(self.settings))
+        self._by_pool: dict[str, Unsubscribes] = {}
+
+    def close(self) -> None:
+        for other in self._by_pool.values():
+            other.close()
+        self._pool_redis.close()
+        super().close()
+
+    def _for(self, tenant: str) -> Unsubscribes:
+        """This admin, or the one of the pool the tenant is on."""
+        pool = self._directory.pool_of(checked_tenant(tenant)) if self.settings.pools else DEFAULT_POOL
+        if pool == DEFAULT_POOL:
+            return self
+        if pool not in self._by_pool:
+            own = pool_settings(self.settings, pool)
+            self._by_pool[pool] = Unsubscribes(own, redis_client=self._pool_redis(pool))
+        return self._by_pool[pool]
 
     @redis_operation("unsubscribes: list")
     def list(self, tenant: str) -> list[Unsubscribe]:
         """The tenant's unsubscribed addresses, sorted."""
+        if (pool := self._for(tenant)) is not self:
+            return pool.list(tenant)
         raw: dict[Any, Any] = self._redis.hgetall(self.keys.unsubscribed(checked_tenant(tenant)))
         return sorted((_parse(text(k), text(v)) for k, v in raw.items()), key=lambda u: u.address)
 
     def add(self, tenant: str, address: str, topic: str | None = None) -> bool:
         """Unsubscribe the address from ``topic`` (None: every topic); False if it was already."""
+        if (pool := self._for(tenant)) is not self:
+            return pool.add(tenant, address, topic)
         changed = self._add(tenant, address, topic)
         if changed and self.settings.deliverability.enabled:
             # Its own call after the unsubscribe: a retry of this one would count twice.
@@ -152,6 +179,8 @@ class Unsubscribes(RedisOwner):
     @redis_operation("unsubscribes: remove", writes=True)
     def remove(self, tenant: str, address: str, topic: str | None = None) -> bool:
         """Subscribe it again to ``topic`` (None: to everything); False if it was not unsubscribed."""
+        if (pool := self._for(tenant)) is not self:
+            return pool.remove(tenant, address, topic)
         changed = self._run(tenant, address, topic, add=False)
         if changed < 0:
             raise InvalidSuppression(

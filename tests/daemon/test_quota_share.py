@@ -18,7 +18,7 @@ import pytest
 
 from fairpost.config import parse_limits
 from fairpost.config.limits import Window
-from fairpost.mailer.daemon.group import PRECISE_JITTER, PRECISE_WAIT_MAX
+from fairpost.mailer.daemon.parking import PRECISE_JITTER, PRECISE_WAIT_MAX
 from fairpost.mailer.quota.engine import QuotaEngine
 
 GLOBAL = parse_limits("12/second")
@@ -55,7 +55,7 @@ async def simulate(
 
 def comes_back_in(retry_after: float, rng: random.Random) -> int:
     """Milliseconds until a refused tenant asks again, as the sender does it: a short
-    wait it times itself, plus its jitter (fairpost.mailer.daemon.group); a longer one
+    wait it times itself, plus its jitter (fairpost.mailer.daemon.parking); a longer one
     waits in SQS, whose visibility is whole seconds, plus up to a second of jitter."""
     if retry_after <= PRECISE_WAIT_MAX:
         return round(retry_after * 1000) + rng.randrange(0, round(PRECISE_JITTER * 1000) + 1)

@@ -63,6 +63,8 @@ FIGURES = {
     "webhook_deliveries_per_second",
     "streams_transactional_p99_ratio",
     "streams_notification_window",
+    "pools_shard_speedup",
+    "pools_routing_cost",
 }
 
 

@@ -16,7 +16,7 @@ import redis.asyncio
 from fairpost.config import load_settings
 from fairpost.mailer.cli import main
 from fairpost.mailer.daemon.aws import SQS_CONFIG, session
-from fairpost.mailer.daemon.group import PRECISE_WAIT_MAX
+from fairpost.mailer.daemon.parking import PRECISE_WAIT_MAX
 from fairpost.mailer.daemon.ready import readiness
 from fairpost.mailer.ops.redrive import SHORTEST_PARK_SECONDS, redrive_warning
 

@@ -16,7 +16,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 from fairpost import AsyncMailClient
 from fairpost.config import Settings
-from fairpost.mailer.daemon.group import PRECISE_WAIT_MAX
+from fairpost.mailer.daemon.parking import PRECISE_WAIT_MAX
 from fairpost.mailer.daemon.tracing import Tracing
 from fairpost.mailer.testing.ses_server import Faults, SesServer
 from fairpost.mailer.testing.wait import wait_for_async

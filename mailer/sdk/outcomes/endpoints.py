@@ -15,6 +15,7 @@ shown only once, by :meth:`Webhooks.add` and :meth:`Webhooks.rotate_secret`.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import json
 import secrets as random_source
 from collections.abc import Iterable
@@ -25,16 +26,18 @@ from typing import Any
 import redis
 
 from fairpost.config import Settings
+from fairpost.config.pools import pool_settings
 from fairpost.config.tenant_id import TENANT_ID_RULE, is_valid_tenant_id
 from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.replies import record, text, time_ms
 from fairpost.mailer.errors import InvalidWebhook, UnknownEndpoint
-from fairpost.mailer.sdk.connection import RedisOwner
+from fairpost.mailer.sdk.connection import RedisOwner, timeouts
 from fairpost.mailer.sdk.failures import redis_operation
 from fairpost.mailer.sdk.outcomes.deliveries import DeliveryCalls, script
 from fairpost.mailer.sdk.outcomes.feed import EVENT_TYPES, readable, stream_id
 from fairpost.mailer.sdk.outcomes.signing import new_secret
 from fairpost.mailer.sdk.outcomes.urls import check_url
+from fairpost.mailer.sdk.pool_redis import SyncPoolRedis
 
 __all__ = ["Endpoint", "NewSecret", "Webhooks"]
 
@@ -94,6 +97,19 @@ class Webhooks(RedisOwner):
         self.keys = Keys(self.settings.key_prefix)
         self._calls = DeliveryCalls(self.keys)
         self._replay = self._redis.register_script(script("replay"))
+        # Sending pools (#43): each pool's deliveries read its own feed and endpoints, so
+        # every endpoint is kept in every pool's keys too, with the same id and secret.
+        self._pools = SyncPoolRedis(self.settings, self._redis, **timeouts(self.settings))
+        self._mirrors = [
+            Webhooks(pool_settings(self.settings, pool), redis_client=self._pools(pool))
+            for pool in self.settings.pools
+        ]
+
+    def close(self) -> None:
+        for mirror in self._mirrors:
+            mirror.close()
+        self._pools.close()
+        super().close()
 
     @redis_operation("webhook: add", writes=True, repeatable=False)
     def add(self, tenant: str, url: str, *, events: Iterable[str] = ()) -> NewSecret:
@@ -106,11 +122,12 @@ class Webhooks(RedisOwner):
             "tenant": tenant, "url": url, "events": ",".join(types), "enabled": "1", "secret": secret,
             "created_ms": time_ms(self._redis.time()),
         }  # fmt: skip
-        with self._redis.pipeline(transaction=True) as pipe:
-            pipe.hset(self.keys.webhook_endpoint(endpoint), mapping=fields)
-            pipe.sadd(self.keys.webhook_tenant(tenant), endpoint)
-            pipe.sadd(self.keys.webhook_endpoints(), endpoint)
-            pipe.execute()
+        for pool in (self, *self._mirrors):
+            with pool._redis.pipeline(transaction=True) as pipe:
+                pipe.hset(pool.keys.webhook_endpoint(endpoint), mapping=fields)
+                pipe.sadd(pool.keys.webhook_tenant(tenant), endpoint)
+                pipe.sadd(pool.keys.webhook_endpoints(), endpoint)
+                pipe.execute()
         return NewSecret(endpoint, secret)
 
     @redis_operation("webhook: list")
@@ -140,6 +157,9 @@ class Webhooks(RedisOwner):
             pipe.zrem(k.webhook_ready(), endpoint)
             pipe.hdel(k.webhook_busy(), endpoint)
             pipe.execute()
+        for mirror in self._mirrors:
+            with contextlib.suppress(UnknownEndpoint):  # added before the pool was declared
+                mirror.remove(endpoint)
 
     @redis_operation("webhook: enable", writes=True)
     def enable(self, endpoint: str) -> None:
@@ -154,6 +174,9 @@ class Webhooks(RedisOwner):
             pipe.lpush(k.webhook_wake(), "1")
             pipe.ltrim(k.webhook_wake(), 0, 0)
             pipe.execute()
+        for mirror in self._mirrors:
+            with contextlib.suppress(UnknownEndpoint):
+                mirror.enable(endpoint)
 
     @redis_operation("webhook: disable", writes=True)
     def disable(self, endpoint: str) -> None:
@@ -165,6 +188,9 @@ class Webhooks(RedisOwner):
             pipe.hset(self.keys.webhook_endpoint(endpoint), mapping=fields)
             pipe.zrem(self.keys.webhook_ready(), endpoint)
             pipe.execute()
+        for mirror in self._mirrors:
+            with contextlib.suppress(UnknownEndpoint):
+                mirror.disable(endpoint)
 
     @redis_operation("webhook: rotate-secret", writes=True, repeatable=False)
     def rotate_secret(self, endpoint: str) -> NewSecret:
@@ -175,7 +201,11 @@ class Webhooks(RedisOwner):
             raise UnknownEndpoint(endpoint)
         secret = new_secret()
         until = time_ms(self._redis.time()) + int(self.settings.webhook.rotation_overlap * 1000)
-        self._redis.hset(key, mapping={"secret": secret, "old_secret": text(current), "old_until_ms": until})
+        rotated: dict[Any, Any] = {"secret": secret, "old_secret": text(current), "old_until_ms": until}
+        self._redis.hset(key, mapping=rotated)
+        for mirror in self._mirrors:
+            if mirror._redis.exists(mirror.keys.webhook_endpoint(endpoint)):
+                mirror._redis.hset(mirror.keys.webhook_endpoint(endpoint), mapping=rotated)
         return NewSecret(endpoint, secret)
 
     @redis_operation("webhook: attempts")
@@ -209,7 +239,8 @@ class Webhooks(RedisOwner):
             if newer is not None:
                 raise newer  # what came before it is queued; a newer fairpost replays the rest
             if len(page) < _REPLAY_PAGE:
-                return queued
+                # Each pool's feed to its own copy of the endpoint.
+                return queued + sum(m.replay(endpoint, since) for m in self._mirrors if m._read(endpoint))
             start = "(" + text(page[-1][0])
 
     def _check_url(self, endpoint: Endpoint) -> Endpoint:

@@ -16,6 +16,7 @@ from fairpost.mailer.daemon.context import SenderContext
 from fairpost.mailer.daemon.counting import Counting, Stamp
 from fairpost.mailer.daemon.endings import Endings
 from fairpost.mailer.daemon.gate import Gate
+from fairpost.mailer.daemon.parking import Parking
 from fairpost.mailer.daemon.settlement import HAND_BACK, Backoff, Delete
 from tests.daemon.unit.fakes import FakeQuota, FakeStore, fake_context, mail
 
@@ -25,7 +26,9 @@ STAMP_MS = 7_000
 def answers(**settings: Any) -> tuple[Answers, SenderContext, FakeStore, FakeQuota, Gate]:
     ctx, store, quota = fake_context(**settings)
     gate = Gate(cast(Any, quota), ctx.limits)
-    return Answers(ctx, cast(Any, None), gate, Endings(ctx), Counting(ctx)), ctx, store, quota, gate
+    endings = Endings(ctx)
+    parking = Parking(ctx, gate, endings)
+    return Answers(ctx, cast(Any, None), gate, endings, Counting(ctx), parking), ctx, store, quota, gate
 
 
 async def test_a_sent_mail_is_deleted_and_keeps_its_units() -> None:

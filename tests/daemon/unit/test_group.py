@@ -17,9 +17,10 @@ from fairpost.mailer.daemon.context import SenderContext
 from fairpost.mailer.daemon.counting import Counting
 from fairpost.mailer.daemon.endings import Endings
 from fairpost.mailer.daemon.gate import Gate
-from fairpost.mailer.daemon.group import PRECISE_SAFETY_NET, GroupDecision
+from fairpost.mailer.daemon.group import GroupDecision
 from fairpost.mailer.daemon.holds import PAUSED_RECHECK_SECONDS
 from fairpost.mailer.daemon.inbox import Received
+from fairpost.mailer.daemon.parking import PRECISE_SAFETY_NET, Parking
 from fairpost.mailer.daemon.settlement import HAND_BACK, Delete, Park, Retry
 from fairpost.mailer.quota.engine import NEVER, Grant
 from fairpost.mailer.quota.overrides import StaticLimits
@@ -44,7 +45,9 @@ class _Paused(StaticLimits):
 def decision(ctx: SenderContext, quota: FakeQuota) -> tuple[GroupDecision, _Sending, Gate]:
     sending = _Sending()
     gate = Gate(cast(Any, quota), ctx.limits)
-    groups = GroupDecision(ctx, gate, Counting(ctx), Endings(ctx), cast(Any, sending))
+    endings = Endings(ctx)
+    parking = Parking(ctx, gate, endings)
+    groups = GroupDecision(ctx, gate, Counting(ctx), endings, cast(Any, sending), parking)
     return groups, sending, gate
 
 

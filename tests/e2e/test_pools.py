@@ -1,0 +1,169 @@
+"""Two sending pools (#43) from outside: one ``fairpost run``, each pool with its own
+SES (a recording server of its own), its own SQS queue in its own region, its own
+global quota and its own Redis hash tag; tenants on each."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import boto3
+import pytest
+import redis
+
+from fairpost.config import load_settings
+from fairpost.config.pools import pool_settings
+from fairpost.dispatcher.keys import Keys
+from fairpost.mailer.cli import main
+from fairpost.mailer.sdk.client import MailClient
+from fairpost.mailer.sdk.directory import PoolDirectory
+from fairpost.mailer.testing.services import free_port
+from fairpost.mailer.testing.ses_mail import max_in_window
+from fairpost.mailer.testing.ses_server import SesServer
+from fairpost.mailer.testing.wait import wait_for
+from tests.outcomes.receiver import Receiver
+from tests.support.daemon_process import daemon_process
+
+PREFIX = "pools"
+EU_QUEUE = "fairpost-eu.fifo"
+EU_LIMIT = 4  # a second: the eu pool's own global window
+DEFAULT_LIMIT = 50
+
+
+@pytest.fixture
+def eu_ses() -> Iterator[SesServer]:
+    with SesServer() as server:
+        yield server
+
+
+@pytest.fixture
+def env(
+    monkeypatch: pytest.MonkeyPatch, redis_url: str, aws_env: str, ses: SesServer, eu_ses: SesServer
+) -> dict[str, str]:
+    for name, value in {
+        "FAIRPOST_REDIS_URL": redis_url,
+        "FAIRPOST_KEY_PREFIX": PREFIX,
+        "FAIRPOST_SENDER__WAIT_SECONDS": "1",
+        "FAIRPOST_GLOBAL_LIMITS": f"{DEFAULT_LIMIT}/second",
+        "FAIRPOST_TENANT_LIMITS": "100/second",
+        "FAIRPOST_POOLS__EU__REGION": "eu-west-1",
+        "FAIRPOST_POOLS__EU__QUEUE_NAME": EU_QUEUE,
+        "FAIRPOST_POOLS__EU__SQS_ENDPOINT_URL": aws_env,
+        "FAIRPOST_POOLS__EU__SES_ENDPOINT_URL": eu_ses.url,
+        "FAIRPOST_POOLS__EU__GLOBAL_LIMITS": f"{EU_LIMIT}/second",
+        "AWS_ENDPOINT_URL_SESV2": ses.url,
+        "FAIRPOST_WEBHOOK_ALLOW_PRIVATE": "true",  # the receiver, on 127.0.0.1
+    }.items():
+        monkeypatch.setenv(name, value)
+    assert main(["init-aws"]) == 0  # the default pool's queue
+    assert main(["init-aws", "--pool", "eu"]) == 0  # the eu pool's, in its region
+    eu_sqs = boto3.client("sqs", region_name="eu-west-1", endpoint_url=aws_env)
+    assert eu_sqs.get_queue_url(QueueName=EU_QUEUE)["QueueUrl"].endswith(EU_QUEUE)
+    return dict(os.environ)
+
+
+def send(client: MailClient, tenant: str, n: int) -> list[str]:
+    return [
+        client.send(tenant, sender="app@example.com", to=[f"r{i}@example.org"], subject=tenant, text="hi")
+        for i in range(n)
+    ]
+
+
+def test_each_pool_sends_through_its_own_ses_within_its_own_window(
+    env: dict[str, str], tmp_path: Path, ses: SesServer, eu_ses: SesServer, redis_client: redis.Redis
+) -> None:
+    settings = load_settings()
+    PoolDirectory(settings, redis_client).place("eu-tenant", "eu")
+    with Receiver().running() as receiver, MailClient(settings) as client:
+        # A webhook endpoint of each tenant, added once: each pool delivers its own tenants' events.
+        with client.webhooks() as hooks:
+            for tenant in ("us-tenant", "eu-tenant"):
+                receiver.secret(f"/{tenant}", hooks.add(tenant, receiver.url(f"/{tenant}")).secret)
+        jobs = {"us-tenant": send(client, "us-tenant", 12), "eu-tenant": send(client, "eu-tenant", 12)}
+        eu_keys = Keys(pool_settings(settings, "eu").key_prefix)
+        # The eu tenant's jobs live under the eu pool's hash tag, not the default's.
+        assert redis_client.exists(eu_keys.queue("eu-tenant", "normal"))
+        assert not redis_client.exists(Keys(PREFIX).queue("eu-tenant", "normal"))
+        with daemon_process(env, tmp_path, replica="r1", http_port=free_port()) as daemon:
+            ses.wait_for(12, timeout=30)
+            eu_ses.wait_for(12, timeout=30)
+            status, text = daemon.get("/metrics")
+            for tenant, sent in jobs.items():
+                wait_for(
+                    lambda t=tenant, j=sent: sent_events(receiver, f"/{t}") >= set(j),  # type: ignore[misc]
+                    within=30, what=f"{tenant}'s mail.sent webhooks",
+                )  # fmt: skip
+    assert {m.subject for m in ses.sent} == {"us-tenant"}
+    assert {m.subject for m in eu_ses.sent} == {"eu-tenant"}
+    # The eu pool's own global window held at its own SES.
+    assert max_in_window(eu_ses.sent, 1.0) <= EU_LIMIT
+    assert status == 200
+    # Each pool's own global window, by pool (a bounded label: the pools configured).
+    assert f'fairpost_pool_global_quota_limit{{pool="eu",window="second"}} {EU_LIMIT}.0' in text
+    assert f'fairpost_pool_global_quota_limit{{pool="default",window="second"}} {DEFAULT_LIMIT}.0' in text
+
+
+def sent_events(receiver: Receiver, path: str) -> set[str]:
+    """The job ids of the ``mail.sent`` events delivered (and verified) at ``path``."""
+    return {
+        d.event["data"]["job_id"]
+        for d in receiver.verified(path)
+        if d.event and d.event["type"] == "mail.sent"
+    }
+
+
+def test_a_tenant_moved_under_load_loses_nothing_and_sends_nothing_twice(
+    env: dict[str, str], tmp_path: Path, ses: SesServer, eu_ses: SesServer
+) -> None:
+    settings = load_settings()
+    total, before = 60, 20
+    sent: list[str] = []
+    with daemon_process(env, tmp_path, replica="r1"), MailClient(settings) as client:
+        sent += send(client, "mover", before)
+        ses.wait_for(1, timeout=30)  # the default pool is sending the tenant's mail
+        with client.pools() as pools:
+
+            def killed(seconds: float) -> None:
+                raise KeyboardInterrupt  # the command killed halfway, after the directory changed
+
+            with pytest.raises(KeyboardInterrupt):
+                pools.move("mover", "eu", sleep=killed)
+            assert pools.moving("mover") is not None
+            sent += send(client, "mover", 20)  # while the move stands half done
+            report = pools.move("mover", "eu", wait=60)  # run again: it resumes and finishes
+            assert (report.source, report.target, report.step) == ("default", "eu", "done")
+            assert pools.moving("mover") is None
+        after = send(client, "mover", total - len(sent))
+        sent += after
+        wait_for(lambda: ses.sent_count + eu_ses.sent_count >= total, within=60, what=f"{total} mails")
+    ids = [m.tags["fairpost-job-id"] for m in ses.sent + eu_ses.sent]
+    assert sorted(ids) == sorted(sent)  # every mail once: none lost, none twice
+    # Mail sent after the move went through the new pool only.
+    assert {m.tags["fairpost-job-id"] for m in eu_ses.sent} >= set(after)
+
+
+def test_a_replica_serves_only_the_pools_it_is_told_to(
+    env: dict[str, str], tmp_path: Path, ses: SesServer, eu_ses: SesServer, redis_client: redis.Redis
+) -> None:
+    settings = load_settings()
+    PoolDirectory(settings, redis_client).place("eu-tenant", "eu")
+    with MailClient(settings) as client:
+        send(client, "us-tenant", 3)
+        send(client, "eu-tenant", 3)
+    eu_keys = Keys(pool_settings(settings, "eu").key_prefix)
+    only_eu = {**env, "FAIRPOST_SERVE_POOLS": "eu"}
+    with daemon_process(only_eu, tmp_path, replica="eu-only", wait_ready=False) as daemon:
+        wait_for(lambda: redis_client.exists(eu_keys.heartbeat("eu-only")), within=30, what="eu's heartbeat")
+        eu_ses.wait_for(3, timeout=30)
+        # Its health is read where it beats: the first pool it serves.
+        health = subprocess.run(
+            [sys.executable, "-m", "fairpost.mailer.cli", "health", "--replica", "eu-only"],
+            env={**only_eu, "PYTHONPATH": os.environ.get("PYTHONPATH", "")}, capture_output=True, timeout=30,
+        )  # fmt: skip
+        assert health.returncode == 0, health.stdout + health.stderr
+        assert daemon.process.poll() is None
+    assert ses.sent_count == 0  # the default pool's mail waits for a replica that serves it
+    assert not redis_client.exists(Keys(PREFIX).heartbeat("eu-only"))
