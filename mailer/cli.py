@@ -19,7 +19,7 @@ from fairpost.mailer.ops.analytics_commands import add_parser as add_analytics_c
 from fairpost.mailer.ops.console import aws_error, fail, print_json, unreachable_redis
 from fairpost.mailer.ops.doctor import add_parser as add_doctor
 from fairpost.mailer.ops.lifecycle_commands import add_commands as add_lifecycle_commands
-from fairpost.mailer.ops.lifecycle_commands import parse_header, parse_send_at
+from fairpost.mailer.ops.mail_commands import add_commands as add_mail_commands
 from fairpost.mailer.ops.migrate_commands import add_parser as add_migrate_command
 from fairpost.mailer.ops.pool_commands import add_parser as add_pools_command
 from fairpost.mailer.ops.pool_commands import add_tenant_actions as add_pool_actions
@@ -95,49 +95,6 @@ def cmd_init_aws(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def cmd_send(args: argparse.Namespace, settings: Settings) -> int:
-    from fairpost.mailer.sdk.attachments import Attachment
-    from fairpost.mailer.sdk.client import MailClient
-
-    try:
-        attachments = [Attachment.from_path(path) for path in args.attach or ()]
-    except OSError as exc:
-        print(f"fairpost: cannot read attachment: {exc}", file=sys.stderr)
-        return 1
-    with MailClient(settings) as client:
-        job_id = client.send(
-            args.tenant,
-            sender=args.sender,
-            to=args.to,
-            cc=args.cc or (),
-            bcc=args.bcc or (),
-            subject=args.subject,
-            text=args.text,
-            html=args.html,
-            priority=args.priority,
-            headers=dict(args.header) if args.header else None,
-            attachments=attachments,
-            idempotency_key=args.idempotency_key,
-            send_at=args.send_at,
-        )
-    print(job_id)
-    return 0
-
-
-def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
-    from fairpost.mailer.sdk.client import MailClient
-
-    with MailClient(settings) as client:
-        status = client.status(args.job_id)
-    if args.json:
-        print_json(status.to_json())
-    else:
-        for name, value in status.to_json().items():
-            if value is not None:
-                print(f"{name:15} {value}")
-    return 0
-
-
 def cmd_check_config(args: argparse.Namespace, settings: Settings) -> int:
     data = settings.redacted()
     if args.json:
@@ -190,7 +147,8 @@ def cmd_stats(args: argparse.Namespace, settings: Settings) -> int:
     from fairpost.config.pools import pool_names, pool_settings
     from fairpost.dispatcher.connect import async_redis_client
     from fairpost.dispatcher.keys import Keys
-    from fairpost.mailer.ops.stats import collect_stats, render_table, render_text
+    from fairpost.mailer.ops.stats import collect_stats
+    from fairpost.mailer.ops.stats_render import render_table, render_text
 
     if args.pool not in pool_names(settings):
         return fail(f"no pool {args.pool!r}: one of {', '.join(pool_names(settings))}")
@@ -277,7 +235,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     _add_service_commands(sub)
-    _add_mail_commands(sub)
+    add_mail_commands(sub)
     add_lifecycle_commands(sub)
     add_reputation_commands(sub)
     add_webhook_commands(sub)
@@ -347,37 +305,6 @@ def _add_service_commands(sub: Any) -> None:
     demo.add_argument("--scenario", default="default")
     demo.add_argument("--output", default="demo-output", help="where the summary and chart go")
     demo.set_defaults(handler=cmd_demo)
-
-
-def _add_mail_commands(sub: Any) -> None:
-    """One mail: enqueue it, see its state."""
-    send = sub.add_parser("send", help="enqueue one mail and print its job id")
-    send.add_argument("--tenant", required=True)
-    send.add_argument("--from", dest="sender", help="default: the tenant's default_sender setting")
-    send.add_argument("--to", action="append", required=True, help="repeat for several recipients")
-    send.add_argument("--cc", action="append")
-    send.add_argument("--bcc", action="append")
-    send.add_argument("--subject", required=True)
-    send.add_argument("--text")
-    send.add_argument("--html")
-    send.add_argument("--priority", choices=["high", "normal", "low"], default="normal")
-    send.add_argument(
-        "--header", action="append", type=parse_header, metavar="'NAME: VALUE'", help="repeat for several"
-    )
-    send.add_argument("--attach", action="append", metavar="PATH", help="a file to attach; repeatable")
-    send.add_argument(
-        "--idempotency-key", help="a repeat with this key (same tenant, within FAIRPOST_IDEMPOTENCY_TTL) "
-        "prints the first job's id and enqueues nothing"
-    )  # fmt: skip
-    send.add_argument(
-        "--send-at", type=parse_send_at, metavar="TIME", help="ISO 8601 with offset, or +DURATION (+15m)"
-    )
-    send.set_defaults(handler=cmd_send)
-
-    status = sub.add_parser("status", help="show a job's state")
-    status.add_argument("job_id")
-    status.add_argument("--json", action="store_true")
-    status.set_defaults(handler=cmd_status)
 
 
 def _add_operator_commands(sub: Any) -> None:

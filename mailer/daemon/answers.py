@@ -86,19 +86,7 @@ class Answers:
             await self.counting.refund(tenant, msg, stamp.at_ms)
         ctx.stats.by_reason[result.verdict.value] = ctx.stats.by_reason.get(result.verdict.value, 0) + 1
         if result.verdict is ses.Verdict.THROTTLED:
-            ctx.stats.throttled_by_ses += 1
-            ctx.metrics.throttled(tenant, "ses")
-            daily = await self._daily_hold() if is_daily_quota_exceeded(result.error) else None
-            if daily is None:
-                delay = self._throttle_backoff
-                self._throttle_backoff = min(self._throttle_backoff * 2, _THROTTLE_BACKOFF_MAX)
-            else:
-                delay = daily
-            self.gate.hold(delay)
-            jitter = random.uniform(0, ctx.settings.sender.max_jitter_seconds)
-            await ctx.mail.count_throttled([env.job_id], "ses", await ctx.store.now_ms() + int(delay * 1000))
-            log.warning("SES throttled; sender backs off %.1fs", delay, extra=extra)
-            return Backoff(min(delay + jitter, MAX_VISIBILITY), "ses_throttled")
+            return await self._throttled(tenant, env.job_id, result, extra)
         if result.verdict is ses.Verdict.TENANT:
             # This tenant's own SES set-up: it alone waits, nothing is counted against the mail.
             reason, until_ms, wait = await ctx.holds.hold_for_ses(tenant, result.reason)
@@ -128,6 +116,26 @@ class Answers:
         ctx.metrics.retried(tenant)
         log.warning("SES send failed (attempt %d): %s", attempts, result.error, extra=extra)
         return attempt_backoff(attempts, ctx.settings.sender, "ses_transient")
+
+    async def _throttled(
+        self, tenant: str, job_id: str, result: ses.SendResult, extra: dict[str, str]
+    ) -> Settlement:
+        """SES throttled the account: the whole sender waits, doubling, or until the
+        day can free when SES says the day's quota is spent."""
+        ctx = self.ctx
+        ctx.stats.throttled_by_ses += 1
+        ctx.metrics.throttled(tenant, "ses")
+        daily = await self._daily_hold() if is_daily_quota_exceeded(result.error) else None
+        if daily is None:
+            delay = self._throttle_backoff
+            self._throttle_backoff = min(self._throttle_backoff * 2, _THROTTLE_BACKOFF_MAX)
+        else:
+            delay = daily
+        self.gate.hold(delay)
+        jitter = random.uniform(0, ctx.settings.sender.max_jitter_seconds)
+        await ctx.mail.count_throttled([job_id], "ses", await ctx.store.now_ms() + int(delay * 1000))
+        log.warning("SES throttled; sender backs off %.1fs", delay, extra=extra)
+        return Backoff(min(delay + jitter, MAX_VISIBILITY), "ses_throttled")
 
     async def _daily_hold(self) -> float | None:
         """SES says the account's day is spent: the seconds to hold sending, from the

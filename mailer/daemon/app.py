@@ -44,7 +44,8 @@ from fairpost.dispatcher.layout import LAYOUT, MIGRATE_COMMAND, read_layout
 from fairpost.mailer.daemon.failover import PoolHealth, WatchedSes
 from fairpost.mailer.daemon.health import Heartbeat, Liveness, replica_name
 from fairpost.mailer.daemon.http import Check, HttpServer
-from fairpost.mailer.daemon.metrics import Metrics, TenantLabels
+from fairpost.mailer.daemon.metric_labels import TenantLabels
+from fairpost.mailer.daemon.metrics import Metrics
 from fairpost.mailer.daemon.parts import Parts, Role, build_parts
 from fairpost.mailer.daemon.pools import PoolClients, pool_clients, task_name
 from fairpost.mailer.daemon.ready import readiness

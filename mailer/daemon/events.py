@@ -49,7 +49,8 @@ from fairpost.dispatcher.loop import forever
 from fairpost.dispatcher.replies import text, time_ms
 from fairpost.mailer.daemon.aws import SqsClient
 from fairpost.mailer.daemon.deliverability import DeliverabilityCounter
-from fairpost.mailer.daemon.metrics import EVENT_OUTCOMES, Metrics
+from fairpost.mailer.daemon.metric_labels import EVENT_OUTCOMES
+from fairpost.mailer.daemon.metrics import Metrics
 from fairpost.mailer.daemon.ses import redact
 from fairpost.mailer.daemon.ses_events import SesEvent, parse_event
 from fairpost.mailer.daemon.unsubscriber import Unsubscriber

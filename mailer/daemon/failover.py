@@ -8,8 +8,10 @@ has lasted the pool's ``failover_after``, :class:`PoolHealth` records the pool a
 failing in the directory (:meth:`~fairpost.dispatcher.keys.Keys.pool_failing`):
 the SDKs then send the new mail of the tenants that name a fallback pool through
 it (mailer/sdk/directory.py), and nobody else's. While it fails, SES is probed
-with ``GetAccount`` (the pool may get no other mail to try); the first answer, or
-an accepted SendEmail, switches back. Each switch is logged, counted
+with ``GetAccount`` (the pool may get no other mail to try); an accepted SendEmail
+switches back, and so does an answer once no SendEmail has failed for
+``failover_after``: SES's control plane may answer while its sending still fails,
+and the pool's waiting mail, tried again, says so. Each switch is logged, counted
 (``fairpost_pool_failovers_total{pool,to}``) and stays visible in ``fairpost pools``.
 """
 
@@ -73,13 +75,16 @@ class PoolHealth:
         self._clock = clock
         self._probe_seconds = probe_seconds
         self.failing_since: float | None = None
+        self.failed_at: float | None = None
+        """When a SendEmail last failed for SES's side."""
         self.switched = False
         self._probed_at = 0.0
         self._max_outage_seconds = settings.max_outage_seconds
 
     def failed(self) -> None:
+        self.failed_at = self._clock()
         if self.failing_since is None:
-            self.failing_since = self._clock()
+            self.failing_since = self.failed_at
 
     def succeeded(self) -> None:
         self.failing_since = None
@@ -111,7 +116,10 @@ class PoolHealth:
         except Exception as exc:
             if is_outage(exc):
                 return
-        self.succeeded()  # SES answers (an error of ours is no outage of SES's)
+        # SES answers (an error of ours is no outage of SES's), but GetAccount is not
+        # SendEmail: back only once no mail's SendEmail has failed for failover_after.
+        if self.failed_at is None or self._clock() - self.failed_at >= self.after:
+            self.succeeded()
 
     async def run(self, stop: asyncio.Event) -> None:
         async def look() -> float:

@@ -57,20 +57,7 @@ class GroupDecision:
         ctx = self.ctx
         envelopes = [m.envelope for m in group if m.envelope is not None]
         states, suppressed, unsubscribed = await self._look_up(tenant, envelopes)
-        todo: list[Received] = []
-        seen: set[str] = set()
-        for msg in group:
-            assert msg.envelope is not None
-            state = states.get(msg.envelope.job_id)
-            if state in FINAL_STATES or msg.envelope.job_id in seen:
-                # Sent already (a redelivery after a crash), cancelled, dead or suppressed: never again.
-                # Twice in one batch (a replayed job's old message): once is enough.
-                msg.decide(Delete(str(state) if state else "duplicate"))
-                if msg.trace is not None:
-                    msg.trace.state = str(state) if state else "duplicate"
-            else:
-                seen.add(msg.envelope.job_id)
-                todo.append(msg)
+        todo = _not_finished(group, states)
         todo = _suppressed(todo, await self.unsubscribed.screen(tenant, todo, unsubscribed))
         if not todo:
             return
@@ -183,6 +170,25 @@ class GroupDecision:
         state = states.take(replies)
         listed = None if suppressed is None else suppressed.take(replies)
         return state, listed, unsubscribed.take(replies)
+
+
+def _not_finished(group: list[Received], states: dict[str, str]) -> list[Received]:
+    """The group's mails still to send; the rest are deleted: sent already (a
+    redelivery after a crash), cancelled, dead or suppressed, never again; or twice
+    in one batch (a replayed job's old message), where once is enough."""
+    todo: list[Received] = []
+    seen: set[str] = set()
+    for msg in group:
+        assert msg.envelope is not None
+        state = states.get(msg.envelope.job_id)
+        if state in FINAL_STATES or msg.envelope.job_id in seen:
+            msg.decide(Delete(str(state) if state else "duplicate"))
+            if msg.trace is not None:
+                msg.trace.state = str(state) if state else "duplicate"
+        else:
+            seen.add(msg.envelope.job_id)
+            todo.append(msg)
+    return todo
 
 
 def _suppressed(todo: list[Received], kept: list[Received]) -> list[Received]:

@@ -20,7 +20,6 @@ prometheus-client), so there is no "enqueued" counter: enqueues show as
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -37,116 +36,34 @@ from prometheus_client.process_collector import ProcessCollector
 
 from fairpost.config import Settings
 from fairpost.mailer.daemon.deliverability import DeliverabilityMetrics
+from fairpost.mailer.daemon.metric_labels import (
+    DEAD_REASONS,
+    DROP_REASONS,
+    EVENT_OUTCOMES,
+    HELD_REASONS,
+    OTHER_TENANT,
+    RECONCILE_REASONS,
+    SES_RESULTS,
+    TASKS,
+    THROTTLE_REASONS,
+    TenantLabels,
+)
 from fairpost.mailer.daemon.pool_metrics import PoolMetrics
 from fairpost.mailer.daemon.redis_metrics import RedisMemoryMetrics
 from fairpost.mailer.daemon.webhooks.metrics import WebhookMetrics
 from fairpost.mailer.ops.stats import Stats
 from fairpost.mailer.quota.warmup import HOLD_KINDS
 
-__all__ = [
-    "CONTENT_TYPE",
-    "DEAD_REASONS",
-    "DROP_REASONS",
-    "OTHER_TENANT",
-    "RECONCILE_REASONS",
-    "THROTTLE_REASONS",
-    "Metrics",
-    "TenantLabels",
-]
-
-CONTENT_TYPE = CONTENT_TYPE_LATEST
-"""The ``Content-Type`` of :meth:`Metrics.render`'s exposition."""
-
-OTHER_TENANT = "~other"
-"""The ``tenant`` label of every tenant beyond the bounded set."""
-
-THROTTLE_REASONS = (
-    "tenant_quota", "global_quota", "global_share", "ses", "paused", "reputation_paused",
-    "ses_tenant_disabled", "warmup", "warmup_held",
-)  # fmt: skip
-"""``fairpost_mail_throttled_total{reason}``: who held the mail back (``warmup``: the
-tenant's warm-up step; ``warmup_held``: a step held for its bounce or complaint rate;
-``paused``, ``reputation_paused``, ``ses_tenant_disabled`` and ``ses_<code>``: the tenant's
-hold, fairpost.mailer.daemon.holds; ``provider_paused:<provider>``: the guard per provider,
-fairpost.mailer.daemon.provider_holds)."""
-
-DEAD_REASONS = (
-    "rejected",
-    "attempts",
-    "too_many_recipients",
-    "poison",
-    "too_large",
-    "sqs_rejected",
-    "stranded",
-)
-"""``fairpost_mail_dead_total{reason}``: SES refused it for good; transient failures
-ran out of attempts; more recipients than a quota window allows; an unreadable
-SQS message; bigger than an SQS message; SQS refused the entry; SQS lost its
-message again and again (mailer/daemon/reconcile.py)."""
-
-RECONCILE_REASONS = ("handed_again", "dead")
-"""``fairpost_jobs_reconciled_total{reason}``: dispatched jobs SQS no longer held
-(a redrive policy, a purge, the retention period): handed to SQS again, or,
-after FAIRPOST_RECONCILE_HANDOFFS such hand-offs, dead-lettered."""
-
-DROP_REASONS = ("no_record",)
-"""``fairpost_mail_dropped_total{reason}``: SQS messages deleted unsent because
-nothing says they may go: their job record is gone (purged, expired)."""
-
-HELD_REASONS = ("ses_tenant_disabled", "reputation_paused", "reputation_throttled")
-"""``fairpost_tenant_held{reason}``: SES disabled the tenant's SES tenant; the reputation
-guard paused or throttled the tenant (mailer/quota/reputation.py)."""
-
-EVENT_OUTCOMES = (
-    "bounce", "complaint", "delivery", "reject", "delivery_delay", "received",
-    "ignored", "duplicate", "unmatched", "unparseable", "poison",
-)  # fmt: skip
-"""``fairpost_ses_events_total{outcome}`` (mailer/daemon/events.py); ``poison``: handling
-the event raised while Redis answered, so it was dropped."""
-
-TASKS = (
-    "dispatcher", "reconciler", "sender", "slots", "ses-account", "ses-tenants", "events",
-    "overrides", "heartbeat", "webhook-fanout", "webhooks", "redis-memory",
-)  # fmt: skip
-"""``fairpost_task_errors_total{task}``: the daemon's background tasks, whose failed steps
-are counted (fairpost.dispatcher.loop)."""
+__all__ = ["CONTENT_TYPE", "Metrics"]
 
 DEFAULT_HIGH_WATER: float = Settings.model_fields["redis_high_water"].default
 """FAIRPOST_REDIS_HIGH_WATER's default, for the metrics of a part built without settings."""
 
-SES_RESULTS = ("sent", "throttled", "paused", "tenant", "permanent", "transient")
-
 _LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600, 4 * 3600, 86400)
 _SES_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
-
-class TenantLabels:
-    """Maps a tenant id to its label value, keeping the label set bounded."""
-
-    def __init__(self, configured: Iterable[str] = (), limit: int = 50) -> None:
-        self._fixed = frozenset(configured)
-        self._limit = limit
-        self._seen: set[str] = set()
-
-    def __call__(self, tenant: str) -> str:
-        if tenant in self._fixed or tenant in self._seen:
-            return tenant
-        if len(self._seen) < self._limit:
-            self._seen.add(tenant)
-            return tenant
-        return OTHER_TENANT
-
-    def labelled(self, tenant: str) -> bool:
-        """Whether the tenant has (or now gets) a label of its own."""
-        return self(tenant) != OTHER_TENANT
-
-    @property
-    def limit(self) -> int:
-        return self._limit
-
-    def known(self) -> frozenset[str]:
-        """The tenants that have a label of their own so far."""
-        return self._fixed | self._seen
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+"""The exposition format's content type, for :mod:`fairpost.mailer.daemon.http`."""
 
 
 class _Children:

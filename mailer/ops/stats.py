@@ -14,16 +14,17 @@ operator's pause (``fairpost tenant pause``); a warming tenant's limits are its
 step's where they are stricter, and ``warmup`` says where it stands in its plan.
 
 The metrics' gauges (:mod:`fairpost.mailer.daemon.metrics`) are filled from the same
-:func:`collect_stats`. Needs only ``redis`` (``--watch`` needs ``rich``).
+:func:`collect_stats`; :mod:`fairpost.mailer.ops.stats_render` shows them. Needs only
+``redis``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import redis.asyncio
 
@@ -35,7 +36,13 @@ from fairpost.dispatcher.redis_memory import RedisMemory, memory_from_info
 from fairpost.dispatcher.replies import record, text, time_ms
 from fairpost.mailer.quota.engine import QuotaEngine
 from fairpost.mailer.quota.holds import parse_hold, read_hold
-from fairpost.mailer.quota.overrides import read_auto_limits, read_overrides, resolve_global, resolve_tenant
+from fairpost.mailer.quota.overrides import (
+    EffectiveLimits,
+    read_auto_limits,
+    read_overrides,
+    resolve_global,
+    resolve_tenant,
+)
 from fairpost.mailer.quota.provider_guard import ProviderHold, held_providers
 from fairpost.mailer.quota.reputation import (
     GuardState,
@@ -48,10 +55,7 @@ from fairpost.mailer.quota.reputation import (
 from fairpost.mailer.quota.warmup import WarmupView, read_places
 from fairpost.mailer.sdk.outcomes.pending import PendingDeliveries, pending_deliveries
 
-if TYPE_CHECKING:
-    from rich.table import Table
-
-__all__ = ["ScopeStats", "Stats", "WindowUsage", "collect_stats", "render_table", "render_text"]
+__all__ = ["ScopeStats", "Stats", "WindowUsage", "collect_stats"]
 
 _CONCURRENT_READS = 16
 
@@ -199,6 +203,66 @@ async def collect_stats(
     from SES and published.
     """
     quota = quota or QuotaEngine(client, keys)
+    shared = await _read_shared(client, keys)
+    overrides = read_overrides(shared.raw_overrides, shared.paused)
+    guards, ses_disabled, warming = shared.guards, shared.ses_disabled, shared.warming
+    if tenants is None:
+        # Bounded: every tenant only while they are few, else the top backlogs.
+        listed = (
+            await client.smembers(keys.tenants())
+            if shared.known <= sample
+            else await _top(client, keys, sample)
+        )
+        names = {text(t) for t in listed} | set(settings.tenants) | set(overrides.tenants) | overrides.paused
+        names |= set(also) | set(guards) | set(ses_disabled) | set(warming) | set(shared.provider_held)
+    else:
+        names = set(tenants)
+    ordered = sorted(names)
+
+    glob = resolve_global(settings, overrides, read_auto_limits(shared.auto_text))
+    effective = {t: resolve_tenant(settings, overrides, t) for t in ordered}
+    for tenant in set(warming) & set(effective):
+        own = effective[tenant].windows or ()
+        effective[tenant] = replace(effective[tenant], windows=stricter(own, warming[tenant].place.limits))
+    backlog, inflight, holds = await _tenant_counts(client, keys, ordered, shared.at_ms)
+    reader = _TenantReader(
+        quota, ReputationBook(client, keys, settings), shared, effective, backlog, inflight, holds, detail
+    )
+    results = await asyncio.gather(_global_stats(quota, glob, shared), *(reader.read(t) for t in ordered))
+    return Stats(
+        at_ms=shared.at_ms,
+        global_=results[0],
+        tenants=list(results[1:]),
+        replicas=sorted(text(r) for r in shared.replicas),
+        reconciled={k: int(v) for k, v in record(shared.reconciled).items()},
+        known_tenants=int(shared.known),
+        events=shared.events,
+        webhooks=await pending_deliveries(client, keys),
+        memory=shared.memory,
+    )
+
+
+@dataclass(frozen=True)
+class _Shared:
+    """What one pipelined round trip reads for every tenant at once."""
+
+    at_ms: int
+    raw_overrides: Any
+    paused: Any
+    known: int
+    auto_text: Any
+    replicas: Any
+    reconciled: Any
+    totals: Any
+    guards: dict[str, GuardState]
+    ses_disabled: dict[str, TenantVerdict]
+    events: dict[str, int]
+    warming: dict[str, WarmupView]
+    memory: RedisMemory
+    provider_held: dict[str, dict[str, ProviderHold]]
+
+
+async def _read_shared(client: redis.asyncio.Redis, keys: Keys) -> _Shared:
     async with client.pipeline(transaction=False) as pipe:
         pipe.time()
         pipe.hgetall(keys.limit_overrides())
@@ -216,31 +280,29 @@ async def collect_stats(
         pipe.info("stats")
         pipe.hgetall(keys.provider_guard())
         values = await pipe.execute()
-        server_time, raw_overrides, paused, known, auto_text, replicas, reconciled, totals = values[:8]
-    guards, ses_disabled = guard_states(values[8]), read_verdicts(values[9])
-    events = {text(k): int(v) for k, v in values[10].items()}
-    provider_held = {text(t): h for t, raw in values[14].items() if (h := held_providers(raw))}
-    warming = {t: WarmupView(t, place) for t, (_, place) in read_places(values[11]).items()}
-    book = ReputationBook(client, keys, settings)
-    at_ms = time_ms(server_time)
-    overrides = read_overrides(raw_overrides, paused)
-    if tenants is None:
-        # Bounded: every tenant only while they are few, else the top backlogs.
-        listed = (
-            await client.smembers(keys.tenants()) if known <= sample else await _top(client, keys, sample)
-        )
-        names = {text(t) for t in listed} | set(settings.tenants) | set(overrides.tenants) | overrides.paused
-        names |= set(also) | set(guards) | set(ses_disabled) | set(warming) | set(provider_held)
-    else:
-        names = set(tenants)
-    ordered = sorted(names)
+    server_time, raw_overrides, paused, known, auto_text, replicas, reconciled, totals = values[:8]
+    return _Shared(
+        at_ms=time_ms(server_time),
+        raw_overrides=raw_overrides,
+        paused=paused,
+        known=int(known),
+        auto_text=auto_text,
+        replicas=replicas,
+        reconciled=reconciled,
+        totals=totals,
+        guards=guard_states(values[8]),
+        ses_disabled=read_verdicts(values[9]),
+        events={text(k): int(v) for k, v in values[10].items()},
+        warming={t: WarmupView(t, place) for t, (_, place) in read_places(values[11]).items()},
+        memory=memory_from_info(values[12], values[13]),
+        provider_held={text(t): h for t, raw in values[14].items() if (h := held_providers(raw))},
+    )
 
-    glob = resolve_global(settings, overrides, read_auto_limits(auto_text))
-    effective = {t: resolve_tenant(settings, overrides, t) for t in ordered}
-    for tenant in set(warming) & set(effective):
-        own = effective[tenant].windows or ()
-        effective[tenant] = replace(effective[tenant], windows=stricter(own, warming[tenant].place.limits))
 
+async def _tenant_counts(
+    client: redis.asyncio.Redis, keys: Keys, ordered: list[str], at_ms: int
+) -> tuple[dict[str, int], dict[str, int], dict[str, tuple[str, int]]]:
+    """Each tenant's backlog, in flight and SES-fault hold, in one round trip."""
     async with client.pipeline(transaction=False) as pipe:
         for tenant in ordered:
             # The scripts' count: a queue may still hold ids of cancelled jobs.
@@ -255,63 +317,72 @@ async def collect_stats(
         for i, t in enumerate(ordered)
         if (hold := parse_hold(counts[3 * i + 2])) is not None and hold.until_ms > at_ms
     }
+    return backlog, inflight, holds
 
-    # Bounded: thousands of tenants must not mean thousands of connections.
-    slots = asyncio.Semaphore(_CONCURRENT_READS)
 
-    async def tenant_stats(tenant: str) -> ScopeStats:
-        eff = effective[tenant]
+class _TenantReader:
+    """One tenant's figures, from what was read for every tenant and its own quota
+    windows and reputation (two script calls and a read, for tenants in ``detail``)."""
+
+    def __init__(
+        self,
+        quota: QuotaEngine,
+        book: ReputationBook,
+        shared: _Shared,
+        effective: dict[str, EffectiveLimits],
+        backlog: dict[str, int],
+        inflight: dict[str, int],
+        holds: dict[str, tuple[str, int]],
+        detail: Callable[[str], bool] | None,
+    ) -> None:
+        self.quota, self.book, self.shared = quota, book, shared
+        self.effective, self.backlog, self.inflight, self.holds = effective, backlog, inflight, holds
+        self.detail = detail
+        # Bounded: thousands of tenants must not mean thousands of connections.
+        self.slots = asyncio.Semaphore(_CONCURRENT_READS)
+
+    async def read(self, tenant: str) -> ScopeStats:
+        eff, shared = self.effective[tenant], self.shared
         windows = eff.windows or ()
         used: list[tuple[Window, int]] = []
         retry = 0.0
         reputation = None
-        if detail is None or detail(tenant):
-            async with slots:
+        if self.detail is None or self.detail(tenant):
+            async with self.slots:
                 if windows:
-                    used = await quota.usage(tenant, windows)
-                    retry = await quota.retry_after(tenant, windows)
-                reputation = await book.read(tenant)
+                    used = await self.quota.usage(tenant, windows)
+                    retry = await self.quota.retry_after(tenant, windows)
+                reputation = await self.book.read(tenant)
+        hold = self.holds.get(tenant)
         return ScopeStats(
             scope=tenant,
-            backlog=backlog[tenant],
-            inflight=inflight[tenant],
+            backlog=self.backlog[tenant],
+            inflight=self.inflight[tenant],
             windows=[WindowUsage(w.seconds, w.limit, n) for w, n in used],
-            limits_source=eff.source + (" + warm-up" if tenant in warming else ""),
+            limits_source=eff.source + (" + warm-up" if tenant in shared.warming else ""),
             paused=eff.paused,
             retry_after=retry,
             reputation=reputation,
-            guard=guards.get(tenant),
-            ses_disabled=ses_disabled.get(tenant),
-            held_by=holds[tenant][0] if tenant in holds else None,
-            held_until_ms=holds[tenant][1] if tenant in holds else None,
-            warmup=warming.get(tenant),
-            provider_holds=provider_held.get(tenant, {}),
+            guard=shared.guards.get(tenant),
+            ses_disabled=shared.ses_disabled.get(tenant),
+            held_by=hold[0] if hold else None,
+            held_until_ms=hold[1] if hold else None,
+            warmup=shared.warming.get(tenant),
+            provider_holds=shared.provider_held.get(tenant, {}),
         )
 
-    async def global_stats() -> ScopeStats:
-        windows = glob.windows or ()
-        used = await quota.usage(None, windows) if windows else []
-        retry = await quota.global_retry_after(windows) if windows else 0.0
-        return ScopeStats(
-            scope="global",
-            backlog=max(0, int(totals[0] or 0)),
-            inflight=max(0, int(totals[1] or 0)),
-            windows=[WindowUsage(w.seconds, w.limit, n) for w, n in used],
-            limits_source=glob.source if glob.windows is not None else "auto (no daemon has read SES yet)",
-            retry_after=retry,
-        )
 
-    results = await asyncio.gather(global_stats(), *(tenant_stats(t) for t in ordered))
-    return Stats(
-        at_ms=at_ms,
-        global_=results[0],
-        tenants=list(results[1:]),
-        replicas=sorted(text(r) for r in replicas),
-        reconciled={k: int(v) for k, v in record(reconciled).items()},
-        known_tenants=int(known),
-        events=events,
-        webhooks=await pending_deliveries(client, keys),
-        memory=memory_from_info(values[12], values[13]),
+async def _global_stats(quota: QuotaEngine, glob: EffectiveLimits, shared: _Shared) -> ScopeStats:
+    windows = glob.windows or ()
+    used = await quota.usage(None, windows) if windows else []
+    retry = await quota.global_retry_after(windows) if windows else 0.0
+    return ScopeStats(
+        scope="global",
+        backlog=max(0, int(shared.totals[0] or 0)),
+        inflight=max(0, int(shared.totals[1] or 0)),
+        windows=[WindowUsage(w.seconds, w.limit, n) for w, n in used],
+        limits_source=glob.source if glob.windows is not None else "auto (no daemon has read SES yet)",
+        retry_after=retry,
     )
 
 
@@ -350,129 +421,3 @@ def _bucket(count: int) -> int:
     """The score :meth:`Keys.backlog_top` should hold: the largest power of two not
     above ``count``, or 0 (not there) below 2."""
     return 1 << (count.bit_length() - 1) if count >= 2 else 0
-
-
-# -- rendering -------------------------------------------------------------------
-
-
-def _usage(windows: Sequence[WindowUsage]) -> str:
-    return ", ".join(f"{w.used}/{w.limit} per {w.name}" for w in windows) or "-"
-
-
-def _state(scope: ScopeStats) -> str:
-    if scope.ses_disabled is not None:
-        return "parked: SES disabled its SES tenant"
-    if scope.guard is not None and scope.guard.level == "paused":
-        return "paused by the reputation guard"
-    if scope.paused:
-        return "paused"
-    if scope.held_by:
-        return f"held ({scope.held_by})"
-    if scope.retry_after < 0:
-        return "blocked (limit too small)"
-    if scope.retry_after > 0:
-        return f"throttled {scope.retry_after:.1f}s"
-    if scope.guard is not None:
-        return "throttled by the reputation guard"
-    if scope.provider_holds:
-        return "held at " + ", ".join(sorted(scope.provider_holds))
-    return "ok"
-
-
-def _rates(scope: ScopeStats) -> str:
-    if scope.reputation is None:
-        return "-"
-    return (
-        ", ".join(
-            f"{w.bounce_rate:.1%} / {w.complaint_rate:.2%} ({w.name})"
-            for w in scope.reputation.windows
-            if w.sends
-        )
-        or "-"
-    )
-
-
-_HEADERS = ("scope", "backlog", "in flight", "sent / limit", "state", "limits from", "bounce / complaint")
-
-
-def _rows(stats: Stats) -> list[tuple[str, ...]]:
-    rows: list[tuple[str, ...]] = []
-    for scope in [stats.global_, *stats.tenants]:
-        name = "(global)" if scope is stats.global_ else scope.scope
-        rows.append(
-            (
-                name,
-                str(scope.backlog),
-                str(scope.inflight),
-                _usage(scope.windows),
-                _state(scope),
-                scope.limits_source,
-                _rates(scope),
-            )
-        )
-    return rows
-
-
-def render_text(stats: Stats) -> str:
-    """A plain table, for a terminal or a log."""
-    rows = [_HEADERS, *_rows(stats)]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(_HEADERS))]
-    lines = ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in rows]
-    lines.append(_caption(stats))
-    lines.append(_reconciled(stats))
-    lines += [f"{t}: {p.describe(stats.at_ms)}" for t, p in sorted(stats.webhooks.items())]
-    for scope in stats.tenants:
-        if scope.guard is not None:
-            stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(scope.guard.at_ms / 1000))
-            guard = scope.guard
-            lines.append(
-                f"{scope.scope}: {guard.level} by the reputation guard at {stamp} UTC: {guard.reason}"
-            )
-        for provider, hold in sorted(scope.provider_holds.items()):
-            stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(hold.at_ms / 1000))
-            lines.append(
-                f"{scope.scope}: mail to {provider} held by the reputation guard at {stamp} UTC: "
-                + hold.reason
-            )
-        if scope.warmup is not None:
-            lines.append(f"{scope.scope}: {scope.warmup.describe(stats.at_ms)}")
-        if scope.ses_disabled is not None:
-            v = scope.ses_disabled
-            lines.append(
-                f"{scope.scope}: SES tenant {v.ses_tenant} disabled (AWS-managed {v.aws_managed}, "
-                f"customer-managed {v.customer_managed})"
-            )
-    return "\n".join(lines)
-
-
-def _reconciled(stats: Stats) -> str:
-    again, dead = stats.reconciled.get("handed_again", 0), stats.reconciled.get("dead", 0)
-    return f"jobs SQS lost: {again} handed to SQS again, {dead} dead-lettered"
-
-
-def _caption(stats: Stats) -> str:
-    caption = f"replicas alive: {len(stats.replicas)} ({', '.join(stats.replicas) or 'none'})"
-    if stats.memory is not None:
-        caption += "; " + stats.memory.describe()
-    if stats.known_tenants > len(stats.tenants):
-        caption += (
-            f"; {len(stats.tenants)} of {stats.known_tenants} tenants shown (those with the largest backlogs)"
-        )
-    return caption
-
-
-def render_table(stats: Stats) -> Table:
-    """The same as :func:`render_text`, as a rich table (``--watch``)."""
-    from rich.table import Table
-
-    stamp = time.strftime("%H:%M:%S", time.localtime(stats.at_ms / 1000))
-    table = Table(
-        title=f"fairpost at {stamp}",
-        caption=_caption(stats) + "; " + _reconciled(stats),
-    )
-    for header in _HEADERS:
-        table.add_column(header, justify="right" if header in ("backlog", "in flight") else "left")
-    for row in _rows(stats):
-        style = "bold" if row[0] == "(global)" else None
-        table.add_row(*row, style=style)
-    return table

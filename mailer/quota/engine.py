@@ -205,14 +205,7 @@ class QuotaEngine:
         replica, or with other costs, the lost grant's units stay counted until
         they leave the window: the safe side.
         """
-        for cost in costs:
-            if cost < 1:
-                raise ValueError(f"a mail costs at least 1 recipient, not {cost}")
-        op, tail = "acquire", list[int | str](costs)
-        if weight is not None and global_windows:
-            if weight < 1:
-                raise ValueError(f"a weight is at least 1, not {weight}")
-            op, tail = "acquire_fair", [tenant, weight, *costs]
+        op, tail = _acquire_op(tenant, costs, weight, bool(global_windows))
         extra = stream.windows if stream else ()
         ask: _Ask = (tenant, op, tuple(costs), tuple(global_windows), tuple(tenant_windows), tuple(extra))
         # Only one call may take a lost answer's grant: two sent under one count
@@ -228,17 +221,7 @@ class QuotaEngine:
             while len(self._unanswered) > _MOST_UNANSWERED:
                 self._unanswered.popitem(last=False)
             raise
-        granted, retry_ms, blocked, at_ms, never, binding = reply
-        retry_after = NEVER if retry_ms < 0 else retry_ms / 1000
-        windows = (*global_windows, *tenant_windows, *extra)
-        return Grant(
-            granted=granted,
-            retry_after=retry_after,
-            blocked_by=_BLOCKED[blocked],
-            at_ms=at_ms,
-            too_big_for=windows[never - 1] if never else None,
-            binding=windows[binding - 1] if binding else None,
-        )
+        return _grant(reply, (*global_windows, *tenant_windows, *extra))
 
     async def refund(
         self,
@@ -365,3 +348,31 @@ class QuotaEngine:
         else:
             reply = await self._script(keys=keys, args=args)
         return [int(value) for value in reply]
+
+
+def _acquire_op(
+    tenant: str, costs: Sequence[int], weight: int | None, global_windows: bool
+) -> tuple[str, list[int | str]]:
+    """The script's operation and its arguments after the windows: a weighted ask
+    shares the global quota (``acquire_fair``)."""
+    for cost in costs:
+        if cost < 1:
+            raise ValueError(f"a mail costs at least 1 recipient, not {cost}")
+    if weight is None or not global_windows:
+        return "acquire", list[int | str](costs)
+    if weight < 1:
+        raise ValueError(f"a weight is at least 1, not {weight}")
+    return "acquire_fair", [tenant, weight, *costs]
+
+
+def _grant(reply: list[int], windows: Sequence[Window]) -> Grant:
+    """quota.lua's answer to an acquire; ``windows`` in the order the script got them."""
+    granted, retry_ms, blocked, at_ms, never, binding = reply
+    return Grant(
+        granted=granted,
+        retry_after=NEVER if retry_ms < 0 else retry_ms / 1000,
+        blocked_by=_BLOCKED[blocked],
+        at_ms=at_ms,
+        too_big_for=windows[never - 1] if never else None,
+        binding=windows[binding - 1] if binding else None,
+    )

@@ -193,7 +193,9 @@ class SentMail:
         return self.tags.get(name)
 
 
-RejectReason = Literal["injected", "rule", "paused", "unverified", "not_found", "invalid", "daily", "rate"]
+RejectReason = Literal[
+    "down", "injected", "rule", "paused", "unverified", "not_found", "invalid", "daily", "rate"
+]
 
 
 @dataclass(frozen=True)

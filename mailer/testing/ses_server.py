@@ -16,7 +16,8 @@ publishes SES events to SQS: :mod:`fairpost.mailer.testing.ses_tenancy`):
 - ``GetAccount`` (``GET /v2/email/account``): the account's ``SendQuota``, with
   ``SentLast24Hours`` counting the recipients recorded here.
 
-Errors come from, in this order: queued faults (:meth:`SesServer.fail_next`),
+Errors come from, in this order: an outage (:meth:`SesServer.go_down`, which
+answers every operation, GetAccount too), queued faults (:meth:`SesServer.fail_next`),
 rules (:meth:`SesServer.fail_when`), a paused account (:meth:`SesServer.pause`),
 an unverified sender (``require_verified``), an unknown configuration set or
 tenant (``configuration_sets`` / ``tenants``), a malformed request (no sender,
@@ -171,6 +172,7 @@ class SesServer(SesRecorder):
         self._queued: deque[SesError] = deque()
         self._rules: list[_Rule] = []
         self._paused: SesError | None = None
+        self._down: SesError | None = None
         self._second: deque[tuple[float, int]] = deque()
         self._second_sum = 0
         self._day: deque[tuple[float, int]] = deque()
@@ -256,12 +258,20 @@ class SesServer(SesRecorder):
             if rule in self._rules:
                 self._rules.remove(rule)
 
+    def go_down(self, error: SesError = Faults.SERVICE_UNAVAILABLE) -> None:
+        """Answer every operation (SendEmail, GetAccount, ...) with ``error`` until
+        :meth:`clear_faults`: the region's endpoint down, not one call's fault. A rule of
+        :meth:`fail_when` fails SendEmail only, and GetAccount would still say SES answers."""
+        with self._cond:
+            self._down = error
+
     def clear_faults(self) -> None:
-        """Forget queued faults and rules, and resume."""
+        """Forget queued faults and rules, and resume (and come back up)."""
         with self._cond:
             self._queued.clear()
             self._rules.clear()
             self._paused = None
+            self._down = None
 
     def pause(self, error: SesError = Faults.SENDING_PAUSED) -> None:
         """Answer every SendEmail with ``error`` until :meth:`resume`; GetAccount says sending is off."""
@@ -331,6 +341,12 @@ class SesServer(SesRecorder):
         return internal_error(exc)
 
     def _handle(self, method: str, path: str, body: bytes, user_agent: str = "") -> Answer:
+        with self._cond:
+            down = self._down
+            if down is not None and path == ACCOUNT_PATH:
+                self._account_requests += 1
+        if down is not None and path != SEND_EMAIL_PATH:  # SendEmail records its refusal
+            return error_answer(down)
         if self.tenancy.handles(path):
             try:
                 status, payload = self.tenancy.handle(method, path, body)
@@ -415,6 +431,8 @@ class SesServer(SesRecorder):
     def _decide(
         self, mail: SentMail | None, parse_error: SesError | None, now: float
     ) -> tuple[RejectReason, SesError] | None:
+        if self._down is not None:
+            return "down", self._down
         if self._queued:
             return "injected", self._queued.popleft()
         if parse_error is not None or mail is None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 
 import pytest
 import redis
@@ -37,9 +38,19 @@ async def ses_client(ses_env: SesServer) -> AsyncIterator[object]:
         yield client
 
 
-async def test_fallback_tenants_switch_while_the_pool_s_ses_fails_and_come_back(
-    settings: Settings, ses_env: SesServer, ses_client: object, redis_client: redis.Redis
-) -> None:
+@dataclass
+class Watched:
+    """The default pool's SES watched, on a clock the test turns (``now[0]``)."""
+
+    now: list[float]
+    metrics: Metrics
+    health: PoolHealth
+    watched: WatchedSes
+    directory: PoolDirectory
+
+
+@pytest.fixture
+async def pool(settings: Settings, ses_client: object, redis_client: redis.Redis) -> AsyncIterator[Watched]:
     import redis.asyncio
 
     now = [0.0]
@@ -47,39 +58,72 @@ async def test_fallback_tenants_switch_while_the_pool_s_ses_fails_and_come_back(
     aclient = redis.asyncio.Redis.from_url(settings.redis_url)
     try:
         health = PoolHealth(settings, "default", aclient, ses_client, metrics, clock=lambda: now[0])
-        watched = WatchedSes(ses_client, health)
         directory = PoolDirectory(settings, redis_client, ttl=0.0)
-        directory.set_fallback("careful", "eu")
-        # Throttling is no outage: nothing switches, however long it lasts.
-        ses_env.fail_next(1, Faults.TOO_MANY_REQUESTS)
-        with pytest.raises(Exception, match="TooManyRequests"):
-            await watched.send_email(**REQUEST)
-        now[0] = 1000.0
-        await health.step()
-        assert directory.failing() == {}
-        # SES's own failure (503), for less than failover_after: not yet.
-        rule = ses_env.fail_when(lambda mail: True, Faults.SERVICE_UNAVAILABLE)
-        with pytest.raises(Exception, match="ServiceUnavailable"):
-            await watched.send_email(**REQUEST)
-        now[0] += 59
-        await health.step()
-        assert directory.route("careful") == "default"
-        # ... and past it: the fallback tenant's new mail goes to its fallback, nobody else's.
-        now[0] += 1
-        await health.step()
-        assert set(directory.failing()) == {"default"}
-        assert directory.route("careful") == "eu"
-        assert directory.route("anyone") == "default"
-        assert metrics.pools.failovers_total.labels("default", "fallback")._value.get() == 1
-        # SES answers again (a GetAccount probe): back to its own pool.
-        rule.cancel()
-        now[0] += 10
-        await health.step()
-        assert directory.failing() == {}
-        assert directory.route("careful") == "default"
-        assert metrics.pools.failovers_total.labels("default", "own")._value.get() == 1
+        yield Watched(now, metrics, health, WatchedSes(ses_client, health), directory)
     finally:
         await aclient.aclose()
+
+
+async def test_fallback_tenants_switch_while_the_pool_s_ses_fails_and_come_back(
+    pool: Watched, ses_env: SesServer
+) -> None:
+    pool.directory.set_fallback("careful", "eu")
+    # Throttling is no outage: nothing switches, however long it lasts.
+    ses_env.fail_next(1, Faults.TOO_MANY_REQUESTS)
+    with pytest.raises(Exception, match="TooManyRequests"):
+        await pool.watched.send_email(**REQUEST)
+    pool.now[0] = 1000.0
+    await pool.health.step()
+    assert pool.directory.failing() == {}
+    # SES's own failure (503), for less than failover_after: not yet.
+    rule = ses_env.fail_when(lambda mail: True, Faults.SERVICE_UNAVAILABLE)
+    with pytest.raises(Exception, match="ServiceUnavailable"):
+        await pool.watched.send_email(**REQUEST)
+    pool.now[0] += 59
+    await pool.health.step()
+    assert pool.directory.route("careful") == "default"
+    # ... and past it: the fallback tenant's new mail goes to its fallback, nobody else's.
+    pool.now[0] += 1
+    await pool.health.step()
+    assert set(pool.directory.failing()) == {"default"}
+    assert pool.directory.route("careful") == "eu"
+    assert pool.directory.route("anyone") == "default"
+    assert pool.metrics.pools.failovers_total.labels("default", "fallback")._value.get() == 1
+    # SES answers again (a GetAccount probe): back to its own pool.
+    rule.cancel()
+    pool.now[0] += 10
+    await pool.health.step()
+    assert pool.directory.failing() == {}
+    assert pool.directory.route("careful") == "default"
+    assert pool.metrics.pools.failovers_total.labels("default", "own")._value.get() == 1
+
+
+async def test_get_account_answering_is_no_recovery_while_send_email_still_fails(
+    pool: Watched, ses_env: SesServer
+) -> None:
+    """SES's control plane may answer while its sending fails: the probe's answer ends the
+    outage only once no SendEmail has failed for ``failover_after`` (no flapping back)."""
+    ses_env.fail_when(lambda mail: True, Faults.SERVICE_UNAVAILABLE)  # SendEmail only
+
+    async def send_fails() -> None:
+        with pytest.raises(Exception, match="ServiceUnavailable"):
+            await pool.watched.send_email(**REQUEST)
+
+    await send_fails()
+    pool.now[0] += 60
+    await pool.health.step()
+    assert set(pool.directory.failing()) == {"default"}
+    for _ in range(3):  # the pool's waiting mail, tried again and failing; GetAccount answers
+        pool.now[0] += 10
+        await send_fails()
+        await pool.health.step()
+        assert set(pool.directory.failing()) == {"default"}
+    assert ses_env.account_requests >= 3
+    # No SendEmail failed for failover_after, and GetAccount answers: back.
+    pool.now[0] += 60
+    await pool.health.step()
+    assert pool.directory.failing() == {}
+    assert pool.metrics.pools.failovers_total.labels("default", "own")._value.get() == 1
 
 
 def test_a_fallback_is_allowed_only_where_the_tenant_s_identities_exist(

@@ -350,6 +350,19 @@ def test_pause_rejects_every_send_until_resumed(ses: SesServer, ses_client: Any)
     assert {r.reason for r in ses.rejections} == {"paused"}
 
 
+def test_going_down_fails_every_operation_until_faults_are_cleared(ses: SesServer, ses_client: Any) -> None:
+    ses.go_down()
+    for call in (lambda: send(ses_client), ses_client.get_account):
+        with pytest.raises(ClientError) as caught:
+            call()
+        assert caught.value.response["Error"]["Code"] == "ServiceUnavailable"
+    ses.clear_faults()
+    send(ses_client)
+    assert ses_client.get_account()["SendingEnabled"]
+    assert ses.account_requests == 2
+    assert (ses.sent_count, [r.reason for r in ses.rejections]) == (1, ["down"])
+
+
 def test_unverified_sender_is_rejected_when_verification_is_required() -> None:
     with SesServer(require_verified={"verified@example.com", "acme.example"}) as ses:
         ses_client = sesv2(ses.url)

@@ -36,7 +36,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from fairpost.config import ConfigError, Settings, load_settings
 from fairpost.config.settings import SenderSettings
 from fairpost.mailer.daemon.http import Check, HttpServer
-from fairpost.mailer.daemon.metrics import DEAD_REASONS, SES_RESULTS, THROTTLE_REASONS, Metrics
+from fairpost.mailer.daemon.metric_labels import DEAD_REASONS, SES_RESULTS, THROTTLE_REASONS
+from fairpost.mailer.daemon.metrics import Metrics
 from fairpost.mailer.ops.stats import ScopeStats, Stats, WindowUsage
 from fairpost.mailer.quota.reputation import WINDOWS as REPUTATION_WINDOWS
 from fairpost.mailer.quota.reputation import Reputation, WindowCounts

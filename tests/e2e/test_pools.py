@@ -7,17 +7,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
-import boto3
 import pytest
 import redis
 
 from fairpost.config import load_settings
 from fairpost.config.pools import pool_settings
 from fairpost.dispatcher.keys import Keys
-from fairpost.mailer.cli import main
 from fairpost.mailer.sdk.client import MailClient
 from fairpost.mailer.sdk.directory import PoolDirectory
 from fairpost.mailer.testing.services import free_port
@@ -26,54 +23,11 @@ from fairpost.mailer.testing.ses_server import SesServer
 from fairpost.mailer.testing.wait import wait_for
 from tests.outcomes.receiver import Receiver
 from tests.support.daemon_process import daemon_process
-
-PREFIX = "pools"
-EU_QUEUE = "fairpost-eu.fifo"
-EU_LIMIT = 4  # a second: the eu pool's own global window
-DEFAULT_LIMIT = 50
-
-
-@pytest.fixture
-def eu_ses() -> Iterator[SesServer]:
-    with SesServer() as server:
-        yield server
-
-
-@pytest.fixture
-def env(
-    monkeypatch: pytest.MonkeyPatch, redis_url: str, aws_env: str, ses: SesServer, eu_ses: SesServer
-) -> dict[str, str]:
-    for name, value in {
-        "FAIRPOST_REDIS_URL": redis_url,
-        "FAIRPOST_KEY_PREFIX": PREFIX,
-        "FAIRPOST_SENDER__WAIT_SECONDS": "1",
-        "FAIRPOST_GLOBAL_LIMITS": f"{DEFAULT_LIMIT}/second",
-        "FAIRPOST_TENANT_LIMITS": "100/second",
-        "FAIRPOST_POOLS__EU__REGION": "eu-west-1",
-        "FAIRPOST_POOLS__EU__QUEUE_NAME": EU_QUEUE,
-        "FAIRPOST_POOLS__EU__SQS_ENDPOINT_URL": aws_env,
-        "FAIRPOST_POOLS__EU__SES_ENDPOINT_URL": eu_ses.url,
-        "FAIRPOST_POOLS__EU__GLOBAL_LIMITS": f"{EU_LIMIT}/second",
-        "AWS_ENDPOINT_URL_SESV2": ses.url,
-        "FAIRPOST_WEBHOOK_ALLOW_PRIVATE": "true",  # the receiver, on 127.0.0.1
-    }.items():
-        monkeypatch.setenv(name, value)
-    assert main(["init-aws"]) == 0  # the default pool's queue
-    assert main(["init-aws", "--pool", "eu"]) == 0  # the eu pool's, in its region
-    eu_sqs = boto3.client("sqs", region_name="eu-west-1", endpoint_url=aws_env)
-    assert eu_sqs.get_queue_url(QueueName=EU_QUEUE)["QueueUrl"].endswith(EU_QUEUE)
-    return dict(os.environ)
-
-
-def send(client: MailClient, tenant: str, n: int) -> list[str]:
-    return [
-        client.send(tenant, sender="app@example.com", to=[f"r{i}@example.org"], subject=tenant, text="hi")
-        for i in range(n)
-    ]
+from tests.support.pools import DEFAULT_LIMIT, EU_LIMIT, PREFIX, job_ids, send
 
 
 def test_each_pool_sends_through_its_own_ses_within_its_own_window(
-    env: dict[str, str], tmp_path: Path, ses: SesServer, eu_ses: SesServer, redis_client: redis.Redis
+    pools_env: dict[str, str], tmp_path: Path, ses: SesServer, eu_ses: SesServer, redis_client: redis.Redis
 ) -> None:
     settings = load_settings()
     PoolDirectory(settings, redis_client).place("eu-tenant", "eu")
@@ -87,7 +41,7 @@ def test_each_pool_sends_through_its_own_ses_within_its_own_window(
         # The eu tenant's jobs live under the eu pool's hash tag, not the default's.
         assert redis_client.exists(eu_keys.queue("eu-tenant", "normal"))
         assert not redis_client.exists(Keys(PREFIX).queue("eu-tenant", "normal"))
-        with daemon_process(env, tmp_path, replica="r1", http_port=free_port()) as daemon:
+        with daemon_process(pools_env, tmp_path, replica="r1", http_port=free_port()) as daemon:
             ses.wait_for(12, timeout=30)
             eu_ses.wait_for(12, timeout=30)
             status, text = daemon.get("/metrics")
@@ -116,12 +70,12 @@ def sent_events(receiver: Receiver, path: str) -> set[str]:
 
 
 def test_a_tenant_moved_under_load_loses_nothing_and_sends_nothing_twice(
-    env: dict[str, str], tmp_path: Path, ses: SesServer, eu_ses: SesServer
+    pools_env: dict[str, str], tmp_path: Path, ses: SesServer, eu_ses: SesServer
 ) -> None:
     settings = load_settings()
     total, before = 60, 20
     sent: list[str] = []
-    with daemon_process(env, tmp_path, replica="r1"), MailClient(settings) as client:
+    with daemon_process(pools_env, tmp_path, replica="r1"), MailClient(settings) as client:
         sent += send(client, "mover", before)
         ses.wait_for(1, timeout=30)  # the default pool is sending the tenant's mail
         with client.pools() as pools:
@@ -139,14 +93,14 @@ def test_a_tenant_moved_under_load_loses_nothing_and_sends_nothing_twice(
         after = send(client, "mover", total - len(sent))
         sent += after
         wait_for(lambda: ses.sent_count + eu_ses.sent_count >= total, within=60, what=f"{total} mails")
-    ids = [m.tags["fairpost-job-id"] for m in ses.sent + eu_ses.sent]
+    ids = job_ids(ses.sent + eu_ses.sent)
     assert sorted(ids) == sorted(sent)  # every mail once: none lost, none twice
     # Mail sent after the move went through the new pool only.
     assert {m.tags["fairpost-job-id"] for m in eu_ses.sent} >= set(after)
 
 
 def test_a_replica_serves_only_the_pools_it_is_told_to(
-    env: dict[str, str], tmp_path: Path, ses: SesServer, eu_ses: SesServer, redis_client: redis.Redis
+    pools_env: dict[str, str], tmp_path: Path, ses: SesServer, eu_ses: SesServer, redis_client: redis.Redis
 ) -> None:
     settings = load_settings()
     PoolDirectory(settings, redis_client).place("eu-tenant", "eu")
@@ -154,7 +108,7 @@ def test_a_replica_serves_only_the_pools_it_is_told_to(
         send(client, "us-tenant", 3)
         send(client, "eu-tenant", 3)
     eu_keys = Keys(pool_settings(settings, "eu").key_prefix)
-    only_eu = {**env, "FAIRPOST_SERVE_POOLS": "eu"}
+    only_eu = {**pools_env, "FAIRPOST_SERVE_POOLS": "eu"}
     with daemon_process(only_eu, tmp_path, replica="eu-only", wait_ready=False) as daemon:
         wait_for(lambda: redis_client.exists(eu_keys.heartbeat("eu-only")), within=30, what="eu's heartbeat")
         eu_ses.wait_for(3, timeout=30)

@@ -22,10 +22,12 @@ from fairpost.config import load_settings
 from fairpost.config.limits import Window, parse_limits
 from fairpost.config.settings import CONSOLE_VARIABLES, WEBHOOK_VARIABLES
 from fairpost.mailer.cli import main
-from fairpost.mailer.daemon.metrics import OTHER_TENANT, Metrics, TenantLabels
+from fairpost.mailer.daemon.metric_labels import OTHER_TENANT, TenantLabels
+from fairpost.mailer.daemon.metrics import Metrics
 from fairpost.mailer.daemon.ses_account import derive_limits
 from fairpost.mailer.errors import InvalidOverride
-from fairpost.mailer.ops.stats import ScopeStats, Stats, WindowUsage, render_table, render_text
+from fairpost.mailer.ops.stats import ScopeStats, Stats, WindowUsage
+from fairpost.mailer.ops.stats_render import render_table, render_text
 from fairpost.mailer.quota.overrides import QuotaAdmin
 from fairpost.mailer.sdk.client import MailClient
 from fairpost.mailer.testing.services import free_port

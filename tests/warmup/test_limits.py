@@ -14,7 +14,8 @@ from fairpost.config import Settings, load_settings
 from fairpost.config.limits import parse_limits
 from fairpost.config.warmup import parse_plan
 from fairpost.mailer.daemon.metrics import Metrics
-from fairpost.mailer.ops.stats import collect_stats, render_text
+from fairpost.mailer.ops.stats import collect_stats
+from fairpost.mailer.ops.stats_render import render_text
 from fairpost.mailer.quota.engine import QuotaEngine
 from fairpost.mailer.quota.overrides import Overrides, changed_scopes
 from fairpost.mailer.quota.reputation import ReputationBook
