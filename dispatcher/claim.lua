@@ -216,14 +216,18 @@ if redis.call('EXISTS', ctx.paused, weights, ctx.caps, deficits) > 0 then
 end
 
 -- Whole rounds at once. While every tenant has a quantum of one job (weight
--- one, none set, no turn left over), a round gives each tenant in the ring one
--- job; the rounds the call still wants whole are given in one pass over the
--- ring, a turn a tenant: the jobs the one-by-one round robin claims, with a
--- turn's commands paid once a tenant rather than once a job. (A short ring,
--- the one or two tenants whose slots a finish just freed, is the common case
--- under load.) A pass counts its tenants when it starts; a turn that goes on
--- (below) is not a new one.
-local whole_rounds = default_weight == 1 and not any_weight and not any_deficit
+-- one, none set), a round gives each tenant in the ring one job; the rounds
+-- the call still wants whole are given in one pass over the ring, a turn a
+-- tenant: the jobs the one-by-one round robin claims, with a turn's commands
+-- paid once a tenant rather than once a job. (A short ring, the one or two
+-- tenants whose slots a finish just freed, is the common case under load.) A
+-- pass counts its tenants when it starts; a turn that goes on (below) is not
+-- a new one. A tenant with a turn left over (a deficit) has that turn first.
+-- A pass's rounds are not a deficit: a tenant that leaves the ring in the
+-- middle of them (at its cap) keeps none, as one-job turns would leave it none;
+-- kept, they were a deficit every later call read a turn, with whole rounds
+-- off until it was spent (claims of 50 of a deep backlog took twice the turns).
+local whole_rounds = default_weight == 1 and not any_weight
 local pass_left, pass_rounds, goes_on = 0, 1, false
 
 -- Each step claims jobs, drops ids of jobs no longer waiting (cancelled) or
@@ -261,11 +265,12 @@ while claimed < wanted and steps < wanted * 4 + 64 do
   if not leave then
     local stored = any_deficit and tonumber(redis.call('HGET', deficits, tenant)) or nil
     local deficit = stored
+    local from_pass = false
     if not deficit or deficit <= 0 then
       -- The tenant's turn starts: its quantum is its weight (or the pass's rounds).
       deficit = any_weight and tonumber(redis.call('HGET', weights, tenant)) or default_weight
       if whole_rounds then
-        deficit = pass_rounds
+        deficit, from_pass = pass_rounds, true
       end
     end
     local room = math.min(deficit, cap - held, wanted - claimed, MOST_PER_TURN)
@@ -304,6 +309,9 @@ while claimed < wanted and steps < wanted * 4 + 64 do
       elseif held + added >= cap and held + added - drop_expired(ctx, tenant, now_s) >= cap then
         redis.call('SADD', ctx.blocked, tenant)
         leave = true
+        if from_pass then
+          remaining = nil
+        end
       else
         again = remaining ~= nil
       end

@@ -19,6 +19,8 @@ local leases, dead, dispatched = KEYS[10], KEYS[11], KEYS[12]
 local final, keep = ARGV[4], tonumber(ARGV[5])
 local now = now_ms()
 local now_s = as_text(now)
+-- Formatted once a call: a number passed to redis.call is formatted for each job.
+local keep_s = as_text(keep)
 local journal, a = journal_context(KEYS[#KEYS], ARGV, 6)
 -- The record's fields the journal copies are read with its own (rec[4..]), and
 -- made what they are after its change before its entry copies them (as a read
@@ -92,15 +94,15 @@ while a <= #ARGV do
         if keep > 0 then
           -- Dead letters older than their records' TTL are gone: drop their ids too.
           redis.call('ZREMRANGEBYSCORE', dead, '-inf', now - keep * 1000)
-          redis.call('EXPIRE', content_key, keep)
-          redis.call('EXPIRE', payload_key, keep)
+          redis.call('EXPIRE', content_key, keep_s)
+          redis.call('EXPIRE', payload_key, keep_s)
         end
       else
         -- A sent job keeps its metadata only.
         redis.call('DEL', content_key, payload_key, marker_key)
       end
       if keep > 0 then
-        redis.call('EXPIRE', job_key, keep)
+        redis.call('EXPIRE', job_key, keep_s)
       end
       if journal then
         journal_append(journal, job_key, job_id, final, ARGV, entry, copied_now(rec, fields), 2)

@@ -22,7 +22,9 @@ local function journal_context(key, argv, at)
   end
   local journal = nil
   if max_length > 0 then
-    journal = {key = key, max_length = max_length, max_age = max_age, copy = copy}
+    -- max_length as text, formatted once: each append passes it to redis.call,
+    -- which formats a number every time (a few thousand instructions).
+    journal = {key = key, max_length = string.format('%d', max_length), max_age = max_age, copy = copy}
   end
   return journal, at + 3 + count
 end

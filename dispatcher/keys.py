@@ -33,6 +33,8 @@ WAKE_WORK = "1"
 """A wake token (:meth:`Keys.wake`): a tenant may have become claimable."""
 WAKE_SCHEDULED = "s"
 """A wake token: a scheduled job is due before any other was; look for due ones."""
+WAKE_TOKENS_MOST = 64
+"""Wake tokens the list keeps (ring.lua trims it to as many): a dispatcher takes them all at once."""
 TOTAL_INFLIGHT = "~inflight"
 """The field of :meth:`Keys.counts` with the in-flight slots over every tenant."""
 

@@ -55,6 +55,9 @@ class Dispatcher:
         self.workers: Mapping[str, Worker] = {w.kind: w for w in workers}
         self.concurrency = concurrency
         self.batch_size = batch_size
+        # What one hand-off takes (an SQS batch: ten): a claim bigger than that is one
+        # claim.lua call for several, and lingers only to fill its last one.
+        self.hand_off_size = min(batch_size, max((w.max_batch for w in workers), default=batch_size))
         self.reap_interval = reap_interval
         self.finished_ttl_seconds = finished_ttl_seconds
         self._busy = 0
@@ -64,6 +67,10 @@ class Dispatcher:
         self._held: dict[str, None] = {}
         self._retry_delay = _RETRY_DELAY_MIN
         self._claim_token: str | None = None
+        # The wait just timed out with no wake token (the next claim need not take
+        # them), or one said a scheduled job is due (the promotion comes forward).
+        self._tokens_taken = False
+        self._promote_now = False
         self.claimed_total = 0
         # Renew held claims several times per lease, and at least every loop
         # turn's longest wait, so that a slow hand-off never loses its lease.
@@ -117,30 +124,67 @@ class Dispatcher:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._slot_freed.wait(), self.reap_interval)
             return next_reap, next_promote
-        wanted = min(self.batch_size, free)
+        # A wake token the claim took may say a scheduled job is due before the one
+        # the promotion waits for: then the turn ends without a wait, and the next one
+        # promotes at once (a wait would last until the promotion's old time).
+        if not await self.claim_batch() and not self._promote_now:
+            until = min(next_reap, next_promote) - time.monotonic()
+            self._woken(await self._wait_for_work(max(0.0, min(self.reap_interval, until)), stop))
+        if self._promote_now:
+            # A scheduled job due before the one the promotion waited for.
+            next_promote, self._promote_now = 0.0, False
+        return next_reap, next_promote
+
+    async def claim_batch(self) -> bool:
+        """One claim of up to a batch (the free slots allowing), lingering for company
+        when its last hand-off is short, its jobs started with their workers. Returns whether
+        to claim again at once: only after a full batch. A short one left the ring
+        empty, and a tenant that joins it since pushes a wake token (ring.lua,
+        ``activate``), which ends the loop's wait at once.
+
+        Before a claim the wake tokens waiting are taken (unless a wait just timed out
+        with none): the claim serves every tenant whose joining pushed one, so a token
+        left behind would only wake the loop for a claim that finds nothing (187 of
+        400 claims of the bench's drain did, BENCHMARKS.md).
+
+        The loop's turn between its upkeep and its wait: tests/ops/test_redis_budget.py
+        drives the dispatcher through it, turn by turn, to count its Redis commands."""
+        wanted = min(self.batch_size, self.concurrency - self._busy)
+        if wanted <= 0:
+            return False
+        if not self._tokens_taken:
+            self._woken(await self.store.take_wake_tokens())
+        self._tokens_taken = False
         jobs = await self._claim(wanted)
         try:
-            if jobs and len(jobs) < wanted and self.linger.base > 0:
-                # Work is trickling in: a moment's wait fills the batch, and a full
-                # batch is one SQS call instead of several. A sleep, not a wait on the
+            short = len(jobs) % self.hand_off_size
+            if jobs and len(jobs) < wanted and short and self.linger.base > 0:
+                # Work is trickling in: a moment's wait fills the last hand-off, and a
+                # full one is one SQS call instead of several. A sleep, not a wait on the
                 # wake list: Redis times a BLPOP out on its clock tick (1/hz, 100 ms by
-                # default), so the linger would last up to twice as long.
-                await asyncio.sleep(self.linger.seconds(wanted - len(jobs)))
-                jobs += await self._claim(wanted - len(jobs))
+                # default), so the linger would last up to twice as long. Claimed again
+                # only if a tenant joined the ring meanwhile (its wake token).
+                await asyncio.sleep(self.linger.seconds(self.hand_off_size - short))
+                if self._woken(await self.store.take_wake_tokens()):
+                    jobs += await self._claim(wanted - len(jobs))
         finally:
             # Leased to this process alone: they go to their workers even when the
             # second claim fails (its own jobs come with the next turn: _claim).
             if jobs:
                 self.claimed_total += len(jobs)
                 self._start(jobs)
-        if not jobs:
-            until = min(next_reap, next_promote) - time.monotonic()
-            woken = await self._wait_for_work(max(0.0, min(self.reap_interval, until)), stop)
-            if woken == WAKE_SCHEDULED:
-                # A scheduled job due before the one we waited for.
-                next_promote = 0.0
-            return next_reap, next_promote
-        return next_reap, next_promote
+        return len(jobs) >= wanted
+
+    def _woken(self, why: str | None) -> bool:
+        """Wake tokens taken (None: none were): a scheduled one brings the promotion forward."""
+        if why == WAKE_SCHEDULED:
+            self._promote_now = True
+        return why is not None
+
+    async def settled(self) -> None:
+        """Wait until every job started so far is settled (its outcome recorded)."""
+        while self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
 
     async def _wait_for_work(self, seconds: float, stop: asyncio.Event) -> str | None:
         """Block on Redis for a wake (JobStore.wait_for_work), or until ``stop``: the
@@ -155,7 +199,13 @@ class Dispatcher:
             if not waiting.done():
                 waiting.cancel()
             await asyncio.gather(waiting, stopping, return_exceptions=True)
-        return None if waiting.cancelled() else waiting.result()
+        if waiting.cancelled():
+            return None
+        why = waiting.result()
+        # Timed out: none was waiting, and any there now is newer than the wait. Woken
+        # by one: the others still wait for the claim's take (claim_batch).
+        self._tokens_taken = why is None
+        return why
 
     async def _claim(self, count: int) -> list[Job]:
         """Claim under a token of the claim's own. A claim that raised (Redis may

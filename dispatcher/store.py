@@ -27,7 +27,7 @@ from fairpost.dispatcher.calls import (
 )
 from fairpost.dispatcher.jobs import Job, NewJob
 from fairpost.dispatcher.journal import Entry
-from fairpost.dispatcher.keys import Keys
+from fairpost.dispatcher.keys import WAKE_SCHEDULED, WAKE_TOKENS_MOST, WAKE_WORK, Keys
 from fairpost.dispatcher.record import job_record
 from fairpost.dispatcher.replies import Queued, text, time_ms
 
@@ -191,10 +191,26 @@ class JobStore:
     async def wait_for_work(self, seconds: float) -> str | None:
         """Block on Redis until something may be claimable, or ``seconds`` pass: the
         wake token (:data:`~fairpost.dispatcher.keys.WAKE_WORK`,
-        :data:`~fairpost.dispatcher.keys.WAKE_SCHEDULED`), None if none came."""
-        # BLPOP's timeout is in seconds with sub-second precision on Redis ≥ 6.
+        :data:`~fairpost.dispatcher.keys.WAKE_SCHEDULED`), None if none came.
+        The others waiting stay for :meth:`take_wake_tokens`."""
+        # BLPOP (not BLMPOP, whose keys a cluster client must ask the server for)
+        # with a timeout in seconds, sub-second precision on Redis >= 6.
         result = await self.redis.blpop([self.keys.wake()], timeout=max(seconds, 0.01))
         return None if result is None else text(result[1])
+
+    async def take_wake_tokens(self) -> str | None:
+        """Every wake token waiting, taken without blocking: why they were pushed
+        (:data:`~fairpost.dispatcher.keys.WAKE_SCHEDULED` if any says so, else
+        :data:`~fairpost.dispatcher.keys.WAKE_WORK`); None if there were none (no
+        tenant joined the ring since they were last taken).
+
+        A tenant joining the ring pushes one (ring.lua), and one claim serves every
+        tenant in it: taken before a claim, the tokens it serves do not each wake
+        the dispatcher later for a claim that finds nothing."""
+        tokens = await self.redis.lpop(self.keys.wake(), WAKE_TOKENS_MOST)
+        if not isinstance(tokens, list) or not tokens:  # with a count, a list or None
+            return None
+        return WAKE_SCHEDULED if any(text(t) == WAKE_SCHEDULED for t in tokens) else WAKE_WORK
 
     async def job(self, job_id: str) -> dict[str, str]:
         """The job's record, its payload included (dispatcher/record.py); empty if there is none."""

@@ -98,6 +98,8 @@ class Parking:
             refused = refused[:1]
         if blocked_by == "global":
             self.gate.hold_for_quota(retry_after)
+        elif blocked_by == "share":
+            self.gate.quota_binds()
         # Jitter spreads parked groups' return; a timed retry for the global quota needs
         # only a hair of it, one for the tenant's own quota none: no one else waits for
         # that quota, and a late retry only leaves it unused.

@@ -68,18 +68,9 @@ class Receiver:
         # Tried at least every few seconds: mail waiting in SQS is received again within
         # that of Redis (or SQS) answering, however long the outage was.
         backoff = OutageBackoff(self.ctx.settings.max_outage_seconds, most=RECEIVE_RETRY_MOST)
-        linger = self.ctx.settings.sender.linger_seconds
 
         async def turn() -> None:
-            if await self.gate.wait(stop):
-                return  # the world is looked at again before receiving
-            messages = await self.receive(stop)
-            if messages:
-                await self.process(messages)
-                if len(messages) < 10 and linger > 0:
-                    # Mail is trickling in: let some gather, so that the next
-                    # receive and its delete each carry more than one or two.
-                    await wait_or_stop(stop, linger, self._freed)
+            await self.turn(stop)
 
         def failed(task: str, exc: Exception) -> None:
             # What a failed batch held comes back after its visibility timeout.
@@ -88,6 +79,21 @@ class Receiver:
 
         # A batch's failure may quote its mail: addresses are masked in the log.
         await forever("sender", turn, stop, backoff=backoff, on_error=failed, described=_described)
+
+    async def turn(self, stop: asyncio.Event) -> None:
+        """One turn of the loop: the gate, one receive, its batch handled, and a
+        linger if mail only trickles in. (tests/ops/test_redis_budget.py drives the
+        sender through it, turn by turn, to count its Redis commands.)"""
+        if await self.gate.wait(stop):
+            return  # the world is looked at again before receiving
+        messages = await self.receive(stop)
+        if messages:
+            await self.process(messages)
+            linger = self.ctx.settings.sender.linger_seconds
+            if len(messages) < 10 and linger > 0:
+                # Mail is trickling in: let some gather, so that the next
+                # receive and its delete each carry more than one or two.
+                await wait_or_stop(stop, linger, self._freed)
 
     async def landed(self) -> int:
         """Shutdown: wait for the polls in flight at the stop to land (SQS ends each

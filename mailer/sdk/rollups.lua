@@ -11,13 +11,15 @@ local t = redis.call('TIME')
 local now_s = tonumber(t[1])
 local day = math.floor(now_s / 86400)
 local key = KEYS[1] .. day
+-- Counts and TTLs go to redis.call as the text they came as: a number is formatted
+-- again for each call (a few thousand instructions each).
 for i = 3, #ARGV, 2 do
-  redis.call('HINCRBY', key, ARGV[i], tonumber(ARGV[i + 1]))
+  redis.call('HINCRBY', key, ARGV[i], ARGV[i + 1])
 end
 if #ARGV >= 3 then
   -- The day's TTL starts with its first count; later ones need not push it.
   if redis.call('TTL', key) < 0 then
-    redis.call('EXPIRE', key, tonumber(ARGV[1]))
+    redis.call('EXPIRE', key, ARGV[1])
   end
 end
 local sent = tonumber(ARGV[2])
@@ -36,7 +38,7 @@ if sent > 0 then
       end
     end
     redis.call('HSET', KEYS[k], slot, minute .. ':' .. count)
-    redis.call('EXPIRE', KEYS[k], 3660)
+    redis.call('EXPIRE', KEYS[k], '3660')
   end
 end
 return day

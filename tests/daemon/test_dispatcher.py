@@ -12,6 +12,7 @@ import redis.asyncio
 from fairpost.dispatcher.jobs import Job, JobState
 from fairpost.dispatcher.keys import WAKE_WORK, Keys
 from fairpost.dispatcher.lifecycle import PROMOTE_BATCH, Lifecycle
+from fairpost.dispatcher.linger import Linger
 from fairpost.dispatcher.replies import time_ms
 from fairpost.dispatcher.runner import Dispatcher
 from fairpost.dispatcher.store import JobStore, NewJob, StoreLimits
@@ -75,6 +76,24 @@ async def test_a_batch_claims_what_one_by_one_claims_would(
             one_by_one.update(job.tenant for job in await single.claim(1))
         assert by_batch == one_by_one, wanted
         assert sum(by_batch.values()) == wanted
+
+
+async def test_a_tenant_at_its_cap_in_the_middle_of_whole_rounds_keeps_no_deficit(
+    aredis: redis.asyncio.Redis,
+) -> None:
+    # A claim of 12 over 4 tenants gives 3 rounds in one pass. One-job turns would
+    # leave the capped tenant nothing of its turn when it reaches its cap; kept as a
+    # deficit, it turned whole rounds off for every later claim (a turn a job).
+    store = make_store(aredis)
+    await store.sync_tenant_settings({}, {"capped": 2})
+    await store.enqueue([*jobs_for("capped", 10), *jobs_for("a", 10), *jobs_for("b", 10), *jobs_for("c", 10)])
+    first = collections.Counter(job.tenant for job in await store.claim(12))
+    # 3 rounds (capped blocked after 2), then a round of 1 for the one job left to claim.
+    assert first == {"capped": 2, "a": 4, "b": 3, "c": 3}, first
+    assert not await aredis.exists(KEYS.deficit())
+    # The same jobs one-job turns give: 2 rounds of the 3 tenants left in the ring.
+    second = collections.Counter(job.tenant for job in await store.claim(6))
+    assert second == {"a": 2, "b": 2, "c": 2}, second
 
 
 async def test_a_deep_backlog_does_not_delay_a_tenant_with_one_job(aredis: redis.asyncio.Redis) -> None:
@@ -268,6 +287,38 @@ async def test_a_short_claim_lingers_for_company(aredis: redis.asyncio.Redis) ->
         await dispatcher.drain(1)
 
 
+class LingerSpy(Linger):
+    """The linger, noting each wait it is asked for (how many jobs were missing)."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(seconds)
+        self.asked: list[int] = []
+
+    def seconds(self, missing: int) -> float:
+        self.asked.append(missing)
+        return 0.0
+
+
+@pytest.mark.parametrize(("waiting", "asked"), [(20, []), (13, [7]), (3, [7])])
+async def test_a_claim_bigger_than_a_hand_off_lingers_only_to_fill_its_last_one(
+    aredis: redis.asyncio.Redis, waiting: int, asked: list[int]
+) -> None:
+    # A claim of 50 is one claim.lua call for five SQS batches of ten: it lingers
+    # for company only when its last hand-off is short, for what that one misses.
+    store = make_store(aredis)
+    await store.enqueue(jobs_for("acme", waiting, kind="mail"))
+    dispatcher = Dispatcher(store, [BatchRecorder()], batch_size=50, linger_seconds=5.0)
+    spy = LingerSpy(5.0)
+    dispatcher.linger = spy
+    try:
+        assert await dispatcher.claim_batch() is False  # short: the ring is empty
+        await dispatcher.settled()
+        assert dispatcher.claimed_total == waiting
+        assert spy.asked == asked
+    finally:
+        await dispatcher.drain(1)
+
+
 async def test_idle_dispatcher_blocks_and_wakes_on_enqueue(
     aredis: redis.asyncio.Redis, redis_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -329,6 +380,43 @@ async def script_calls(client: redis.asyncio.Redis) -> int:
     )
 
 
+class ClaimCounter(JobStore):
+    """The store, counting its claims (a subclass: the dispatcher calls it as ever)."""
+
+    claims = 0
+
+    async def claim(self, count: int, *, token: str | None = None) -> list[Job]:
+        self.claims += 1
+        return await super().claim(count, token=token)
+
+
+async def test_the_wake_tokens_a_claim_served_wake_no_claim_later(aredis: redis.asyncio.Redis) -> None:
+    # Each tenant joining the ring pushes a wake token. Before, the dispatcher took
+    # one a wait: 20 tenants' tokens, all served by the first claims, then woke it
+    # 20 times for 20 claims that found nothing (187 of the bench drain's 400).
+    defaults = {"default_weight": 1, "default_cap": 100_000, "lease_ms": 30_000}
+    store = ClaimCounter(aredis, KEYS, StoreLimits(**defaults))
+    for n in range(20):
+        await store.enqueue(jobs_for(f"t{n}", 1, kind="mail"))
+    assert await aredis.llen(KEYS.wake()) == 20
+    dispatcher = Dispatcher(store, [HandOffWorker()], batch_size=10, linger_seconds=0, reap_interval=30.0)
+    stop = asyncio.Event()
+    task = asyncio.create_task(dispatcher.run(stop))
+
+    async def idle() -> bool:
+        blocked = any(c.get("cmd") == "blpop" for c in await aredis.client_list())
+        return blocked and dispatcher.claimed_total == 20 and await aredis.llen(KEYS.wake()) == 0
+
+    try:
+        await wait_for_async(idle, within=30, what="every job claimed and the dispatcher waiting for work")
+        # Two full batches, and the short one that says the ring is empty.
+        assert store.claims == 3
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 5)
+        await dispatcher.drain(1)
+
+
 async def test_only_a_wake_for_an_earlier_scheduled_job_looks_for_due_ones(
     aredis: redis.asyncio.Redis,
 ) -> None:
@@ -374,6 +462,54 @@ async def test_only_a_wake_for_an_earlier_scheduled_job_looks_for_due_ones(
         stop.set()
         await asyncio.wait_for(task, 5)
         await dispatcher.drain(1)
+
+
+class ScheduledBeforeTheClaim(JobStore):
+    """The store, with a scheduled job enqueued just before the first claim takes the
+    wake tokens: its token is taken there, not by the wait that follows."""
+
+    due_ms = 0
+    waits: list[float]
+
+    async def take_wake_tokens(self) -> str | None:
+        if not self.due_ms:
+            self.due_ms = await self.now_ms() + 300
+            await self.enqueue(
+                [NewJob(id="later", tenant="acme", kind="mail", payload="{}", send_at_ms=self.due_ms)]
+            )
+        return await super().take_wake_tokens()
+
+    async def wait_for_work(self, seconds: float) -> str | None:
+        self.waits.append(seconds)
+        return await super().wait_for_work(seconds)
+
+
+async def test_a_scheduled_jobs_token_taken_before_a_claim_still_ends_the_wait_when_due(
+    aredis: redis.asyncio.Redis,
+) -> None:
+    # The claim takes the wake tokens waiting; one saying a scheduled job is due
+    # earlier must bring the promotion forward before the wait that follows the
+    # claim, or the dispatcher waits out the reap interval with the job due.
+    defaults = {"default_weight": 1, "default_cap": 100_000, "lease_ms": 30_000}
+    store = ScheduledBeforeTheClaim(aredis, KEYS, StoreLimits(**defaults))
+    store.waits = []
+    # Within the client's socket timeout (5 s), which a longer BLPOP would outlast.
+    dispatcher = Dispatcher(store, [HandOffWorker()], reap_interval=4.0)
+    stop = asyncio.Event()
+    task = asyncio.create_task(dispatcher.run(stop))
+
+    async def dispatched() -> bool:
+        return (await store.job("later")).get("state") == JobState.DISPATCHED
+
+    try:
+        await wait_for_async(dispatched, within=10, what="the scheduled job promoted and dispatched")
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 5)
+        await dispatcher.drain(1)
+    # The first wait (the only one before the job was due) lasts until it is due,
+    # 300 ms after the first claim's take: not the reap interval.
+    assert store.waits and 0 < store.waits[0] <= 0.3, store.waits
 
 
 async def _at_least(count: Callable[[], int], n: int) -> bool:

@@ -132,7 +132,7 @@ def test_nested_variable(monkeypatch: pytest.MonkeyPatch) -> None:
     settings = load_settings()
     assert settings.dispatcher.concurrency == 7
     assert settings.sender.receivers == 3
-    assert settings.dispatcher.batch_size == 10  # the rest of the section keeps its defaults
+    assert settings.dispatcher.batch_size == 50  # the rest of the section keeps its defaults
 
 
 @pytest.mark.parametrize(

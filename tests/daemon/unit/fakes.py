@@ -116,7 +116,11 @@ class FakeQuota:
     async def refund(self, tenant: str, cost: int, at_ms: int, *_: Any, **__: Any) -> None:
         self.refunds.append((tenant, cost, at_ms))
 
+    peeks: int = 0
+    """Calls of :meth:`global_retry_after` (each a quota script call in Redis)."""
+
     async def global_retry_after(self, *_: Any, **__: Any) -> float:
+        self.peeks += 1
         return self.global_wait
 
 

@@ -11,7 +11,7 @@ import asyncio
 from typing import Any, cast
 
 from fairpost.config import load_settings
-from fairpost.mailer.daemon.gate import Gate
+from fairpost.mailer.daemon.gate import BINDING_TURNS, OPEN_PEEK_EVERY, Gate
 from fairpost.mailer.quota.overrides import StaticLimits
 from tests.daemon.unit.fakes import FakeQuota
 
@@ -60,3 +60,39 @@ async def test_a_spent_global_quota_closes_the_gate_until_it_frees() -> None:
 
 async def test_an_open_gate_does_not_wait() -> None:
     assert await gate().wait(asyncio.Event()) is False
+
+
+async def turns(gate: Gate, count: int) -> None:
+    for _ in range(count):
+        await gate.wait(asyncio.Event())
+
+
+async def test_a_global_quota_that_does_not_bind_is_asked_once_every_few_turns() -> None:
+    # Each ask is a quota script call in Redis, a third of the script's calls under a
+    # steady load that the global quota does not bind, each answering "open".
+    quota = FakeQuota()
+    open_gate = gate(quota)
+    await turns(open_gate, 3 * OPEN_PEEK_EVERY)
+    assert quota.peeks == 3
+
+
+async def test_a_sign_that_the_global_quota_binds_has_it_asked_every_turn_for_a_while() -> None:
+    for sign in ("refused", "closed", "share", "limits"):
+        quota = FakeQuota()
+        binding = gate(quota)
+        await turns(binding, 1)  # the first turn asks
+        if sign == "refused":
+            binding.hold_for_quota(0.0)  # a refusal for global room, its wait already over
+        elif sign == "closed":
+            quota.global_wait = 0.001  # another replica spent it: the next ask finds it so
+            await turns(binding, OPEN_PEEK_EVERY)
+            quota.global_wait = 0.0
+        elif sign == "share":
+            binding.quota_binds()  # a refusal for a share of it, others waiting for room
+        else:
+            binding.regate()  # the global limits changed
+        asked = quota.peeks
+        await turns(binding, BINDING_TURNS)
+        assert quota.peeks - asked == BINDING_TURNS, sign
+        await turns(binding, 2 * OPEN_PEEK_EVERY)
+        assert quota.peeks - asked == BINDING_TURNS + 2, sign
