@@ -45,7 +45,7 @@ from fairpost.dispatcher.jobs import Job
 from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.runner import Dispatcher
 from fairpost.dispatcher.store import JobStore, NewJob, store_limits
-from fairpost.dispatcher.worker import Done, Outcome, Retry, Worker
+from fairpost.dispatcher.worker import Done, Outcome, Requeue, Worker
 from fairpost.mailer.daemon import ses
 from fairpost.mailer.daemon.aws import SES_CONFIG, SQS_CONFIG, session
 from fairpost.mailer.daemon.handoff import MailWorker
@@ -152,7 +152,7 @@ class PutBack(_DirectMail):
             self.tally.throttled_in_worker += throttled
             try:
                 if await self.acquire(env) > 0:
-                    outcomes.append(Retry("over quota"))
+                    outcomes.append(Requeue("over quota"))
                     continue
                 await self.send(env)
                 outcomes.append(Done())
@@ -164,7 +164,7 @@ class PutBack(_DirectMail):
 class PutBackDispatcher(Dispatcher):
     """A dispatcher that puts a refused job back on its queue at once.
 
-    fairpost's own dispatcher waits (with backoff) before a ``Retry`` goes
+    fairpost's own dispatcher waits (with backoff) before a ``Requeue`` goes
     back, holding the slot, because a worker that refuses is usually a
     downstream that is down; the naive put-back strategy does not wait.
     """
@@ -174,13 +174,13 @@ class PutBackDispatcher(Dispatcher):
         self.tally = tally
 
     async def _settle(self, jobs: list[Job], outcomes: Sequence[Outcome]) -> None:
-        back = [j.id for j, o in zip(jobs, outcomes, strict=True) if isinstance(o, Retry)]
+        back = [j.id for j, o in zip(jobs, outcomes, strict=True) if isinstance(o, Requeue)]
         if back:
             await self.store.requeue(back)
             self.tally.put_back += len(back)
             for job_id in back:
                 self._held.pop(job_id, None)
-        rest = [(j, o) for j, o in zip(jobs, outcomes, strict=True) if not isinstance(o, Retry)]
+        rest = [(j, o) for j, o in zip(jobs, outcomes, strict=True) if not isinstance(o, Requeue)]
         await super()._settle([j for j, _ in rest], [o for _, o in rest])
 
 

@@ -23,7 +23,7 @@ from fairpost.dispatcher.lifecycle import Lifecycle
 from fairpost.dispatcher.linger import Linger
 from fairpost.dispatcher.loop import OnError, forever
 from fairpost.dispatcher.store import JobStore
-from fairpost.dispatcher.worker import Dead, Done, HandedOff, Later, Outcome, Retry, Worker
+from fairpost.dispatcher.worker import Dead, Done, HandedOff, Later, Outcome, Requeue, Worker
 
 log = logging.getLogger("fairpost.dispatcher")
 
@@ -280,7 +280,7 @@ class Dispatcher:
                     outcomes = await worker.handle(jobs)
                 except Exception as exc:
                     log.exception("worker %r failed on %d jobs", kind, len(jobs))
-                    outcomes = [Retry(f"{type(exc).__name__}: {exc}")] * len(jobs)
+                    outcomes = [Requeue(f"{type(exc).__name__}: {exc}")] * len(jobs)
                 if len(outcomes) != len(jobs):
                     raise RuntimeError(
                         f"worker {kind!r} returned {len(outcomes)} outcomes for {len(jobs)} jobs"
@@ -298,7 +298,7 @@ class Dispatcher:
         """Record each job's outcome; a job leaves ``_held`` only once Redis has it."""
         settled = list(zip(jobs, outcomes, strict=True))
         handed = [job.id for job, o in settled if isinstance(o, HandedOff)]
-        retry = [job.id for job, o in settled if isinstance(o, Retry)]
+        retry = [job.id for job, o in settled if isinstance(o, Requeue)]
         # Settling steps run until Redis has them. Running one again is safe (a job
         # already handed off, finished or given back is left as it is: the scripts read
         # its state), and a job left held has its lease renewed while this process lives.

@@ -21,7 +21,7 @@ class Done:
 
 
 @dataclass(frozen=True)
-class Retry:
+class Requeue:
     """The worker could not take the job now; it goes back to the head of its queue."""
 
     reason: str
@@ -45,7 +45,7 @@ class Later:
     entry: Mapping[str, str] | None = None
 
 
-Outcome = HandedOff | Done | Retry | Dead | Later
+Outcome = HandedOff | Done | Requeue | Dead | Later
 
 
 class Worker(Protocol):
@@ -60,5 +60,5 @@ class Worker(Protocol):
         ...
 
     async def handle(self, jobs: Sequence[Job]) -> Sequence[Outcome]:
-        """Return one outcome per job, in order. Raising is treated as Retry for all."""
+        """Return one outcome per job, in order. Raising is treated as Requeue for all."""
         ...

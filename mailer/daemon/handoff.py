@@ -14,7 +14,7 @@ import logging
 from collections.abc import Mapping, Sequence
 
 from fairpost.dispatcher.jobs import Job
-from fairpost.dispatcher.worker import Dead, HandedOff, Later, Outcome, Retry
+from fairpost.dispatcher.worker import Dead, HandedOff, Later, Outcome, Requeue
 from fairpost.mailer.daemon.aws import SqsClient
 from fairpost.mailer.daemon.metrics import Metrics
 from fairpost.mailer.daemon.provider_holds import ProviderHolds
@@ -106,7 +106,7 @@ class MailWorker:
         for batch in _batches(list(entries.values())):
             if failure is not None:
                 # SQS is failing: the rest waits in Redis for the dispatcher's retry.
-                outcomes.update({entry["Id"]: Retry(failure) for entry in batch})
+                outcomes.update({entry["Id"]: Requeue(failure) for entry in batch})
                 continue
             if self.tracing is None:
                 sent, failure = await self._send_batch(batch)
@@ -155,7 +155,7 @@ class MailWorker:
             except Exception as exc:
                 failure = f"SQS SendMessageBatch failed: {type(exc).__name__}: {exc}"
                 log.warning("%s; %d of %d entries go back to Redis", failure, len(pending), len(batch))
-                outcomes.update({entry["Id"]: Retry(failure) for entry in pending})
+                outcomes.update({entry["Id"]: Requeue(failure) for entry in pending})
                 return outcomes, failure
             for ok in response.get("Successful", []):
                 outcomes[ok["Id"]] = HandedOff()
@@ -167,7 +167,7 @@ class MailWorker:
                     # The entry itself is wrong (too big, bad characters): it can never go.
                     outcomes[fail["Id"]] = Dead(reason)
                 else:
-                    outcomes[fail["Id"]] = Retry(reason)
+                    outcomes[fail["Id"]] = Requeue(reason)
                     retry_ids.add(fail["Id"])
             pending = [entry for entry in pending if entry["Id"] in retry_ids]
             if not pending:

@@ -28,8 +28,8 @@ from fairpost.mailer.daemon.settlement import (
     Delete,
     HandBack,
     Park,
-    Retry,
     Settlement,
+    TimedRetry,
 )
 from fairpost.mailer.daemon.tracing import JobTrace
 from fairpost.mailer.errors import SettledTwice
@@ -98,7 +98,7 @@ class Received:
     @property
     def retry_at(self) -> float | None:
         """When this process asks for it again (monotonic), if it does."""
-        return self.settlement.at if isinstance(self.settlement, Retry) else None
+        return self.settlement.at if isinstance(self.settlement, TimedRetry) else None
 
 
 class Inbox:
@@ -119,7 +119,7 @@ class Inbox:
         self._parked: dict[str, dict[str, float]] = {}
         self._sweep_above = _SWEEP_MIN
         self.timers: set[asyncio.Task[None]] = set()
-        """The timed retries waiting (:class:`fairpost.mailer.daemon.settlement.Retry`)."""
+        """The timed retries waiting (:class:`fairpost.mailer.daemon.settlement.TimedRetry`)."""
         self.on_due = on_due
         """Asks again for a timed retry's messages when due (the Sender's new round)."""
 
@@ -176,7 +176,7 @@ class Inbox:
                 changes.append((m, settled.seconds))
             elif isinstance(settled, HandBack):
                 changes.append((m, 0.0))
-            elif isinstance(settled, Retry):
+            elif isinstance(settled, TimedRetry):
                 # A visibility change only when SQS would show it again before the margin.
                 if m.hidden_until < settled.at + settled.margin:
                     changes.append((m, settled.at - now + settled.margin))

@@ -4,7 +4,7 @@ tenant's SES tenant).
 
 Only the first mail of a group waits in flight; the rest go back to the queue
 behind it, where FIFO order keeps them. A wait under :data:`PRECISE_WAIT_MAX` is
-timed by this process (a :class:`~fairpost.mailer.daemon.settlement.Retry`),
+timed by this process (a :class:`~fairpost.mailer.daemon.settlement.TimedRetry`),
 every other is SQS's visibility (a :class:`~fairpost.mailer.daemon.settlement.Park`).
 Both the group's decision and SES's answers park through it, so it is built before
 either and handed to both (fairpost.mailer.daemon.parts).
@@ -20,7 +20,7 @@ from fairpost.mailer.daemon.context import SenderContext
 from fairpost.mailer.daemon.endings import Endings
 from fairpost.mailer.daemon.gate import Gate
 from fairpost.mailer.daemon.inbox import MAX_VISIBILITY, Received
-from fairpost.mailer.daemon.settlement import HAND_BACK, Park, Retry
+from fairpost.mailer.daemon.settlement import HAND_BACK, Park, TimedRetry
 
 log = logging.getLogger("fairpost.sender")
 
@@ -117,7 +117,8 @@ class Parking:
                 msg.trace.wait(reason, wait)
         for msg in refused:
             settle(
-                msg, Retry(now + wait, PRECISE_SAFETY_NET, tenant) if precise else Park(wait, tenant, reason)
+                msg,
+                TimedRetry(now + wait, PRECISE_SAFETY_NET, tenant) if precise else Park(wait, tenant, reason),
             )
         ids = [m.envelope.job_id for m in refused if m.envelope]
         await ctx.mail.count_throttled(ids, reason, at_ms + int(wait * 1000))

@@ -18,7 +18,7 @@ Reading order, one idea a module:
 
 Nothing is put back on a queue and no worker slot waits: SQS counts
 visibility in whole seconds, so a wait of under two seconds is timed by the
-sender as well (a :class:`~fairpost.mailer.daemon.settlement.Retry`: the
+sender as well (a :class:`~fairpost.mailer.daemon.settlement.TimedRetry`: the
 message stays parked in SQS meanwhile, as the safety net), and
 every other wait is SQS's alone.
 """
@@ -53,7 +53,7 @@ from fairpost.mailer.daemon.provider_holds import ProviderHolds
 from fairpost.mailer.daemon.receive import Receiver
 from fairpost.mailer.daemon.send import Sending
 from fairpost.mailer.daemon.ses import redact
-from fairpost.mailer.daemon.settlement import Backoff, Leave, Retry, attempt_backoff
+from fairpost.mailer.daemon.settlement import Backoff, Leave, TimedRetry, attempt_backoff
 from fairpost.mailer.daemon.tracing import JobTrace, Tracing, handling
 from fairpost.mailer.errors import NewerFormat, PoisonMessage
 from fairpost.mailer.quota.engine import QuotaEngine
@@ -310,7 +310,7 @@ class Sender:
                 # The round's decisions are void: it is decided again from the start.
                 msg.reopen()
                 if i in outage and delay is not None and not msg.in_call:
-                    msg.decide(Retry(due, PRECISE_SAFETY_NET))
+                    msg.decide(TimedRetry(due, PRECISE_SAFETY_NET))
                 else:
                     msg.decide(Leave("SES may have it unrecorded" if msg.in_call else "outage"))
         unexpected = [e for i, e in failed.items() if i not in outage]

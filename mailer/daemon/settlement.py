@@ -47,7 +47,7 @@ class HandBack:
 
 
 @dataclass(frozen=True)
-class Retry:
+class TimedRetry:
     """This process asks for it again at ``at`` (monotonic): SQS counts visibility in
     whole seconds, too coarse for a wait of a moment. SQS keeps it hidden ``margin``
     seconds longer, so it comes back from there if this process dies meanwhile.
@@ -72,6 +72,6 @@ def attempt_backoff(attempts: int, settings: SenderSettings, why: str) -> Backof
     return Backoff(seconds, why)
 
 
-Settlement = Delete | Park | Backoff | HandBack | Retry | Leave
+Settlement = Delete | Park | Backoff | HandBack | TimedRetry | Leave
 
 HAND_BACK = HandBack()

@@ -21,7 +21,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from fairpost.dispatcher.jobs import Job, JobState
 from fairpost.dispatcher.runner import Dispatcher
 from fairpost.dispatcher.store import JobStore, NewJob, StoreLimits
-from fairpost.dispatcher.worker import Dead, Done, HandedOff, Outcome, Retry
+from fairpost.dispatcher.worker import Dead, Done, HandedOff, Outcome, Requeue
 from fairpost.mailer.testing.wait import wait_for_async
 from tests.support import KEYS
 
@@ -79,7 +79,7 @@ CASES = [
     pytest.param("handed_off", HandedOff(), JobState.DISPATCHED, id="handed_off"),
     pytest.param("finish", Done(), JobState.SENT, id="finish-done"),
     pytest.param("finish", Dead("no such thing"), JobState.DEAD, id="finish-dead"),
-    pytest.param("requeue", Retry("downstream busy"), JobState.SENT, id="requeue-retry"),
+    pytest.param("requeue", Requeue("downstream busy"), JobState.SENT, id="requeue-retry"),
 ]
 
 
@@ -101,8 +101,8 @@ async def test_a_settle_that_fails_once_lands_and_nothing_stays_held(
 
     await run_while(dispatcher, settled, f"every job {final} and no lease left")
     assert failed == [1], "the fault was never injected"
-    # A Retry comes back to the worker once requeued; the others are handled once.
-    assert set(worker.seen.values()) == ({2} if isinstance(outcome, Retry) else {1}), worker.seen
+    # A Requeue comes back to the worker once requeued; the others are handled once.
+    assert set(worker.seen.values()) == ({2} if isinstance(outcome, Requeue) else {1}), worker.seen
 
 
 class AlwaysHandsOff:

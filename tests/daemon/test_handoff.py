@@ -17,7 +17,7 @@ from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.replies import time_ms
 from fairpost.dispatcher.runner import Dispatcher
 from fairpost.dispatcher.store import JobStore, StoreLimits
-from fairpost.dispatcher.worker import Dead, HandedOff, Retry
+from fairpost.dispatcher.worker import Dead, HandedOff, Requeue
 from fairpost.mailer.daemon.aws import SQS_CONFIG, session
 from fairpost.mailer.daemon.handoff import MailWorker
 from fairpost.mailer.ops.queue_setup import init_queue
@@ -142,7 +142,7 @@ async def test_entries_that_keep_failing_go_back_to_redis(sqs: Any, queue_url: s
 
     failing = AlwaysFailing(sqs)
     outcomes = await MailWorker(failing, queue_url).handle([mail_job("job0", "acme")])
-    assert isinstance(outcomes[0], Retry)
+    assert isinstance(outcomes[0], Requeue)
     assert len(failing.batches) == 3
 
 
@@ -186,7 +186,7 @@ async def test_a_handoff_that_failed_on_its_second_batch_requeued_the_first_one_
         if job.id in sent_first:
             assert outcome == HandedOff(), f"{job.id} is in SQS but would go back to Redis"
         else:
-            assert isinstance(outcome, Retry) and "went away" in outcome.reason
+            assert isinstance(outcome, Requeue) and "went away" in outcome.reason
     assert len(receive_all(queue_url, len(sent_first))) == len(sent_first)
 
 

@@ -21,7 +21,7 @@ from fairpost.mailer.daemon.group import GroupDecision
 from fairpost.mailer.daemon.holds import PAUSED_RECHECK_SECONDS
 from fairpost.mailer.daemon.inbox import Received
 from fairpost.mailer.daemon.parking import PRECISE_SAFETY_NET, Parking
-from fairpost.mailer.daemon.settlement import HAND_BACK, Delete, Park, Retry
+from fairpost.mailer.daemon.settlement import HAND_BACK, Delete, Park, TimedRetry
 from fairpost.mailer.quota.engine import NEVER, Grant
 from fairpost.mailer.quota.overrides import StaticLimits
 from tests.daemon.unit.fakes import FakeQuota, FakeStore, fake_context, mail
@@ -92,9 +92,9 @@ async def test_a_tenant_over_its_quota_for_a_moment_is_retried_here_whole() -> N
     await groups.handle("acme", group)
     assert sending.granted == [group[0]]
     retries = [m.settlement for m in group[1:]]
-    assert all(isinstance(r, Retry) for r in retries)
+    assert all(isinstance(r, TimedRetry) for r in retries)
     for r in retries:
-        assert isinstance(r, Retry)
+        assert isinstance(r, TimedRetry)
         # Its own quota: no jitter, due the moment the quota frees.
         assert before + 0.4 <= r.at <= time.monotonic() + 0.4
         assert (r.margin, r.tenant) == (PRECISE_SAFETY_NET, "acme")
@@ -120,7 +120,7 @@ async def test_a_mail_that_can_never_fit_ends_dead_and_the_next_waits() -> None:
     assert group[0].settlement == Delete("dead")
     assert store.finished == {"j-0": str(JobState.DEAD)}
     # The rest ask again in a second (as a quota wait of one, timed here).
-    assert isinstance(group[1].settlement, Retry) and isinstance(group[2].settlement, Retry)
+    assert isinstance(group[1].settlement, TimedRetry) and isinstance(group[2].settlement, TimedRetry)
 
 
 @pytest.mark.parametrize("retry_after", [0.05, 0.3, 1.5])

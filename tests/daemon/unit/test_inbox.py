@@ -20,8 +20,8 @@ from fairpost.mailer.daemon.settlement import (
     Delete,
     Leave,
     Park,
-    Retry,
     Settlement,
+    TimedRetry,
 )
 from fairpost.mailer.errors import SettledTwice
 from tests.daemon.unit.fakes import FakeSqs
@@ -89,8 +89,8 @@ async def test_a_timed_retry_changes_visibility_only_when_sqs_would_show_it_soon
     kept = message(0, hidden_for=60.0)  # hidden longer than the retry and its margin
     short = message(1, hidden_for=1.0)
     at = time.monotonic() + 0.5
-    kept.decide(Retry(at, 10.0, "acme"))
-    short.decide(Retry(at, 10.0, "acme"))
+    kept.decide(TimedRetry(at, 10.0, "acme"))
+    short.decide(TimedRetry(at, 10.0, "acme"))
     await box.settle([kept, short])
     assert set(sqs.visibility) == {"r-1"}
     assert sqs.visibility["r-1"] in (10, 11)  # what is left of 0.5 s and the 10 s margin, rounded up
