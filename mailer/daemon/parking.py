@@ -15,12 +15,13 @@ from __future__ import annotations
 import logging
 import random
 import time
+from collections.abc import Callable
 
 from fairpost.mailer.daemon.context import SenderContext
 from fairpost.mailer.daemon.endings import Endings
 from fairpost.mailer.daemon.gate import Gate
 from fairpost.mailer.daemon.inbox import MAX_VISIBILITY, Received
-from fairpost.mailer.daemon.settlement import HAND_BACK, Park, TimedRetry
+from fairpost.mailer.daemon.settlement import HAND_BACK, Park, Settlement, TimedRetry
 
 log = logging.getLogger("fairpost.sender")
 
@@ -80,13 +81,8 @@ class Parking:
         ctx = self.ctx
         settle = Received.overrule if overrule else Received.decide
         if retry_after < 0:
-            # More recipients than a window allows: it can never fit.
-            for msg in refused[:1]:
-                assert msg.envelope is not None
-                # ``never`` names the window (quota.engine.never_fits_reason).
-                reason = never or "the mail has more recipients than a quota window allows"
-                settle(msg, await self.endings.dead(msg, reason, "too_many_recipients"))
-            refused = refused[1:]
+            # More recipients than a window allows: the head can never fit.
+            refused = await self._never_fits(refused, never, settle)
             retry_after = 1.0
         if not refused:
             return
@@ -96,17 +92,8 @@ class Parking:
             for behind in refused[1:]:
                 settle(behind, HAND_BACK)
             refused = refused[:1]
-        if blocked_by == "global":
-            self.gate.hold_for_quota(retry_after)
-        elif blocked_by == "share":
-            self.gate.quota_binds()
-        # Jitter spreads parked groups' return; a timed retry for the global quota needs
-        # only a hair of it, one for the tenant's own quota none: no one else waits for
-        # that quota, and a late retry only leaves it unused.
-        jitter = ctx.settings.sender.max_jitter_seconds
-        if precise:
-            jitter = 0.0 if blocked_by == "tenant" else PRECISE_JITTER
-        wait = min(retry_after + random.uniform(0, jitter), MAX_VISIBILITY)
+        self._tell_gate(blocked_by, retry_after)
+        wait = _wait(retry_after, blocked_by, precise, ctx.settings.sender.max_jitter_seconds)
         ctx.stats.throttled_by_quota += len(refused)
         # ``label``: a finer reason than the scope's (a warm-up step's limit).
         reason = label or _THROTTLE_REASON.get(blocked_by or "", blocked_by or "tenant_quota")
@@ -125,8 +112,34 @@ class Parking:
         # The jobs keep their tenant's in-flight slots while they wait in SQS.
         await ctx.holds.keep_alive(tenant, at_ms + int(wait * 1000))
         log.info(
-            "tenant over quota (%s): its next mail waits %.2fs",
-            blocked_by,
-            wait,
-            extra={"tenant": tenant},
+            "tenant over quota (%s): its next mail waits %.2fs", blocked_by, wait, extra={"tenant": tenant}
         )
+
+    def _tell_gate(self, blocked_by: str | None, retry_after: float) -> None:
+        """The global quota is spent (the gate closes until it frees), or binds as shares
+        (the gate asks the quota before its next receives)."""
+        if blocked_by == "global":
+            self.gate.hold_for_quota(retry_after)
+        elif blocked_by == "share":
+            self.gate.quota_binds()
+
+    async def _never_fits(
+        self, refused: list[Received], never: str | None, settle: Callable[[Received, Settlement], None]
+    ) -> list[Received]:
+        """The head ends dead (``never`` names the window it can never fit,
+        quota.engine.never_fits_reason); the rest are returned, to wait."""
+        for msg in refused[:1]:
+            assert msg.envelope is not None
+            reason = never or "the mail has more recipients than a quota window allows"
+            settle(msg, await self.endings.dead(msg, reason, "too_many_recipients"))
+        return refused[1:]
+
+
+def _wait(retry_after: float, blocked_by: str | None, precise: bool, max_jitter: float) -> float:
+    """The park's length. Jitter spreads parked groups' return; a timed retry for the
+    global quota needs only a hair of it, one for the tenant's own quota none: no one
+    else waits for that quota, and a late retry only leaves it unused."""
+    jitter = max_jitter
+    if precise:
+        jitter = 0.0 if blocked_by == "tenant" else PRECISE_JITTER
+    return min(retry_after + random.uniform(0, jitter), MAX_VISIBILITY)
