@@ -30,7 +30,7 @@ import redis.asyncio
 
 from bench.load import mail
 from fairpost.config.limits import Window
-from fairpost.config.settings import TenantSettings
+from fairpost.config.sections import TenantSettings
 from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.scripts import lua_source
 from fairpost.mailer.daemon import ses

@@ -40,7 +40,7 @@ from bench.cluster import REGION, Backend
 from bench.figures import Figure, percentile
 from bench.load import mail
 from fairpost.config import Settings
-from fairpost.config.settings import DispatcherSettings, TenantSettings
+from fairpost.config.sections import DispatcherSettings, TenantSettings
 from fairpost.dispatcher.jobs import Job
 from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.runner import Dispatcher

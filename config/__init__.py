@@ -2,14 +2,8 @@
 
 from fairpost.config.errors import ConfigError, FairpostError
 from fairpost.config.limits import Limits, Window, format_limits, parse_limits
-from fairpost.config.settings import (
-    DispatcherSettings,
-    SenderSettings,
-    Settings,
-    TenantSettings,
-    load_settings,
-    mask_url,
-)
+from fairpost.config.sections import DispatcherSettings, SenderSettings, TenantSettings
+from fairpost.config.settings import Settings, load_settings, mask_url
 from fairpost.config.tenant_id import TENANT_ID_RULE, is_valid_tenant_id
 
 __all__ = [

@@ -32,7 +32,7 @@ from urllib.parse import urlencode
 from redis.credentials import CredentialProvider
 
 from fairpost.config import ConfigError
-from fairpost.config.settings import RedisIamSettings
+from fairpost.config.sections import RedisIamSettings
 
 __all__ = ["TOKEN_SECONDS", "TokenProvider", "renewing", "sigv4_minter", "token_provider"]
 

@@ -43,7 +43,7 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from fairpost.config.settings import TenantSettings
+from fairpost.config.sections import TenantSettings
 from fairpost.mailer.daemon import tracing
 from fairpost.mailer.daemon.aws import SesClient
 from fairpost.mailer.sdk.envelope import Envelope

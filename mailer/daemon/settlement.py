@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fairpost.config.settings import SenderSettings
+from fairpost.config.sections import SenderSettings
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ from prometheus_client import enable_created_metrics
 from prometheus_client.parser import text_string_to_metric_families
 
 from fairpost.config import ConfigError, Settings, load_settings
-from fairpost.config.settings import SenderSettings
+from fairpost.config.sections import SenderSettings
 from fairpost.mailer.daemon.http import Check, HttpServer
 from fairpost.mailer.daemon.metric_labels import DEAD_REASONS, SES_RESULTS, THROTTLE_REASONS
 from fairpost.mailer.daemon.metrics import Metrics

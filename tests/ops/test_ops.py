@@ -20,7 +20,7 @@ from rich.console import Console
 
 from fairpost.config import load_settings
 from fairpost.config.limits import Window, parse_limits
-from fairpost.config.settings import CONSOLE_VARIABLES, WEBHOOK_VARIABLES
+from fairpost.config.sections import CONSOLE_VARIABLES, WEBHOOK_VARIABLES
 from fairpost.mailer.cli import main
 from fairpost.mailer.daemon.metric_labels import OTHER_TENANT, TenantLabels
 from fairpost.mailer.daemon.metrics import Metrics

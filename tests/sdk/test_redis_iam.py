@@ -24,7 +24,7 @@ import redis
 
 from fairpost import AsyncMailClient, MailClient
 from fairpost.config import ConfigError, Settings, load_settings
-from fairpost.config.settings import RedisIamSettings
+from fairpost.config.sections import RedisIamSettings
 from fairpost.dispatcher import connect, iam
 from fairpost.mailer.errors import RedisAccessDenied
 from fairpost.mailer.testing.ses_server import SesServer
