@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import re
-import tomllib
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
@@ -51,13 +50,13 @@ from fairpost.config.sections import (
     WebhookSettings,
 )
 from fairpost.config.ses_names import ses_tenant_name
+from fairpost.config.sources import ConsoleEnvSource, TomlFileSource
 from fairpost.config.tenant_id import TENANT_ID_RULE, is_valid_tenant_id
 
 ENV_PREFIX = "FAIRPOST_"
 # Read by the set-up scripts (scripts/bootstrap.sh, scripts/install-localstack.sh),
 # not by fairpost itself: not settings, but not typos either.
 SETUP_VARIABLES = frozenset({"FAIRPOST_PYTHON", "FAIRPOST_LOCALSTACK_PYTHON", "FAIRPOST_LOCALSTACK_VENV"})
-CONFIG_FILE_VAR = ENV_PREFIX + "CONFIG_FILE"
 
 
 class Settings(BaseSettings):
@@ -295,7 +294,7 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return (init_settings, env_settings, _ConsoleEnvSource(settings_cls), _TomlFileSource(settings_cls))
+        return (init_settings, env_settings, ConsoleEnvSource(settings_cls), TomlFileSource(settings_cls))
 
     # -- derived views ----------------------------------------------------
 
@@ -373,52 +372,6 @@ def _parse_addresses(text: str) -> list[tuple[str, int]]:
             return []
         out.append((host.strip("[]"), int(port)))
     return out
-
-
-class _TomlFileSource(PydanticBaseSettingsSource):
-    """Reads the TOML file named by ``FAIRPOST_CONFIG_FILE`` (or ``config_file``)."""
-
-    def __init__(self, settings_cls: type[BaseSettings]) -> None:
-        super().__init__(settings_cls)
-        path = os.environ.get(CONFIG_FILE_VAR)
-        self._data: dict[str, Any] = _read_toml(Path(path)) if path else {}
-
-    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
-        return self._data.get(field_name), field_name, False
-
-    def __call__(self) -> dict[str, Any]:
-        return dict(self._data)
-
-
-class _ConsoleEnvSource(PydanticBaseSettingsSource):
-    """The console and webhook sections from :data:`CONSOLE_VARIABLES` (``FAIRPOST_CONSOLE_PORT``...)
-    and :data:`WEBHOOK_VARIABLES` (``FAIRPOST_WEBHOOK_RETRY_SCHEDULE``...)."""
-
-    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
-        return None, field_name, False
-
-    def __call__(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for section, variables in (("console", CONSOLE_VARIABLES), ("webhook", WEBHOOK_VARIABLES)):
-            values = {name: os.environ[var] for name, var in variables.items() if var in os.environ}
-            if values:
-                out[section] = values
-        return out
-
-
-def _read_toml(path: Path) -> dict[str, Any]:
-    try:
-        with path.open("rb") as handle:
-            data = tomllib.load(handle)
-    except FileNotFoundError:
-        raise ConfigError([(CONFIG_FILE_VAR, f"file {str(path)!r} does not exist")]) from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError([(CONFIG_FILE_VAR, f"{str(path)!r} is not valid TOML: {exc}")]) from None
-    # The file may wrap everything in a [fairpost] table, or not.
-    inner = data.get("fairpost", data)
-    if not isinstance(inner, dict):
-        raise ConfigError([(CONFIG_FILE_VAR, "[fairpost] must be a table")])
-    return inner
 
 
 def load_settings(**overrides: Any) -> Settings:
