@@ -12,7 +12,7 @@ HTTP server, the webhooks and the two-phase shutdown.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -122,25 +122,17 @@ async def build_parts(
 ) -> Parts:
     """Build the parts of ``role`` (``webhooks``: none of these) and wire them together.
 
-    Knobs, for the tests and the bench (``fairpost run`` leaves each as it is):
-
-    - ``full``: every part ``fairpost run`` has. False: the dispatcher and the
-      sender alone, which weighs mail against ``limits`` (the settings' by
-      default), with no live overrides, reputation, reconciler or slot keeper.
-    - ``sender_sqs``: the sender's SQS client, when not ``sqs`` (one that records
-      or counts the receives).
-    - ``workers``: the dispatcher's workers, given the mail worker (it alone by default).
-    - ``reap_interval``, ``refresh_seconds``: how often the dispatcher reaps and
-      the live overrides are read again.
-    - ``mx_lookup``: how recipients' MX records are looked up (DNS by default;
-      the tests give a local fake).
+    Knobs for the tests and the bench (``fairpost run`` leaves each as it is): ``full``
+    False builds the dispatcher and the sender alone, which weighs mail against
+    ``limits`` (the settings' by default), with no live overrides, reputation,
+    reconciler or slot keeper; ``sender_sqs``, the sender's own SQS client (one that
+    records the receives); ``workers``, the dispatcher's workers given the mail
+    worker; ``reap_interval`` and ``refresh_seconds``, how often the dispatcher reaps
+    and the overrides are read; ``mx_lookup``, the MX look-up (DNS by default).
     """
-    keys = Keys(settings.key_prefix)
-    store = JobStore(client, keys, store_limits(settings))
-    await publish_tenant_settings(store, settings)
-    quota = QuotaEngine(client, keys, durability=durability(settings))
-    parts = Parts(settings, store, quota, metrics or Metrics())
-    metrics = parts.metrics
+    parts = await _core(settings, client, metrics)
+    store, quota, metrics = parts.store, parts.quota, parts.metrics
+    keys = store.keys
     provider_holds = None
     if full and settings.reputation.per_provider:
         # One map of domains to providers for the worker's and the sender's look-ups.
@@ -150,13 +142,10 @@ async def build_parts(
         _add_dispatcher(parts, client, worker, workers, reap_interval=reap_interval, full=full)
     if role not in ("all", "sender"):
         return parts
-    feedback = None
     if full:
         limits = await _add_live_limits(
             parts, client, sqs, ses_client, mx_lookup=mx_lookup, refresh_seconds=refresh_seconds
         )
-        assert parts.reputation is not None
-        feedback = parts.reputation.feedback
     parts.sender = Sender(
         sqs=sender_sqs if sender_sqs is not None else sqs,
         ses_client=ses_client,
@@ -166,19 +155,59 @@ async def build_parts(
         settings=settings,
         limits=limits,
         metrics=metrics,
-        feedback=feedback,
+        feedback=parts.reputation.feedback if parts.reputation is not None else None,
         tracing=tracing,
         provider_holds=provider_holds,
     )
     if full:
-        assert parts.overrides is not None
-        # While the sender's gate is closed, mail waiting in SQS keeps its slots.
-        parts.keeper = SlotKeeper(
-            store, quota, parts.overrides, ttl_ms=store.limits.inflight_ttl_ms,
-            held=parts.sender.gate.holding, max_outage_seconds=settings.max_outage_seconds,
-            on_error=metrics.task_failed,
-        )  # fmt: skip
+        parts.keeper = _slot_keeper(parts)
     return parts
+
+
+async def _auto_limits(
+    parts: Parts,
+    client: redis.asyncio.Redis,
+    ses_client: SesClient,
+    hold_changed: Callable[[str | None], Awaitable[None]],
+) -> Callable[[], Limits] | None:
+    """With ``FAIRPOST_GLOBAL_LIMITS=auto``, SES's account read and followed; None else."""
+    if not isinstance(parts.settings.global_limits, str):
+        return None
+
+    async def auto_limits_changed(old: Limits | None, new: Limits) -> None:
+        # SES allows more (a raised quota, a day's mail aging out): a gate
+        # closed, or mail parked, under the old limits is looked at now.
+        if limits_rose(old, new):
+            await hold_changed(None)
+
+    account = SesAccountLimits(
+        ses_client, parts.settings, client=client, keys=parts.store.keys, quota=parts.quota,
+        on_change=auto_limits_changed, on_error=parts.metrics.task_failed,
+    )  # fmt: skip
+    await account.start()
+    parts.account = account
+    return account.current
+
+
+async def _core(settings: Settings, client: redis.asyncio.Redis, metrics: Metrics | None) -> Parts:
+    """The store and the quota engine every role shares; the tenants' settings
+    published for the scripts to read."""
+    keys = Keys(settings.key_prefix)
+    store = JobStore(client, keys, store_limits(settings))
+    await publish_tenant_settings(store, settings)
+    quota = QuotaEngine(client, keys, durability=durability(settings))
+    return Parts(settings, store, quota, metrics or Metrics())
+
+
+def _slot_keeper(parts: Parts) -> SlotKeeper:
+    """While the sender's gate is closed, mail waiting in SQS keeps its slots."""
+    assert parts.overrides is not None and parts.sender is not None
+    store = parts.store
+    return SlotKeeper(
+        store, parts.quota, parts.overrides, ttl_ms=store.limits.inflight_ttl_ms,
+        held=parts.sender.gate.holding, max_outage_seconds=parts.settings.max_outage_seconds,
+        on_error=parts.metrics.task_failed,
+    )  # fmt: skip
 
 
 def _add_dispatcher(
@@ -223,7 +252,7 @@ async def _add_live_limits(
     """The limits as they change while the daemon runs (SES's account with ``auto``,
     the live overrides) and the reputation guard; returns the limits the sender weighs.
     Each change reaches the sender's holds (built after: read when a change comes)."""
-    settings, store, quota, metrics = parts.settings, parts.store, parts.quota, parts.metrics
+    settings, store, metrics = parts.settings, parts.store, parts.metrics
     keys = store.keys
 
     async def hold_changed(tenant: str | None = None) -> None:
@@ -232,22 +261,7 @@ async def _add_live_limits(
         if parts.sender is not None:
             await parts.sender.holds.changed(tenant)
 
-    auto = None
-    if isinstance(settings.global_limits, str):
-
-        async def auto_limits_changed(old: Limits | None, new: Limits) -> None:
-            # SES allows more (a raised quota, a day's mail aging out): a gate
-            # closed, or mail parked, under the old limits is looked at now.
-            if limits_rose(old, new):
-                await hold_changed(None)
-
-        account = SesAccountLimits(
-            ses_client, settings, client=client, keys=keys, quota=quota,
-            on_change=auto_limits_changed, on_error=metrics.task_failed,
-        )  # fmt: skip
-        await account.start()
-        auto = account.current
-        parts.account = account
+    auto = await _auto_limits(parts, client, ses_client, hold_changed)
 
     async def overrides_changed(old: Overrides, new: Overrides) -> None:
         # Mail parked under the old limits (or a pause) is weighed again now.
