@@ -13,7 +13,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from redis.exceptions import OutOfMemoryError, RedisError
 
@@ -78,6 +78,18 @@ async def until_landed(
                 raise
             log.warning("%s failed (%s: %s); again in %.1fs", what, type(exc).__name__, exc, delay)
             await asyncio.sleep(delay)
+
+
+async def done_before_stop(work: asyncio.Future[Any], stop: asyncio.Event) -> bool:
+    """Wait until ``work`` is done or ``stop`` is set, whichever is first; True if
+    ``work`` is done. What becomes of work still running (cancelled, or left to land)
+    is the caller's: a long poll cut off would lose what SQS hands it."""
+    stopping = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({work, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopping.cancel()
+    return work.done()
 
 
 async def wait_or_stop(stop: asyncio.Event, seconds: float, *wake: asyncio.Event) -> None:

@@ -16,7 +16,7 @@ import uuid
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 
-from fairpost.dispatcher.backoff import OutageBackoff, until_landed
+from fairpost.dispatcher.backoff import OutageBackoff, done_before_stop, until_landed
 from fairpost.dispatcher.jobs import Job, JobState
 from fairpost.dispatcher.keys import WAKE_SCHEDULED
 from fairpost.dispatcher.lifecycle import Lifecycle
@@ -191,14 +191,12 @@ class Dispatcher:
         shutdown waits for this task before it hands the claims back. A wake token
         the cancelled wait took is lost; another replica only waits out its own wait."""
         waiting = asyncio.ensure_future(self.store.wait_for_work(seconds))
-        stopping = asyncio.ensure_future(stop.wait())
         try:
-            await asyncio.wait({waiting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            await done_before_stop(waiting, stop)
         finally:
-            stopping.cancel()
             if not waiting.done():
                 waiting.cancel()
-            await asyncio.gather(waiting, stopping, return_exceptions=True)
+            await asyncio.gather(waiting, return_exceptions=True)
         if waiting.cancelled():
             return None
         why = waiting.result()

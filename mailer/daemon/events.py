@@ -41,7 +41,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from redis.exceptions import RedisError
 
 from fairpost.config import Settings
-from fairpost.dispatcher.backoff import OutageBackoff
+from fairpost.dispatcher.backoff import OutageBackoff, done_before_stop
 from fairpost.dispatcher.calls import outcome_journal
 from fairpost.dispatcher.journal import JournalWriter
 from fairpost.dispatcher.keys import Keys
@@ -136,10 +136,7 @@ class EventConsumer:
                 WaitTimeSeconds=self.settings.sender.wait_seconds,
             )
         )
-        stopped = asyncio.ensure_future(stop.wait())
-        done, _ = await asyncio.wait({receive, stopped}, return_when=asyncio.FIRST_COMPLETED)
-        stopped.cancel()
-        if receive not in done:
+        if not await done_before_stop(receive, stop):
             # Shutting down: the poll gets a moment to land (a poll cut off mid-read
             # leaves its connection to the garbage collector); what it brings is
             # left for its visibility timeout.

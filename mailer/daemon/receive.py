@@ -24,7 +24,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from fairpost.dispatcher.backoff import OutageBackoff, wait_or_stop
+from fairpost.dispatcher.backoff import OutageBackoff, done_before_stop, wait_or_stop
 from fairpost.dispatcher.loop import forever
 from fairpost.mailer.daemon.context import SenderContext
 from fairpost.mailer.daemon.gate import Gate
@@ -157,15 +157,12 @@ class Receiver:
                 return []
             asked_at = time.monotonic()
             receive = asyncio.ensure_future(self.inbox.sqs.receive_message(**request))
-            stopped = asyncio.ensure_future(stop.wait())
             try:
-                done, _ = await asyncio.wait({receive, stopped}, return_when=asyncio.FIRST_COMPLETED)
+                received = await done_before_stop(receive, stop)
             except asyncio.CancelledError:
                 self._land(receive)
                 raise
-            finally:
-                stopped.cancel()
-            if receive not in done:
+            if not received:
                 # Shutting down mid-poll: the poll lands and what it brings goes
                 # straight back for another replica. Shielded, so that a grace
                 # period ending meanwhile leaves it to land for landed().
