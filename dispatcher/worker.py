@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from fairpost.dispatcher.jobs import Job
 
@@ -62,3 +62,14 @@ class Worker(Protocol):
     async def handle(self, jobs: Sequence[Job]) -> Sequence[Outcome]:
         """Return one outcome per job, in order. Raising is treated as Requeue for all."""
         ...
+
+
+def __getattr__(name: str) -> Any:
+    # The outcome was called Retry until 0.2; a worker written for 0.1 keeps working,
+    # with a warning, for a release.
+    if name == "Retry":
+        import warnings
+
+        warnings.warn("fairpost.dispatcher.worker.Retry is now Requeue", DeprecationWarning, stacklevel=2)
+        return Requeue
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -22,6 +22,7 @@ import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from fairpost.dispatcher.backoff import OutageBackoff, done_before_stop, wait_or_stop
@@ -69,8 +70,10 @@ class Receiver:
         # that of Redis (or SQS) answering, however long the outage was.
         backoff = OutageBackoff(self.ctx.settings.max_outage_seconds, most=RECEIVE_RETRY_MOST)
 
+        poll = Poll()  # this loop's own: several loops share the receiver
+
         async def turn() -> None:
-            await self.turn(stop)
+            await self.turn(stop, poll)
 
         def failed(task: str, exc: Exception) -> None:
             # What a failed batch held comes back after its visibility timeout.
@@ -80,13 +83,13 @@ class Receiver:
         # A batch's failure may quote its mail: addresses are masked in the log.
         await forever("sender", turn, stop, backoff=backoff, on_error=failed, described=_described)
 
-    async def turn(self, stop: asyncio.Event) -> None:
+    async def turn(self, stop: asyncio.Event, poll: Poll | None = None) -> None:
         """One turn of the loop: the gate, one receive, its batch handled, and a
         linger if mail only trickles in. (tests/ops/test_redis_budget.py drives the
         sender through it, turn by turn, to count its Redis commands.)"""
         if await self.gate.wait(stop):
             return  # the world is looked at again before receiving
-        messages = await self.receive(stop)
+        messages = await self.receive(stop, poll or Poll())
         if messages:
             await self.process(messages)
             linger = self.ctx.settings.sender.linger_seconds
@@ -137,61 +140,64 @@ class Receiver:
         self.ctx.metrics.handed_back(brought)
         return brought
 
-    async def receive(self, stop: asyncio.Event) -> list[Received]:
-        """One long poll (retried twice on failure); nothing if ``stop`` is set meanwhile."""
+    async def receive(self, stop: asyncio.Event, poll: Poll) -> list[Received]:
+        """One long poll; nothing if ``stop`` is set meanwhile. A failure is raised, for
+        the loop to ride out on its back-off; the loop's next poll asks again with the
+        same attempt id (:class:`Poll`)."""
+        if stop.is_set():
+            return []
         # This poll brings any group freed so far.
         self._freed.clear()
         s = self.ctx.settings.sender
+        poll.attempt_id = poll.attempt_id or uuid.uuid4().hex
         request: dict[str, Any] = {
             "QueueUrl": self.inbox.queue_url,
             "MaxNumberOfMessages": 10,
             "WaitTimeSeconds": s.wait_seconds,
             "VisibilityTimeout": s.visibility_timeout,
             "MessageSystemAttributeNames": ["MessageGroupId"],
-            # The same id on a retried receive makes SQS return the same messages
-            # instead of hiding them until their visibility ends.
-            "ReceiveRequestAttemptId": uuid.uuid4().hex,
+            "ReceiveRequestAttemptId": poll.attempt_id,
         }
-        for attempt in range(3):
-            if stop.is_set():
-                return []
-            asked_at = time.monotonic()
-            receive = asyncio.ensure_future(self.inbox.sqs.receive_message(**request))
-            try:
-                received = await done_before_stop(receive, stop)
-            except asyncio.CancelledError:
-                self._land(receive)
-                raise
-            if not received:
-                # Shutting down mid-poll: the poll lands and what it brings goes
-                # straight back for another replica. Shielded, so that a grace
-                # period ending meanwhile leaves it to land for landed().
-                await asyncio.shield(self._land(receive))
-                return []
-            try:
-                response = receive.result()
-            except Exception as exc:
-                log.warning("SQS receive failed (attempt %d): %s", attempt + 1, exc)
-                self.ctx.metrics.receive_failed()
-                await asyncio.sleep(0.2 * 2**attempt)
-                continue
-            stats = self.ctx.stats
-            stats.receives += 1
-            raw = response.get("Messages", [])
-            self.ctx.metrics.received(len(raw))
-            if not raw:
-                stats.empty_receives += 1
-            return [
-                Received(
-                    message_id=m["MessageId"],
-                    receipt=m["ReceiptHandle"],
-                    group=m.get("Attributes", {}).get("MessageGroupId", ""),
-                    body=m.get("Body", ""),
-                    hidden_until=asked_at + s.visibility_timeout,
-                )
-                for m in raw
-            ]
-        return []
+        asked_at = time.monotonic()
+        receive = asyncio.ensure_future(self.inbox.sqs.receive_message(**request))
+        try:
+            received = await done_before_stop(receive, stop)
+        except asyncio.CancelledError:
+            self._land(receive)
+            raise
+        if not received:
+            # Shutting down mid-poll: the poll lands and what it brings goes
+            # straight back for another replica. Shielded, so that a grace
+            # period ending meanwhile leaves it to land for landed().
+            await asyncio.shield(self._land(receive))
+            return []
+        response = receive.result()  # a failure keeps the attempt id for the next poll
+        poll.attempt_id = None
+        stats = self.ctx.stats
+        stats.receives += 1
+        raw = response.get("Messages", [])
+        self.ctx.metrics.received(len(raw))
+        if not raw:
+            stats.empty_receives += 1
+        return [
+            Received(
+                message_id=m["MessageId"],
+                receipt=m["ReceiptHandle"],
+                group=m.get("Attributes", {}).get("MessageGroupId", ""),
+                body=m.get("Body", ""),
+                hidden_until=asked_at + s.visibility_timeout,
+            )
+            for m in raw
+        ]
+
+
+@dataclass
+class Poll:
+    """One receive loop's polls. A poll whose answer was lost (SQS had it, the answer
+    never came) is asked again with the same ``ReceiveRequestAttemptId``: SQS then
+    returns the same messages instead of hiding them until their visibility ends."""
+
+    attempt_id: str | None = None
 
 
 def _described(exc: Exception) -> str:

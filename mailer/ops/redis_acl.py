@@ -61,7 +61,7 @@ COMMANDS: dict[str, tuple[str, ...]] = {
     "hset": (_K, "f", "v"), "hsetnx": (_K, "f", "v"), "hdel": (_K, "f"), "hincrby": (_K, "f", "1"),
     "lpush": (_K, "v"), "rpush": (_K, "v"), "rpop": (_K,), "lrange": (_K, "0", "1"), "llen": (_K,),
     "lrem": (_K, "0", "v"), "ltrim": (_K, "0", "1"), "lmove": (_K, _K, "LEFT", "RIGHT"),
-    "lmpop": ("1", _K, "LEFT"), "blpop": (_K, "1"),
+    "lmpop": ("1", _K, "LEFT"), "blpop": (_K, "1"), "lpop": (_K, "1"),
     "sadd": (_K, "m"), "srem": (_K, "m"), "smembers": (_K,), "sismember": (_K, "m"), "scard": (_K,),
     "sscan": (_K, "0"), "sunionstore": (_K, _K),
     "zadd": (_K, "1", "m"), "zrem": (_K, "m"), "zscore": (_K, "m"), "zmscore": (_K, "m"),
