@@ -30,6 +30,13 @@ log = logging.getLogger("fairpost.dispatcher")
 # A worker that keeps failing (its downstream is down) must not be fed the
 # same jobs in a tight loop: their return to the queue is delayed.
 _RETRY_DELAY_MIN = 0.5
+
+CLAIM_BYTES_MOST = 512 * 1024
+"""About the most payload one claim's answer carries. Redis builds the answer in the
+client's output buffer, which counts toward ``maxmemory``: 50 jobs of 64 KB would be
+3 MB over the high-water mark, and a ``volatile-*`` Redis would evict for it. So a
+claim asks for as many jobs as this holds at the payload size seen so far (a hand-off
+batch until one is seen), never more than ``batch_size``."""
 _RETRY_DELAY_MAX = 30.0
 
 
@@ -55,6 +62,8 @@ class Dispatcher:
         self.workers: Mapping[str, Worker] = {w.kind: w for w in workers}
         self.concurrency = concurrency
         self.batch_size = batch_size
+        self._payload_bytes: float | None = None
+        """The size of the payloads claimed lately (a moving average); None: none yet."""
         # What one hand-off takes (an SQS batch: ten): a claim bigger than that is one
         # claim.lua call for several, and lingers only to fill its last one.
         self.hand_off_size = min(batch_size, max((w.max_batch for w in workers), default=batch_size))
@@ -149,7 +158,7 @@ class Dispatcher:
 
         The loop's turn between its upkeep and its wait: tests/ops/test_redis_budget.py
         drives the dispatcher through it, turn by turn, to count its Redis commands."""
-        wanted = min(self.batch_size, self.concurrency - self._busy)
+        wanted = min(self._claim_size(), self.concurrency - self._busy)
         if wanted <= 0:
             return False
         if not self._tokens_taken:
@@ -174,6 +183,13 @@ class Dispatcher:
                 self.claimed_total += len(jobs)
                 self._start(jobs)
         return len(jobs) >= wanted
+
+    def _claim_size(self) -> int:
+        """Jobs a claim asks for: :data:`CLAIM_BYTES_MOST` at the payload size seen."""
+        if self._payload_bytes is None:
+            return min(self.batch_size, self.hand_off_size)
+        fits = int(CLAIM_BYTES_MOST // max(self._payload_bytes, 1.0))
+        return max(1, min(self.batch_size, fits))
 
     def _woken(self, why: str | None) -> bool:
         """Wake tokens taken (None: none were): a scheduled one brings the promotion forward."""
@@ -215,6 +231,10 @@ class Dispatcher:
         jobs = await self.store.claim(count, token=self._claim_token)
         self._claim_token = None
         self.linger.claimed(len(jobs))
+        if jobs:
+            size = max(len(job.payload) for job in jobs)
+            seen = self._payload_bytes
+            self._payload_bytes = float(size) if seen is None else max(float(size), 0.8 * seen + 0.2 * size)
         return jobs
 
     async def drain(self, grace: float) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import dataclasses
 from collections.abc import Callable, Sequence
 
 import pytest
@@ -14,7 +15,7 @@ from fairpost.dispatcher.keys import WAKE_WORK, Keys
 from fairpost.dispatcher.lifecycle import PROMOTE_BATCH, Lifecycle
 from fairpost.dispatcher.linger import Linger
 from fairpost.dispatcher.replies import time_ms
-from fairpost.dispatcher.runner import Dispatcher
+from fairpost.dispatcher.runner import CLAIM_BYTES_MOST, Dispatcher
 from fairpost.dispatcher.store import JobStore, NewJob, StoreLimits
 from fairpost.dispatcher.worker import Dead, Done, HandedOff, Outcome
 from fairpost.mailer.testing.wait import wait_for_async
@@ -306,15 +307,41 @@ async def test_a_claim_bigger_than_a_hand_off_lingers_only_to_fill_its_last_one(
     # A claim of 50 is one claim.lua call for five SQS batches of ten: it lingers
     # for company only when its last hand-off is short, for what that one misses.
     store = make_store(aredis)
+    dispatcher = Dispatcher(store, [BatchRecorder()], batch_size=50, linger_seconds=0)
+    # A first claim sees how big the payloads are (until then a claim asks for a
+    # hand-off's worth: CLAIM_BYTES_MOST); these are small, so the next asks for 50.
+    await store.enqueue(jobs_for("first", 1, kind="mail"))
+    await dispatcher.claim_batch()
+    await dispatcher.settled()
     await store.enqueue(jobs_for("acme", waiting, kind="mail"))
-    dispatcher = Dispatcher(store, [BatchRecorder()], batch_size=50, linger_seconds=5.0)
     spy = LingerSpy(5.0)
     dispatcher.linger = spy
     try:
         assert await dispatcher.claim_batch() is False  # short: the ring is empty
         await dispatcher.settled()
-        assert dispatcher.claimed_total == waiting
+        assert dispatcher.claimed_total == 1 + waiting
         assert spy.asked == asked
+    finally:
+        await dispatcher.drain(1)
+
+
+async def test_a_claim_asks_for_no_more_payload_than_redis_can_buffer(aredis: redis.asyncio.Redis) -> None:
+    """Redis builds a claim's answer in the client's output buffer, which counts toward
+    maxmemory: claims of big mails ask for fewer jobs (CLAIM_BYTES_MOST), the first
+    one, before any payload was seen, for a hand-off batch."""
+    store = make_store(aredis)
+    big = [dataclasses.replace(job, payload="x" * 100_000) for job in jobs_for("acme", 40, kind="mail")]
+    await store.enqueue(big)
+    dispatcher = Dispatcher(store, [BatchRecorder()], batch_size=50, linger_seconds=0)
+    try:
+        claimed = []
+        while dispatcher.claimed_total < 40:
+            before = dispatcher.claimed_total
+            await dispatcher.claim_batch()
+            await dispatcher.settled()
+            claimed.append(dispatcher.claimed_total - before)
+        assert claimed[0] == 10  # nothing seen yet: a hand-off batch
+        assert set(claimed[1:]) == {CLAIM_BYTES_MOST // 100_000}
     finally:
         await dispatcher.drain(1)
 
