@@ -323,23 +323,3 @@ def _log_changes(old: Overrides, new: Overrides) -> None:
 
 def _describe(windows: Limits | None) -> str:
     return "none (the settings apply)" if windows is None else format_limits(windows)
-
-
-# -- what operators and admin tools call ---------------------------------------------
-
-
-def __getattr__(name: str) -> Any:
-    # QuotaAdmin lived here until 0.2 (docs/operations.md named this path): the old
-    # import keeps working, with a warning, for a release.
-    if name == "QuotaAdmin":
-        import warnings
-
-        from fairpost.mailer.quota.admin import QuotaAdmin
-
-        warnings.warn(
-            "fairpost.mailer.quota.overrides.QuotaAdmin moved to fairpost.mailer.quota.admin.QuotaAdmin",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return QuotaAdmin
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
