@@ -211,7 +211,7 @@ def redis_cluster(masters: int = 3) -> Iterator[Cluster]:
             node.start()
             stack.callback(node.stop)
         for node in cluster.nodes:
-            wait_for(node.answers, within=10, what=f"cluster node {node.port} to answer")
+            wait_for(node.answers, within=30, what=f"cluster node {node.port} to answer")
         created = subprocess.run(
             [
                 _binary("redis-cli"), "--cluster", "create",
@@ -287,7 +287,7 @@ def redis_sentinel() -> Iterator[SentinelGroup]:
         for node in (master, replica):
             node.start()
             stack.callback(node.stop)
-            wait_for(node.answers, within=10, what=f"redis-server {node.port} to answer")
+            wait_for(node.answers, within=30, what=f"redis-server {node.port} to answer")
         sentinels = []
         for i in range(3):
             port = free_port()
@@ -307,7 +307,7 @@ def redis_sentinel() -> Iterator[SentinelGroup]:
             sentinels.append(node)
         group = SentinelGroup(master, replica, sentinels)
         for node in sentinels:
-            wait_for(node.answers, within=10, what=f"sentinel {node.port} to answer")
+            wait_for(node.answers, within=30, what=f"sentinel {node.port} to answer")
         wait_for(group.replicated, within=30, what="the sentinels to see master and replica", interval=0.2)
         yield group
 
