@@ -146,9 +146,9 @@ def cmd_stats(args: argparse.Namespace, settings: Settings) -> int:
 
     from fairpost.config.pools import pool_names, pool_settings
     from fairpost.dispatcher.connect import async_redis_client
-    from fairpost.dispatcher.keys import Keys
     from fairpost.mailer.ops.stats import collect_stats
     from fairpost.mailer.ops.stats_render import render_table, render_text
+    from fairpost.mailer.sdk.keys import MailKeys
 
     if args.pool not in pool_names(settings):
         return fail(f"no pool {args.pool!r}: one of {', '.join(pool_names(settings))}")
@@ -156,7 +156,7 @@ def cmd_stats(args: argparse.Namespace, settings: Settings) -> int:
 
     async def run() -> None:
         client = async_redis_client(settings)
-        keys = Keys(settings.key_prefix)
+        keys = MailKeys(settings.key_prefix)
         try:
             stats = await collect_stats(client, keys, settings, tenants=args.tenant)
             if not args.watch:

@@ -19,7 +19,7 @@ import redis.asyncio
 
 from fairpost.config import Settings
 from fairpost.config.tenant_id import is_valid_tenant_id
-from fairpost.dispatcher.keys import LANES, Keys
+from fairpost.dispatcher.keys import LANES
 from fairpost.dispatcher.lifecycle import SyncLifecycle
 from fairpost.dispatcher.record import ENTRY_SEP
 from fairpost.dispatcher.replies import text
@@ -32,6 +32,7 @@ from fairpost.mailer.quota.provider_guard import held_providers
 from fairpost.mailer.quota.reputation import guard_states, read_verdicts
 from fairpost.mailer.sdk.client import AsyncMailClient
 from fairpost.mailer.sdk.dead import DeadLetter, DeadLetters
+from fairpost.mailer.sdk.keys import MailKeys
 from fairpost.mailer.sdk.rollups import Deliverability, Report, SendHistory
 from fairpost.mailer.sdk.status import JobStatus
 from fairpost.mailer.sdk.suppression import Suppression, Suppressions
@@ -111,7 +112,7 @@ class Console:
 
     def __init__(self, settings: Settings, client: redis.asyncio.Redis, sync_client: redis.Redis) -> None:
         self.settings = settings
-        self.keys = Keys(settings.key_prefix)
+        self.keys = MailKeys(settings.key_prefix)
         self.redis = client
         self.tenants = TenantIndex(client, self.keys, settings)
         self.account = SesAccount()

@@ -22,13 +22,13 @@ from dataclasses import dataclass
 import redis.asyncio
 
 from fairpost.config import Settings
-from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.replies import text, time_ms
 from fairpost.mailer.console.views import rate
 from fairpost.mailer.ops.stats import ScopeStats, collect_stats
 from fairpost.mailer.quota.engine import QuotaEngine
 from fairpost.mailer.quota.overrides import read_overrides
 from fairpost.mailer.quota.reputation import guard_states, read_verdicts
+from fairpost.mailer.sdk.keys import MailKeys
 
 __all__ = ["ACTIVE_SAMPLE", "PAGE_SIZE", "SORTS", "TenantIndex", "TenantPage"]
 
@@ -61,7 +61,7 @@ class TenantIndex:
     def __init__(
         self,
         client: redis.asyncio.Redis,
-        keys: Keys,
+        keys: MailKeys,
         settings: Settings,
         *,
         clock: Callable[[], float] = time.monotonic,

@@ -39,7 +39,6 @@ from fairpost.config import Settings
 from fairpost.config.pools import pool_key_prefix, pool_settings, served_pools
 from fairpost.dispatcher.connect import async_redis_client
 from fairpost.dispatcher.durable import replica_shortfall
-from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.layout import LAYOUT, MIGRATE_COMMAND, read_layout
 from fairpost.mailer.daemon.failover import PoolHealth, WatchedSes
 from fairpost.mailer.daemon.health import Heartbeat, Liveness, replica_name
@@ -54,6 +53,7 @@ from fairpost.mailer.daemon.tracing import Tracing
 from fairpost.mailer.daemon.tracing import from_env as tracing_from_env
 from fairpost.mailer.daemon.webhooks.loop import WebhookDeliveries
 from fairpost.mailer.ops.stats import collect_stats
+from fairpost.mailer.sdk.keys import MailKeys
 from fairpost.mailer.sdk.pool_redis import AsyncPoolRedis
 
 log = logging.getLogger("fairpost.daemon")
@@ -107,7 +107,7 @@ async def _run(
     # while a sender of that pool lives (mailer/daemon/health.py, sender_alive).
     heartbeats = [
         Heartbeat(
-            pool_redis(pool), Keys(pool_key_prefix(settings, pool)), replica_name(settings), liveness,
+            pool_redis(pool), MailKeys(pool_key_prefix(settings, pool)), replica_name(settings), liveness,
             role=role, max_outage_seconds=settings.max_outage_seconds, on_error=metrics.task_failed,
         )
         for pool in pools
@@ -144,7 +144,7 @@ async def _preflight(settings: Settings, client: redis.asyncio.Redis) -> Metrics
         log.warning("%s", shortfall)
     # Before anything reads or writes a key: a layout this release cannot read
     # stops the start, naming what fixes it (dispatcher/layout.py).
-    layout = await read_layout(client, Keys(settings.key_prefix))
+    layout = await read_layout(client, MailKeys(settings.key_prefix))
     if layout != LAYOUT:
         log.warning(
             "the Redis key layout is version %d (written before versions); this fairpost reads it, "
@@ -191,7 +191,7 @@ async def _start_pools(
     for pool in pools if settings.webhook.enabled and role in ("all", "webhooks") else ():
         # Each pool's feed to the endpoints kept in its keys (mailer/sdk/outcomes/endpoints.py).
         webhooks = WebhookDeliveries(
-            pool_redis(pool), Keys(pool_key_prefix(settings, pool)), pool_settings(settings, pool),
+            pool_redis(pool), MailKeys(pool_key_prefix(settings, pool)), pool_settings(settings, pool),
             metrics.webhooks, on_error=metrics.task_failed, on_newer=metrics.newer_format,
         )  # fmt: skip
         tasks.update({task_name(pool, name): task for name, task in webhooks.tasks(stop).items()})
@@ -210,7 +210,7 @@ def _http_server(
     """``/metrics``, ``/healthz`` and ``/readyz``; the figures read at each scrape."""
     assert settings.http_port is not None
     pools = served_pools(settings)
-    stats_keys = Keys(pool_settings(settings, pools[0]).key_prefix)
+    stats_keys = MailKeys(pool_settings(settings, pools[0]).key_prefix)
 
     def alive() -> Check:
         health = liveness.check()
@@ -236,7 +236,7 @@ def _http_server(
         for pool, parts in zip(pools, served, strict=True) if settings.pools else ():
             own = pool_settings(settings, pool)
             alone = await collect_stats(
-                pool_redis(pool), Keys(own.key_prefix), own, quota=parts.quota, tenants=()
+                pool_redis(pool), MailKeys(own.key_prefix), own, quota=parts.quota, tenants=()
             )
             metrics.pools.update(pool, alone)
         metrics.webhooks.update(stats.webhooks, stats.at_ms)

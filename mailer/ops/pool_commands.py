@@ -160,7 +160,7 @@ def cmd_pools(args: argparse.Namespace, settings: Settings) -> int:
     from redis.crc import key_slot
 
     from fairpost.config.pools import pool_key_prefix
-    from fairpost.dispatcher.keys import Keys
+    from fairpost.mailer.sdk.keys import MailKeys
     from fairpost.mailer.sdk.pool_admin import Pools
 
     try:
@@ -171,7 +171,7 @@ def cmd_pools(args: argparse.Namespace, settings: Settings) -> int:
         return unreachable_redis(settings, exc)
     rows: list[dict[str, Any]] = [
         {"pool": name, "key_prefix": pool_key_prefix(settings, name), "failing_since_ms": failing.get(name),
-         "slot": key_slot(Keys(pool_key_prefix(settings, name)).root.encode()),
+         "slot": key_slot(MailKeys(pool_key_prefix(settings, name)).root.encode()),
          "tenants": sorted(t for t, p in placed.items() if p == name)}
         for name in pool_names(settings)
     ]  # fmt: skip

@@ -14,9 +14,9 @@ import redis
 
 from fairpost.config import load_settings
 from fairpost.config.pools import pool_settings
-from fairpost.dispatcher.keys import Keys
 from fairpost.mailer.sdk.client import MailClient
 from fairpost.mailer.sdk.directory import PoolDirectory
+from fairpost.mailer.sdk.keys import MailKeys
 from fairpost.mailer.testing.services import free_port
 from fairpost.mailer.testing.ses_mail import max_in_window
 from fairpost.mailer.testing.ses_server import SesServer
@@ -37,10 +37,10 @@ def test_each_pool_sends_through_its_own_ses_within_its_own_window(
             for tenant in ("us-tenant", "eu-tenant"):
                 receiver.secret(f"/{tenant}", hooks.add(tenant, receiver.url(f"/{tenant}")).secret)
         jobs = {"us-tenant": send(client, "us-tenant", 12), "eu-tenant": send(client, "eu-tenant", 12)}
-        eu_keys = Keys(pool_settings(settings, "eu").key_prefix)
+        eu_keys = MailKeys(pool_settings(settings, "eu").key_prefix)
         # The eu tenant's jobs live under the eu pool's hash tag, not the default's.
         assert redis_client.exists(eu_keys.queue("eu-tenant", "normal"))
-        assert not redis_client.exists(Keys(PREFIX).queue("eu-tenant", "normal"))
+        assert not redis_client.exists(MailKeys(PREFIX).queue("eu-tenant", "normal"))
         with daemon_process(pools_env, tmp_path, replica="r1", http_port=free_port()) as daemon:
             ses.wait_for(12, timeout=30)
             eu_ses.wait_for(12, timeout=30)
@@ -107,7 +107,7 @@ def test_a_replica_serves_only_the_pools_it_is_told_to(
     with MailClient(settings) as client:
         send(client, "us-tenant", 3)
         send(client, "eu-tenant", 3)
-    eu_keys = Keys(pool_settings(settings, "eu").key_prefix)
+    eu_keys = MailKeys(pool_settings(settings, "eu").key_prefix)
     only_eu = {**pools_env, "FAIRPOST_SERVE_POOLS": "eu"}
     with daemon_process(only_eu, tmp_path, replica="eu-only", wait_ready=False) as daemon:
         wait_for(lambda: redis_client.exists(eu_keys.heartbeat("eu-only")), within=30, what="eu's heartbeat")
@@ -120,4 +120,4 @@ def test_a_replica_serves_only_the_pools_it_is_told_to(
         assert health.returncode == 0, health.stdout + health.stderr
         assert daemon.process.poll() is None
     assert ses.sent_count == 0  # the default pool's mail waits for a replica that serves it
-    assert not redis_client.exists(Keys(PREFIX).heartbeat("eu-only"))
+    assert not redis_client.exists(MailKeys(PREFIX).heartbeat("eu-only"))
