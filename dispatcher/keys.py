@@ -5,8 +5,7 @@ keys of many tenants at once (the fair pick): on Redis Cluster they must live
 in one slot.
 
 A job kind keeps its own keys in a subclass of :class:`Keys` under the same
-prefix (mail's: ``fairpost.mailer.sdk.keys.MailKeys``), and tells the dispatcher
-what it needs through two hooks (docs/design.md, "Job kinds"):
+prefix, and tells the dispatcher what it needs through two hooks (docs/design.md, "Job kinds"):
 
 - :meth:`Keys.busy_markers`: keys whose existence means a worker is at a job
   right now. finish.lua deletes them; cancel.lua refuses a job that has one
@@ -111,7 +110,7 @@ class Keys:
         return f"{self.root}:job:{job_id}"
 
     def payload(self, job_id: str) -> str:
-        """String: the job's payload (a mail's JSON), beside its record (dispatcher/record.py)."""
+        """String: the job's payload, beside its record (dispatcher/record.py)."""
         return f"{self.root}:payload:{job_id}"
 
     def payload_prefix(self) -> str:
