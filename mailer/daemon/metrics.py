@@ -5,9 +5,8 @@ replicas). Gauges (``fairpost_backlog``, ``fairpost_inflight``, quota use)
 are read from Redis when ``/metrics`` is scraped and describe the whole
 system, so every replica reports the same values (take ``max``, not ``sum``).
 
-The per-tenant gauges also carry the sending pool their numbers are read in
-(``pool``, #43): bounded by the pools declared, ``default`` without any. A tenant
-moved to another pool shows in both while its old pool drains.
+Per-tenant gauges also carry the sending pool they are read in (``pool``, #43; bounded
+by the pools declared, ``default`` without any): a moved tenant in both while it drains.
 
 The ``tenant`` label is bounded (:class:`TenantLabels`): tenants configured
 in ``FAIRPOST_TENANTS`` always get their own value, plus the first
@@ -107,6 +106,8 @@ class Metrics:
         self.labels = labels or TenantLabels()
         self._other_seen: set[str] = set()
         """The pools whose ``~other`` series exist."""
+        self._shown: dict[str, set[str]] = {}
+        """Pool → the labelled tenants whose series it has (a tenant moved away loses them)."""
         self._ses_holds_seen: set[tuple[str, str, str]] = set()
         if process_metrics:
             # The daemon owns its process: its memory, CPU and file descriptors are
@@ -381,6 +382,9 @@ class Metrics:
             backlog[label] = backlog.get(label, 0) + t.backlog
             inflight[label] = inflight.get(label, 0) + t.inflight
             self._tenant(label, pool, t)
+        if gone := self._shown.get(pool, set()) - set(backlog):
+            self._forget(pool, gone)
+        self._shown[pool] = set(backlog)
         g = stats.global_
         other_backlog = max(0, g.backlog - sum(backlog.values()))
         other_inflight = max(0, g.inflight - sum(inflight.values()))
@@ -418,6 +422,17 @@ class Metrics:
         for w in t.windows:
             self.tenant_quota_used.labels(label, pool, w.name).set(w.used)
             self.tenant_quota_limit.labels(label, pool, w.name).set(w.limit)
+
+    def _forget(self, pool: str, tenants: set[str]) -> None:
+        """Drop the pool's series of tenants it no longer holds (moved away, drained)."""
+        for gauge in (self.backlog, self.inflight, self.tenant_paused, self.tenant_retry_after,
+                      self.tenant_held, self.tenant_bounce_rate, self.tenant_complaint_rate,
+                      self.tenant_warmup_step, self.tenant_warmup_held, self.tenant_quota_used,
+                      self.tenant_quota_limit):  # fmt: skip
+            for sample in [s for m in gauge.collect() for s in m.samples]:
+                if sample.labels["pool"] == pool and sample.labels["tenant"] in tenants:
+                    gauge.remove(*sample.labels.values())  # in the gauge's label order
+        self._ses_holds_seen = {h for h in self._ses_holds_seen if h[1] != pool or h[0] not in tenants}
 
     def _global(self, stats: Stats) -> None:
         g = stats.global_
