@@ -118,7 +118,7 @@ class Actions:
 
     def purge_matching(self, who: str, tenant: str, reason: str, expected: int) -> str:
         letters = self._confirmed(tenant, reason, expected)
-        count = self._console.lifecycle.purge([d.job_id for d in letters])
+        count = self._console.dead_pool(tenant).lifecycle.purge([d.job_id for d in letters])
         return self._did(who, f"purged {count} dead letters" + _filter(tenant, reason), tenant=tenant or None)
 
 

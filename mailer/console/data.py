@@ -233,9 +233,13 @@ class Console:
         return await self.mail.status(job_id)
 
     # -- dead letters ---------------------------------------------------------------
+    def dead_pool(self, tenant: str) -> PoolParts:
+        """Where the dead letters of ``tenant`` are: its pool; every tenant's: the default pool."""
+        return self.pools.of_sync(tenant) if tenant else self.pools.default
+
     def matching_dead(self, tenant: str, reason: str) -> list[DeadLetter]:
         """Every dead letter of ``tenant`` (any if empty) whose reason contains ``reason``."""
-        letters = self.dead.list(tenant or None)
+        letters = self.dead_pool(tenant).dead.list(tenant or None)
         needle = reason.strip().lower()
         return [d for d in letters if needle in d.reason.lower()] if needle else letters
 
