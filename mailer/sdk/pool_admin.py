@@ -91,8 +91,14 @@ class Pools(RedisOwner):
 
     def set_fallback(self, tenant: str, pool: str | None) -> None:
         """Let the tenant's new mail go through ``pool`` while its own pool's SES fails
-        (None: never). ``fairpost tenant fallback`` first checks with the fallback's SES
-        that the tenant's identities exist there."""
+        (None: never).
+
+        This call asks no SES (the SDK has no AWS client), and neither does the daemon
+        when it switches: a tenant whose identities the fallback's SES lacks would have
+        its mail refused there. ``fairpost tenant fallback`` checks first, with the
+        fallback pool's SES (``GetEmailIdentity`` for each of the tenant's identities),
+        and refuses unless told ``--skip-identity-check``: set fallbacks through it, or
+        check the same way before calling this."""
         tenant = check_tenant_id(tenant)
         if pool is not None and pool == self.pool_of(tenant):
             raise InvalidMail("fallback", f"{pool!r} is the tenant's own pool")

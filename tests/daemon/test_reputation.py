@@ -224,9 +224,13 @@ async def test_a_tenant_whose_list_bounces_ten_percent_is_paused_while_four_othe
         metrics = Metrics()
         metrics.update(stats)
         scraped = metrics.render().decode()
-        assert 'fairpost_tenant_held{reason="reputation_paused",tenant="bouncy"} 1.0' in scraped
-        assert 'fairpost_tenant_held{reason="reputation_paused",tenant="good0"} 0.0' in scraped
-        assert re.search(r'fairpost_tenant_bounce_rate\{tenant="bouncy",window="24h"\} 0\.\d*[1-9]', scraped)
+        assert (
+            'fairpost_tenant_held{pool="default",reason="reputation_paused",tenant="bouncy"} 1.0' in scraped
+        )
+        assert 'fairpost_tenant_held{pool="default",reason="reputation_paused",tenant="good0"} 0.0' in scraped
+        assert re.search(
+            r'fairpost_tenant_bounce_rate\{pool="default",tenant="bouncy",window="24h"\} 0\.\d*[1-9]', scraped
+        )
         # An operator's resume lifts it; the guard then judges only what comes after.
         with QuotaAdmin(settings) as admin:
             assert admin.resume("bouncy")

@@ -24,6 +24,16 @@ def pooled(redis_url: str, **pools: Any) -> Settings:
     return load_settings(redis_url=redis_url, key_prefix="pt", pools=pools or {"eu": EU})
 
 
+def cli_env(monkeypatch: pytest.MonkeyPatch, redis_url: str, client: redis.Redis) -> Settings:
+    """The environment of a CLI command on two pools, tenant b on eu; its settings."""
+    monkeypatch.setenv("FAIRPOST_REDIS_URL", redis_url)
+    monkeypatch.setenv("FAIRPOST_KEY_PREFIX", "pt")
+    monkeypatch.setenv("FAIRPOST_POOLS__EU__QUEUE_NAME", "fairpost-eu.fifo")
+    settings = load_settings()
+    PoolDirectory(settings, client).place("b", "eu")
+    return settings
+
+
 def queued(client: redis.Redis, key: str) -> list[str]:
     """The job ids a queue holds (each entry: the id, then its payload)."""
     return [str(entry).split("\n", 1)[0] for entry in client.lrange(key, 0, -1)]
@@ -253,12 +263,8 @@ def test_each_pool_keeps_its_own_outcome_feed(redis_url: str, redis_client: redi
 def test_commands_about_a_tenant_s_state_act_in_its_pool(
     monkeypatch: pytest.MonkeyPatch, redis_url: str, redis_client: redis.Redis
 ) -> None:
-    monkeypatch.setenv("FAIRPOST_REDIS_URL", redis_url)
-    monkeypatch.setenv("FAIRPOST_KEY_PREFIX", "pt")
-    monkeypatch.setenv("FAIRPOST_POOLS__EU__QUEUE_NAME", "fairpost-eu.fifo")
-    settings = load_settings()
+    settings = cli_env(monkeypatch, redis_url, redis_client)
     eu = MailKeys(pool_settings(settings, "eu").key_prefix)
-    PoolDirectory(settings, redis_client).place("b", "eu")
     assert main(["quota", "set", "b", "7/minute"]) == 0
     assert main(["tenant", "pause", "b"]) == 0
     assert redis_client.hget(eu.limit_overrides(), "t:b") == "7/minute"
@@ -275,11 +281,7 @@ def test_dead_letters_and_global_quotas_of_a_pool_by_pool_option(
     redis_client: redis.Redis,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    monkeypatch.setenv("FAIRPOST_REDIS_URL", redis_url)
-    monkeypatch.setenv("FAIRPOST_KEY_PREFIX", "pt")
-    monkeypatch.setenv("FAIRPOST_POOLS__EU__QUEUE_NAME", "fairpost-eu.fifo")
-    settings = load_settings()
-    PoolDirectory(settings, redis_client).place("b", "eu")
+    settings = cli_env(monkeypatch, redis_url, redis_client)
     with MailClient(settings) as client:
         job = client.send("b", sender="x@example.com", to="ada@example.org", subject="s", text="t")
         client.cancel(job)  # a dead letter, in the eu pool
@@ -343,3 +345,26 @@ async def test_a_one_click_unsubscribe_lands_in_the_tenant_s_pool(
     eu = MailKeys(pool_settings(settings, "eu").key_prefix)
     assert redis_client.hexists(eu.unsubscribed("acme"), "ada@example.org")
     assert not redis_client.exists(MailKeys("pt").unsubscribed("acme"))
+
+
+def test_stats_name_the_pool_and_read_a_tenant_s_in_its_pool(
+    monkeypatch: pytest.MonkeyPatch,
+    redis_url: str,
+    redis_client: redis.Redis,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``fairpost stats`` says which pool it shows; a tenant asked for is read in its own."""
+    with MailClient(cli_env(monkeypatch, redis_url, redis_client)) as client:
+        for tenant in ("a", "b", "b"):
+            client.send(tenant, sender="x@example.com", to="ada@example.org", subject="s", text="t")
+    assert main(["stats", "--pool", "eu", "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["pool"] == "eu" and shown["tenants"]["b"]["backlog"] == 2 and "a" not in shown["tenants"]
+    assert main(["stats"]) == 0
+    assert capsys.readouterr().out.startswith("pool default\n")
+    # A tenant asked for without --pool: read in the pool it is on.
+    assert main(["stats", "--tenant", "b", "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert (shown["pool"], shown["tenants"]["b"]["backlog"]) == ("eu", 2)
+    assert main(["stats", "--tenant", "a", "--tenant", "b"]) == 1
+    assert "a (default), b (eu)" in capsys.readouterr().err
