@@ -613,13 +613,9 @@ async def test_a_live_dispatchers_claims_outlast_their_lease_while_its_worker_is
     assert max(busy.seen.values()) == 1
 
 
-async def test_an_idle_dispatcher_stops_at_once_not_when_its_wait_for_work_ends(
-    aredis: redis.asyncio.Redis,
-) -> None:
-    """With nothing to claim the dispatcher blocks on Redis for work (a BLPOP of
-    seconds). A stop must end that wait at once: the daemon's shutdown waits for
-    the task, before it hands its claims back."""
-    dispatcher = Dispatcher(make_store(aredis), [HandOffWorker()], reap_interval=30.0)
+async def stop_while_waiting(dispatcher: Dispatcher, aredis: redis.asyncio.Redis, within: float) -> None:
+    """Run ``dispatcher`` until it blocks on Redis for work, then stop it: it must
+    return within ``within`` seconds."""
     stop = asyncio.Event()
     task = asyncio.create_task(dispatcher.run(stop))
 
@@ -629,13 +625,23 @@ async def test_an_idle_dispatcher_stops_at_once_not_when_its_wait_for_work_ends(
     try:
         await wait_for_async(waiting, within=10, what="the dispatcher waiting for work")
         stop.set()
-        # The wait it blocks in lasts 5 s here; a stop takes a moment.
-        await asyncio.wait_for(task, 2.5)
+        await asyncio.wait_for(task, within)
     finally:
         stop.set()
         if not task.done():
             task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_an_idle_dispatcher_stops_at_once_not_when_its_wait_for_work_ends(
+    aredis: redis.asyncio.Redis,
+) -> None:
+    """With nothing to claim the dispatcher blocks on Redis for work (a BLPOP of
+    seconds). A stop must end that wait at once: the daemon's shutdown waits for
+    the task, before it hands its claims back."""
+    dispatcher = Dispatcher(make_store(aredis), [HandOffWorker()], reap_interval=30.0)
+    # The wait it blocks in lasts 5 s here; a stop takes a moment.
+    await stop_while_waiting(dispatcher, aredis, 2.5)
 
 
 class SwallowingStore(JobStore):
@@ -660,21 +666,8 @@ async def test_a_stop_ends_the_wait_for_work_even_when_the_client_swallows_its_c
     # A socket timeout longer than the BLPOP, as the daemon's blocking client has.
     client = redis.asyncio.Redis.from_url(redis_url, socket_timeout=120)
     store = SwallowingStore(client, KEYS, StoreLimits(default_weight=1, default_cap=100_000, lease_ms=30_000))
-    dispatcher = Dispatcher(store, [HandOffWorker()], reap_interval=60.0)
-    stop = asyncio.Event()
-    task = asyncio.create_task(dispatcher.run(stop))
-
-    async def waiting() -> bool:
-        return any(c.get("cmd") == "blpop" for c in await aredis.client_list())
-
     try:
-        await wait_for_async(waiting, within=10, what="the dispatcher waiting for work")
-        stop.set()
         # Its BLPOP lasts a minute; the stop must not wait for it.
-        await asyncio.wait_for(task, 20)
+        await stop_while_waiting(Dispatcher(store, [HandOffWorker()], reap_interval=60.0), aredis, 20)
     finally:
-        stop.set()
-        if not task.done():
-            task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
         await client.aclose()
