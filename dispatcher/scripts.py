@@ -19,9 +19,9 @@ adding a few small keys while the send it records frees the mail's payload
 the same: its ``#!lua`` shebang makes Redis check memory before it starts."""
 
 
-LIBRARIES = frozenset({"ring", "journal", "deliveries"})
+LIBRARIES = frozenset({"ring", "journal", "deliveries", "windows"})
 """Helpers prepended to other scripts (dispatcher/calls.py, journal.py,
-mailer/sdk/outcomes/deliveries.py): the script they join writes first, once."""
+mailer/sdk/outcomes/deliveries.py, mailer/quota/engine.py): the script they join writes first, once."""
 
 
 @cache

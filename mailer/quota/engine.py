@@ -3,7 +3,9 @@
 Each window (``Window(seconds, limit)``) of each scope is one Redis hash of
 time buckets (:meth:`fairpost.dispatcher.keys.Keys.quota`), so a day window of 50,000
 costs about ``buckets_per_window`` fields, never one entry per mail. All the
-work that must be atomic is one Lua script, ``quota.lua``, beside this module:
+work that must be atomic is Lua beside this module, a script an operation
+(``acquire.lua``, ``peek.lua``, ``refund.lua``, ``restamp.lua``, ``usage.lua``),
+each after the library they share (``windows.lua``, :func:`quota_script`):
 an acquire checks and takes every global and tenant window in one round trip,
 with the Redis server's clock, so any number of replicas share one count.
 
@@ -44,6 +46,7 @@ __all__ = [
     "QuotaEngine",
     "StreamWindows",
     "never_fits_reason",
+    "quota_script",
 ]
 
 
@@ -56,10 +59,13 @@ NEVER = -1.0
 RATE_WINDOW_SECONDS = BUDGET_SECONDS
 """Windows shorter than this are rates: a mail over the limit goes alone once the
 window is empty. Longer windows are budgets: a mail over the limit never fits
-(``fairpost.config.limits.Window.is_budget``, which the SDK checks too; quota.lua's RATE_MS)."""
+(``fairpost.config.limits.Window.is_budget``, which the SDK checks too; windows.lua's RATE_MS)."""
 
 SHARE_PARTS = ("tag", "until", "weight", "refused")
-"""The fair share's keys (``Keys.quota_share``), in the order quota.lua takes them."""
+"""The fair share's keys (``Keys.quota_share``), in the order acquire.lua takes them."""
+
+_OPERATIONS = ("acquire", "peek", "refund", "restamp", "usage")
+"""The quota's scripts, one an operation (``acquire_fair`` is acquire.lua's)."""
 
 _MOST_UNANSWERED = 1024
 """Asks whose answer was lost a process remembers (one per tenant at most, but
@@ -119,6 +125,14 @@ class Grant:
     binding: Window | None = field(default=None, compare=False)
 
 
+def quota_script(operation: str) -> str:
+    """The text of the quota's script ``<operation>.lua``, after ``windows.lua``, the
+    arguments, bucket math and decision every operation shares (as ring.lua opens the
+    dispatcher's scripts, fairpost.dispatcher.calls.script)."""
+    package = "fairpost.mailer.quota"
+    return lua_source(package, "windows") + "\n" + lua_source(package, operation)
+
+
 def never_fits_reason(grant: Grant, recipients: int) -> str:
     """The dead-letter reason for a mail refused with :data:`NEVER`, naming the window."""
     scope = "global" if grant.blocked_by == "global" else "tenant"
@@ -156,7 +170,7 @@ class QuotaEngine:
         # A grant a mail is sent under must outlive a failover (FAIRPOST_REDIS_MIN_REPLICAS):
         # a lost grant leaves its units out of the windows, room for more than the limit.
         self._durability = durability or Durability()
-        self._script = redis.register_script(lua_source("fairpost.mailer.quota", "quota"))
+        self._scripts = {op: redis.register_script(quota_script(op)) for op in _OPERATIONS}
         # The token of each ask whose answer never came (by what it asked): the same
         # ask again, from this process, gets the grant Redis may have counted for it.
         self._unanswered: OrderedDict[_Ask, str] = OrderedDict()
@@ -184,7 +198,7 @@ class QuotaEngine:
         not granted, so the order of a tenant's mail is kept. The granted
         units are counted at once in every global and tenant window.
         With a ``weight``, tenants contending for the global quota share it in
-        proportion to their weights (see quota.lua): while another tenant is
+        proportion to their weights (see acquire.lua): while another tenant is
         refused for global room, a tenant ahead of its share is refused with
         ``blocked_by == "share"`` until that tenant is due back (at most the
         shortest global window). The cost does not grow with the number of
@@ -200,7 +214,7 @@ class QuotaEngine:
         An acquire that raised (Redis may have counted it and lost only the
         answer) is remembered by what it asked: the same ask again from this
         engine (the tenant, costs and windows) gets the grant counted for it, if
-        any, instead of counting the units twice (quota.lua keeps each grant's
+        any, instead of counting the units twice (acquire.lua keeps each grant's
         answer under the acquire's token for five minutes). Asked by another
         replica, or with other costs, the lost grant's units stay counted until
         they leave the window: the safe side.
@@ -318,7 +332,7 @@ class QuotaEngine:
         record: str | None = None,
         stream: StreamWindows | None = None,
     ) -> list[int]:
-        """``record``: an acquire's token (quota.lua keeps its answer under it);
+        """``record``: an acquire's token (acquire.lua keeps its answer under it);
         ``stream``: more windows, of their own scope, counted after the tenant's."""
         keys: list[str] = []
         args: list[str | int] = [op, "" if time_ms is None else time_ms, self._buckets, len(global_windows)]
@@ -336,17 +350,18 @@ class QuotaEngine:
         if record is not None:
             keys.append(self._keys.quota_grant(record))
         args += tail
+        script = self._scripts[op.removesuffix("_fair")]
         if pipeline is not None:
             # Queued only; the reply comes from the caller's pipeline.execute().
-            await self._script(keys=keys, args=args, client=pipeline)
+            await script(keys=keys, args=args, client=pipeline)
             return []
         if op.startswith("acquire") and self._durability.replicas:
             async with self._redis.pipeline(transaction=False) as pipe:
-                await self._script(keys=keys, args=args, client=pipe)
+                await script(keys=keys, args=args, client=pipe)
                 self._durability.queue_wait(pipe)
                 [reply] = self._durability.check(await pipe.execute())
         else:
-            reply = await self._script(keys=keys, args=args)
+            reply = await script(keys=keys, args=args)
         return [int(value) for value in reply]
 
 
@@ -366,7 +381,7 @@ def _acquire_op(
 
 
 def _grant(reply: list[int], windows: Sequence[Window]) -> Grant:
-    """quota.lua's answer to an acquire; ``windows`` in the order the script got them."""
+    """acquire.lua's answer; ``windows`` in the order the script got them."""
     granted, retry_ms, blocked, at_ms, never, binding = reply
     return Grant(
         granted=granted,
