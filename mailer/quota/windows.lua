@@ -270,57 +270,59 @@ local function move(win, index, cost, to, now_ms)
     end
 end
 
--- Whether `cost` more units fit in `win` holding `total`: within the limit,
--- or, for a rate, alone in an empty window.
-local function room(win, total, cost)
-    return total + cost <= win.limit or (win.rate and total == 0)
-end
-
--- The earliest ms at which `cost` more units fit in `win`, given what it
--- holds (this call's grants included, in the current bucket): drop buckets
--- oldest first until the rest leaves room. Dropping every bucket up to index
--- k takes lo >= k+1, i.e. t-W+1 >= (k+1)*w. The buckets are read here, the
--- one time a call needs them all; their sum is the count from now on, should
--- the running total ever differ.
-local function fits_at(win, cost)
-    local list = win.list or all_buckets(win.key)
-    local indices, units, total, own = {}, {}, 0, false
-    for _, b in ipairs(list) do
-        if b[1] >= win.lo then
-            local n = b[2]
-            if b[1] == win.current then
-                n, own = n + win.added, true
-            end
-            indices[#indices + 1], units[#units + 1] = b[1], n
-            total = total + n
-        end
-    end
-    if not own then
-        indices[#indices + 1], units[#units + 1] = win.current, win.added
-        total = total + win.added
-    end
-    if total ~= win.total then
-        win.total, win.fresh = total, true
-    end
-    local order = {}
-    for j = 1, #indices do order[j] = j end
-    table.sort(order, function(a, b) return indices[a] < indices[b] end)
-    local remaining = total
-    for _, j in ipairs(order) do
-        remaining = remaining - units[j]
-        if room(win, remaining, cost) then
-            return (indices[j] + 1) * win.width + win.window_ms - 1
-        end
-    end
-    -- Unreachable while the mail can fit: with every bucket dropped it does.
-    return now
-end
-
 -- Which of the mails ARGV[rest..] fit, from the first: acquire and peek decide
 -- alike (the acquire then writes what it granted). fair: an acquire's share state
 -- (acquire.lua), or nil; peek: count without writing. Returns granted, retry_ms,
 -- blocked, never_index, binding, and whether the share stopped it.
 local function decide(windows, rest, fair, peek)
+    -- Defined here, not at the top: only acquire and peek use them, and each
+    -- closure the top makes costs every call of every quota script.
+    -- Whether `cost` more units fit in `win` holding `total`: within the limit,
+    -- or, for a rate, alone in an empty window.
+    local function room(win, total, cost)
+        return total + cost <= win.limit or (win.rate and total == 0)
+    end
+
+    -- The earliest ms at which `cost` more units fit in `win`, given what it
+    -- holds (this call's grants included, in the current bucket): drop buckets
+    -- oldest first until the rest leaves room. Dropping every bucket up to index
+    -- k takes lo >= k+1, i.e. t-W+1 >= (k+1)*w. The buckets are read here, the
+    -- one time a call needs them all; their sum is the count from now on, should
+    -- the running total ever differ.
+    local function fits_at(win, cost)
+        local list = win.list or all_buckets(win.key)
+        local indices, units, total, own = {}, {}, 0, false
+        for _, b in ipairs(list) do
+            if b[1] >= win.lo then
+                local n = b[2]
+                if b[1] == win.current then
+                    n, own = n + win.added, true
+                end
+                indices[#indices + 1], units[#units + 1] = b[1], n
+                total = total + n
+            end
+        end
+        if not own then
+            indices[#indices + 1], units[#units + 1] = win.current, win.added
+            total = total + win.added
+        end
+        if total ~= win.total then
+            win.total, win.fresh = total, true
+        end
+        local order = {}
+        for j = 1, #indices do order[j] = j end
+        table.sort(order, function(a, b) return indices[a] < indices[b] end)
+        local remaining = total
+        for _, j in ipairs(order) do
+            remaining = remaining - units[j]
+            if room(win, remaining, cost) then
+                return (indices[j] + 1) * win.width + win.window_ms - 1
+            end
+        end
+        -- Unreachable while the mail can fit: with every bucket dropped it does.
+        return now
+    end
+
     local asked = 0
     for c = rest, #ARGV do asked = asked + num(ARGV[c]) end
     for _, win in ipairs(windows) do

@@ -290,7 +290,7 @@ async def test_every_script_runs_on_a_cluster_within_fairposts_slot(
         await TenantHolds(client, keys, limits).hold("acme", "a reason", first_seconds=1, most_seconds=5)
         async with store.pipeline() as pipe:
             feedback = Feedback(store=store, settings=settings, book=book)
-            await feedback.index_sent(pipe, "acme", a.id, "ses-message-id", 1)
+            await feedback.index_sent(pipe, "acme", [(a.id, "ses-message-id", 1)])
             await pipe.execute()
 
         # warm-up: an operator sets, restarts and skips plans; a replica's refresh
