@@ -23,9 +23,10 @@ most one bucket width minus 1 ms, never early.
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -123,6 +124,9 @@ class Grant:
     at_ms: int
     too_big_for: Window | None = None
     binding: Window | None = field(default=None, compare=False)
+    asked_mono: float | None = field(default=None, compare=False)
+    """This process's monotonic clock before it asked: no later than ``at_ms``, in
+    server time (an answer lost and asked for again: before the first ask)."""
 
 
 def quota_script(operation: str) -> str:
@@ -173,7 +177,7 @@ class QuotaEngine:
         self._scripts = {op: redis.register_script(quota_script(op)) for op in _OPERATIONS}
         # The token of each ask whose answer never came (by what it asked): the same
         # ask again, from this process, gets the grant Redis may have counted for it.
-        self._unanswered: OrderedDict[_Ask, str] = OrderedDict()
+        self._unanswered: OrderedDict[_Ask, tuple[str, float]] = OrderedDict()
 
     @property
     def buckets_per_window(self) -> int:
@@ -224,18 +228,18 @@ class QuotaEngine:
         ask: _Ask = (tenant, op, tuple(costs), tuple(global_windows), tuple(tenant_windows), tuple(extra))
         # Only one call may take a lost answer's grant: two sent under one count
         # would go over the limit.
-        token = self._unanswered.pop(ask, None) or uuid.uuid4().hex
+        token, asked = self._unanswered.pop(ask, (uuid.uuid4().hex, time.monotonic()))
         try:
             reply = await self._run(
                 op, tenant, global_windows, tenant_windows, now_ms, tail, record=token, stream=stream
             )
         except RedisError:
             # Redis may have counted it, and only the answer was lost.
-            self._unanswered[ask] = token
+            self._unanswered[ask] = (token, asked)
             while len(self._unanswered) > _MOST_UNANSWERED:
                 self._unanswered.popitem(last=False)
             raise
-        return _grant(reply, (*global_windows, *tenant_windows, *extra))
+        return _grant(reply, (*global_windows, *tenant_windows, *extra), asked)
 
     async def refund(
         self,
@@ -286,6 +290,16 @@ class QuotaEngine:
             "restamp", tenant, global_windows, tenant_windows, at_ms, [cost], pipeline=pipeline, stream=stream
         )
         return None if pipeline is not None else reply[0]
+
+    def in_one_bucket(self, from_ms: int, to_ms: int, windows: Iterable[Window]) -> bool:
+        """Whether ``from_ms`` and ``to_ms`` (server time) fall in one bucket of every
+        window: units counted at the first then count as long as a restamp to the
+        second would make them (restamp.lua would move nothing)."""
+        for window in windows:
+            width = max(1, window.seconds * 1000 // self._buckets)
+            if from_ms // width != to_ms // width:
+                return False
+        return True
 
     async def usage(
         self,
@@ -380,7 +394,7 @@ def _acquire_op(
     return "acquire_fair", [tenant, weight, *costs]
 
 
-def _grant(reply: list[int], windows: Sequence[Window]) -> Grant:
+def _grant(reply: list[int], windows: Sequence[Window], asked: float) -> Grant:
     """acquire.lua's answer; ``windows`` in the order the script got them."""
     granted, retry_ms, blocked, at_ms, never, binding = reply
     return Grant(
@@ -390,4 +404,5 @@ def _grant(reply: list[int], windows: Sequence[Window]) -> Grant:
         at_ms=at_ms,
         too_big_for=windows[never - 1] if never else None,
         binding=windows[binding - 1] if binding else None,
+        asked_mono=asked,
     )
