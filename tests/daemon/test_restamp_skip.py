@@ -11,10 +11,10 @@ import time
 
 import redis.asyncio
 
-from fairpost.dispatcher.keys import Keys
 from fairpost.mailer.daemon import ses
 from fairpost.mailer.daemon.counting import Counting, Stamp
 from fairpost.mailer.quota.engine import QuotaEngine
+from fairpost.mailer.sdk.keys import MailKeys
 from tests.daemon.unit.fakes import fake_context, mail
 
 SENT = ses.SendResult(ses.Verdict.SENT, message_id="ses-1")
@@ -23,7 +23,7 @@ SENT = ses.SendResult(ses.Verdict.SENT, message_id="ses-1")
 async def queued_restamps(aredis: redis.asyncio.Redis, limits: str, stamps: list[Stamp]) -> int:
     """How many restamps a group of mails answered now, each under its stamp, queues."""
     ctx, _, _ = fake_context(global_limits=limits, tenant_limits=limits)
-    ctx.quota = QuotaEngine(aredis, Keys("fp-test"))
+    ctx.quota = QuotaEngine(aredis, MailKeys("fp-test"))
     answered = [(mail("acme", n), SENT, stamp) for n, stamp in enumerate(stamps)]
     async with aredis.pipeline(transaction=False) as pipe:
         await Counting(ctx).move_to_answers("acme", answered, pipe)
@@ -33,7 +33,7 @@ async def queued_restamps(aredis: redis.asyncio.Redis, limits: str, stamps: list
 
 
 async def test_answers_within_the_grants_bucket_queue_no_restamp(aredis: redis.asyncio.Redis) -> None:
-    grant = await QuotaEngine(aredis, Keys("fp-test")).acquire("acme", [1, 1], (), ())
+    grant = await QuotaEngine(aredis, MailKeys("fp-test")).acquire("acme", [1, 1], (), ())
     assert grant.asked_mono is not None
     # A day's bucket is 28.8 minutes: answered a moment after the grant, at its start.
     at_ms = grant.at_ms - grant.at_ms % 1_728_000
