@@ -24,6 +24,13 @@ class PoolMetrics:
             ["pool", "to"],
             registry=r,
         )
+        self.fallback_checks_total = Counter(
+            "fairpost_pool_fallback_checks",
+            "The daemon's looks at a pool's SES for the identities of the tenants falling back to it: "
+            "result=verified, refused or unanswered.",
+            ["pool", "result"],
+            registry=r,
+        )
         self.backlog = Gauge(
             "fairpost_pool_backlog", "Jobs waiting in Redis, per sending pool.", ["pool"], registry=r
         )
