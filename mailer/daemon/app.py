@@ -48,6 +48,7 @@ from fairpost.mailer.daemon.http import Check, HttpServer
 from fairpost.mailer.daemon.metric_labels import TenantLabels
 from fairpost.mailer.daemon.metrics import Metrics
 from fairpost.mailer.daemon.parts import Parts, Role, build_parts
+from fairpost.mailer.daemon.pool_counts import PoolCounts
 from fairpost.mailer.daemon.pools import PoolClients, pool_clients, task_name
 from fairpost.mailer.daemon.ready import readiness
 from fairpost.mailer.daemon.redis_watch import RedisWatch
@@ -189,7 +190,8 @@ async def _start_pools(
             tasks[name] = asyncio.create_task(checks.run(stop), name=name)
         parts = await build_parts(
             pool_settings(settings, pool), pool_redis(pool), sqs=own.sqs, ses_client=ses_client,
-            queue_url=own.queue_url, role=role, metrics=metrics, tracing=tracing,
+            queue_url=own.queue_url, role=role, tracing=tracing,
+            metrics=PoolCounts(metrics, pool) if settings.pools else metrics,
         )  # fmt: skip
         clients.append(own)
         served.append(parts)

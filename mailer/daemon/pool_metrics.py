@@ -31,6 +31,18 @@ class PoolMetrics:
             ["pool", "result"],
             registry=r,
         )
+        self.sent_total = Counter(
+            "fairpost_pool_sent", "Mails SES accepted, per sending pool.", ["pool"], registry=r
+        )
+        self.dead_total = Counter(
+            "fairpost_pool_dead", "Mails made dead letters, per sending pool.", ["pool", "reason"], registry=r
+        )
+        self.throttled_total = Counter(
+            "fairpost_pool_throttled",
+            "Mails deferred by a quota, a hold or SES's throttling, per sending pool.",
+            ["pool", "reason"],
+            registry=r,
+        )
         self.backlog = Gauge(
             "fairpost_pool_backlog", "Jobs waiting in Redis, per sending pool.", ["pool"], registry=r
         )
