@@ -140,6 +140,21 @@ class Settings(BaseSettings):
 
     job_ttl: int = Field(default=7 * 86400, ge=60, le=365 * 86400)
     """Seconds a finished job's record is kept (FAIRPOST_JOB_TTL)."""
+    job_detail_ttl: int = Field(default=86400, ge=60, le=365 * 86400)
+    """Seconds a sent mail's whole record is kept (FAIRPOST_JOB_DETAIL_TTL); after it,
+    until FAIRPOST_JOB_TTL, a short line in a day's history bucket answers status()
+    (docs/operations.md, "Redis memory per sent mail"). At FAIRPOST_JOB_TTL or over:
+    the whole record for FAIRPOST_JOB_TTL, no history."""
+    history_shards: int = Field(default=16, ge=1, le=1_000_000)
+    """Buckets a day in the history of sent mail (FAIRPOST_HISTORY_SHARDS): a day's sent
+    mails / this at most ``hash-max-listpack-entries`` (Redis's default 128) keeps each
+    bucket a listpack. A change applies from the next day."""
+    ses_index_ttl: int = Field(default=2 * 86400, ge=60, le=365 * 86400)
+    """Seconds a sent mail's SES message id leads SES events to it
+    (FAIRPOST_SES_INDEX_TTL; never longer than FAIRPOST_JOB_TTL). Needed only by
+    events that do not carry the mail's tags (identity feedback notifications):
+    event publishing's name the job and tenant themselves. Bounces come within
+    minutes to hours, complaints mostly within a day or two."""
     idempotency_ttl: int = Field(default=86400, ge=1, le=365 * 86400)
     """Seconds an idempotency key keeps returning its first job's id (FAIRPOST_IDEMPOTENCY_TTL)."""
 

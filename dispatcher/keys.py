@@ -164,6 +164,16 @@ class Keys:
         """Hash: what the reconciler did, outcome → count, for stats."""
         return f"{self.root}:reconciled"
 
+    def history_days(self) -> str:
+        """Hash: day (days since the epoch, UTC) -> the number of the day's history
+        buckets (dispatcher/history.lua); a field a day kept."""
+        return f"{self.root}:hist-days"
+
+    def history_prefix(self) -> str:
+        """What the history's buckets' names start with: ``<prefix><day>:<n>``, each a
+        hash with a TTL, job id -> its line (dispatcher/history.lua)."""
+        return f"{self.root}:hist:"
+
     def sending(self, job_id: str) -> str:
         """String with a TTL: a sender is sending this job now (mailer/daemon/send_claim.lua)."""
         return f"{self.root}:sending:{job_id}"

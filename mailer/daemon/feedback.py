@@ -187,9 +187,10 @@ class Feedback:
         message id) and place it among the tenant's sends (its send number)."""
         if message_id and self.settings.events_queue_name:
             ttl = self.settings.job_ttl
+            index_ttl = min(ttl, self.settings.ses_index_ttl)
             await self._send_seq(
                 keys=[self.keys.send_seq(tenant), self.keys.job(job_id), self.keys.ses_message(message_id)],
-                args=[recipients, ttl * 1000, job_id, ttl],
+                args=[recipients, ttl * 1000, job_id, index_ttl],
                 client=pipe,
             )
 

@@ -7,7 +7,7 @@
 -- KEYS[3] the SES message id's index (string: the job id)
 -- ARGV[1] the mail's recipients, ARGV[2] how long the counter lives after this send
 --         (ms: the job TTL, past which no SES event can find the mail), ARGV[3] the
---         job id, ARGV[4] how long the index lives (seconds: the job TTL)
+--         job id, ARGV[4] how long the index lives (seconds: FAIRPOST_SES_INDEX_TTL)
 -- Each recipient takes one number; the job records its last one (send_seq).
 -- Returns the job's send_seq.
 redis.call('SET', KEYS[3], ARGV[3], 'EX', tonumber(ARGV[4]))
