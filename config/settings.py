@@ -146,15 +146,18 @@ class Settings(BaseSettings):
     (docs/operations.md, "Redis memory per sent mail"). At FAIRPOST_JOB_TTL or over:
     the whole record for FAIRPOST_JOB_TTL, no history."""
     history_shards: int = Field(default=16, ge=1, le=1_000_000)
-    """Buckets a day in the history of sent mail (FAIRPOST_HISTORY_SHARDS): a day's sent
-    mails / this at most ``hash-max-listpack-entries`` (Redis's default 128) keeps each
-    bucket a listpack. A change applies from the next day."""
-    ses_index_ttl: int = Field(default=2 * 86400, ge=60, le=365 * 86400)
+    """The fewest buckets a day in the history of sent mail (FAIRPOST_HISTORY_SHARDS):
+    each day takes one for each 256 mails sent the day before, at least this many,
+    so that a bucket stays within Redis's ``hash-max-listpack-entries`` (512 by
+    default). Set it to a day's mails / 256 for a first day of high volume."""
+    ses_index_ttl: int = Field(default=86400, ge=60, le=365 * 86400)
     """Seconds a sent mail's SES message id leads SES events to it
     (FAIRPOST_SES_INDEX_TTL; never longer than FAIRPOST_JOB_TTL). Needed only by
     events that do not carry the mail's tags (identity feedback notifications):
-    event publishing's name the job and tenant themselves. Bounces come within
-    minutes to hours, complaints mostly within a day or two."""
+    those of a configuration set's event destination, as docs/operations.md sets
+    them up, name the job and tenant themselves, whenever they come. Bounces come
+    within minutes to hours, most complaints within a day; a later one without
+    tags is counted ``unmatched``."""
     idempotency_ttl: int = Field(default=86400, ge=1, le=365 * 86400)
     """Seconds an idempotency key keeps returning its first job's id (FAIRPOST_IDEMPOTENCY_TTL)."""
 

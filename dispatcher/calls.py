@@ -125,7 +125,7 @@ class StoreLimits:
     for it (FAIRPOST_JOB_DETAIL_TTL, dispatcher/history.py); 0: no history, the record
     stays whole for the finish's ``keep_seconds``."""
     history_shards: int = 16
-    """Buckets a day in the history (FAIRPOST_HISTORY_SHARDS)."""
+    """The fewest buckets a day in the history (FAIRPOST_HISTORY_SHARDS)."""
 
     @property
     def durability(self) -> Durability:

@@ -143,4 +143,5 @@ for _, tenant in ipairs(tenants) do
   activate(ctx, tenant, now)
 end
 journal_trim(journal, now)
+history_count(history)
 return out

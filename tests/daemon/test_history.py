@@ -160,6 +160,31 @@ async def test_a_change_of_the_buckets_a_day_applies_from_the_next_day(
         assert (await other.job(job_id))["state"] == "sent"
 
 
+async def test_a_days_buckets_are_sized_from_the_day_befores_mails(
+    store: JobStore, aredis: redis.asyncio.Redis, keys: Keys
+) -> None:
+    today = await store.now_ms() // 86_400_000
+    # 5,000 mails yesterday: 20 buckets of 256 today (a listpack up to 512 each).
+    await aredis.hset(keys.history_days(), f"{today - 1}:n", 5000)
+    await sent(store, *[f"d{i}" for i in range(30)])
+    days = {text(k): text(v) for k, v in (await aredis.hgetall(keys.history_days())).items()}
+    assert days[str(today)] == "20"
+    assert days[f"{today}:n"] == "30"
+    assert {n.rsplit(":", 2)[-2] for n in await buckets(aredis, keys)} == {str(today)}
+    assert len(await buckets(aredis, keys)) > LIMITS.history_shards
+
+
+async def test_days_past_the_retention_leave_the_days_map(
+    store: JobStore, aredis: redis.asyncio.Redis, keys: Keys
+) -> None:
+    today = await store.now_ms() // 86_400_000
+    gone, kept = today - KEEP // 86400 - 3, today - 2
+    await aredis.hset(keys.history_days(), mapping={gone: 4, f"{gone}:n": 9, kept: 4, f"{kept}:n": 9})
+    await sent(store, "p1")
+    fields = {text(k) for k in await aredis.hkeys(keys.history_days())}
+    assert fields == {str(kept), f"{kept}:n", str(today), f"{today}:n"}
+
+
 def test_a_line_of_a_layout_this_version_does_not_know_is_no_record() -> None:
     assert record_of_line("2|sent|acme|future") == {}
 
