@@ -67,13 +67,17 @@ class Sending:
         """Send the mails a grant at ``at_ms`` covers; each is decided (its settlement)
         once its answer is known. Raises the first error after every answer is recorded."""
         granted = await self._claim(tenant, granted, at_ms)
-        # Kept hidden from a third of a lifetime on: until then a timer, and a task only
-        # for a group whose sends last that long (nearly none do).
+        # Kept hidden from a third of the messages' visibility on, counted from their
+        # receive: the decision and the acquire before the send may have used much of
+        # it. Until then a timer, and a task only for a group whose sends last that
+        # long (nearly none do).
         keepers: list[asyncio.Task[None]] = []
         timer = None
         if granted:
+            lifetime = self.ctx.settings.sender.visibility_timeout
+            first = min(m.hidden_until for m in granted) - lifetime * 2 / 3 - time.monotonic()
             timer = asyncio.get_running_loop().call_later(
-                self.ctx.settings.sender.visibility_timeout / 3,
+                max(0.0, first),
                 lambda: keepers.append(
                     asyncio.create_task(self._keep_hidden(granted), name="sender-keep-hidden")
                 ),
@@ -93,7 +97,7 @@ class Sending:
         their sending markers held: a send may outlive the receive's visibility (a slow
         SES call, a wait for an SES slot, a Redis blip while recording), and a message
         that came back then would be sent again by the next receiver. Started a third
-        of a lifetime into the sends, and again every third of a lifetime."""
+        of a lifetime into their visibility, and again every third of a lifetime."""
         lifetime = self.ctx.settings.sender.visibility_timeout
         ids = [m.envelope.job_id for m in messages if m.envelope]
         while True:

@@ -96,6 +96,9 @@ class FakeStore:
     async def release_sending(self, job_id: str) -> None:
         pass
 
+    async def hold_sending(self, job_ids: Sequence[str], lifetime_ms: int) -> None:
+        pass
+
     async def mark_waiting(self, *_: Any) -> None:
         pass
 
@@ -115,6 +118,10 @@ class FakeQuota:
 
     async def refund(self, tenant: str, cost: int, at_ms: int, *_: Any, **__: Any) -> None:
         self.refunds.append((tenant, cost, at_ms))
+
+    async def restamp(self, *_: Any, **__: Any) -> int | None:
+        """A granted mail's units kept counted: nothing to move here."""
+        return None
 
     peeks: int = 0
     """Calls of :meth:`global_retry_after` (each a quota script call in Redis)."""
