@@ -61,7 +61,7 @@ def record_of_line(line: str) -> dict[str, str]:
     version, state, tenant, *values = line.split("|")
     if version != "1" or len(values) != len(HISTORY_FIELDS):
         return {}
-    record = {"state": state, "tenant": tenant, "kind": "mail"}
+    record = {"state": state, "tenant": tenant}
     record.update((name, value) for name, value in zip(HISTORY_FIELDS, values, strict=True) if value)
     created = int(record.get("created_ms", "0"))
     for name in _AFTER_CREATED:

@@ -23,6 +23,8 @@ from fairpost.dispatcher.jobs import JobState
 from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.replies import text
 from fairpost.dispatcher.store import JobStore, NewJob, StoreLimits, store_limits
+from fairpost.mailer.daemon.feedback import Feedback
+from fairpost.mailer.quota.reputation import ReputationBook
 from fairpost.mailer.sdk.status import JobStatus
 from fairpost.mailer.testing.ses_server import SentMail
 from fairpost.mailer.testing.ses_tenancy import ses_event, wrap
@@ -146,7 +148,7 @@ async def test_an_evicted_bucket_loses_history_alone_never_waiting_mail(
     assert claimed.id == "waiting"
 
 
-async def test_a_change_of_the_buckets_a_day_applies_from_the_next_day(
+async def test_a_change_of_the_fewest_buckets_a_day_strands_no_line(
     store: JobStore, aredis: redis.asyncio.Redis, keys: Keys
 ) -> None:
     await sent(store, "a1")
@@ -251,3 +253,32 @@ async def test_an_event_without_tags_finds_its_mail_while_the_index_lives(
     assert await consumer(settings, aredis).handle(event("Bounce", "e-1", None)) == "bounce"
     status = JobStatus.from_record("b1", await store.job("b1"))
     assert (status.delivery, status.bounce_type) == ("bounced", "Permanent")
+
+
+async def test_a_permanent_bounce_days_later_is_counted_at_its_mails_send_number(
+    settings: Settings, aredis: redis.asyncio.Redis
+) -> None:
+    # The sender numbers a mail (send_seq.lua) in the pipeline before it records the
+    # send, so the line keeps the number: a late bounce counts among the right sends.
+    keys = Keys(settings.key_prefix)
+    store = JobStore(aredis, keys, store_limits(settings))
+    book = ReputationBook(aredis, keys, settings)
+    feedback = Feedback(store=store, settings=settings, book=book)
+    await store.enqueue([mail("n1")])
+    await store.claim(1)
+    async with aredis.pipeline(transaction=False) as pipe:
+        await aredis.set(keys.send_seq("acme"), 40)
+        await feedback.index_sent(pipe, "acme", "n1", MESSAGE_ID, recipients=2)
+        await store.finish_all(
+            [("n1", {"ses_message_id": MESSAGE_ID})],
+            JobState.SENT,
+            keep_seconds=settings.job_ttl,
+            pipeline=pipe,
+        )
+        await pipe.execute()
+    await expire_record(aredis, keys, "n1", most=settings.job_detail_ttl)
+    assert (await store.job("n1"))["send_seq"] == "42"
+    await aredis.set(keys.send_seq("acme"), 100)  # sends since; an unknown number would count as 100
+    assert await consumer(settings, aredis).handle(event("Bounce", "e-1", "n1")) == "bounce"
+    scores = {s for _, s in await aredis.zrange(keys.recent_bounces("acme"), 0, -1, withscores=True)}
+    assert scores == {42.0}
