@@ -280,5 +280,6 @@ async def test_a_permanent_bounce_days_later_is_counted_at_its_mails_send_number
     assert (await store.job("n1"))["send_seq"] == "42"
     await aredis.set(keys.send_seq("acme"), 100)  # sends since; an unknown number would count as 100
     assert await consumer(settings, aredis).handle(event("Bounce", "e-1", "n1")) == "bounce"
-    scores = {s for _, s in await aredis.zrange(keys.recent_bounces("acme"), 0, -1, withscores=True)}
+    bounced: Any = await aredis.zrange(keys.recent_bounces("acme"), 0, -1, withscores=True)
+    scores = {score for _, score in bounced}
     assert scores == {42.0}
