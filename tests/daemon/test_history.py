@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import redis.asyncio
 
+from fairpost import AsyncMailClient, MailClient
 from fairpost.config import Settings
 from fairpost.dispatcher.errors import UnknownJob
 from fairpost.dispatcher.history import record_of_line
@@ -283,3 +284,15 @@ async def test_a_permanent_bounce_days_later_is_counted_at_its_mails_send_number
     bounced: Any = await aredis.zrange(keys.recent_bounces("acme"), 0, -1, withscores=True)
     scores = {score for _, score in bounced}
     assert scores == {42.0}
+
+
+async def test_the_sdks_status_and_the_consoles_read_the_line_past_the_record(
+    settings: Settings, aredis: redis.asyncio.Redis, client: MailClient, aclient: AsyncMailClient
+) -> None:
+    # The console's job page is AsyncMailClient.status (mailer/console/data.py).
+    store = await sent_long_ago(settings, aredis, "s1")
+    await expire_record(aredis, store.keys, "s1", most=settings.job_detail_ttl)
+    assert (client.status("s1").state, client.status("s1").tenant_id) == ("sent", "acme")
+    assert (await aclient.status("s1")).recipients == 2
+    with pytest.raises(UnknownJob):
+        client.status("never-sent")
