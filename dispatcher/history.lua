@@ -60,7 +60,7 @@ local function history_context(days_key, argv, at, now, keep)
   end
   -- A bucket lives `keep` past its day's end: its last line's retention.
   local ttl = string.format('%d', keep + (day + 1) * 86400 - math.floor(now / 1000))
-  local h = {prefix = prefix, detail = argv[at + 1], day = day, shards = shards, ttl = ttl, touched = {}}
+  local h = {prefix = prefix, detail = argv[at + 1], day = day, shards = shards, ttl = ttl}
   h.days, h.added = days_key, 0
   return h, at + 3
 end
@@ -105,10 +105,9 @@ local function history_add(h, job_id, state, tenant, values, at)
   local bucket = history_bucket(h.prefix, h.day, h.shards, job_id)
   redis.call('HSET', bucket, job_id, history_line(state, tenant, values, at))
   h.added = h.added + 1
-  if not h.touched[bucket] then
-    h.touched[bucket] = true
-    redis.call('EXPIRE', bucket, h.ttl)
-  end
+  -- A line at a time, not a bucket a call: the same commands for every call of as
+  -- many mails, whichever buckets their random ids pick (the budget counts them).
+  redis.call('EXPIRE', bucket, h.ttl)
 end
 
 -- The job's bucket and line, newest day first; nil if no bucket has it.

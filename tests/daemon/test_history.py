@@ -26,6 +26,7 @@ from fairpost.dispatcher.replies import text
 from fairpost.dispatcher.store import JobStore, NewJob, StoreLimits, store_limits
 from fairpost.mailer.daemon.feedback import Feedback
 from fairpost.mailer.quota.reputation import ReputationBook
+from fairpost.mailer.sdk.keys import MailKeys
 from fairpost.mailer.sdk.status import JobStatus
 from fairpost.mailer.testing.ses_server import SentMail
 from fairpost.mailer.testing.ses_tenancy import ses_event, wrap
@@ -58,22 +59,22 @@ async def expire_record(client: redis.asyncio.Redis, keys: Keys, job_id: str, mo
     assert await client.delete(keys.job(job_id)) == 1
 
 
-async def buckets(client: redis.asyncio.Redis, keys: Keys) -> list[str]:
+async def buckets(client: redis.asyncio.Redis, keys: MailKeys) -> list[str]:
     return sorted(text(k) for k in await client.keys(keys.history_prefix() + "*"))
 
 
 @pytest.fixture
-def keys(redis_url: str) -> Keys:
-    return Keys("hist")
+def keys(redis_url: str) -> MailKeys:
+    return MailKeys("hist")
 
 
 @pytest.fixture
-def store(aredis: redis.asyncio.Redis, keys: Keys) -> JobStore:
+def store(aredis: redis.asyncio.Redis, keys: MailKeys) -> JobStore:
     return JobStore(aredis, keys, LIMITS)
 
 
 async def test_status_of_a_sent_mail_whose_record_expired_comes_from_its_line(
-    store: JobStore, aredis: redis.asyncio.Redis, keys: Keys
+    store: JobStore, aredis: redis.asyncio.Redis, keys: MailKeys
 ) -> None:
     await sent(store, "j1")
     whole = JobStatus.from_record("j1", await store.job("j1"))
@@ -91,7 +92,7 @@ async def test_status_of_a_sent_mail_whose_record_expired_comes_from_its_line(
 
 
 async def test_a_days_bucket_lives_the_retention_past_the_days_end_and_a_bucket_holds_many_mails(
-    store: JobStore, aredis: redis.asyncio.Redis, keys: Keys
+    store: JobStore, aredis: redis.asyncio.Redis, keys: MailKeys
 ) -> None:
     ids = [f"m{i}" for i in range(40)]
     await sent(store, *ids)
@@ -105,7 +106,7 @@ async def test_a_days_bucket_lives_the_retention_past_the_days_end_and_a_bucket_
 
 
 async def test_with_a_detail_ttl_as_long_as_the_retention_there_is_no_history(
-    aredis: redis.asyncio.Redis, keys: Keys
+    aredis: redis.asyncio.Redis, keys: MailKeys
 ) -> None:
     # The previous release's behaviour, and an operator's choice: the whole record.
     store = JobStore(aredis, keys, StoreLimits(default_cap=100, detail_seconds=KEEP, history_shards=4))
@@ -116,7 +117,7 @@ async def test_with_a_detail_ttl_as_long_as_the_retention_there_is_no_history(
 
 
 async def test_a_record_written_whole_by_the_previous_release_still_answers(
-    aredis: redis.asyncio.Redis, keys: Keys, store: JobStore
+    aredis: redis.asyncio.Redis, keys: MailKeys, store: JobStore
 ) -> None:
     # As 0.x wrote a sent mail: its record alone, with the job TTL, no line anywhere.
     record: Any = {
@@ -133,7 +134,7 @@ async def test_a_record_written_whole_by_the_previous_release_still_answers(
 
 
 async def test_an_evicted_bucket_loses_history_alone_never_waiting_mail(
-    store: JobStore, aredis: redis.asyncio.Redis, keys: Keys
+    store: JobStore, aredis: redis.asyncio.Redis, keys: MailKeys
 ) -> None:
     await sent(store, "gone")
     await store.enqueue([mail("waiting")])
@@ -150,7 +151,7 @@ async def test_an_evicted_bucket_loses_history_alone_never_waiting_mail(
 
 
 async def test_a_change_of_the_fewest_buckets_a_day_strands_no_line(
-    store: JobStore, aredis: redis.asyncio.Redis, keys: Keys
+    store: JobStore, aredis: redis.asyncio.Redis, keys: MailKeys
 ) -> None:
     await sent(store, "a1")
     other = JobStore(aredis, keys, StoreLimits(default_cap=100, detail_seconds=DETAIL, history_shards=64))
@@ -164,7 +165,7 @@ async def test_a_change_of_the_fewest_buckets_a_day_strands_no_line(
 
 
 async def test_a_days_buckets_are_sized_from_the_day_befores_mails(
-    store: JobStore, aredis: redis.asyncio.Redis, keys: Keys
+    store: JobStore, aredis: redis.asyncio.Redis, keys: MailKeys
 ) -> None:
     today = await store.now_ms() // 86_400_000
     # 5,000 mails yesterday: 20 buckets of 256 today (a listpack up to 512 each).
@@ -178,7 +179,7 @@ async def test_a_days_buckets_are_sized_from_the_day_befores_mails(
 
 
 async def test_days_past_the_retention_leave_the_days_map(
-    store: JobStore, aredis: redis.asyncio.Redis, keys: Keys
+    store: JobStore, aredis: redis.asyncio.Redis, keys: MailKeys
 ) -> None:
     today = await store.now_ms() // 86_400_000
     gone, kept = today - KEEP // 86400 - 3, today - 2
@@ -218,7 +219,7 @@ def event(kind: str, event_id: str, job_id: str | None) -> str:
 async def sent_long_ago(settings: Settings, client: redis.asyncio.Redis, job_id: str) -> JobStore:
     """A store on ``settings``, and the job sent through it, its SES message id indexed
     as the sender indexes it."""
-    keys = Keys(settings.key_prefix)
+    keys = MailKeys(settings.key_prefix)
     store = JobStore(client, keys, store_limits(settings))
     await sent(store, job_id, keep=settings.job_ttl)
     await client.set(keys.ses_message(MESSAGE_ID), job_id, ex=settings.ses_index_ttl)
@@ -229,7 +230,7 @@ async def test_a_complaint_days_later_finds_its_tenant_and_stays_on_the_mails_li
     settings: Settings, aredis: redis.asyncio.Redis
 ) -> None:
     store = await sent_long_ago(settings, aredis, "c1")
-    keys = store.keys
+    keys = MailKeys(settings.key_prefix)
     events = consumer(settings, aredis)
     assert await events.handle(event("Delivery", "e-1", "c1")) == "delivery"
     await expire_record(aredis, keys, "c1", most=settings.job_detail_ttl)
@@ -261,7 +262,7 @@ async def test_a_permanent_bounce_days_later_is_counted_at_its_mails_send_number
 ) -> None:
     # The sender numbers a mail (send_seq.lua) in the pipeline before it records the
     # send, so the line keeps the number: a late bounce counts among the right sends.
-    keys = Keys(settings.key_prefix)
+    keys = MailKeys(settings.key_prefix)
     store = JobStore(aredis, keys, store_limits(settings))
     book = ReputationBook(aredis, keys, settings)
     feedback = Feedback(store=store, settings=settings, book=book)
