@@ -29,8 +29,10 @@ TOTAL = 250.0
 """Bytes a sent mail keeps for its retention, at most: #41's goal."""
 
 BUDGET = {
-    # A line in a day's history bucket (listpack), the retention and half a day.
-    "hist": 100.0,
+    # A line in a day's history bucket (listpack), the retention and half a day:
+    # 93 to 98 over five runs (the job ids, random, spread the lines over the
+    # buckets, and a listpack grows by the allocator's size classes).
+    "hist": 110.0,
     # The whole record (424 bytes), FAIRPOST_JOB_DETAIL_TTL (a day) of the week.
     "job": 65.0,
     # The outcome feed's mail.sent event (about 225 bytes), FAIRPOST_OUTCOMES__MAX_AGE (a day).
