@@ -21,6 +21,9 @@ import redis
 
 from bench.budget import MAILS
 from bench.finished_memory import kept_for_retention, left_behind, with_events, workload
+from fairpost.dispatcher.history import record_of_line
+from fairpost.dispatcher.replies import text
+from fairpost.mailer.sdk.keys import MailKeys
 from fairpost.mailer.testing.services import RedisServer, redis_server
 from fairpost.mailer.testing.ses_server import SesServer
 from fairpost.mailer.testing.sqs_server import SqsServer
@@ -63,6 +66,11 @@ async def test_a_sent_mail_keeps_at_most_its_budget_of_redis_memory(
     client = redis.Redis.from_url(own_redis.url())
     try:
         kept = kept_for_retention(left_behind(client, settings), settings, MAILS)
+        lines = [
+            record_of_line(text(line))
+            for bucket in client.scan_iter(match=MailKeys(settings.key_prefix).history_prefix() + "*")
+            for line in client.hvals(bucket)
+        ]
     finally:
         client.close()
     shown = ", ".join(f"{kind} {b}" for kind, b in kept.items())
@@ -75,5 +83,7 @@ async def test_a_sent_mail_keeps_at_most_its_budget_of_redis_memory(
     assert not over, f"over its budget: {over} (bytes a mail: {shown})"
     assert others <= OTHERS, f"other keys {others} bytes a mail > {OTHERS} ({shown})"
     assert sum(kept.values()) <= TOTAL, f"{sum(kept.values())} bytes a mail > {TOTAL} ({shown})"
-    # The history is what answers for the mails: one line for each.
-    assert "hist" in kept
+    # The history answers for the mails: a line for each, with its send number (the
+    # sender numbers a mail in the pipeline before the record of its send).
+    assert len(lines) == MAILS
+    assert all(int(line["send_seq"]) > 0 for line in lines)
