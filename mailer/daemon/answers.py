@@ -144,11 +144,13 @@ class Answers:
         """Queue what reputation and deliverability keep of the sent mails (a retry of
         the pipeline queues it again: the rollup then counts them twice, the safe side)."""
         recipients = 0
+        sent: list[tuple[str, str | None, int]] = []
         for msg, result, _ in answered:
             if result.verdict is ses.Verdict.SENT and msg.envelope is not None:
                 env = msg.envelope
                 recipients += env.mail.recipients
-                await feedback.index_sent(pipe, tenant, env.job_id, result.message_id, env.mail.recipients)
+                sent.append((env.job_id, result.message_id, env.mail.recipients))
+        await feedback.index_sent(pipe, tenant, sent)
         if recipients:
             await feedback.queue_sent(pipe, tenant, rolled, recipients)
 

@@ -270,7 +270,7 @@ async def test_a_permanent_bounce_days_later_is_counted_at_its_mails_send_number
     await store.claim(1)
     async with aredis.pipeline(transaction=False) as pipe:
         await aredis.set(keys.send_seq("acme"), 40)
-        await feedback.index_sent(pipe, "acme", "n1", MESSAGE_ID, recipients=2)
+        await feedback.index_sent(pipe, "acme", [("n1", MESSAGE_ID, 2)])
         await store.finish_all(
             [("n1", {"ses_message_id": MESSAGE_ID})],
             JobState.SENT,

@@ -75,7 +75,13 @@ LOCK_SCRIPTS = {Lock.LUA_RELEASE_SCRIPT, Lock.LUA_EXTEND_SCRIPT, Lock.LUA_REACQU
 """redis-py's Lock (dispatcher/migrate.py): not fairpost's scripts, registered unwrapped (the
 Lock keeps each on its class, where a wrapping function would become a method); its one
 key, :meth:`MailKeys.migrate_lock`, carries the hash tag as every key."""
-HELPERS = {"dispatcher/ring", "dispatcher/journal", "dispatcher/history", "outcomes/deliveries"}
+HELPERS = {
+    "dispatcher/ring",
+    "dispatcher/journal",
+    "dispatcher/history",
+    "outcomes/deliveries",
+    "quota/windows",
+}
 """Not scripts of their own: the shared helpers other scripts start with."""
 
 
@@ -278,7 +284,7 @@ async def test_every_script_runs_on_a_cluster_within_fairposts_slot(
             admin.pause("acme")
             admin.resume("acme")
 
-        # quotas: every operation of quota.lua; the reputation guard
+        # quotas: every quota script; the reputation guard
         quota = QuotaEngine(client, keys)
         g, t = parse_limits("10/second; 100/minute"), parse_limits("5/second")
         grant = await quota.acquire("acme", [1, 2], g, t)
@@ -294,7 +300,7 @@ async def test_every_script_runs_on_a_cluster_within_fairposts_slot(
         await TenantHolds(client, keys, limits).hold("acme", "a reason", first_seconds=1, most_seconds=5)
         async with store.pipeline() as pipe:
             feedback = Feedback(store=store, settings=settings, book=book)
-            await feedback.index_sent(pipe, "acme", a.id, "ses-message-id", 1)
+            await feedback.index_sent(pipe, "acme", [(a.id, "ses-message-id", 1)])
             await pipe.execute()
 
         # warm-up: an operator sets, restarts and skips plans; a replica's refresh
