@@ -164,7 +164,8 @@ def cmd_tenant_fallback(args: argparse.Namespace, settings: Settings) -> int:
 def _identities_refused(settings: Settings, pool: str, tenant: str) -> str | None:
     """Why the tenant may not fall back to ``pool`` (its identities missing from the pool's
     SES, or SES not answering), naming the identities; None if it may."""
-    from fairpost.mailer.ops.pool_identities import SesUnanswered, missing_identities
+    from fairpost.mailer.errors import SesUnanswered
+    from fairpost.mailer.ops.pool_identities import missing_identities
 
     skip = (
         f"--skip-identity-check sets it anyway (tenant fallback {tenant} --to {pool} --skip-identity-check)"
