@@ -1,8 +1,9 @@
 """Whether a tenant's SES identities exist in another pool's SES (#43): a tenant may fall
 back to a pool only if they do, or its mail would be refused there.
 
-Asked when an operator names the fallback (``fairpost tenant fallback``), not when the
-daemon switches: the switch follows the directory alone."""
+Asked when an operator names the fallback (``fairpost tenant fallback``), which then writes
+it verified; a fallback written unchecked is asked about by the daemon serving the
+fallback pool (mailer/daemon/fallback_checks.py) before any mail follows it."""
 
 from __future__ import annotations
 
