@@ -22,7 +22,7 @@ from fairpost.dispatcher.durable import Durability
 from fairpost.dispatcher.errors import NotReplayable, RedisNearlyFull, TooLateToCancel, UnknownJob
 from fairpost.dispatcher.jobs import Job, NewJob
 from fairpost.dispatcher.journal import Entry, Journal, entry_args, journal_args, journal_keys
-from fairpost.dispatcher.keys import Keys
+from fairpost.dispatcher.keys import Keys, pack_history
 from fairpost.dispatcher.record import ENTRY_SEP
 from fairpost.dispatcher.replies import text
 from fairpost.dispatcher.scripts import lua_source
@@ -70,7 +70,7 @@ _JOURNAL_SCRIPTS = frozenset({"finish", "cancel", "dead_letter", "defer"})
 """The scripts that end jobs, and so append to the journal (journal.lua, dispatcher/journal.py)."""
 
 _HISTORY_SCRIPTS = frozenset({"finish", "history_read", "history_outcome"})
-"""The scripts that write or read the history of sent mail (history.lua, dispatcher/history.py)."""
+"""The scripts that write or read the history of finished jobs (history.lua, dispatcher/history.py)."""
 
 
 RING_GOES_HERE = "-- ring.lua goes here\n"
@@ -270,8 +270,9 @@ class ScriptCalls:
         shorter than the ``keep_seconds`` the history keeps its line."""
         detail = self.limits.detail_seconds
         if not 0 < detail < keep_seconds:
-            return ["", 0, 0]
-        return [self.keys.history_prefix(), detail, self.limits.history_shards]
+            return ["", 0, 0, ""]
+        layout = pack_history(self.keys.history_fields())
+        return [self.keys.history_prefix(), detail, self.limits.history_shards, layout]
 
     def defer(
         self, job_ids: Sequence[str], wait_ms: int, reason: str, entries: Mapping[str, Entry] | None = None

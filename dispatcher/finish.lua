@@ -8,9 +8,9 @@
 -- (string) and its B busy markers (Keys.busy_markers: a final job needs none,
 -- so they go), and, last, the journal (stream) when there is one (journal.lua)
 -- ARGV[1..3] ring context, ARGV[4] final state ('sent', 'dead' or the caller's own),
--- ARGV[5] seconds to keep the records (0: forever), ARGV[6] B, ARGV[7..9] the
+-- ARGV[5] seconds to keep the records (0: forever), ARGV[6] B, ARGV[7..10] the
 -- history (history.lua: a sent job's record then stays whole for its detail
--- seconds, and its line in the history for ARGV[5]), ARGV[10..] the
+-- seconds, and its line in the history for ARGV[5]), ARGV[11..] the
 -- journal (journal.lua), then per job: its id, the number N of fields to set, then N
 -- field, value pairs, then its journal entry (a count M and M pairs)
 -- A sent job gets sent_ms (Redis time, as every stored time). Each job changed
@@ -24,7 +24,7 @@ local now_s = as_text(now)
 -- Formatted once a call: a number passed to redis.call is formatted for each job.
 local keep_s = as_text(keep)
 local markers = tonumber(ARGV[6])
-local history, at_journal = nil, 10
+local history, at_journal = nil, 11
 if final == 'sent' then
   history, at_journal = history_context(KEYS[13], ARGV, 7, now, keep)
 end
@@ -60,7 +60,7 @@ local undispatched = {}
 local read_names = {'tenant', 'state', unpack(copied_names)}
 local history_at = #read_names
 if history then
-  for _, name in ipairs(HISTORY_FIELDS) do
+  for _, name in ipairs(history.layout.names) do
     read_names[#read_names + 1] = name
   end
 end
@@ -126,7 +126,7 @@ while a <= #ARGV do
       if history then
         -- The fields just set, as the line is to keep them (finished_ms, sent_ms, ...).
         for i = 1, #fields, 2 do
-          local at = history_index[fields[i]]
+          local at = history.layout.index[fields[i]]
           if at then
             rec[history_at + at] = fields[i + 1]
           end

@@ -1,9 +1,10 @@
 -- Prepended (calls.script) to finish.lua, history_read.lua and history_outcome.lua:
--- the history of sent mail (dispatcher/history.py). A sent mail's record is kept
--- whole for a short while (its detail TTL); what status() and SES events need
--- of it after that is one field of a day's bucket, a hash with a TTL: the field
--- is the job id, its value a short line (history_line). A job id's bucket is one
--- of the day's N (its SHA-1 picks it), N the number the day's first sent mail
+-- the history of finished jobs (dispatcher/history.py). A sent job's record is
+-- kept whole for a short while (its detail TTL); what is read of it after that
+-- is one field of a day's bucket, a hash with a TTL: the field is the job id,
+-- its value a short line (history_line) of the record fields its kind names
+-- (Keys.history_fields, packed in ARGV: history_layout). A job id's bucket is one
+-- of the day's N (its SHA-1 picks it), N the number the day's first line
 -- wrote in the days map (a hash: day -> N, and '<day>:n' -> the lines written
 -- that day), so that a reader finds every day's buckets. N is sized from the
 -- day before's lines, HISTORY_LINES_A_BUCKET a bucket (at least the setting's N):
@@ -13,14 +14,19 @@
 
 local HISTORY_LINES_A_BUCKET = 256
 
--- The record fields a line keeps, in its order after version, state and tenant.
-local HISTORY_FIELDS = {
-  'priority', 'recipients', 'created_ms', 'dispatched_ms', 'finished_ms', 'attempts',
-  'throttled', 'send_seq', 'delivery', 'bounce_type', 'suppressed', 'replays', 'suppressed_reason',
-}
-local history_index = {}
-for i, name in ipairs(HISTORY_FIELDS) do
-  history_index[name] = i
+-- The fields a line keeps, in its order after version, state and tenant, as
+-- Keys.history_fields packs them: 'name,default,after;...' (after: '1' for a time
+-- kept as the ms after created_ms). names[i] is the line's (3 + i)th part, index
+-- its inverse, default what a line leaves out.
+local function history_layout(packed)
+  local layout = {names = {}, index = {}, default = {}, after = {}}
+  for name, default, after in string.gmatch(packed, '([^,;]+),([^,;]*),([^,;]*)') do
+    local i = #layout.names + 1
+    layout.names[i], layout.index[name] = name, i
+    layout.default[name], layout.after[name] = default, after == '1'
+  end
+  layout.created = layout.index['created_ms']
+  return layout
 end
 
 local function history_bucket(prefix, day, shards, job_id)
@@ -30,7 +36,8 @@ end
 
 -- The context of a call that writes lines: nil when the call keeps no history
 -- (its bucket prefix is ''). ARGV from `at`: the buckets' prefix, the seconds a
--- sent mail's record stays whole, the buckets a day. `keep`: the history's TTL.
+-- sent job's record stays whole, the buckets a day, the line's fields
+-- (history_layout). `keep`: the history's TTL.
 -- The day's first line: its number of buckets, from the day before's lines; and
 -- the days whose buckets have all expired leave the map.
 local function history_new_day(days_key, day, least, keep)
@@ -51,7 +58,7 @@ end
 local function history_context(days_key, argv, at, now, keep)
   local prefix = argv[at]
   if prefix == '' then
-    return nil, at + 3
+    return nil, at + 4
   end
   local day = math.floor(now / 86400000)
   local shards = redis.call('HGET', days_key, day)
@@ -61,8 +68,8 @@ local function history_context(days_key, argv, at, now, keep)
   -- A bucket lives `keep` past its day's end: its last line's retention.
   local ttl = string.format('%d', keep + (day + 1) * 86400 - math.floor(now / 1000))
   local h = {prefix = prefix, detail = argv[at + 1], day = day, shards = shards, ttl = ttl}
-  h.days, h.added = days_key, 0
-  return h, at + 3
+  h.days, h.added, h.layout = days_key, 0, history_layout(argv[at + 3])
+  return h, at + 4
 end
 
 -- The lines a call wrote, counted for the day (what sizes the next day's buckets).
@@ -80,33 +87,34 @@ local function history_after(t, base)
   return string.format('%d', tonumber(t) - tonumber(base))
 end
 
--- What a line leaves out, as the record's reader takes a field it lacks.
-local HISTORY_DEFAULT = {priority = 'normal', attempts = '0', throttled = '0', suppressed = '0', replays = '0'}
+-- A field's value as a line keeps it: '' for none or its default, a time after
+-- created_ms as the ms after `created` (the record's created_ms).
+local function history_value(layout, name, v, created)
+  if not v or v == layout.default[name] then
+    return ''
+  elseif layout.after[name] then
+    return history_after(v, created)
+  end
+  return v
+end
 
--- The job's line: '1' (the layout), state, tenant, then HISTORY_FIELDS, from
--- `values` (values[at + i] is HISTORY_FIELDS[i], as the record has it), '' for
--- one it lacks or holds at its default.
-local function history_line(state, tenant, values, at)
+-- The job's line: '1' (the layout), state, tenant, then the layout's fields, from
+-- `values` (values[at + i] is layout.names[i], as the record has it).
+local function history_line(state, tenant, layout, values, at)
   local line = {'1', state, tenant}
-  local created = values[at + 3]
-  for i, name in ipairs(HISTORY_FIELDS) do
-    local v = values[at + i]
-    if v and (name == 'dispatched_ms' or name == 'finished_ms') then
-      v = history_after(v, created)
-    elseif v == HISTORY_DEFAULT[name] then
-      v = nil
-    end
-    line[#line + 1] = v or ''
+  local created = layout.created and values[at + layout.created]
+  for i, name in ipairs(layout.names) do
+    line[#line + 1] = history_value(layout, name, values[at + i], created)
   end
   return table.concat(line, '|')
 end
 
 local function history_add(h, job_id, state, tenant, values, at)
   local bucket = history_bucket(h.prefix, h.day, h.shards, job_id)
-  redis.call('HSET', bucket, job_id, history_line(state, tenant, values, at))
+  redis.call('HSET', bucket, job_id, history_line(state, tenant, h.layout, values, at))
   h.added = h.added + 1
   -- A line at a time, not a bucket a call: the same commands for every call of as
-  -- many mails, whichever buckets their random ids pick (the budget counts them).
+  -- many jobs, whichever buckets their random ids pick (the budget counts them).
   redis.call('EXPIRE', bucket, h.ttl)
 end
 

@@ -61,7 +61,7 @@ from fairpost.mailer.sdk.outcomes import feed
 from fairpost.mailer.sdk.rollups import counter_of
 from fairpost.mailer.sdk.suppression import suppress
 
-__all__ = ["EVENT_OUTCOMES", "EventConsumer"]
+__all__ = ["EVENT_OUTCOMES", "OUTCOME_RANK", "EventConsumer"]
 
 log = logging.getLogger("fairpost.events")
 
@@ -72,11 +72,13 @@ _OUTAGES = (RedisError, BotoCoreError, ClientError, OSError, TimeoutError)
 _MAX_REASON_CHARS = 2000
 """An exception's text is cut to this before redacting (redact's time grows with the text)."""
 
-# A mail's outcome only moves on: delayed < delivered < rejected < bounced <
-# complained. A delay is news only until the mail lands, so a delivery replaces
-# it, and a delay that SNS or SQS brings after the delivery changes nothing;
-# otherwise the worse outcome stays (several recipients may each report one).
-_RANK = {"delayed": 1, "delivered": 2, "rejected": 3, "bounced": 4, "complained": 5}
+OUTCOME_RANK = ("delayed", "delivered", "rejected", "bounced", "complained")
+"""SES's outcomes of a mail, least bad first: a mail's outcome only moves on, on its
+record and on its line in the history. A delay is news only until the mail lands,
+so a delivery replaces it, and a delay that SNS or SQS brings after the delivery
+changes nothing; otherwise the worse outcome stays (several recipients may each
+report one)."""
+_RANK = {outcome: i for i, outcome in enumerate(OUTCOME_RANK, 1)}
 
 _EVENT_TYPE = {
     "delayed": feed.DELAYED,
@@ -253,7 +255,8 @@ class EventConsumer:
                 await self._record_outcome(pipe, job_id, outcome, event, at_ms)
             # On the mail's line in the history too (if it has one), which answers
             # status() once the record has expired.
-            await self.history.outcome(job_id, outcome, event.bounce_type, client=pipe)
+            delivery, bounce = ("delivery", outcome), {"bounce_type": event.bounce_type or ""}
+            await self.history.outcome(job_id, delivery, OUTCOME_RANK, also=bounce, client=pipe)
             given = feed.entry(
                 _EVENT_TYPE[outcome], _event_data(event), tenant=None if record_exists else tenant
             )

@@ -190,7 +190,7 @@ async def test_days_past_the_retention_leave_the_days_map(
 
 
 def test_a_line_of_a_layout_this_version_does_not_know_is_no_record() -> None:
-    assert record_of_line("2|sent|acme|future") == {}
+    assert record_of_line("2|sent|acme|future", MailKeys().history_fields()) == {}
 
 
 # -- SES events days later ---------------------------------------------------------------

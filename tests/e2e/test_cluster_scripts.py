@@ -40,6 +40,7 @@ from fairpost.dispatcher.migrate import Migration
 from fairpost.dispatcher.scripts import lua_source
 from fairpost.dispatcher.store import JobStore
 from fairpost.dispatcher.stranded import StrandedJobs
+from fairpost.mailer.daemon.events import OUTCOME_RANK
 from fairpost.mailer.daemon.feedback import Feedback
 from fairpost.mailer.daemon.health import Heartbeat, Liveness
 from fairpost.mailer.daemon.mail_jobs import MailJobs
@@ -243,7 +244,7 @@ async def test_every_script_runs_on_a_cluster_within_fairposts_slot(
         # whose name finish.lua builds (history.lua); read back, and given SES's verdict
         assert await store.finish(a.id, JobState.SENT, keep_seconds=settings.job_detail_ttl + 60) == 1
         assert (await store.history.record(a.id))["state"] == "sent"
-        assert await store.history.outcome(a.id, "delivered", None) == 1
+        assert await store.history.outcome(a.id, ("delivery", "delivered"), OUTCOME_RANK) == 1
         await store.reap()
         await store.sync_tenant_settings({"acme": 2}, {"acme": 5})
         assert await store.count_attempt(a.id, "a transient error") == 1

@@ -66,9 +66,10 @@ async def test_a_sent_mail_keeps_at_most_its_budget_of_redis_memory(
     client = redis.Redis.from_url(own_redis.url())
     try:
         kept = kept_for_retention(left_behind(client, settings), settings, MAILS)
+        mail_keys = MailKeys(settings.key_prefix)
         lines = [
-            record_of_line(text(line))
-            for bucket in client.scan_iter(match=MailKeys(settings.key_prefix).history_prefix() + "*")
+            record_of_line(text(line), mail_keys.history_fields())
+            for bucket in client.scan_iter(match=mail_keys.history_prefix() + "*")
             for line in client.hvals(bucket)
         ]
     finally:
