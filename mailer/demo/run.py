@@ -49,7 +49,7 @@ from fairpost.mailer.sdk.keys import MailKeys
 from fairpost.mailer.sdk.outcomes.endpoints import Webhooks
 from fairpost.mailer.sdk.outcomes.pending import pending_deliveries
 from fairpost.mailer.testing.ses_server import SesServer
-from fairpost.mailer.testing.ses_tenancy import EventSink
+from fairpost.mailer.testing.ses_publishing import EventSink
 
 __all__ = ["run_demo"]
 
