@@ -27,9 +27,10 @@ from rich.console import Console
 from fairpost.config import Settings
 from fairpost.dispatcher.connect import async_redis_client, redis_client
 from fairpost.dispatcher.replies import time_ms
+from fairpost.mailer.demo.chart import ReputationTrace, write_chart, write_jobs_csv
 from fairpost.mailer.demo.load import SENDER_DOMAIN, generate_load
 from fairpost.mailer.demo.monitor import JobBook
-from fairpost.mailer.demo.report import EndState, ReputationTrace, build_report, write_chart, write_jobs_csv
+from fairpost.mailer.demo.report import EndState, build_report
 from fairpost.mailer.demo.scenario import Scenario, load_scenario
 from fairpost.mailer.demo.services import (
     ManagedProcess,
@@ -48,8 +49,8 @@ from fairpost.mailer.sdk.client import AsyncMailClient
 from fairpost.mailer.sdk.keys import MailKeys
 from fairpost.mailer.sdk.outcomes.endpoints import Webhooks
 from fairpost.mailer.sdk.outcomes.pending import pending_deliveries
-from fairpost.mailer.testing.ses_server import SesServer
 from fairpost.mailer.testing.ses_publishing import EventSink
+from fairpost.mailer.testing.ses_server import SesServer
 
 __all__ = ["run_demo"]
 
