@@ -32,8 +32,8 @@ from fairpost.mailer.ops.queue_setup import init_events_queue
 from fairpost.mailer.sdk.client import MailClient
 from fairpost.mailer.sdk.keys import MailKeys
 from fairpost.mailer.testing.services import free_port
-from fairpost.mailer.testing.ses_server import SesServer
 from fairpost.mailer.testing.ses_publishing import EventSink
+from fairpost.mailer.testing.ses_server import SesServer
 from fairpost.mailer.testing.wait import wait_for
 from tests.support.daemon_process import daemon_process
 from tests.support.memory import MAXMEMORY, LimitedRedis, fill_to
