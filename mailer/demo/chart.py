@@ -205,16 +205,7 @@ def _rate_panel(
         ax_rate.plot(xs, ys, color=colors[tenant], linewidth=2.6 if heavy else 1.4, label=label)
     quotas = sorted({scenario.limits_for(t)[0] for t in tenants}, key=lambda w: w.limit / w.seconds)
     for window in quotas:
-        per_second = window.limit / window.seconds
-        ax_rate.axhline(per_second, color="black", linestyle="--", linewidth=1)
-        ax_rate.annotate(
-            f"tenant quota {window}",
-            (0.005, per_second),
-            xycoords=("axes fraction", "data"),
-            xytext=(0, 3),
-            textcoords="offset points",
-            fontsize=9,
-        )
+        _quota_line(ax_rate, window.limit / window.seconds, f"tenant quota {window}", 3)
     top = max(w.limit / w.seconds for w in quotas)
     ax_rate.set_ylim(0, top * 1.3)
     ax_rate.set_ylabel(f"recipients/s\n({_SMOOTH_SECONDS:g}-s average)")
@@ -243,15 +234,7 @@ def _total_panel(
     ax.stackplot(xs, *(rates[t][1] for t in tenants), colors=[colors[t] for t in tenants], alpha=0.85)
     global_window = scenario.global_limits[0]
     global_rate = global_window.limit / global_window.seconds
-    ax.axhline(global_rate, color="black", linestyle="--", linewidth=1)
-    ax.annotate(
-        f"global quota {global_window}",
-        (0.005, global_rate),
-        xycoords=("axes fraction", "data"),
-        xytext=(0, -11),
-        textcoords="offset points",
-        fontsize=9,
-    )
+    _quota_line(ax, global_rate, f"global quota {global_window}", -11)
     ax.set_ylim(0, global_rate * 1.15)
     ax.set_ylabel("recipients/s")
     ax.set_title("all tenants, stacked", fontsize=10, loc="left")
@@ -274,6 +257,19 @@ def _latency_panel(
     ax.set_ylabel("enqueue → SES (s)")
     ax.set_title("latency of each mail", fontsize=10, loc="left")
     ax.set_xlabel("seconds since the load started")
+
+
+def _quota_line(ax: Any, per_second: float, text: str, offset: int) -> None:
+    """A quota as a dashed line, named at the left edge ``offset`` points above it."""
+    ax.axhline(per_second, color="black", linestyle="--", linewidth=1)
+    ax.annotate(
+        text,
+        (0.005, per_second),
+        xycoords=("axes fraction", "data"),
+        xytext=(0, offset),
+        textcoords="offset points",
+        fontsize=9,
+    )
 
 
 def _bounce_panel(ax: Any, trace: ReputationTrace, colors: dict[str, str]) -> None:
