@@ -11,6 +11,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -93,6 +94,23 @@ def test_quick_bench_runs_and_reports_every_figure(tmp_path: Path) -> None:
         assert "value" in figure and "verdict" in figure, key
         assert figure["verdict"] in {"meets", "misses", "reported"}, (key, figure["verdict"])
     assert data["quick"] is True
+    pools_on_their_shards(data["figures"])
     assert table.read_text().count("\n") > len(FIGURES)
     assert data["machine"]["cores"] >= 1
     assert "figure" in result.stdout and "python -m bench --quick" in result.stdout
+
+
+def pools_on_their_shards(figures: dict[str, Any]) -> None:
+    """The pools' shard bench (bench/pool_shards.py, #43) drained on a real cluster: the
+    pools on three masters, one pool's keys on one master, three pools' on all three.
+    Checked on the quick run's figures: a run of its own started one more cluster and
+    drained the same way (tests/ops/test_pool_shards.py tests its pure parts)."""
+    speedup, routing = figures["pools_shard_speedup"], figures["pools_routing_cost"]
+    assert speedup["value"] is not None and speedup["value"] > 0
+    assert routing["value"] is not None
+    assert len(set(speedup["data"]["placed"].values())) == 3
+    one, three = speedup["data"]["one"], speedup["data"]["three"]
+    assert sorted(n > 0 for n in one["keys"].values()) == [False, False, True]
+    assert all(n > 0 for n in three["keys"].values())
+    # The quick run drains 200 mails a pool (bench/pool_shards.py's run).
+    assert (one["mails"], three["mails"]) == (200, 600)
