@@ -31,11 +31,11 @@ import redis.asyncio
 from bench.load import mail
 from fairpost.config.limits import Window
 from fairpost.config.sections import TenantSettings
-from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.scripts import lua_source
 from fairpost.mailer.daemon import ses
 from fairpost.mailer.daemon.aws import SES_CONFIG, SQS_CONFIG, session
 from fairpost.mailer.sdk import envelope
+from fairpost.mailer.sdk.keys import MailKeys
 from fairpost.mailer.sdk.mail import validate
 
 WINDOWS = (Window(1, 1_000_000), Window(86_400, 100_000_000))
@@ -59,7 +59,7 @@ async def run(redis_url: str, queue_url: str, mails: int, tenants: int) -> dict[
             pipe.rpush(queue_key, json.dumps([job_id, f"t{n % tenants}", payload]))
         await pipe.execute()
     quota = client.register_script(lua_source("fairpost.mailer.quota", "quota"))
-    keys = Keys(prefix)
+    keys = MailKeys(prefix)
     tenant_settings = TenantSettings()
     sent = 0
     done = asyncio.Event()

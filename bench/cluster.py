@@ -29,9 +29,9 @@ import boto3
 import redis
 
 from fairpost.config import Settings
-from fairpost.dispatcher.keys import Keys
 from fairpost.mailer.errors import TimedOut
 from fairpost.mailer.ops.queue_setup import init_queue
+from fairpost.mailer.sdk.keys import MailKeys
 from fairpost.mailer.testing.services import die_with_parent, redis_server, start_fifo_sqs
 from fairpost.mailer.testing.ses_server import SesServer
 from fairpost.mailer.testing.wait import wait_for
@@ -203,8 +203,8 @@ class World:
         return Settings(**self.config)
 
     @property
-    def keys(self) -> Keys:
-        return Keys(self.config["key_prefix"])
+    def keys(self) -> MailKeys:
+        return MailKeys(self.config["key_prefix"])
 
     def env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("FAIRPOST_", "AWS_"))}

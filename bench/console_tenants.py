@@ -20,8 +20,8 @@ import redis
 from aiohttp import web
 
 from fairpost.config import load_settings
-from fairpost.dispatcher.keys import Keys
 from fairpost.mailer.console.app import build_app
+from fairpost.mailer.sdk.keys import MailKeys
 from fairpost.mailer.testing.services import redis_server
 
 TOKEN = "bench-console-token-0123456789abcdef"
@@ -31,7 +31,7 @@ PATHS = ("/tenants", "/tenants?page=77", "/tenants?q=t-0999", "/tenants?sort=bac
 def fill(url: str, count: int) -> None:
     """``count`` known tenants, one in a hundred with a backlog (written in bulk)."""
     client = redis.Redis.from_url(url)
-    keys = Keys()
+    keys = MailKeys()
     names = [f"t-{i:06d}" for i in range(count)]
     with client.pipeline(transaction=False) as pipe:
         for start in range(0, count, 10_000):

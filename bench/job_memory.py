@@ -20,10 +20,10 @@ from typing import Any
 import redis
 
 from fairpost.config import load_settings
-from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.record import ENTRY_SEP
 from fairpost.dispatcher.replies import text
 from fairpost.mailer.sdk.client import MailClient
+from fairpost.mailer.sdk.keys import MailKeys
 from fairpost.mailer.sdk.mail import Mail
 
 VARIANTS = ("plain", "idempotency_key", "scheduled")
@@ -46,7 +46,7 @@ def _used(r: redis.Redis) -> int:
     return int(info["used_memory"])
 
 
-def _delete_prefix(r: redis.Redis, keys: Keys) -> None:
+def _delete_prefix(r: redis.Redis, keys: MailKeys) -> None:
     batch = []
     for key in r.scan_iter(match=keys.root + "*", count=1000):
         batch.append(key)
@@ -59,7 +59,7 @@ def _delete_prefix(r: redis.Redis, keys: Keys) -> None:
 
 def measure(redis_url: str, jobs: int = 10_000, variant: str = "plain") -> dict[str, Any]:
     """Enqueue ``jobs`` waiting jobs of one tenant; the memory they take, per job."""
-    keys = Keys(f"memtest-{uuid.uuid4().hex[:8]}")
+    keys = MailKeys(f"memtest-{uuid.uuid4().hex[:8]}")
     settings = load_settings(redis_url=redis_url, key_prefix=keys.prefix)
     r = redis.Redis.from_url(redis_url)
     try:

@@ -78,9 +78,10 @@ from fairpost import MailClient
 from fairpost.config import Settings
 from fairpost.config.pools import DEFAULT_POOL, pool_names, pool_settings
 from fairpost.dispatcher.connect import redis_client
-from fairpost.dispatcher.keys import TOTAL_INFLIGHT, Keys
+from fairpost.dispatcher.keys import TOTAL_INFLIGHT
 from fairpost.mailer.ops.queue_setup import init_queue
 from fairpost.mailer.sdk.directory import DIRECTORY_TTL, PoolDirectory
+from fairpost.mailer.sdk.keys import MailKeys
 from fairpost.mailer.testing.services import ManagedProcess, free_port, start_fifo_sqs, start_redis
 from fairpost.mailer.testing.ses_server import SesServer
 from fairpost.mailer.testing.wait import wait_for
@@ -189,7 +190,7 @@ def redis_cluster(workdir: Path, masters: int = MASTERS) -> Iterator[RedisCluste
 
 def slot_of_prefix(prefix: str) -> int:
     """The slot of every key of the pool with this key prefix: its hash tag's."""
-    return int(key_slot(Keys(prefix).ring().encode()))
+    return int(key_slot(MailKeys(prefix).ring().encode()))
 
 
 def spread_pools(master_of: Callable[[int], int], prefix: str = PREFIX, count: int = MASTERS) -> list[str]:
@@ -264,7 +265,7 @@ class Drain:
 
 def _none_in_flight(conns: Mapping[str, redis.Redis], settings: Settings) -> bool:
     for name, conn in conns.items():
-        keys = Keys(pool_settings(settings, name).key_prefix)
+        keys = MailKeys(pool_settings(settings, name).key_prefix)
         if int(conn.hget(keys.counts(), TOTAL_INFLIGHT) or 0):
             return False
     return True

@@ -22,8 +22,8 @@ from limits.aio.strategies import MovingWindowRateLimiter
 from bench.cluster import Backend
 from bench.figures import Figure
 from fairpost.config.limits import Window
-from fairpost.dispatcher.keys import Keys
 from fairpost.mailer.quota.engine import QuotaEngine
+from fairpost.mailer.sdk.keys import MailKeys
 
 WINDOWS = (Window(1, 1_000_000), Window(60, 10_000_000), Window(3600, 100_000_000))
 
@@ -36,7 +36,7 @@ async def run(backend: Backend, quick: bool) -> list[Figure]:
     url = backend.redis_url(db=1)
 
     client = redis.asyncio.Redis.from_url(url)
-    engine = QuotaEngine(client, Keys(f"bench-quota-{uuid.uuid4().hex[:6]}"))
+    engine = QuotaEngine(client, MailKeys(f"bench-quota-{uuid.uuid4().hex[:6]}"))
     storage = RedisStorage(f"async+{url}", implementation="redispy")
     limiter = MovingWindowRateLimiter(storage)
     items = [

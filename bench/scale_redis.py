@@ -16,11 +16,11 @@ from typing import Any
 import redis.asyncio
 
 from fairpost.config import Settings, load_settings
-from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.lifecycle import Lifecycle
 from fairpost.dispatcher.store import JobStore, NewJob, StoreLimits
 from fairpost.mailer.quota.engine import QuotaEngine
 from fairpost.mailer.sdk.compose import mail_job
+from fairpost.mailer.sdk.keys import MailKeys
 from fairpost.mailer.sdk.mail import Mail
 
 PAYLOAD = '{"from":"app@bench.example","to":["u@example.org"],"subject":"scale","text":"' + "x" * 120 + '"}'
@@ -60,10 +60,10 @@ def mail_payload(size: int) -> tuple[str, dict[str, str]]:
     base = Mail(
         sender="Acme <no-reply@acme.example>", to=["user@example.org"], subject="Your order", text="x"
     )
-    frame = len(mail_job(settings, Keys(), "acme", base, priority="normal", kind="mail").payload) - 1
+    frame = len(mail_job(settings, MailKeys(), "acme", base, priority="normal", kind="mail").payload) - 1
     text = "Your order is on its way. " * (size // 26 + 1)
     mail = Mail(sender=base.sender, to=base.to, subject=base.subject, text=text[: size - frame])
-    job = mail_job(settings, Keys(), "acme", mail, priority="normal", kind="mail")
+    job = mail_job(settings, MailKeys(), "acme", mail, priority="normal", kind="mail")
     return job.payload, dict(job.fields or {})
 
 
@@ -77,12 +77,12 @@ class Side:
         tenants: int,
         *,
         cap: int = 20,
-        keys: Keys | None = None,
+        keys: MailKeys | None = None,
         limits: StoreLimits | None = None,
     ) -> None:
         self.client = client
         self.name = name
-        self.keys = keys or Keys(f"scale-{name}-{uuid.uuid4().hex[:6]}")
+        self.keys = keys or MailKeys(f"scale-{name}-{uuid.uuid4().hex[:6]}")
         self.limits = limits or StoreLimits(default_weight=1, default_cap=cap, lease_ms=30_000)
         self.store = JobStore(client, self.keys, self.limits)
         self.lifecycle = Lifecycle(client, self.keys, self.limits)

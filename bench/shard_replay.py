@@ -54,7 +54,8 @@ from bench.cluster import Backend, BenchError, services, world
 from bench.figures import Figure
 from bench.load import Load, wait_sent
 from bench.redis_profile import script_sources
-from fairpost.dispatcher.keys import TOTAL_INFLIGHT, Keys
+from fairpost.dispatcher.keys import TOTAL_INFLIGHT
+from fairpost.mailer.sdk.keys import MailKeys
 from fairpost.mailer.testing.services import ManagedProcess, free_port, redis_server
 from fairpost.mailer.testing.wait import wait_for
 
@@ -185,7 +186,7 @@ def _cpu(client: redis.Redis) -> float:
 
 
 def _none_in_flight(client: redis.Redis, prefix: str) -> bool:
-    return int(client.hget(Keys(prefix).counts(), TOTAL_INFLIGHT) or 0) == 0
+    return int(client.hget(MailKeys(prefix).counts(), TOTAL_INFLIGHT) or 0) == 0
 
 
 def _sent(client: redis.Redis) -> int:

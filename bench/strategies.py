@@ -42,7 +42,6 @@ from bench.load import mail
 from fairpost.config import Settings
 from fairpost.config.sections import DispatcherSettings, TenantSettings
 from fairpost.dispatcher.jobs import Job
-from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.runner import Dispatcher
 from fairpost.dispatcher.store import JobStore, NewJob, store_limits
 from fairpost.dispatcher.worker import Done, Outcome, Requeue, Worker
@@ -55,6 +54,7 @@ from fairpost.mailer.ops.queue_setup import init_queue
 from fairpost.mailer.quota.engine import QuotaEngine
 from fairpost.mailer.sdk.client import AsyncMailClient
 from fairpost.mailer.sdk.envelope import Envelope, decode, encode
+from fairpost.mailer.sdk.keys import MailKeys
 from fairpost.mailer.testing.ses_server import SesServer
 
 THROTTLED = "throttled"
@@ -282,7 +282,7 @@ async def one(backend: Backend, name: str, seconds: float, burst: int) -> Result
     prefix = f"bench-strategy-{name}-{uuid.uuid4().hex[:6]}"
     settings = _settings(backend, prefix)
     client = redis.asyncio.Redis.from_url(settings.redis_url)
-    keys = Keys(prefix)
+    keys = MailKeys(prefix)
     store = JobStore(client, keys, store_limits(settings))
     quota = QuotaEngine(client, keys)
     tally = Tally()

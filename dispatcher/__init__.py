@@ -3,7 +3,11 @@
 The package exports the store and its records; the dispatch loop
 (:mod:`fairpost.dispatcher.runner`) and the worker protocol (:mod:`fairpost.dispatcher.worker`)
 are imported from their modules by the daemon, so that an application
-enqueueing mail loads none of them.
+enqueueing jobs loads none of them.
+
+A job kind brings its own keys, a subclass of :class:`Keys`, and tells the
+dispatcher what it needs through their hooks (:mod:`fairpost.dispatcher.keys`;
+docs/design.md, "Job kinds"): the dispatcher names no job kind.
 """
 
 from fairpost.dispatcher.errors import DispatchError, TooLateToCancel, UnknownJob

@@ -1,6 +1,6 @@
 -- Append one entry about a job to the journal (journal.lua) apart from a change
--- of its state: what the job's downstream reports about it later (for mail, the
--- events SES publishes). The record's fields are copied as the journal says; a
+-- of its state: what the job's downstream reports about it later (a delivery's
+-- events, say). The record's fields are copied as the journal says; a
 -- job whose record has expired gets what the caller gives.
 -- KEYS[1] the job's record (hash; may not exist), KEYS[2] the journal (stream)
 -- ARGV[1..] the journal (journal.lua), then the job id, then the entry (M, then

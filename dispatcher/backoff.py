@@ -4,7 +4,7 @@ A loop that fails (Redis or SQS does not answer) waits a little longer after
 each failure in a row, and starts over after a success. An outage that lasts
 longer than ``max_outage_seconds`` is not ridden out: the loop re-raises, so
 the daemon stops loudly and its supervisor restarts it. Used by the
-dispatcher's loop and the sender's receive loop.
+dispatcher's loop and by the loops of the workers downstream.
 """
 
 from __future__ import annotations
@@ -42,8 +42,8 @@ class OutageBackoff:
         configuration, which waiting cannot mend (fairpost.dispatcher.access).
 
         A full Redis (``exc`` an OOM refusal) is ridden out however long it lasts:
-        a restart would not free it, and this daemon's sends are what do (each frees
-        its mail's payload); an outage that follows is timed from its end."""
+        a restart would not free it, and this daemon's finished jobs are what do
+        (each frees its payload); an outage that follows is timed from its end."""
         if exc is not None and refusal(exc) is not None:
             return None
         self._errors += 1

@@ -239,10 +239,12 @@ class ScriptCalls:
         final one (:meth:`JobStore.finish`); ``entries``: job id → what its journal
         entry adds (dispatcher/journal.py)."""
         k, journal = self.keys, self.journal
+        markers = k.busy_markers()
         keys = [*self._ring_keys(), k.leases(), k.dead(), k.dispatched()]
-        args: Args = [*self._ring_args(), str(state), keep_seconds, *journal_args(journal)]
+        args: Args = [*self._ring_args(), str(state), keep_seconds, len(markers), *journal_args(journal)]
         for job_id, fields in jobs:
-            keys += [k.job(job_id), k.content(job_id), k.payload(job_id), k.sending(job_id)]
+            keys += [k.job(job_id), k.content(job_id), k.payload(job_id)]
+            keys += [marker.key(job_id) for marker in markers]
             pairs: Args = []
             for name, value in (fields or {}).items():
                 pairs += [name, value]
@@ -256,10 +258,11 @@ class ScriptCalls:
         waiting for ``reason``; ``entries``: job id → its journal entry, appended when
         it starts to wait for that reason."""
         k, journal = self.keys, self.journal
+        markers = k.busy_markers()
         keys = [*self._ring_keys(), k.leases(), k.dispatched(), k.scheduled()]
-        args: Args = [*self._ring_args(), wait_ms, reason, *journal_args(journal)]
+        args: Args = [*self._ring_args(), wait_ms, reason, len(markers), *journal_args(journal)]
         for job_id in job_ids:
-            keys += [k.job(job_id), k.sending(job_id)]
+            keys += [k.job(job_id), *(marker.key(job_id) for marker in markers)]
             args += [job_id, *entry_args((entries or {}).get(job_id))]
         return keys + journal_keys(journal), args
 
@@ -294,6 +297,7 @@ class ScriptCalls:
 
     def cancel(self, job_id: str, keep_seconds: int) -> Call:
         k = self.keys
+        markers = k.busy_markers()
         keys = [
             *self._ring_keys(),
             k.job(job_id),
@@ -301,12 +305,13 @@ class ScriptCalls:
             k.leases(),
             k.dead(),
             k.content(job_id),
-            k.sending(job_id),
             k.payload(job_id),
+            *(marker.key(job_id) for marker in markers),
             *journal_keys(self.journal),
         ]
-        args: Args = [*self._ring_args(), job_id, keep_seconds, CANCELLED, *journal_args(self.journal)]
-        return keys, [*args, *entry_args(None)]
+        args: Args = [*self._ring_args(), job_id, keep_seconds, CANCELLED, len(markers)]
+        args += [marker.state for marker in markers]
+        return keys, [*args, *journal_args(self.journal), *entry_args(None)]
 
     def replay(self, job_id: str) -> Call:
         k = self.keys

@@ -1,16 +1,17 @@
 -- Cancel a job not yet handed to its downstream: scheduled, queued or claimed
--- (a claimed job may still reach SQS, but its record says dead, so the sender
--- drops it unsent). It becomes a dead letter with the given reason.
+-- (a claimed job may still reach its downstream, but its record says dead, so
+-- its worker drops it). It becomes a dead letter with the given reason.
 -- KEYS[1..9] ring context (ring.lua), KEYS[10] job hash, KEYS[11] scheduled (zset),
 -- KEYS[12] leases (zset), KEYS[13] dead letters (zset), KEYS[14] the job's content,
--- KEYS[15] the job's sending marker (mailer/daemon/send_claim.lua), KEYS[16] the job's payload,
--- KEYS[17] the journal (stream) when there is one (journal.lua)
+-- KEYS[15] the job's payload, KEYS[16..15+B] the job's B busy markers
+-- (Keys.busy_markers), then the journal (stream) when there is one (journal.lua)
 -- ARGV[1..3] ring context, ARGV[4] job id, ARGV[5] seconds to keep the record
--- (0: forever), ARGV[6] the reason, ARGV[7..] the journal (journal.lua), then the
--- job's journal entry (a count M and M pairs)
+-- (0: forever), ARGV[6] the reason, ARGV[7] B, ARGV[8..7+B] each busy marker's
+-- state, then the journal (journal.lua), then the job's journal entry (a count M
+-- and M pairs)
 -- Returns {1, state it had} when cancelled; {0, state, dead reason} when it is
--- too late (dispatched, sent, dead, or a sender is sending it now: state
--- 'sending'); {-1} if there is no such job.
+-- too late (dispatched, sent, dead, or a worker is at it now: the state of its
+-- first busy marker that exists); {-1} if there is no such job.
 local ctx = ring_context(KEYS, ARGV)
 local job_key, job_id, keep, reason = KEYS[10], ARGV[4], tonumber(ARGV[5]), ARGV[6]
 local rec = redis.call('HMGET', job_key, 'tenant', 'state', 'dead_reason')
@@ -18,10 +19,14 @@ local tenant, state = rec[1], rec[2]
 if not tenant then
   return {-1}
 end
--- A sender holds it (a copy already in SQS while the record still says claimed
--- or queued): it is going out. Checked here, atomically with the sender's claim.
-if redis.call('EXISTS', KEYS[15]) == 1 then
-  return {0, 'sending', ''}
+-- A worker is at it (a copy already downstream while the record still says
+-- claimed or queued): it is going out. Checked here, atomically with the script
+-- that sets the marker.
+local markers = tonumber(ARGV[7])
+for i = 1, markers do
+  if redis.call('EXISTS', KEYS[15 + i]) == 1 then
+    return {0, ARGV[7 + i], ''}
+  end
 end
 if state == 'scheduled' then
   redis.call('ZREM', KEYS[11], job_id)
@@ -44,9 +49,9 @@ redis.call('ZADD', KEYS[13], now, job_id)
 if keep > 0 then
   redis.call('EXPIRE', job_key, keep)
   redis.call('EXPIRE', KEYS[14], keep)
-  redis.call('EXPIRE', KEYS[16], keep)
+  redis.call('EXPIRE', KEYS[15], keep)
 end
-local journal, entry = journal_context(KEYS[17], ARGV, 7)
+local journal, entry = journal_context(KEYS[16 + markers], ARGV, 8 + markers)
 journal_append(journal, job_key, job_id, 'dead', ARGV, entry)
 journal_trim(journal, now)
 activate(ctx, tenant, now)

@@ -17,7 +17,7 @@
 -- count of waiting jobs moved once. A turn of one job (the default weight)
 -- costs eight commands: five for the turn (LMOVE, ZCARD, LMPOP, ZADD,
 -- HINCRBY), three for the job (its record read and marked claimed, its payload);
--- a turn of bulk jobs (notification mail) one more, the LMPOP of the urgent
+-- a turn of bulk jobs one more, the LMPOP of the urgent
 -- lanes that found them empty.
 local record = KEYS[13]
 local written = redis.call('GET', record)

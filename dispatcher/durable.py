@@ -3,10 +3,11 @@
 Redis replication is asynchronous: a master acknowledges a write before any
 replica has it, and a failover promotes a replica that may lack its last
 writes. The writes fairpost acts on once they are acknowledged -- an enqueue
-whose job id the SDK hands back, a quota grant a mail is sent under, the
-record that SES took a mail -- end with ``WAIT replicas timeout`` as the last
-command of their own pipeline (``WAIT`` counts the writes of its connection),
-and count as failed, :class:`NotReplicated`, unless enough replicas confirm.
+whose job id the caller gets back, and whatever a job kind's worker must not
+lose (a grant a job goes out under, the record that its downstream took it) --
+end with ``WAIT replicas timeout`` as the last command of their own pipeline
+(``WAIT`` counts the writes of its connection), and count as failed,
+:class:`NotReplicated`, unless enough replicas confirm.
 Sentinel and Redis Cluster promote the replica that has the most of the
 master's writes, so a confirmed write outlives the failover of its master.
 

@@ -22,7 +22,7 @@
 -- and nothing written (docs/design.md, "Redis memory").
 local high_water = ARGV[6] + 0
 if high_water > 0 then
-  -- Admission control: new mail stops well before maxmemory, so that the daemon
+  -- Admission control: new jobs stop well before maxmemory, so that the daemon
   -- keeps room to record what it drains and a volatile-* Redis never evicts.
   -- INFO, not CONFIG: managed services refuse CONFIG.
   local info = redis.call('INFO', 'memory')

@@ -101,7 +101,7 @@ class RedisAccessDenied(ConfigError):
 
 class EvictingRedis(DispatchError):
     """Redis's ``maxmemory-policy`` lets it evict keys fairpost cannot lose: fairpost
-    refuses to write mail there (dispatcher/redis_memory.py). A configuration error,
+    refuses to write jobs there (dispatcher/redis_memory.py). A configuration error,
     not retriable: ``policy`` names the setting's value, ``fix`` what to change."""
 
     retriable = False
@@ -113,7 +113,7 @@ class EvictingRedis(DispatchError):
 
 
 class RedisNearlyFull(DispatchError):
-    """Redis holds more than the high-water mark of its ``maxmemory``: new mail is
+    """Redis holds more than the high-water mark of its ``maxmemory``: new jobs are
     refused, and nothing was written, so that the daemon keeps room to drain what is
     queued and Redis never evicts. Retriable: try again once the queues drain."""
 
@@ -126,7 +126,7 @@ class RedisNearlyFull(DispatchError):
         fill = used_memory / maxmemory if maxmemory else 1.0
         super().__init__(
             f"Redis is {fill:.0%} full ({used_memory} of its maxmemory {maxmemory} bytes), over "
-            f"the high-water mark FAIRPOST_REDIS_HIGH_WATER={high_water:g}: new mail is refused "
+            f"the high-water mark FAIRPOST_REDIS_HIGH_WATER={high_water:g}: new jobs are refused "
             "until the daemon drains the queues; nothing was written; try again later"
         )
 

@@ -1,15 +1,15 @@
 -- Jobs ended (sent, dead, or a final state of the caller's own): record each
--- and free its in-flight slot. One call for a sender's whole group
+-- and free its in-flight slot. One call for a worker's whole batch
 -- (store.finish_all): the slots are freed and each tenant re-activated once a
 -- call, not once a job.
 -- KEYS[1..9] ring context (ring.lua), KEYS[10] leases (zset), KEYS[11] dead
 -- letters (zset), KEYS[12] dispatched jobs (zset, dispatcher/reconcile.lua),
 -- then per job: its hash, its content (string, may not exist), its payload
--- (string) and its sending marker (Keys.sending: a final job needs none)
--- and, last, the journal (stream) when there is one (journal.lua)
+-- (string) and its B busy markers (Keys.busy_markers: a final job needs none,
+-- so they go), and, last, the journal (stream) when there is one (journal.lua)
 -- ARGV[1..3] ring context, ARGV[4] final state ('sent', 'dead' or the caller's own),
--- ARGV[5] seconds to keep the records (0: forever), ARGV[6..] the journal
--- (journal.lua), then per job: its id, the number N of fields to set, then N
+-- ARGV[5] seconds to keep the records (0: forever), ARGV[6] B, ARGV[7..] the
+-- journal (journal.lua), then per job: its id, the number N of fields to set, then N
 -- field, value pairs, then its journal entry (a count M and M pairs)
 -- A sent job gets sent_ms (Redis time, as every stored time). Each job changed
 -- gets its journal entry; a job left as it was gets none.
@@ -21,7 +21,8 @@ local now = now_ms()
 local now_s = as_text(now)
 -- Formatted once a call: a number passed to redis.call is formatted for each job.
 local keep_s = as_text(keep)
-local journal, a = journal_context(KEYS[#KEYS], ARGV, 6)
+local markers = tonumber(ARGV[6])
+local journal, a = journal_context(KEYS[#KEYS], ARGV, 7)
 -- The record's fields the journal copies are read with its own (rec[4..]), and
 -- made what they are after its change before its entry copies them (as a read
 -- after the change would): what its HSET and HDEL wrote, in place.
@@ -39,6 +40,11 @@ local function copied_now(rec, fields)
   end
   return rec
 end
+local function unmark(busy)
+  if #busy > 0 then
+    redis.call('DEL', unpack(busy))
+  end
+end
 local out = {}
 -- Per tenant, in the order first seen: the jobs whose slots to free.
 local tenants, slots = {}, {}
@@ -49,12 +55,13 @@ while a <= #ARGV do
   local first, last = a + 2, a + 1 + 2 * n
   local entry = last + 1
   a = journal_skip(ARGV, entry)
-  local job_key, content_key, payload_key, marker_key = KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4]
-  k = k + 4
+  local job_key, content_key, payload_key = KEYS[k + 1], KEYS[k + 2], KEYS[k + 3]
+  local busy = {unpack(KEYS, k + 4, k + 3 + markers)}
+  k = k + 3 + markers
   local rec = redis.call('HMGET', job_key, 'tenant', 'state', unpack(copied_names))
   local tenant, state = rec[1], rec[2]
   if not tenant then
-    redis.call('DEL', marker_key)
+    unmark(busy)
     out[#out + 1] = -1
   else
     if not slots[tenant] then
@@ -71,7 +78,7 @@ while a <= #ARGV do
       redis.call('ZREM', leases, job_id)
     end
     if state == 'sent' then
-      redis.call('DEL', marker_key)
+      unmark(busy)
       out[#out + 1] = 0
     else
       local fields = {'state', final, 'finished_ms', now_s}
@@ -85,12 +92,12 @@ while a <= #ARGV do
       redis.call('HSET', job_key, unpack(fields))
       if final == 'sent' and state == 'dead' then
         -- Sent after all (a dead letter replayed, or one that was racing its
-        -- sender): it is no dead letter any more.
+        -- worker): it is no dead letter any more.
         redis.call('ZREM', dead, job_id)
       end
       if final == 'dead' then
         redis.call('ZADD', dead, now_s, job_id)
-        redis.call('DEL', marker_key)
+        unmark(busy)
         if keep > 0 then
           -- Dead letters older than their records' TTL are gone: drop their ids too.
           redis.call('ZREMRANGEBYSCORE', dead, '-inf', now - keep * 1000)
@@ -99,7 +106,7 @@ while a <= #ARGV do
         end
       else
         -- A sent job keeps its metadata only.
-        redis.call('DEL', content_key, payload_key, marker_key)
+        redis.call('DEL', content_key, payload_key, unpack(busy))
       end
       if keep > 0 then
         redis.call('EXPIRE', job_key, keep_s)

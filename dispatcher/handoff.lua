@@ -1,6 +1,6 @@
 -- Jobs were handed to their downstream (SQS): end their leases, keep their
 -- in-flight slots until they finish (or, as a floor, for a TTL from now, never
--- shortening one the sender already kept longer), and index
+-- shortening one the worker already kept longer), and index
 -- them by when they count as stranded unless they show progress first.
 -- KEYS[1..9] ring context (ring.lua: the counters and the expiring zset),
 -- KEYS[10] leases (zset), KEYS[11] dispatched jobs (zset: job id -> stranded at ms)
@@ -47,7 +47,7 @@ for i = 7, #ARGV do
   end
 end
 for _, tenant in ipairs(tenants) do
-  -- GT: the sender may have parked a message (touch.lua) before this
+  -- GT: the worker may have parked a job (touch.lua) before this
   -- hand-off was recorded; its longer expiry stands. A slot added here (its
   -- claimed slot was freed: reaped with the lease, or dropped as expired by a
   -- claim) is counted, and its tenant is due for the reaper.

@@ -23,7 +23,7 @@ class JobState(enum.StrEnum):
     CLAIMED = "claimed"
     """Taken by a dispatcher under a lease; comes back if the lease expires."""
     DISPATCHED = "dispatched"
-    """Handed to its worker's downstream (for mail: the SQS FIFO queue)."""
+    """Handed to its worker's downstream (a queue, say)."""
     SENT = "sent"
     """Finished: delivered."""
     DEAD = "dead"
@@ -56,7 +56,7 @@ class Job:
     tenant: str
     kind: str
     payload: str
-    """The job's own data, opaque to the dispatcher (JSON for mail)."""
+    """The job's own data, opaque to the dispatcher (JSON, say)."""
     attempts: int
     created_ms: int
     replays: int = 0

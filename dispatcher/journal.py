@@ -14,7 +14,7 @@ again that changes nothing appends nothing.
 The stream is trimmed as it grows: to about :attr:`Journal.max_length`
 entries (``MAXLEN ~``) and entries younger than :attr:`Journal.max_age_ms`
 (``MINID ~``). Each entry's id is its identity and its time (Redis time).
-The mail side reads it as the outcome feed (``fairpost.mailer.sdk.outcomes``).
+A job kind may read it as a feed of its jobs' outcomes.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
--- Keep the in-flight slots of tenants whose mail waits in SQS while no sender
--- receives it (the global quota spent, the sender held: mailer/daemon/slots.py).
+-- Keep the in-flight slots of tenants whose jobs wait downstream while no worker
+-- takes them (a worker held back by a limit of its own).
 -- A slot must last as long as its message may legitimately wait in SQS; a
 -- live replica renews it so, a pass at a time, and a slot no live replica
 -- renews still expires by itself. Only the tenants whose earliest slot is due

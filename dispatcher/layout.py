@@ -40,15 +40,7 @@ MIGRATE_COMMAND = "fairpost migrate"
 
 def layout_call(keys: Keys) -> tuple[list[str], list[str]]:
     """layout.lua's keys and arguments: a store with any of these keys has data."""
-    data = [
-        keys.tenants(),
-        keys.counts(),
-        keys.dead(),
-        keys.scheduled(),
-        keys.outcomes(),
-        keys.webhook_endpoints(),
-    ]
-    return [keys.layout(), *data], [str(LAYOUT)]
+    return [keys.layout(), *keys.data_keys()], [str(LAYOUT)]
 
 
 def verdict(found: str, *, writes: int = LAYOUT, reads: tuple[int, ...] = READS) -> int:

@@ -1,7 +1,7 @@
 """How long a claim that did not fill its batch waits for company.
 
-A batch is one SQS call, full or not. A fixed wait gathers whatever comes in
-it: at 150 mails a second, 50 ms hands off 8 or 9 at a time. When the rate
+A batch is one call downstream, full or not. A fixed wait gathers whatever comes
+in it: at 150 jobs a second, 50 ms hands off 8 or 9 at a time. When the rate
 jobs were claimed at lately says the rest of the batch comes within twice the
 linger, the claim waits for it (a few ms more, one call fewer in ten); when it
 would not (a trickle, or one tenant held back by its quota), longer only adds

@@ -1,24 +1,32 @@
 -- Find dispatched jobs that made no progress for longer than they can
--- legitimately wait (their downstream, SQS, no longer holds them: a redrive
--- policy moved the message away, a purge, the retention period) and decide
+-- legitimately wait (their downstream no longer holds them: for a queue, a
+-- redrive policy moved the message away, a purge, the retention period) and decide
 -- each one's fate. Atomic, so replicas may run it at once: a job is picked by
 -- one of them per round (its deadline moves on as it is picked).
 -- KEYS[1] dispatched jobs (zset: job id -> stranded at ms), KEYS[2] what the
 -- reconciler did (hash: 'handed_again' | 'dead' -> count)
--- ARGV[1] job key prefix, ARGV[2] in-flight key prefix, ARGV[3] sending marker
--- key prefix, ARGV[4] stranded after ms, ARGV[5] in-flight TTL ms,
--- ARGV[6] hand-offs allowed before a dead letter, ARGV[7] most jobs per call,
--- ARGV[8] payload key prefix
--- Returns a flat list, per stranded job: outcome ('again': hand it to SQS
+-- ARGV[1] job key prefix, ARGV[2] in-flight key prefix, ARGV[3] stranded after ms,
+-- ARGV[4] in-flight TTL ms, ARGV[5] hand-offs allowed before a dead letter,
+-- ARGV[6] most jobs per call, ARGV[7] payload key prefix, ARGV[8..] the key
+-- prefix of each busy marker (Keys.busy_markers)
+-- Returns a flat list, per stranded job: outcome ('again': hand it downstream
 -- again; 'dead': it was handed again often enough), id, tenant, kind, payload,
 -- created_ms, replays, hand-offs made by the reconciler so far (with this one).
 local index, counts = KEYS[1], KEYS[2]
-local job_prefix, inflight_prefix, sending_prefix = ARGV[1], ARGV[2], ARGV[3]
-local stranded_after, inflight_ttl = tonumber(ARGV[4]), tonumber(ARGV[5])
-local allowed = tonumber(ARGV[6])
+local job_prefix, inflight_prefix = ARGV[1], ARGV[2]
+local stranded_after, inflight_ttl = tonumber(ARGV[3]), tonumber(ARGV[4])
+local allowed = tonumber(ARGV[5])
+local function busy(job_id)
+  for i = 8, #ARGV do
+    if redis.call('EXISTS', ARGV[i] .. job_id) == 1 then
+      return true
+    end
+  end
+  return false
+end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local due = redis.call('ZRANGEBYSCORE', index, '-inf', now, 'LIMIT', 0, tonumber(ARGV[7]))
+local due = redis.call('ZRANGEBYSCORE', index, '-inf', now, 'LIMIT', 0, tonumber(ARGV[6]))
 local out = {}
 for _, job_id in ipairs(due) do
   local job_key = job_prefix .. job_id
@@ -28,8 +36,8 @@ for _, job_id in ipairs(due) do
   if not tenant or state ~= 'dispatched' then
     -- Finished (or its record expired) without leaving the index: forget it.
     redis.call('ZREM', index, job_id)
-  elseif redis.call('EXISTS', sending_prefix .. job_id) == 1 then
-    -- A sender is sending it right now: that is progress.
+  elseif busy(job_id) then
+    -- A worker is at it right now: that is progress.
     redis.call('ZADD', index, now + stranded_after, job_id)
   else
     local made = tonumber(rec[7]) or 0
@@ -47,7 +55,7 @@ for _, job_id in ipairs(due) do
     redis.call('ZADD', index, now + stranded_after, job_id)
     redis.call('HINCRBY', counts, outcome == 'again' and 'handed_again' or 'dead', 1)
     -- In the record if it was written so before the payload had a key of its own.
-    local payload = rec[4] or redis.call('GET', ARGV[8] .. job_id) or ''
+    local payload = rec[4] or redis.call('GET', ARGV[7] .. job_id) or ''
     for _, v in ipairs({outcome, job_id, tenant, rec[3] or '', payload, rec[5] or '0',
       rec[6] or '0', made}) do
       table.insert(out, v)

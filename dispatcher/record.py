@@ -1,15 +1,15 @@
 """The job record's layout in Redis, as the store keeps it.
 
 A job is its record, the hash :meth:`Keys.job` (state, tenant, times: short
-values), and its payload (a mail's JSON, a kilobyte or so). In the hash, the
+values), and its payload (a kilobyte or so, say). In the hash, the
 payload would pass Redis's default ``hash-max-listpack-value`` (64 bytes) and
 Redis would keep the whole record as a hash table (about 2,000 bytes a waiting
-1 KB mail). Where the payload lives depends on where the job is:
+1 KB job). Where the payload lives depends on where the job is:
 
 - Waiting in its tenant's queue (enqueue.lua): in its queue entry,
   ``<id>`` :data:`ENTRY_SEP` ``<payload>``, with no key of its own. A Redis
   list packs its entries into 8 KB listpack nodes, so about seven payloads
-  share one allocation: about 1,400 bytes a waiting 1 KB mail in all, against
+  share one allocation: about 1,400 bytes a waiting 1 KB job in all, against
   1,700 with a key of its own (BENCHMARKS.md). The record says so in its
   :data:`INLINE` field (``1``).
 - Claimed, dispatched, finished dead, or scheduled: in the string

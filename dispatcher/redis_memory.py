@@ -13,11 +13,11 @@ the cluster master of fairpost's slot: :mod:`fairpost.dispatcher.connect`).
 
 - ``noeviction`` (or no ``maxmemory``): nothing is ever evicted: fine.
 - ``volatile-*``: Redis evicts keys with a TTL once ``used_memory`` reaches
-  ``maxmemory``, and fairpost keeps quota windows, send markers, claimed
-  payloads, idempotency keys and holds under TTLs. Safe only because the
-  enqueue refuses new mail above the high-water mark
+  ``maxmemory``, and fairpost keeps claimed payloads, idempotency keys, busy
+  markers and its job kinds' own keys under TTLs. Safe only because the
+  enqueue refuses new jobs above the high-water mark
   (``FAIRPOST_REDIS_HIGH_WATER``), so that memory never gets there: guarded.
-- ``allkeys-*``: any key can go, queued mail with it: refused.
+- ``allkeys-*``: any key can go, queued jobs with it: refused.
 """
 
 from __future__ import annotations
@@ -176,7 +176,7 @@ def judge_policy(memory: RedisMemory, high_water: float) -> PolicyVerdict:
         return PolicyVerdict(
             "refused",
             f"Redis's maxmemory-policy is {policy}: at maxmemory it evicts any key, "
-            "queued mail among them, and an accepted job would be lost without a word",
+            "queued jobs among them, and an accepted job would be lost without a word",
             "set maxmemory-policy to noeviction (ElastiCache/MemoryDB: the parameter group; "
             "Memorystore: the instance's configuration), or give fairpost a Redis of its own",
         )

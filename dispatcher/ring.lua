@@ -22,7 +22,7 @@
 --   ARGV[1] queue key prefix   ARGV[2] in-flight key prefix   ARGV[3] default in-flight cap
 
 -- Every lane of a tenant (dispatcher/keys.py LANES): its priorities, then
--- their bulk lanes. A bulk job (notification mail) is taken only when the
+-- their bulk lanes. A bulk job is taken only when the
 -- urgent lanes are empty, and never into the last quarter of its tenant's
 -- in-flight slots (bulk_cap), which stay for urgent jobs: however deep its
 -- bulk backlog, a tenant's urgent job finds a slot, and goes first.

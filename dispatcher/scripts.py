@@ -14,14 +14,14 @@ never exists, in fairpost's hash slot). At ``maxmemory`` under ``noeviction`` Re
 refuses a script's first write if it could add memory, and lets a script that has
 written finish, so that it is never cut half-way. With this line first, a full
 Redis still lets the daemon claim, send and record what it drains, each script
-adding a few small keys while the send it records frees the mail's payload
+adding a few small keys while the finish it records frees the job's payload
 (docs/design.md, "Redis memory"). The SDK's enqueue is refused at a full Redis all
 the same: its ``#!lua`` shebang makes Redis check memory before it starts."""
 
 
 LIBRARIES = frozenset({"ring", "journal", "deliveries"})
-"""Helpers prepended to other scripts (dispatcher/calls.py, journal.py,
-mailer/sdk/outcomes/deliveries.py): the script they join writes first, once."""
+"""Helpers prepended to other scripts (dispatcher/calls.py, journal.py, and a job
+kind's own): the script they join writes first, once."""
 
 
 @cache

@@ -36,7 +36,7 @@ __all__ = ["JobStore", "NewJob", "StoreLimits", "SyncJobStore", "store_limits"]
 
 
 class JobStore:
-    """The asyncio side of the queues: what the dispatcher and sender use."""
+    """The asyncio side of the queues: what the dispatcher and the workers use."""
 
     def __init__(self, client: redis.asyncio.Redis, keys: Keys, limits: StoreLimits) -> None:
         self.redis = client
@@ -168,21 +168,21 @@ class JobStore:
         ``reason`` (their slots freed, their leases or dispatched entries gone:
         defer.lua). Per job: 1 deferred, newly waiting for ``reason`` (its journal
         entry, from ``entries``, appended); 2 deferred, as it waited before; 0 left
-        as it was (not leased nor dispatched, or a sender holds it); -1 no record."""
+        as it was (not leased nor dispatched, or one of its busy markers exists); -1 no record."""
         if not job_ids:
             return []
         keys, args = self._calls.defer(job_ids, wait_ms, reason, entries)
         return [int(r) for r in await self._defer(keys=keys, args=args)]
 
     async def touch_inflight(self, tenant: str, until_ms: int) -> None:
-        """Keep the tenant's in-flight slots while its mail waits in SQS for its quota."""
+        """Keep the tenant's in-flight slots while its jobs wait downstream (touch.lua)."""
         keys, args = self._calls.touch(tenant, until_ms)
         await self._touch(keys=keys, args=args)
 
     async def keep_inflight(self, keep_ms: int, due_ms: int, offset: int, page: int) -> tuple[int, int, int]:
         """Renew, to ``keep_ms`` from now, the live in-flight slots of tenants whose
-        earliest slot expires within ``due_ms``: their mail waits in SQS while no
-        sender receives (mailer/daemon/slots.py). One page of tenants from
+        earliest slot expires within ``due_ms``: their jobs wait downstream while no
+        worker takes them (keep.lua). One page of tenants from
         ``offset``; returns (tenants visited, of them still due, slots kept)."""
         keys, args = self._calls.keep(keep_ms, due_ms, offset, page)
         visited, stayed, kept = (int(v) for v in await self._keep(keys=keys, args=args))

@@ -52,12 +52,12 @@ class StrandedJobs:
             args=[
                 k.job_prefix(),
                 k.inflight_prefix(),
-                k.sending_prefix(),
                 self.limits.stranded_after_ms,
                 self.limits.inflight_ttl_ms,
                 handoffs_allowed,
                 batch,
                 k.payload_prefix(),
+                *(marker.prefix for marker in k.busy_markers()),
             ],
         )
         out = []

@@ -1,6 +1,6 @@
--- A tenant's mail waits in SQS for its quota: keep every one of its in-flight
--- slots at least until then, not only those of the messages just refused (the
--- rest of its group waits behind them in the FIFO queue). Without this, a long
+-- A tenant's jobs wait downstream for a limit of their worker's: keep every one
+-- of its in-flight slots at least until then, not only those of the messages
+-- just refused (the rest of its group waits behind them in the FIFO queue). Without this, a long
 -- wait (a daily quota) would let the slots expire and the dispatcher hand the
 -- tenant's backlog to SQS. The wait is progress: the dispatched jobs among
 -- them count as stranded only that much later (dispatcher/reconcile.lua).

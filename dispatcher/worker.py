@@ -11,7 +11,7 @@ from fairpost.dispatcher.jobs import Job
 
 @dataclass(frozen=True)
 class HandedOff:
-    """The job reached the worker's downstream (for mail, SQS): it keeps its
+    """The job reached the worker's downstream: it keeps its
     tenant's in-flight slot until something downstream finishes it."""
 
 
@@ -36,7 +36,7 @@ class Dead:
 
 @dataclass(frozen=True)
 class Later:
-    """The job may not go now (its recipients' provider is held for its tenant): it is
+    """The job may not go now (something it goes to is held for its tenant): it is
     scheduled again ``seconds`` from now, its status saying ``reason``
     (:meth:`JobStore.defer`); ``entry``: its journal entry when it starts to wait so."""
 

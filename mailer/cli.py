@@ -146,28 +146,30 @@ def cmd_stats(args: argparse.Namespace, settings: Settings) -> int:
 
     from fairpost.config.pools import pool_names, pool_settings
     from fairpost.dispatcher.connect import async_redis_client
-    from fairpost.dispatcher.keys import Keys
     from fairpost.mailer.ops.stats import collect_stats
     from fairpost.mailer.ops.stats_render import render_table, render_text
+    from fairpost.mailer.sdk.keys import MailKeys
 
-    if args.pool not in pool_names(settings):
-        return fail(f"no pool {args.pool!r}: one of {', '.join(pool_names(settings))}")
-    settings = pool_settings(settings, args.pool)  # its keys, its global limits, its slot
+    pool = args.pool or _tenants_pool(settings, args.tenant or [])
+    if pool not in pool_names(settings):
+        return fail(f"no pool {pool!r}: one of {', '.join(pool_names(settings))}")
+    heading = f"pool {pool}\n" if settings.pools else ""
+    settings = pool_settings(settings, pool)  # its keys, its global limits, its slot
 
     async def run() -> None:
         client = async_redis_client(settings)
-        keys = Keys(settings.key_prefix)
+        keys = MailKeys(settings.key_prefix)
         try:
             stats = await collect_stats(client, keys, settings, tenants=args.tenant)
             if not args.watch:
                 if args.json:
-                    print_json(stats.to_json())
+                    print_json({"pool": pool, **stats.to_json()})
                 else:
-                    print(render_text(stats))
+                    print(heading + render_text(stats))
                 return
             if args.json:  # one JSON object per line, for scripts
                 while True:
-                    print(json.dumps(stats.to_json(), sort_keys=True), flush=True)
+                    print(json.dumps({"pool": pool, **stats.to_json()}, sort_keys=True), flush=True)
                     await asyncio.sleep(args.interval)
                     stats = await collect_stats(client, keys, settings, tenants=args.tenant)
             from rich.live import Live
@@ -187,6 +189,23 @@ def cmd_stats(args: argparse.Namespace, settings: Settings) -> int:
     except (redis.RedisError, OSError) as exc:
         return unreachable_redis(settings, exc)
     return 0
+
+
+def _tenants_pool(settings: Settings, tenants: list[str]) -> str:
+    """The pool the tenants asked for are on (the default pool if none is asked for).
+    Raises :class:`ConfigError` naming each one's pool if they are on several."""
+    if not settings.pools or not tenants:
+        return "default"
+    from fairpost.mailer.sdk.pool_admin import Pools
+
+    with Pools(settings) as pools:
+        on = {t: pools.pool_of(t) for t in tenants}
+    if len(set(on.values())) == 1:
+        return next(iter(on.values()))
+    where = ", ".join(f"{t} ({p})" for t, p in on.items())
+    raise ConfigError(
+        [("--tenant", f"the tenants are on several pools: {where}; ask one pool at a time with --pool")]
+    )
 
 
 def cmd_tenant_pause(args: argparse.Namespace, settings: Settings) -> int:
@@ -324,7 +343,8 @@ def _add_operator_commands(sub: Any) -> None:
     stats.add_argument("--interval", type=float, default=1.0, help="seconds between updates with --watch")
     stats.add_argument("--tenant", action="append", help="only these tenants (repeat for several)")
     stats.add_argument(
-        "--pool", default="default", help="the sending pool to show (default: the default pool)"
+        "--pool",
+        help="the sending pool to show (default: the one the --tenant are on, else the default pool)",
     )
     stats.set_defaults(handler=cmd_stats)
 

@@ -3,7 +3,8 @@
 who (the session), what, which tenant or job.
 
 Blocking, like the admin clients they use: the app runs them in a thread.
-Bad input raises the admin's own :class:`~fairpost.mailer.errors.InvalidInput`
+Each acts in the tenant's own sending pool (or the job's: job ids are unique over
+every pool), as the CLI does. Bad input raises the admin's own :class:`~fairpost.mailer.errors.InvalidInput`
 (naming the field and the rule) and writes nothing.
 """
 
@@ -14,7 +15,9 @@ import logging
 from fairpost.config.limits import format_limits
 from fairpost.dispatcher.errors import NotReplayable, UnknownJob
 from fairpost.mailer.console.data import Console
+from fairpost.mailer.console.pools import PoolParts
 from fairpost.mailer.errors import ConfirmationStale, InvalidInput, InvalidSuppression
+from fairpost.mailer.quota.admin import QuotaAdmin
 from fairpost.mailer.sdk.dead import DeadLetter
 
 __all__ = ["Actions"]
@@ -31,13 +34,27 @@ class Actions:
         log.info("console: %s by %s", what, who, extra=extra)
         return what
 
+    def _admin(self, tenant: str) -> QuotaAdmin:
+        """The quota admin of the tenant's pool."""
+        return self._console.pools.of_sync(tenant).admin
+
+    def _pool_of_letter(self, job_id: str) -> PoolParts:
+        """The pool whose dead letters hold the job; :class:`UnknownJob` if none does."""
+        for pool in self._console.pools:
+            try:
+                pool.dead.show(job_id)
+            except UnknownJob:
+                continue
+            return pool
+        raise UnknownJob(job_id)
+
     # -- tenants --------------------------------------------------------------------
     def pause(self, who: str, tenant: str) -> str:
-        changed = self._console.admin.pause(tenant)
+        changed = self._admin(tenant).pause(tenant)
         return self._did(who, "paused" if changed else "paused (it was paused already)", tenant=tenant)
 
     def resume(self, who: str, tenant: str) -> str:
-        changed = self._console.admin.resume(tenant)
+        changed = self._admin(tenant).resume(tenant)
         return self._did(who, "resumed" if changed else "resumed (nothing held it)", tenant=tenant)
 
     def set_limits(self, who: str, tenant: str, limits: str) -> str:
@@ -45,11 +62,11 @@ class Actions:
             raise InvalidInput(
                 "limits", 'must be limits such as "100/minute; 5000/day" (Reset drops the override)'
             )
-        windows = self._console.admin.set_tenant_limits(tenant, limits)
+        windows = self._admin(tenant).set_tenant_limits(tenant, limits)
         return self._did(who, f"limits set to {format_limits(windows)}", tenant=tenant)
 
     def reset_limits(self, who: str, tenant: str) -> str:
-        removed = self._console.admin.reset_tenant_limits(tenant)
+        removed = self._admin(tenant).reset_tenant_limits(tenant)
         return self._did(
             who, "limits back to the settings" if removed else "limits had no override", tenant=tenant
         )
@@ -73,12 +90,13 @@ class Actions:
     # -- dead letters ---------------------------------------------------------------
     def replay(self, who: str, job_id: str) -> str:
         """Raises :class:`NotReplayable` or :class:`UnknownJob`."""
-        self._console.dead.replay(job_id)
+        self._pool_of_letter(job_id).dead.replay(job_id)
         return self._did(who, "replayed", job_id=job_id)
 
     def purge(self, who: str, job_id: str) -> str:
-        letter = self._console.dead.show(job_id)  # UnknownJob unless it is a dead letter
-        self._console.lifecycle.purge([letter.job_id])
+        pool = self._pool_of_letter(job_id)  # UnknownJob unless it is a dead letter
+        letter = pool.dead.show(job_id)
+        pool.lifecycle.purge([letter.job_id])
         return self._did(who, "purged", job_id=job_id, tenant=letter.tenant_id)
 
     def _confirmed(self, tenant: str, reason: str, expected: int) -> list[DeadLetter]:
@@ -100,7 +118,7 @@ class Actions:
 
     def purge_matching(self, who: str, tenant: str, reason: str, expected: int) -> str:
         letters = self._confirmed(tenant, reason, expected)
-        count = self._console.lifecycle.purge([d.job_id for d in letters])
+        count = self._console.dead_pool(tenant).lifecycle.purge([d.job_id for d in letters])
         return self._did(who, f"purged {count} dead letters" + _filter(tenant, reason), tenant=tenant or None)
 
 

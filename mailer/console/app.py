@@ -148,6 +148,7 @@ def _connections(settings: Settings, sample_seconds: float | None) -> Any:
             stop.set()
             await sampler
             console.account.close()
+            await console.aclose()
             await client.aclose()
             await asyncio.to_thread(sync_client.close)
 

@@ -18,21 +18,20 @@ import redis
 import redis.asyncio
 
 from fairpost.config import Settings
+from fairpost.config.pools import DEFAULT_POOL
 from fairpost.config.tenant_id import is_valid_tenant_id
-from fairpost.dispatcher.keys import LANES, Keys
-from fairpost.dispatcher.lifecycle import SyncLifecycle
+from fairpost.dispatcher.keys import LANES
 from fairpost.dispatcher.record import ENTRY_SEP
 from fairpost.dispatcher.replies import text
-from fairpost.dispatcher.store import store_limits
 from fairpost.mailer.console.live import Account, Samples, SesAccount
+from fairpost.mailer.console.pools import ConsolePools, PoolParts
 from fairpost.mailer.console.tenants import TenantIndex
 from fairpost.mailer.ops.stats import ScopeStats, Stats, WindowUsage, collect_stats
-from fairpost.mailer.quota.admin import QuotaAdmin
 from fairpost.mailer.quota.provider_guard import held_providers
 from fairpost.mailer.quota.reputation import guard_states, read_verdicts
 from fairpost.mailer.sdk.client import AsyncMailClient
-from fairpost.mailer.sdk.dead import DeadLetter, DeadLetters
-from fairpost.mailer.sdk.rollups import Deliverability, Report, SendHistory
+from fairpost.mailer.sdk.dead import DeadLetter
+from fairpost.mailer.sdk.rollups import Report, SendHistory
 from fairpost.mailer.sdk.status import JobStatus
 from fairpost.mailer.sdk.suppression import Suppression, Suppressions
 from fairpost.mailer.sdk.unsubscribes import Unsubscribe, Unsubscribes
@@ -57,6 +56,8 @@ class Overview:
     history: SendHistory
     """Recipients sent per minute over the last hour, every tenant's."""
     held: Held
+    pools: list[tuple[str, ScopeStats]]
+    """Each pool's totals (none without pools; ``stats`` is then the one pool's)."""
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,8 @@ class TenantCharts:
 
 @dataclass(frozen=True)
 class TenantDetail:
+    pool: str
+    """The pool the tenant is on: where these numbers are read."""
     stats: ScopeStats
     at_ms: int
     known: bool
@@ -107,31 +110,39 @@ class DeadPage:
 
 
 class Console:
-    """Everything the console reads, over one asyncio and one blocking Redis connection pool."""
+    """Everything the console reads, over one asyncio and one blocking Redis connection pool
+    (and, on a Redis Cluster, one of each per other sending pool's slot)."""
 
     def __init__(self, settings: Settings, client: redis.asyncio.Redis, sync_client: redis.Redis) -> None:
         self.settings = settings
-        self.keys = Keys(settings.key_prefix)
+        self.pools = ConsolePools(settings, client, sync_client)
+        default = self.pools.default
+        self.keys = default.keys
         self.redis = client
-        self.tenants = TenantIndex(client, self.keys, settings)
+        self.tenants = TenantIndex(self.pools)
         self.account = SesAccount()
         self.backlog = Samples()
         self.mail = AsyncMailClient(settings, redis_client=client)
-        self.dead = DeadLetters(settings, redis_client=sync_client)
+        # The default pool's: the dead letters page and the overview's charts.
+        self.dead = default.dead
+        self.deliverability = default.deliverability
+        self.lifecycle = default.lifecycle
+        # These two find the tenant's pool themselves.
         self.suppressions = Suppressions(settings, redis_client=sync_client)
         self.unsubscribes = Unsubscribes(settings, redis_client=sync_client)
-        self.admin = QuotaAdmin(settings, redis_client=sync_client)
-        self.deliverability = Deliverability(settings, redis_client=sync_client)
-        self.lifecycle = SyncLifecycle(sync_client, self.keys, store_limits(settings))
         self._ref_key = secrets.token_bytes(32)
 
+    async def aclose(self) -> None:
+        await self.pools.aclose()
+
     # -- overview -------------------------------------------------------------------
-    async def global_stats(self) -> Stats:
-        return await collect_stats(self.redis, self.keys, self.settings, tenants=())
+    async def global_stats(self, pool: PoolParts | None = None) -> Stats:
+        p = pool or self.pools.default
+        return await collect_stats(p.redis, p.keys, p.settings, tenants=())
 
     async def sample_backlog(self) -> float:
-        """Jobs waiting over every tenant, for the chart."""
-        return float((await self.global_stats()).global_.backlog)
+        """Jobs waiting over every tenant of every pool, for the chart."""
+        return float(sum([(await self.global_stats(p)).global_.backlog for p in self.pools]))
 
     async def overview(self) -> Overview:
         stats, dead, account, history, held = await asyncio.gather(
@@ -143,48 +154,46 @@ class Console:
         )
         windows = stats.global_.windows
         longest = max(windows, key=lambda w: w.seconds) if windows else None
-        return Overview(stats, int(dead), account, longest, history, held)
+        others = [p for p in self.pools if p is not self.pools.default] if self.pools.pooled else []
+        pools = [(p.name, (await self.global_stats(p)).global_) for p in others]
+        if self.pools.pooled:
+            pools.insert(0, (self.pools.default.name, stats.global_))
+        return Overview(stats, int(dead), account, longest, history, held, pools)
 
     async def held(self) -> Held:
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.smembers(self.keys.paused())
-            pipe.hgetall(self.keys.guard())
-            pipe.hgetall(self.keys.ses_tenant_status())
-            pipe.hgetall(self.keys.provider_guard())
-            paused, guards, verdicts, providers = await pipe.execute()
-        why: dict[str, str] = {text(t): "paused by an operator" for t in paused}
-        for tenant, state in guard_states(guards).items():
-            why.setdefault(tenant, f"{state.level} by the reputation guard")
-        for tenant, raw in providers.items():
-            if held := held_providers(raw):
-                why.setdefault(text(tenant), f"held at {', '.join(sorted(held))} by the reputation guard")
-        for tenant, verdict in read_verdicts(verdicts).items():
-            if verdict.disabled:
-                why.setdefault(tenant, "SES disabled its SES tenant")
+        """The held tenants of every pool, each as its own pool holds it."""
+        placed = await self.pools.placements()
+        why: dict[str, str] = {}
+        for p in self.pools:
+            for tenant, reason in (await _held_in(p)).items():
+                if placed.get(tenant, DEFAULT_POOL) == p.name:
+                    why.setdefault(tenant, reason)
         shown = sorted(why)[:SHOWN_HELD]
         return Held([(t, why[t]) for t in shown], len(why))
 
     async def tenant_charts(self, tenant: str) -> TenantCharts:
+        p = await self.pools.of(tenant)
         stats, history, report = await asyncio.gather(
-            collect_stats(self.redis, self.keys, self.settings, tenants=[tenant]),
-            asyncio.to_thread(self.deliverability.send_history, tenant),
-            asyncio.to_thread(self.deliverability.report, tenant, days=CHART_DAYS),
+            collect_stats(p.redis, p.keys, p.settings, tenants=[tenant]),
+            asyncio.to_thread(p.deliverability.send_history, tenant),
+            asyncio.to_thread(p.deliverability.report, tenant, days=CHART_DAYS),
         )
         return TenantCharts(stats.tenants[0], history, report)
 
     # -- one tenant -----------------------------------------------------------------
     async def tenant(self, tenant: str) -> TenantDetail:
-        stats = await collect_stats(self.redis, self.keys, self.settings, tenants=[tenant])
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.sismember(self.keys.tenants(), tenant)
+        p = await self.pools.of(tenant)
+        stats = await collect_stats(p.redis, p.keys, p.settings, tenants=[tenant])
+        async with p.redis.pipeline(transaction=False) as pipe:
+            pipe.sismember(p.keys.tenants(), tenant)
             for priority in LANES:
-                pipe.lrange(self.keys.queue(tenant, priority), 0, SHOWN_JOBS - 1)
-            pipe.zrange(self.keys.inflight(tenant), 0, SHOWN_JOBS - 1)
+                pipe.lrange(p.keys.queue(tenant, priority), 0, SHOWN_JOBS - 1)
+            pipe.zrange(p.keys.inflight(tenant), 0, SHOWN_JOBS - 1)
             enqueued, *queues, inflight = await pipe.execute()
         suppressed, unsubscribed, dead = await asyncio.gather(
             asyncio.to_thread(self.suppressions.list, tenant),
             asyncio.to_thread(self.unsubscribes.list, tenant),
-            asyncio.to_thread(self.dead.list, tenant, limit=SHOWN_JOBS),
+            asyncio.to_thread(p.dead.list, tenant, limit=SHOWN_JOBS),
         )
         scope = stats.tenants[0]
         known = (
@@ -194,6 +203,7 @@ class Console:
             or scope.limits_source == "override"
         )
         return TenantDetail(
+            pool=p.name,
             stats=scope,
             at_ms=stats.at_ms,
             known=known
@@ -206,7 +216,8 @@ class Console:
             unsubscribes=unsubscribed[:SHOWN_SUPPRESSIONS],
             unsubscribes_total=len(unsubscribed),
             waiting={
-                p: [text(e).split(ENTRY_SEP, 1)[0] for e in q] for p, q in zip(LANES, queues, strict=True)
+                lane: [text(e).split(ENTRY_SEP, 1)[0] for e in q]
+                for lane, q in zip(LANES, queues, strict=True)
             },
             inflight=[text(j) for j in inflight],
             dead=dead,
@@ -222,9 +233,13 @@ class Console:
         return await self.mail.status(job_id)
 
     # -- dead letters ---------------------------------------------------------------
+    def dead_pool(self, tenant: str) -> PoolParts:
+        """Where the dead letters of ``tenant`` are: its pool; every tenant's: the default pool."""
+        return self.pools.of_sync(tenant) if tenant else self.pools.default
+
     def matching_dead(self, tenant: str, reason: str) -> list[DeadLetter]:
         """Every dead letter of ``tenant`` (any if empty) whose reason contains ``reason``."""
-        letters = self.dead.list(tenant or None)
+        letters = self.dead_pool(tenant).dead.list(tenant or None)
         needle = reason.strip().lower()
         return [d for d in letters if needle in d.reason.lower()] if needle else letters
 
@@ -244,3 +259,23 @@ class Console:
         records = self.lifecycle.records(ids[(page - 1) * DEAD_PAGE : page * DEAD_PAGE])
         shown = [DeadLetter.from_record(*r) for r in records if r[1].get("state") == "dead"]
         return DeadPage(shown, len(ids), page, pages, tenant, reason)
+
+
+async def _held_in(p: PoolParts) -> dict[str, str]:
+    """Tenant → why one pool holds it."""
+    async with p.redis.pipeline(transaction=False) as pipe:
+        pipe.smembers(p.keys.paused())
+        pipe.hgetall(p.keys.guard())
+        pipe.hgetall(p.keys.ses_tenant_status())
+        pipe.hgetall(p.keys.provider_guard())
+        paused, guards, verdicts, providers = await pipe.execute()
+    why: dict[str, str] = {text(t): "paused by an operator" for t in paused}
+    for tenant, state in guard_states(guards).items():
+        why.setdefault(tenant, f"{state.level} by the reputation guard")
+    for tenant, raw in providers.items():
+        if held := held_providers(raw):
+            why.setdefault(text(tenant), f"held at {', '.join(sorted(held))} by the reputation guard")
+    for tenant, verdict in read_verdicts(verdicts).items():
+        if verdict.disabled:
+            why.setdefault(tenant, "SES disabled its SES tenant")
+    return why

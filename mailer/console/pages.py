@@ -84,8 +84,15 @@ async def tenants(request: web.Request) -> web.Response:
     sort = request.query.get("sort", "id")
     if sort not in SORTS:
         raise web.HTTPBadRequest(text=f"sort must be one of {', '.join(SORTS)}\n")
+    pool = request.query.get("pool", "")
+    names = request.app[CONSOLE].pools.names()
+    if pool and pool not in names:
+        raise web.HTTPBadRequest(text=f"pool must be one of {', '.join(names) or '(no pools declared)'}\n")
     listing = await request.app[CONSOLE].tenants.page(
-        query=request.query.get("q", "")[:64], sort=sort, page=_page_number(request)
+        query=request.query.get("q", "")[:64],
+        sort=sort,
+        page=_page_number(request),
+        pool=pool,
     )
     return render(request, "tenants.html", title="Tenants", listing=listing, sorts=SORTS)
 
@@ -128,9 +135,10 @@ async def tenant_page(
 ) -> web.Response:
     """The tenant's page; after a refused action, with the error and what was typed."""
     console = request.app[CONSOLE]
+    admin = (await console.pools.of(tenant_id)).admin
     detail, own, charts = await asyncio.gather(
         console.tenant(tenant_id),
-        asyncio.to_thread(console.admin.tenant_limits, tenant_id),
+        asyncio.to_thread(admin.tenant_limits, tenant_id),
         console.tenant_charts(tenant_id),
     )
     # The form edits the tenant's own limits: a warming tenant's windows are its
@@ -147,6 +155,7 @@ async def tenant_page(
         limits_text=current if limits is None else limits,
         ref=console.address_ref,
         warmup_settings=console.settings.warmup,
+        pooled=console.pools.pooled,
         **_charts_context(charts),
     )
 

@@ -2,7 +2,7 @@
 
 A session cookie is signed, not stored: without this, a copy of it would stay
 good until it expires. Logout writes a digest of the session's id to Redis
-(:meth:`Keys.console_ended`), kept until the cookie would have expired anyway,
+(:meth:`MailKeys.console_ended`), kept until the cookie would have expired anyway,
 and every console process reading the same Redis refuses the cookie from then.
 This module is the only one that reads or writes those keys.
 """
@@ -15,7 +15,7 @@ import time
 import redis.asyncio
 from aiohttp import web
 
-from fairpost.dispatcher.keys import Keys
+from fairpost.mailer.sdk.keys import MailKeys
 
 __all__ = ["SESSIONS", "EndedSessions"]
 
@@ -23,7 +23,7 @@ __all__ = ["SESSIONS", "EndedSessions"]
 class EndedSessions:
     """Which session ids were ended by a logout."""
 
-    def __init__(self, client: redis.asyncio.Redis, keys: Keys) -> None:
+    def __init__(self, client: redis.asyncio.Redis, keys: MailKeys) -> None:
         self._redis = client
         self._keys = keys
 

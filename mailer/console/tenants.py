@@ -10,23 +10,25 @@ any). Rate and hold are read for the tenants that can have them (mail
 waiting or in flight, or held): the :data:`ACTIVE_SAMPLE` largest backlogs
 among them when there are more, and the page says so. So 100,000 tenants cost
 a page what 10 do, but for an ``HGETALL`` and a sort every few seconds.
+
+With sending pools (#43) each tenant is listed once, in the pool the directory
+puts it on (one ``HGETALL`` of the directory, kept with the order), and its
+numbers are read there: each pool's reads above, once per pool.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections import defaultdict
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
 
-import redis.asyncio
-
-from fairpost.config import Settings
-from fairpost.dispatcher.keys import Keys
+from fairpost.config.pools import DEFAULT_POOL
 from fairpost.dispatcher.replies import text, time_ms
+from fairpost.mailer.console.pools import ConsolePools, PoolParts
 from fairpost.mailer.console.views import rate
 from fairpost.mailer.ops.stats import ScopeStats, collect_stats
-from fairpost.mailer.quota.engine import QuotaEngine
 from fairpost.mailer.quota.overrides import read_overrides
 from fairpost.mailer.quota.reputation import guard_states, read_verdicts
 
@@ -55,42 +57,52 @@ class TenantPage:
     query: str
     sampled: bool = False
     """Sorted by rate or hold over the :data:`ACTIVE_SAMPLE` busiest tenants only."""
+    pool: str = ""
+    """The pool filter (every pool if empty)."""
+    pools: tuple[str, ...] = ()
+    """The pools, for the filter and the column; none without pools."""
+    pool_of: dict[str, str] = field(default_factory=dict)
+    """Each row's tenant → its pool."""
+
+
+class _Ids:
+    """One pool's tenant ids, re-read when their count changes or every :data:`IDS_SECONDS`."""
+
+    def __init__(self) -> None:
+        self.ids: list[str] = []
+        self.id_set: set[str] = set()
+        self.read = -math.inf
+        self.count = -1
 
 
 class TenantIndex:
-    def __init__(
-        self,
-        client: redis.asyncio.Redis,
-        keys: Keys,
-        settings: Settings,
-        *,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self._redis = client
-        self._keys = keys
-        self._settings = settings
-        self._quota = QuotaEngine(client, keys)
+    def __init__(self, pools: ConsolePools, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self._pools = pools
         self._clock = clock
-        self._ids: list[str] = []
-        self._id_set: set[str] = set()
-        self._ids_read = -math.inf
-        self._ids_count = -1
+        self._ids = {p.name: _Ids() for p in pools}
+        self._placed: dict[str, str] = {}
         self._orders: dict[str, tuple[float, list[str], bool]] = {}
 
-    async def page(self, *, query: str = "", sort: str = "id", page: int = 1) -> TenantPage:
+    def _owner(self, tenant: str) -> str:
+        return self._placed.get(tenant, DEFAULT_POOL)
+
+    async def page(self, *, query: str = "", sort: str = "id", page: int = 1, pool: str = "") -> TenantPage:
         if sort not in SORTS:
             sort = "id"
+        if pool not in self._pools.names():
+            pool = ""
         order, sampled = await self._order(sort)
         needle = query.strip().lower()
         matching = [t for t in order if needle in t.lower()] if needle else order
+        if pool:
+            matching = [t for t in matching if self._owner(t) == pool]
         pages = max(1, -(-len(matching) // PAGE_SIZE))
         page = min(max(1, page), pages)
         shown = matching[(page - 1) * PAGE_SIZE : page * PAGE_SIZE]
-        stats = await collect_stats(self._redis, self._keys, self._settings, quota=self._quota, tenants=shown)
-        by_id = {s.scope: s for s in stats.tenants}
+        by_id, at_ms = await self._stats(shown)
         return TenantPage(
             rows=[by_id[t] for t in shown],
-            at_ms=stats.at_ms,
+            at_ms=at_ms,
             matching=len(matching),
             known=len(order),
             page=page,
@@ -98,12 +110,33 @@ class TenantIndex:
             sort=sort,
             query=query,
             sampled=sampled,
+            pool=pool,
+            pools=self._pools.names(),
+            pool_of={t: self._owner(t) for t in shown},
         )
+
+    async def _stats(self, tenants: Iterable[str]) -> tuple[dict[str, ScopeStats], int]:
+        """The tenants' numbers, each read in its own pool."""
+        by_pool: dict[str, list[str]] = defaultdict(list)
+        for tenant in tenants:
+            by_pool[self._owner(tenant)].append(tenant)
+        found: dict[str, ScopeStats] = {}
+        at_ms = 0
+        for name, group in by_pool.items():
+            p = self._pools.parts[name]
+            stats = await collect_stats(p.redis, p.keys, p.settings, quota=p.quota, tenants=group)
+            found.update((s.scope, s) for s in stats.tenants)
+            at_ms = max(at_ms, stats.at_ms)
+        if not by_pool:
+            p = self._pools.default
+            at_ms = (await collect_stats(p.redis, p.keys, p.settings, quota=p.quota, tenants=())).at_ms
+        return found, at_ms
 
     async def _order(self, sort: str) -> tuple[list[str], bool]:
         kept = self._orders.get(sort)
         if kept is not None and self._clock() - kept[0] < ORDER_SECONDS:
             return kept[1], kept[2]
+        self._placed = await self._pools.placements()
         ids = await self._all_ids()
         build: dict[str, Callable[[list[str]], Awaitable[tuple[list[str], bool]]]] = {
             "id": self._by_id,
@@ -117,47 +150,71 @@ class TenantIndex:
         return order, sampled
 
     async def _all_ids(self) -> list[str]:
-        """Every tenant: those that ever enqueued, and those configured, overridden,
-        paused, judged by the guard, disabled by SES or given a warm-up plan."""
-        async with self._redis.pipeline(transaction=False) as pipe:
-            pipe.scard(self._keys.tenants())
-            pipe.hgetall(self._keys.limit_overrides())
-            pipe.smembers(self._keys.paused())
-            pipe.hgetall(self._keys.guard())
-            pipe.hgetall(self._keys.ses_tenant_status())
-            pipe.hkeys(self._keys.warmup())
+        """Every tenant of every pool, and those the directory places."""
+        lists = [await self._pool_ids(p) for p in self._pools]
+        if len(lists) == 1:
+            return lists[0]
+        return sorted(set().union(*lists, self._placed))
+
+    async def _pool_ids(self, p: PoolParts) -> list[str]:
+        """A pool's tenants: those that ever enqueued there, and those configured, overridden,
+        paused, judged by the guard, disabled by SES or given a warm-up plan there."""
+        kept, keys = self._ids[p.name], p.keys
+        async with p.redis.pipeline(transaction=False) as pipe:
+            pipe.scard(keys.tenants())
+            pipe.hgetall(keys.limit_overrides())
+            pipe.smembers(keys.paused())
+            pipe.hgetall(keys.guard())
+            pipe.hgetall(keys.ses_tenant_status())
+            pipe.hkeys(keys.warmup())
             count, raw_overrides, paused, guards, verdicts, warming = await pipe.execute()
-        if int(count) != self._ids_count or self._clock() - self._ids_read > IDS_SECONDS:
-            self._ids = sorted(text(t) for t in await self._redis.smembers(self._keys.tenants()))
-            self._id_set = set(self._ids)
-            self._ids_count, self._ids_read = int(count), self._clock()
+        if int(count) != kept.count or self._clock() - kept.read > IDS_SECONDS:
+            kept.ids = sorted(text(t) for t in await p.redis.smembers(keys.tenants()))
+            kept.id_set = set(kept.ids)
+            kept.count, kept.read = int(count), self._clock()
         overrides = read_overrides(raw_overrides, paused)
-        named = set(self._settings.tenants) | set(overrides.tenants) | overrides.paused
+        named = set(p.settings.tenants) | set(overrides.tenants) | overrides.paused
         named |= set(guard_states(guards)) | set(read_verdicts(verdicts)) | {text(t) for t in warming}
         # Those named elsewhere are nearly always known already: then the kept list is the answer.
-        extra = named - self._id_set
-        return sorted([*self._ids, *extra]) if extra else self._ids
+        extra = named - kept.id_set
+        return sorted([*kept.ids, *extra]) if extra else kept.ids
 
     async def _by_id(self, ids: list[str]) -> tuple[list[str], bool]:
         return ids, False
 
     async def _backlogs(self) -> dict[str, int]:
-        raw = await self._redis.hgetall(self._keys.counts())
-        # "~waiting" and "~inflight" are the totals: "~" is in no tenant id.
-        return {text(k): int(v) for k, v in raw.items() if not text(k).startswith("~")}
+        """Each tenant's backlog in its own pool."""
+        backlog: dict[str, int] = {}
+        for p in self._pools:
+            raw = await p.redis.hgetall(p.keys.counts())
+            # "~waiting" and "~inflight" are the totals: "~" is in no tenant id.
+            backlog.update(
+                (t, int(v))
+                for k, v in raw.items()
+                if not (t := text(k)).startswith("~") and self._owner(t) == p.name
+            )
+        return backlog
 
     async def _by_backlog(self, ids: list[str]) -> tuple[list[str], bool]:
         backlog = await self._backlogs()
         return sorted(ids, key=lambda t: -backlog.get(t, 0)), False
 
     async def _inflight(self) -> dict[str, int]:
-        holding = [text(t) for t in await self._redis.zrange(self._keys.expiring(), 0, -1)]
-        now_ms = time_ms(await self._redis.time())
-        async with self._redis.pipeline(transaction=False) as pipe:
-            for tenant in holding:
-                pipe.zcount(self._keys.inflight(tenant), f"({now_ms}", "+inf")
-            counts = await pipe.execute()
-        return {t: int(n) for t, n in zip(holding, counts, strict=True) if int(n)}
+        """Each tenant's jobs in flight in its own pool."""
+        found: dict[str, int] = {}
+        for p in self._pools:
+            holding = [
+                t
+                for t in map(text, await p.redis.zrange(p.keys.expiring(), 0, -1))
+                if self._owner(t) == p.name
+            ]
+            now_ms = time_ms(await p.redis.time())
+            async with p.redis.pipeline(transaction=False) as pipe:
+                for tenant in holding:
+                    pipe.zcount(p.keys.inflight(tenant), f"({now_ms}", "+inf")
+                counts = await pipe.execute()
+            found.update((t, int(n)) for t, n in zip(holding, counts, strict=True) if int(n))
+        return found
 
     async def _by_inflight(self, ids: list[str]) -> tuple[list[str], bool]:
         inflight = await self._inflight()
@@ -169,16 +226,15 @@ class TenantIndex:
         busiest = sorted((t for t, n in backlog.items() if n > 0), key=lambda t: -backlog[t])
         sampled = len(busiest) > ACTIVE_SAMPLE
         candidates = set(busiest[:ACTIVE_SAMPLE]) | set(await self._inflight())
-        async with self._redis.pipeline(transaction=False) as pipe:
-            pipe.smembers(self._keys.paused())
-            pipe.hkeys(self._keys.guard())
-            pipe.hkeys(self._keys.ses_tenant_status())
-            for group in await pipe.execute():
-                candidates |= {text(t) for t in group}
-        stats = await collect_stats(
-            self._redis, self._keys, self._settings, quota=self._quota, tenants=candidates & set(ids)
-        )
-        return {s.scope: s for s in stats.tenants}, sampled
+        for p in self._pools:
+            async with p.redis.pipeline(transaction=False) as pipe:
+                pipe.smembers(p.keys.paused())
+                pipe.hkeys(p.keys.guard())
+                pipe.hkeys(p.keys.ses_tenant_status())
+                for group in await pipe.execute():
+                    candidates |= {t for t in map(text, group) if self._owner(t) == p.name}
+        found, _ = await self._stats(candidates & set(ids))
+        return found, sampled
 
     async def _by_rate(self, ids: list[str]) -> tuple[list[str], bool]:
         active, sampled = await self._active(ids)

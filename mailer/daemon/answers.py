@@ -1,14 +1,17 @@
-"""What SES's answer means for a mail, its tenant and the whole sender.
+"""What SES's answers mean for a group's mails, their tenant and the whole sender.
 
-The classes are in fairpost.mailer.daemon.ses; here each becomes an action and
-the mail's settlement (fairpost.mailer.daemon.settlement): a sent
-mail is deleted (and recorded with its group, fairpost.mailer.daemon.send); throttling
-holds the whole sender for a growing back-off, or, when SES says the day's
-quota is spent, until the day can free (the account read again); a refusal
+A group's answers are taken in one order (:meth:`Answers.conclude`): recorded
+first, in one pipeline (a sent mail's job finished, its quota units moved to the
+answer, what reputation and deliverability keep of it), because a mail SES has,
+left unrecorded, would be sent again when its message comes back; then each
+answer obeyed, becoming the mail's settlement (fairpost.mailer.daemon.settlement;
+the classes are in fairpost.mailer.daemon.ses): a sent mail is deleted;
+throttling holds the whole sender for a growing back-off, or, when SES says the
+day's quota is spent, until the day can free (the account read again); a refusal
 of the tenant's own set-up holds that tenant alone (``ses_<code>``,
-fairpost.mailer.daemon.holds), rechecked one mail at a time; an account pause holds
-every tenant; a permanent refusal is a dead letter; a transient failure is
-an attempt, retried with back-off.
+fairpost.mailer.daemon.holds), rechecked one mail at a time; an account pause
+holds every tenant; a permanent refusal is a dead letter; a transient failure is
+an attempt, retried with back-off. Last, what the answers mean together.
 """
 
 from __future__ import annotations
@@ -18,11 +21,16 @@ import logging
 import random
 import time
 
+from redis.asyncio.client import Pipeline
+
+from fairpost.dispatcher.backoff import until_landed
 from fairpost.mailer.daemon import ses
 from fairpost.mailer.daemon.aws import SesClient
 from fairpost.mailer.daemon.context import SenderContext
 from fairpost.mailer.daemon.counting import Counting, Stamp
+from fairpost.mailer.daemon.deliverability import Counts
 from fairpost.mailer.daemon.endings import Endings
+from fairpost.mailer.daemon.feedback import Feedback
 from fairpost.mailer.daemon.gate import Gate
 from fairpost.mailer.daemon.inbox import MAX_VISIBILITY, Received
 from fairpost.mailer.daemon.parking import Parking
@@ -30,6 +38,8 @@ from fairpost.mailer.daemon.ses_account import daily_quota_wait, is_daily_quota_
 from fairpost.mailer.daemon.settlement import HAND_BACK, Backoff, Delete, Park, Settlement, attempt_backoff
 from fairpost.mailer.errors import SesAccountError
 from fairpost.mailer.quota.holds import SES_TENANT_DISABLED
+from fairpost.mailer.sdk.envelope import Envelope
+from fairpost.mailer.sdk.outcomes import feed
 
 log = logging.getLogger("fairpost.sender")
 
@@ -59,13 +69,86 @@ class Answers:
         self._daily_until = 0.0
         self.parking = parking
 
-    async def park_disabled(self, tenant: str, paused: list[Received], at_ms: int) -> None:
-        """SES disabled the tenant's SES tenant: its refused mails wait (recheck, then
-        resume), whatever their own answers decided."""
-        assert self.ctx.feedback is not None
-        # The park says why in the job's status (waiting_for), as every park does.
-        hold = self.ctx.holds.until_lifted(SES_TENANT_DISABLED)
-        await self.parking.park(tenant, paused, hold.recheck, hold.reason, at_ms, overrule=True)
+    async def conclude(self, tenant: str, answered: Answered, at_ms: int) -> None:
+        """A group's SES answers, in the order they must land: recorded first (a mail
+        SES has, left unrecorded, would be sent again when its message comes back),
+        then each obeyed (its settlement), then what they mean together. Raises the
+        first error of an answer's obeying once every other answer is taken."""
+        await self._record(tenant, answered)
+        errors: list[Exception] = []
+        for msg, result, stamp in answered:
+            msg.in_call = False  # its answer is recorded: it may be decided again
+            try:
+                msg.decide(await self.obey(tenant, msg, stamp, result))
+            except Exception as exc:  # the round's failure path settles this mail
+                errors.append(exc)
+        await self.after_group(tenant, answered, at_ms)
+        if errors:
+            raise errors[0]
+
+    async def _record(self, tenant: str, answered: Answered) -> None:
+        """Record a group's answers in one round trip (one pipeline): the quota units
+        of every mail SES may have move to the answer (fairpost.mailer.daemon.counting); then
+        each sent job is finished and its sending marker released. One pipeline, not
+        three round trips per mail: Redis round trips are the largest cost the daemon
+        has beside the calls it cannot avoid (bench/profile.py)."""
+        sent = [
+            (m.envelope.job_id, r.message_id or "")
+            for m, r, _ in answered
+            if r.verdict is ses.Verdict.SENT and m.envelope
+        ]
+        # Each sent job's mail.sent event goes into the feed with its record (finish.lua).
+        events = {
+            m.envelope.job_id: _sent_event(m.envelope, r.message_id)
+            for m, r, _ in answered
+            if r.verdict is ses.Verdict.SENT and m.envelope
+        }
+        if not sent and not any(r.verdict is ses.Verdict.TRANSIENT for _, r, _ in answered):
+            return
+        ctx = self.ctx
+        accepted = [m.envelope for m, r, _ in answered if r.verdict is ses.Verdict.SENT and m.envelope]
+        # Their recipients by mailbox provider, for the deliverability rollup (one script
+        # call in the pipeline below; the MX lookups started when the group was read).
+        rolled = await ctx.feedback.sent_counts(accepted) if ctx.feedback is not None else {}
+
+        # SES has these mails: their record must be written (and be on the replicas
+        # FAIRPOST_REDIS_MIN_REPLICAS asks for), or their messages would come back
+        # unrecorded after a failover and be sent again. So a failing Redis is ridden
+        # out here, for as long as the daemon rides out an outage. A retry writes again:
+        # finishing a sent job changes nothing, and moving units twice counts them twice
+        # at the answer (the safe side).
+        async def write() -> None:
+            async with ctx.store.pipeline() as pipe:
+                await self.counting.move_to_answers(tenant, answered, pipe)
+                await ctx.mail.record_sent(sent, keep_seconds=ctx.finished_ttl, pipeline=pipe, entries=events)
+                if ctx.feedback is not None:
+                    await self._queue_feedback(pipe, ctx.feedback, tenant, answered, rolled)
+                await ctx.store.execute_durably(pipe)
+
+        what = f"recording {len(sent)} sent mails"
+        await until_landed(what, write, ctx.settings.max_outage_seconds, first=0.2, most=2.0)
+        if ctx.feedback is not None:
+            ctx.feedback.counted(tenant, rolled)
+            await ctx.feedback.count_sent(tenant, sum(e.mail.recipients for e in accepted))
+
+    @staticmethod
+    async def _queue_feedback(
+        pipe: Pipeline,
+        feedback: Feedback,
+        tenant: str,
+        answered: Answered,
+        rolled: Counts,
+    ) -> None:
+        """Queue what reputation and deliverability keep of the sent mails (a retry of
+        the pipeline queues it again: the rollup then counts them twice, the safe side)."""
+        recipients = 0
+        for msg, result, _ in answered:
+            if result.verdict is ses.Verdict.SENT and msg.envelope is not None:
+                env = msg.envelope
+                recipients += env.mail.recipients
+                await feedback.index_sent(pipe, tenant, env.job_id, result.message_id, env.mail.recipients)
+        if recipients:
+            await feedback.queue_sent(pipe, tenant, rolled, recipients)
 
     async def obey(self, tenant: str, msg: Received, stamp: Stamp, result: ses.SendResult) -> Settlement:
         """Do what SES's answer means for this mail (the table in fairpost.mailer.daemon.ses),
@@ -75,7 +158,7 @@ class Answers:
         assert env is not None
         extra = {"job_id": env.job_id, "tenant": tenant}
         if result.verdict is ses.Verdict.SENT:
-            # Restamped and recorded with the rest of its group: _record.
+            # Recorded already, with the rest of its group (_record).
             self._throttle_backoff = _THROTTLE_BACKOFF_MIN
             ctx.stats.sent += 1
             ctx.metrics.sent(tenant, env.created_ms)
@@ -189,3 +272,19 @@ class Answers:
             behind.overrule(HAND_BACK)
         if any(r.verdict is ses.Verdict.SENT for _, r, _ in answered):
             await self.ctx.holds.sent(tenant)
+
+    async def park_disabled(self, tenant: str, paused: list[Received], at_ms: int) -> None:
+        """SES disabled the tenant's SES tenant: its refused mails wait (recheck, then
+        resume), whatever their own answers decided."""
+        assert self.ctx.feedback is not None
+        # The park says why in the job's status (waiting_for), as every park does.
+        hold = self.ctx.holds.until_lifted(SES_TENANT_DISABLED)
+        await self.parking.park(tenant, paused, hold.recheck, hold.reason, at_ms, overrule=True)
+
+
+def _sent_event(env: Envelope, message_id: str | None) -> dict[str, str]:
+    """The mail.sent event's own fields (docs/outcomes.md): the recipients SES took."""
+    mail = env.mail
+    return feed.entry(
+        feed.SENT, {"ses_message_id": message_id, "recipients": [*mail.to, *mail.cc, *mail.bcc]}
+    )

@@ -32,6 +32,7 @@ import gc
 import logging
 import os
 import signal
+from dataclasses import replace
 
 import redis.asyncio
 
@@ -39,7 +40,6 @@ from fairpost.config import Settings
 from fairpost.config.pools import pool_key_prefix, pool_settings, served_pools
 from fairpost.dispatcher.connect import async_redis_client
 from fairpost.dispatcher.durable import replica_shortfall
-from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.layout import LAYOUT, MIGRATE_COMMAND, read_layout
 from fairpost.mailer.daemon.failover import PoolHealth, WatchedSes
 from fairpost.mailer.daemon.health import Heartbeat, Liveness, replica_name
@@ -53,7 +53,9 @@ from fairpost.mailer.daemon.redis_watch import RedisWatch
 from fairpost.mailer.daemon.tracing import Tracing
 from fairpost.mailer.daemon.tracing import from_env as tracing_from_env
 from fairpost.mailer.daemon.webhooks.loop import WebhookDeliveries
-from fairpost.mailer.ops.stats import collect_stats
+from fairpost.mailer.ops.stats import Stats, collect_stats
+from fairpost.mailer.sdk.directory import AsyncPoolDirectory
+from fairpost.mailer.sdk.keys import MailKeys
 from fairpost.mailer.sdk.pool_redis import AsyncPoolRedis
 
 log = logging.getLogger("fairpost.daemon")
@@ -107,7 +109,7 @@ async def _run(
     # while a sender of that pool lives (mailer/daemon/health.py, sender_alive).
     heartbeats = [
         Heartbeat(
-            pool_redis(pool), Keys(pool_key_prefix(settings, pool)), replica_name(settings), liveness,
+            pool_redis(pool), MailKeys(pool_key_prefix(settings, pool)), replica_name(settings), liveness,
             role=role, max_outage_seconds=settings.max_outage_seconds, on_error=metrics.task_failed,
         )
         for pool in pools
@@ -144,7 +146,7 @@ async def _preflight(settings: Settings, client: redis.asyncio.Redis) -> Metrics
         log.warning("%s", shortfall)
     # Before anything reads or writes a key: a layout this release cannot read
     # stops the start, naming what fixes it (dispatcher/layout.py).
-    layout = await read_layout(client, Keys(settings.key_prefix))
+    layout = await read_layout(client, MailKeys(settings.key_prefix))
     if layout != LAYOUT:
         log.warning(
             "the Redis key layout is version %d (written before versions); this fairpost reads it, "
@@ -191,7 +193,7 @@ async def _start_pools(
     for pool in pools if settings.webhook.enabled and role in ("all", "webhooks") else ():
         # Each pool's feed to the endpoints kept in its keys (mailer/sdk/outcomes/endpoints.py).
         webhooks = WebhookDeliveries(
-            pool_redis(pool), Keys(pool_key_prefix(settings, pool)), pool_settings(settings, pool),
+            pool_redis(pool), MailKeys(pool_key_prefix(settings, pool)), pool_settings(settings, pool),
             metrics.webhooks, on_error=metrics.task_failed, on_newer=metrics.newer_format,
         )  # fmt: skip
         tasks.update({task_name(pool, name): task for name, task in webhooks.tasks(stop).items()})
@@ -210,7 +212,7 @@ def _http_server(
     """``/metrics``, ``/healthz`` and ``/readyz``; the figures read at each scrape."""
     assert settings.http_port is not None
     pools = served_pools(settings)
-    stats_keys = Keys(pool_settings(settings, pools[0]).key_prefix)
+    directory = AsyncPoolDirectory(settings, client)
 
     def alive() -> Check:
         health = liveness.check()
@@ -220,28 +222,31 @@ def _http_server(
         return await readiness(client, first.sqs, first.queue_url)
 
     async def refresh() -> None:
-        # Bounded per scrape: the tenants with labels, and as many more of the
-        # largest backlogs as there are labels left to give.
+        # Bounded per scrape and pool: the tenants with labels, and as many more of
+        # the largest backlogs as there are labels left to give.
         labels = metrics.labels
-        stats = await collect_stats(
-            pool_redis(pools[0]),
-            stats_keys,
-            pool_settings(settings, pools[0]),
-            quota=served[0].quota,
-            detail=labels.labelled,
-            sample=max(1, labels.limit),
-            also=labels.known(),
-        )
-        metrics.update(stats)
-        for pool, parts in zip(pools, served, strict=True) if settings.pools else ():
+        for index, (pool, parts) in enumerate(zip(pools, served, strict=True)):
             own = pool_settings(settings, pool)
-            alone = await collect_stats(
-                pool_redis(pool), Keys(own.key_prefix), own, quota=parts.quota, tenants=()
-            )
-            metrics.pools.update(pool, alone)
-        metrics.webhooks.update(stats.webhooks, stats.at_ms)
+            stats = await collect_stats(
+                pool_redis(pool), MailKeys(own.key_prefix), own, quota=parts.quota,
+                detail=labels.labelled, sample=max(1, labels.limit), also=labels.known(),
+            )  # fmt: skip
+            if settings.pools:
+                stats = await _on_pool(stats, pool, directory)
+                metrics.pools.update(pool, stats)
+            metrics.update(stats, pool, global_=index == 0)
+            if index == 0:
+                metrics.webhooks.update(stats.webhooks, stats.at_ms)
 
     return HttpServer(metrics, port=settings.http_port, alive=alive, ready=ready, refresh=refresh)
+
+
+async def _on_pool(stats: Stats, pool: str, directory: AsyncPoolDirectory) -> Stats:
+    """The pool's stats of the tenants it holds: those the directory puts on it, and
+    any whose mail still waits in it (moved away, draining); not every labelled tenant
+    read as idle in every pool."""
+    held = [t for t in stats.tenants if t.backlog or t.inflight or await directory.pool_of(t.scope) == pool]
+    return replace(stats, tenants=held)
 
 
 async def _until_stop_or_failure(tasks: dict[str, asyncio.Task[None]], stop: asyncio.Event) -> int:

@@ -18,8 +18,8 @@ import redis.asyncio
 from prometheus_client import CollectorRegistry, Counter
 
 from fairpost.config import Settings
-from fairpost.dispatcher.keys import Keys
 from fairpost.mailer.daemon.mx import Lookup, ProviderMap
+from fairpost.mailer.sdk.keys import MailKeys
 from fairpost.mailer.sdk.rollups import COUNTERS, RollupWriter
 from fairpost.mailer.sdk.suppression import normalize
 
@@ -65,7 +65,7 @@ class DeliverabilityCounter:
     def __init__(
         self,
         client: redis.asyncio.Redis,
-        keys: Keys,
+        keys: MailKeys,
         settings: Settings,
         metrics: DeliverabilityMetrics,
         *,

@@ -3,7 +3,7 @@
 Reads ``FAIRPOST_EVENTS_QUEUE_NAME`` (an SQS standard queue fed by a
 configuration set's event destination, through SNS or EventBridge:
 :mod:`fairpost.mailer.daemon.ses_events` reads the bodies), finds each event's job
-by the SES message id the sender recorded (:meth:`Keys.ses_message`; the
+by the SES message id the sender recorded (:meth:`MailKeys.ses_message`; the
 ``fairpost-job-id`` tag when that has expired), and:
 
 - writes the outcome on the job's record: ``delivery`` = ``delivered``,
@@ -44,7 +44,6 @@ from fairpost.config import Settings
 from fairpost.dispatcher.backoff import OutageBackoff, done_before_stop
 from fairpost.dispatcher.calls import outcome_journal
 from fairpost.dispatcher.journal import JournalWriter
-from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.loop import forever
 from fairpost.dispatcher.replies import text, time_ms
 from fairpost.mailer.daemon.aws import SqsClient
@@ -56,6 +55,7 @@ from fairpost.mailer.daemon.ses_events import SesEvent, parse_event
 from fairpost.mailer.daemon.unsubscriber import Unsubscriber
 from fairpost.mailer.quota.provider_guard import ProviderGuard
 from fairpost.mailer.quota.reputation import ReputationBook
+from fairpost.mailer.sdk.keys import MailKeys
 from fairpost.mailer.sdk.outcomes import feed
 from fairpost.mailer.sdk.rollups import counter_of
 from fairpost.mailer.sdk.suppression import suppress
@@ -93,7 +93,7 @@ class EventConsumer:
         sqs: SqsClient,
         queue_url: str,
         client: redis.asyncio.Redis,
-        keys: Keys,
+        keys: MailKeys,
         settings: Settings,
         book: ReputationBook,
         metrics: Metrics | None = None,

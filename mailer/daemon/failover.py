@@ -5,7 +5,7 @@ fails for SES's side (5xx, unreachable, a timeout: the ``transient`` class of
 :mod:`fairpost.mailer.daemon.ses`; never throttling, never a refusal of the
 tenant's own) starts an outage, any SendEmail SES accepts ends it. Once an outage
 has lasted the pool's ``failover_after``, :class:`PoolHealth` records the pool as
-failing in the directory (:meth:`~fairpost.dispatcher.keys.Keys.pool_failing`):
+failing in the directory (:meth:`~fairpost.mailer.sdk.keys.MailKeys.pool_failing`):
 the SDKs then send the new mail of the tenants that name a fallback pool through
 it (mailer/sdk/directory.py), and nobody else's. While it fails, SES is probed
 with ``GetAccount`` (the pool may get no other mail to try); an accepted SendEmail
@@ -28,12 +28,12 @@ import redis.asyncio
 from fairpost.config import Settings
 from fairpost.config.pools import pool_settings
 from fairpost.dispatcher.backoff import OutageBackoff
-from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.loop import forever
 from fairpost.dispatcher.replies import time_ms
 from fairpost.mailer.daemon.aws import SesClient
 from fairpost.mailer.daemon.metrics import Metrics
 from fairpost.mailer.daemon.ses import Verdict, classify
+from fairpost.mailer.sdk.keys import MailKeys
 
 __all__ = ["PoolHealth", "WatchedSes"]
 
@@ -69,7 +69,7 @@ class PoolHealth:
         self.pool = pool
         self.after = pool_settings(settings, pool).failover_after
         self._redis = client
-        self._key = Keys(settings.key_prefix).pool_failing()
+        self._key = MailKeys(settings.key_prefix).pool_failing()
         self._ses = ses
         self._metrics = metrics
         self._clock = clock

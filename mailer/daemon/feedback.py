@@ -30,7 +30,6 @@ from redis.exceptions import RedisError
 from fairpost.config import Settings
 from fairpost.dispatcher.calls import journal_of
 from fairpost.dispatcher.journal import JournalWriter
-from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.loop import OnError
 from fairpost.dispatcher.replies import Queued
 from fairpost.dispatcher.scripts import lua_source
@@ -45,6 +44,7 @@ from fairpost.mailer.daemon.ses_tenant_status import SesTenantStatus
 from fairpost.mailer.quota.provider_guard import ProviderGuard, ProviderHold
 from fairpost.mailer.quota.reputation import ReputationBook
 from fairpost.mailer.sdk.envelope import Envelope
+from fairpost.mailer.sdk.keys import MailKeys, mail_keys
 from fairpost.mailer.sdk.outcomes import feed
 from fairpost.mailer.sdk.suppression import ask_suppressed_among, suppressed_among
 
@@ -73,13 +73,13 @@ class Feedback:
     ) -> None:
         self.store = store
         self.redis: redis.asyncio.Redis = store.redis
-        self.keys: Keys = store.keys
+        self.keys: MailKeys = mail_keys(store.keys)
         self.settings = settings
         self.book = book
         self.status = status
         self.metrics = metrics or Metrics()
         self.deliverability = deliverability or DeliverabilityCounter(
-            store.redis, store.keys, settings, self.metrics.deliverability
+            store.redis, self.keys, settings, self.metrics.deliverability
         )
         self._send_seq = store.redis.register_script(lua_source("fairpost.mailer.quota", "send_seq"))
         self.journal = JournalWriter(store.redis, journal_of(store.keys, store.limits))
@@ -278,28 +278,27 @@ async def build(
         if refresh_limits is not None:
             await refresh_limits()
 
-    book = ReputationBook(store.redis, store.keys, settings, on_action=acted)
+    keys = mail_keys(store.keys)
+    book = ReputationBook(store.redis, keys, settings, on_action=acted)
     provider_guard = None
     if settings.reputation.per_provider:
 
         async def provider_acted(tenant: str, action: str, hold: ProviderHold) -> None:
             metrics.guard_action(tenant, action)
 
-        provider_guard = ProviderGuard(store.redis, store.keys, settings, on_action=provider_acted)
+        provider_guard = ProviderGuard(store.redis, keys, settings, on_action=provider_acted)
     deliverability = DeliverabilityCounter(
-        store.redis, store.keys, settings, metrics.deliverability,
+        store.redis, keys, settings, metrics.deliverability,
         tenant_label=metrics.labels, lookup=mx_lookup,
     )  # fmt: skip
     status = None
     if uses_ses_tenants(settings):
-        status = SesTenantStatus(
-            ses_client, store.redis, store.keys, settings, on_enabled=lifted, metrics=metrics
-        )
+        status = SesTenantStatus(ses_client, store.redis, keys, settings, on_enabled=lifted, metrics=metrics)
     events = None
     if settings.events_queue_name:
         url = (await sqs.get_queue_url(QueueName=settings.events_queue_name))["QueueUrl"]
         events = EventConsumer(
-            sqs=sqs, queue_url=url, client=store.redis, keys=store.keys, settings=settings, book=book,
+            sqs=sqs, queue_url=url, client=store.redis, keys=keys, settings=settings, book=book,
             metrics=metrics, deliverability=deliverability, provider_guard=provider_guard,
         )  # fmt: skip
     feedback = Feedback(

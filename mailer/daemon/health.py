@@ -1,9 +1,9 @@
 """Is this replica alive? A heartbeat in Redis, and the check ``fairpost health`` makes.
 
 While every watched task of the daemon runs, its ``heartbeat`` task writes
-``Keys.heartbeat(replica)`` (a JSON note with a TTL of ``HEARTBEAT_TTL``
+``MailKeys.heartbeat(replica)`` (a JSON note with a TTL of ``HEARTBEAT_TTL``
 seconds) every ``HEARTBEAT_INTERVAL`` seconds, and the replica's id in
-``Keys.replicas()`` (scored by expiry). A replica whose loops died, whose
+``MailKeys.replicas()`` (scored by expiry). A replica whose loops died, whose
 event loop is stuck or which stopped, stops writing, and the key expires
 (a clean stop deletes it at once).
 
@@ -34,9 +34,9 @@ import redis.asyncio
 from fairpost.config import Settings
 from fairpost.dispatcher.backoff import OutageBackoff
 from fairpost.dispatcher.connect import redis_client
-from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.loop import OnError, forever
 from fairpost.dispatcher.scripts import lua_source
+from fairpost.mailer.sdk.keys import MailKeys
 
 __all__ = [
     "HEARTBEAT_INTERVAL",
@@ -104,7 +104,7 @@ class Heartbeat:
     def __init__(
         self,
         client: redis.asyncio.Redis,
-        keys: Keys,
+        keys: MailKeys,
         replica: str,
         liveness: Liveness,
         *,
@@ -167,7 +167,7 @@ class Heartbeat:
             await pipe.execute()
 
 
-async def sender_alive(client: redis.asyncio.Redis, keys: Keys) -> bool:
+async def sender_alive(client: redis.asyncio.Redis, keys: MailKeys) -> bool:
     """Whether any replica that receives from SQS (role ``all`` or ``sender``) has a live
     heartbeat: without one nothing in SQS shows progress, so nothing counts as lost."""
     live = await client.zrangebyscore(keys.replicas(), int(time.time() * 1000), "+inf")
@@ -189,7 +189,7 @@ def check_heartbeat(settings: Settings, replica: str | None = None, *, timeout: 
     name = replica or replica_name(settings)
     client = redis_client(settings, socket_timeout=timeout, socket_connect_timeout=timeout)
     try:
-        raw = client.get(Keys(settings.key_prefix).heartbeat(name))
+        raw = client.get(MailKeys(settings.key_prefix).heartbeat(name))
     except (redis.RedisError, OSError) as exc:
         return Health(False, f"cannot read the heartbeat from Redis: {type(exc).__name__}")
     finally:

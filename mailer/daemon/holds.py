@@ -39,6 +39,7 @@ from fairpost.config import Settings
 from fairpost.dispatcher.store import JobStore
 from fairpost.mailer.quota.holds import SES_TENANT_DISABLED, TenantHolds
 from fairpost.mailer.quota.reputation import guard_states
+from fairpost.mailer.sdk.keys import mail_keys
 
 __all__ = ["PAUSED_RECHECK_SECONDS", "Hold", "Holds", "SesTenants"]
 
@@ -110,9 +111,9 @@ class Holds:
         """``is_paused``: the pauses (the live overrides', LimitSource.is_paused);
         ``ses_tenants``: SES's verdict on SES tenants, when any tenant's mail names one."""
         self._jobs = store
-        self._store = TenantHolds(store.redis, store.keys, store.limits)
+        self._store = TenantHolds(store.redis, mail_keys(store.keys), store.limits)
         self._redis = store.redis
-        self._keys = store.keys
+        self._keys = mail_keys(store.keys)
         self._settings = settings
         self._is_paused = is_paused
         self._ses_tenants = ses_tenants

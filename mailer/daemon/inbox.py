@@ -226,6 +226,9 @@ class Inbox:
 
     async def extend(self, messages: Sequence[Received], seconds: int) -> None:
         """Keep ``messages`` hidden ``seconds`` more from now (their sends go on)."""
+        until = time.monotonic() + seconds
+        for m in messages:
+            m.hidden_until = until
         await self._change_visibility(
             [(m.receipt, seconds) for m in messages], "SQS visibility extension failed"
         )

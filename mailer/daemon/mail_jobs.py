@@ -23,6 +23,7 @@ from fairpost.dispatcher.journal import Entry
 from fairpost.dispatcher.scripts import lua_source
 from fairpost.dispatcher.store import JobStore
 from fairpost.mailer.sdk.client import MAIL_KIND
+from fairpost.mailer.sdk.keys import mail_keys
 
 __all__ = ["FINAL_STATES", "RAW_BODY_MOST", "MailJobs", "MailState"]
 
@@ -47,7 +48,7 @@ class MailJobs:
     def __init__(self, store: JobStore) -> None:
         self.store = store
         self.redis = store.redis
-        self.keys = store.keys
+        self.keys = mail_keys(store.keys)
         self._send_claim = store.redis.register_script(lua_source("fairpost.mailer.daemon", "send_claim"))
 
     async def claim_sending(

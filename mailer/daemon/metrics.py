@@ -5,6 +5,9 @@ replicas). Gauges (``fairpost_backlog``, ``fairpost_inflight``, quota use)
 are read from Redis when ``/metrics`` is scraped and describe the whole
 system, so every replica reports the same values (take ``max``, not ``sum``).
 
+Per-tenant gauges also carry the sending pool they are read in (``pool``, #43; bounded
+by the pools declared, ``default`` without any): a moved tenant in both while it drains.
+
 The ``tenant`` label is bounded (:class:`TenantLabels`): tenants configured
 in ``FAIRPOST_TENANTS`` always get their own value, plus the first
 ``FAIRPOST_METRICS_TENANT_LABELS`` (default 50) other tenants a replica
@@ -35,6 +38,7 @@ from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
 from fairpost.config import Settings
+from fairpost.config.pools import DEFAULT_POOL
 from fairpost.mailer.daemon.deliverability import DeliverabilityMetrics
 from fairpost.mailer.daemon.metric_labels import (
     DEAD_REASONS,
@@ -51,7 +55,7 @@ from fairpost.mailer.daemon.metric_labels import (
 from fairpost.mailer.daemon.pool_metrics import PoolMetrics
 from fairpost.mailer.daemon.redis_metrics import RedisMemoryMetrics
 from fairpost.mailer.daemon.webhooks.metrics import WebhookMetrics
-from fairpost.mailer.ops.stats import Stats
+from fairpost.mailer.ops.stats import ScopeStats, Stats
 from fairpost.mailer.quota.warmup import HOLD_KINDS
 
 __all__ = ["CONTENT_TYPE", "Metrics"]
@@ -100,8 +104,11 @@ class Metrics:
         name, help and labels."""
         self.registry = CollectorRegistry()
         self.labels = labels or TenantLabels()
-        self._other_seen = False
-        self._ses_holds_seen: set[tuple[str, str]] = set()
+        self._other_seen: set[str] = set()
+        """The pools whose ``~other`` series exist."""
+        self._shown: dict[str, set[str]] = {}
+        """Pool → the labelled tenants whose series it has (a tenant moved away loses them)."""
+        self._ses_holds_seen: set[tuple[str, str, str]] = set()
         if process_metrics:
             # The daemon owns its process: its memory, CPU and file descriptors are
             # worth a series; each counter's "_created" twin is not.
@@ -181,19 +188,24 @@ class Metrics:
             buckets=_SES_BUCKETS,
             registry=r,
         )
-        # Gauges: the whole system's state, read from Redis at scrape time.
-        self.backlog = Gauge("fairpost_backlog", "Jobs waiting in Redis.", ["tenant"], registry=r)
+        # Gauges: the whole system's state, read from Redis at scrape time. Per tenant,
+        # also by the sending pool its numbers are read in (#43): bounded by the pools
+        # declared; "default" without any.
+        self.backlog = Gauge("fairpost_backlog", "Jobs waiting in Redis.", ["tenant", "pool"], registry=r)
         self.inflight = Gauge(
-            "fairpost_inflight", "Jobs claimed or in SQS, not finished.", ["tenant"], registry=r
+            "fairpost_inflight", "Jobs claimed or in SQS, not finished.", ["tenant", "pool"], registry=r
         )
         self.tenant_quota_used = Gauge(
             "fairpost_tenant_quota_used",
             "Recipients counted in a tenant window.",
-            ["tenant", "window"],
+            ["tenant", "pool", "window"],
             registry=r,
         )
         self.tenant_quota_limit = Gauge(
-            "fairpost_tenant_quota_limit", "A tenant window's limit.", ["tenant", "window"], registry=r
+            "fairpost_tenant_quota_limit",
+            "A tenant window's limit.",
+            ["tenant", "pool", "window"],
+            registry=r,
         )
         self.global_quota_used = Gauge(
             "fairpost_global_quota_used", "Recipients counted in a global window.", ["window"], registry=r
@@ -202,12 +214,15 @@ class Metrics:
             "fairpost_global_quota_limit", "A global window's limit.", ["window"], registry=r
         )
         self.tenant_paused = Gauge(
-            "fairpost_tenant_paused", "1 while an operator has paused the tenant.", ["tenant"], registry=r
+            "fairpost_tenant_paused",
+            "1 while an operator has paused the tenant.",
+            ["tenant", "pool"],
+            registry=r,
         )
         self.tenant_retry_after = Gauge(
             "fairpost_tenant_retry_after_seconds",
             "Seconds until the tenant's quota fits one more recipient (0: now).",
-            ["tenant"],
+            ["tenant", "pool"],
             registry=r,
         )
         self.global_retry_after = Gauge(
@@ -235,13 +250,13 @@ class Metrics:
         self.tenant_bounce_rate = Gauge(
             "fairpost_tenant_bounce_rate",
             "Permanently bounced recipients / recipients sent, over a sliding window (24h, 7d).",
-            ["tenant", "window"],
+            ["tenant", "pool", "window"],
             registry=r,
         )
         self.tenant_complaint_rate = Gauge(
             "fairpost_tenant_complaint_rate",
             "Complaints / recipients sent, over a sliding window (24h, 7d).",
-            ["tenant", "window"],
+            ["tenant", "pool", "window"],
             registry=r,
         )
         self.tenant_held = Gauge(
@@ -249,19 +264,19 @@ class Metrics:
             "1 while the tenant is held, by reason: "
             + ", ".join(HELD_REASONS)
             + ", ses_<code> (SES refused the tenant's own set-up).",
-            ["tenant", "reason"],
+            ["tenant", "pool", "reason"],
             registry=r,
         )
         self.tenant_warmup_step = Gauge(
             "fairpost_tenant_warmup_step",
             "The step (1, 2, ...) a warming tenant's plan is on; 0: not warming up.",
-            ["tenant"],
+            ["tenant", "pool"],
             registry=r,
         )
         self.tenant_warmup_held = Gauge(
             "fairpost_tenant_warmup_held",
             "1 while a warming tenant's next step is held, by reason: " + ", ".join(HOLD_KINDS) + ".",
-            ["tenant", "reason"],
+            ["tenant", "pool", "reason"],
             registry=r,
         )
         self.replicas = Gauge("fairpost_replicas", "Replicas with a live heartbeat.", registry=r)
@@ -348,54 +363,79 @@ class Metrics:
         self.handed_back_total.inc(count)
 
     # -- gauges -----------------------------------------------------------------
-    def update(self, stats: Stats) -> None:
-        """Set the gauges from a :func:`fairpost.mailer.ops.stats.collect_stats` result.
+    def update(self, stats: Stats, pool: str = DEFAULT_POOL, *, global_: bool = True) -> None:
+        """Set the gauges from a :func:`fairpost.mailer.ops.stats.collect_stats` result of
+        one sending pool: its tenants' under ``pool``; with ``global_``, the unlabelled
+        global ones too (the first pool served).
 
         ``stats`` may list only some tenants (a sample): ``~other`` is what the
-        global counts hold beyond the labelled tenants, so the labels still sum
-        to the global figure.
+        pool's counts hold beyond the labelled tenants, so the labels still sum
+        to the pool's figure.
         """
         backlog: dict[str, int] = {}
         inflight: dict[str, int] = {}
         for t in stats.tenants:
             label = self.labels(t.scope)
             if label == OTHER_TENANT:
-                self._other_seen = True
+                self._other_seen.add(pool)
                 continue
             backlog[label] = backlog.get(label, 0) + t.backlog
             inflight[label] = inflight.get(label, 0) + t.inflight
-            self.tenant_paused.labels(label).set(1 if t.paused else 0)
-            self.tenant_retry_after.labels(label).set(max(0.0, t.retry_after))
-            for reason in HELD_REASONS:
-                self.tenant_held.labels(label, reason).set(1 if t.held == reason else 0)
-            # A hold for the tenant's own SES set-up is labelled with its ses_<code>.
-            for seen in [r for held_label, r in self._ses_holds_seen if held_label == label]:
-                self.tenant_held.labels(label, seen).set(1 if t.held_by == seen else 0)
-            if t.held_by is not None:
-                self._ses_holds_seen.add((label, t.held_by))
-                self.tenant_held.labels(label, t.held_by).set(1)
-            if t.reputation is not None:
-                for rw in t.reputation.windows:
-                    self.tenant_bounce_rate.labels(label, rw.name).set(rw.bounce_rate)
-                    self.tenant_complaint_rate.labels(label, rw.name).set(rw.complaint_rate)
-            place = None if t.warmup is None else t.warmup.place
-            self.tenant_warmup_step.labels(label).set(0 if place is None else place.step + 1)
-            for kind in HOLD_KINDS:
-                self.tenant_warmup_held.labels(label, kind).set(1 if place and place.held == kind else 0)
-            for w in t.windows:
-                self.tenant_quota_used.labels(label, w.name).set(w.used)
-                self.tenant_quota_limit.labels(label, w.name).set(w.limit)
+            self._tenant(label, pool, t)
+        if gone := self._shown.get(pool, set()) - set(backlog):
+            self._forget(pool, gone)
+        self._shown[pool] = set(backlog)
         g = stats.global_
         other_backlog = max(0, g.backlog - sum(backlog.values()))
         other_inflight = max(0, g.inflight - sum(inflight.values()))
-        if self._other_seen or other_backlog or other_inflight:
-            self._other_seen = True
+        if pool in self._other_seen or other_backlog or other_inflight:
+            self._other_seen.add(pool)
             backlog[OTHER_TENANT] = other_backlog
             inflight[OTHER_TENANT] = other_inflight
         for label, value in backlog.items():
-            self.backlog.labels(label).set(value)
+            self.backlog.labels(label, pool).set(value)
         for label, value in inflight.items():
-            self.inflight.labels(label).set(value)
+            self.inflight.labels(label, pool).set(value)
+        if global_:
+            self._global(stats)
+
+    def _tenant(self, label: str, pool: str, t: ScopeStats) -> None:
+        """One labelled tenant's gauges, as its pool holds it."""
+        self.tenant_paused.labels(label, pool).set(1 if t.paused else 0)
+        self.tenant_retry_after.labels(label, pool).set(max(0.0, t.retry_after))
+        for reason in HELD_REASONS:
+            self.tenant_held.labels(label, pool, reason).set(1 if t.held == reason else 0)
+        # A hold for the tenant's own SES set-up is labelled with its ses_<code>.
+        for seen in [r for held, in_pool, r in self._ses_holds_seen if (held, in_pool) == (label, pool)]:
+            self.tenant_held.labels(label, pool, seen).set(1 if t.held_by == seen else 0)
+        if t.held_by is not None:
+            self._ses_holds_seen.add((label, pool, t.held_by))
+            self.tenant_held.labels(label, pool, t.held_by).set(1)
+        if t.reputation is not None:
+            for rw in t.reputation.windows:
+                self.tenant_bounce_rate.labels(label, pool, rw.name).set(rw.bounce_rate)
+                self.tenant_complaint_rate.labels(label, pool, rw.name).set(rw.complaint_rate)
+        place = None if t.warmup is None else t.warmup.place
+        self.tenant_warmup_step.labels(label, pool).set(0 if place is None else place.step + 1)
+        for kind in HOLD_KINDS:
+            self.tenant_warmup_held.labels(label, pool, kind).set(1 if place and place.held == kind else 0)
+        for w in t.windows:
+            self.tenant_quota_used.labels(label, pool, w.name).set(w.used)
+            self.tenant_quota_limit.labels(label, pool, w.name).set(w.limit)
+
+    def _forget(self, pool: str, tenants: set[str]) -> None:
+        """Drop the pool's series of tenants it no longer holds (moved away, drained)."""
+        for gauge in (self.backlog, self.inflight, self.tenant_paused, self.tenant_retry_after,
+                      self.tenant_held, self.tenant_bounce_rate, self.tenant_complaint_rate,
+                      self.tenant_warmup_step, self.tenant_warmup_held, self.tenant_quota_used,
+                      self.tenant_quota_limit):  # fmt: skip
+            for sample in [s for m in gauge.collect() for s in m.samples]:
+                if sample.labels["pool"] == pool and sample.labels["tenant"] in tenants:
+                    gauge.remove(*sample.labels.values())  # in the gauge's label order
+        self._ses_holds_seen = {h for h in self._ses_holds_seen if h[1] != pool or h[0] not in tenants}
+
+    def _global(self, stats: Stats) -> None:
+        g = stats.global_
         self.global_quota_used.clear()
         self.global_quota_limit.clear()
         for w in g.windows:

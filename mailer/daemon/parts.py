@@ -21,7 +21,6 @@ import redis.asyncio
 from fairpost.config import Settings
 from fairpost.config.limits import Limits
 from fairpost.dispatcher.durable import durability
-from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.runner import Dispatcher
 from fairpost.dispatcher.store import JobStore, store_limits
 from fairpost.dispatcher.worker import Worker
@@ -46,6 +45,7 @@ from fairpost.mailer.quota.overrides import (
     Overrides,
     changed_scopes,
 )
+from fairpost.mailer.sdk.keys import MailKeys, mail_keys
 
 __all__ = ["Parts", "Role", "build_parts", "publish_tenant_settings"]
 
@@ -132,7 +132,7 @@ async def build_parts(
     """
     parts = await _core(settings, client, metrics)
     store, quota, metrics = parts.store, parts.quota, parts.metrics
-    keys = store.keys
+    keys = mail_keys(store.keys)
     provider_holds = None
     if full and settings.reputation.per_provider:
         # One map of domains to providers for the worker's and the sender's look-ups.
@@ -181,7 +181,7 @@ async def _auto_limits(
             await hold_changed(None)
 
     account = SesAccountLimits(
-        ses_client, parts.settings, client=client, keys=parts.store.keys, quota=parts.quota,
+        ses_client, parts.settings, client=client, keys=mail_keys(parts.store.keys), quota=parts.quota,
         on_change=auto_limits_changed, on_error=parts.metrics.task_failed,
     )  # fmt: skip
     await account.start()
@@ -192,7 +192,7 @@ async def _auto_limits(
 async def _core(settings: Settings, client: redis.asyncio.Redis, metrics: Metrics | None) -> Parts:
     """The store and the quota engine every role shares; the tenants' settings
     published for the scripts to read."""
-    keys = Keys(settings.key_prefix)
+    keys = MailKeys(settings.key_prefix)
     store = JobStore(client, keys, store_limits(settings))
     await publish_tenant_settings(store, settings)
     quota = QuotaEngine(client, keys, durability=durability(settings))
@@ -234,7 +234,7 @@ def _add_dispatcher(
         on_error=metrics.task_failed,
     )
     if full:
-        keys = store.keys
+        keys = mail_keys(store.keys)
         parts.reconciler = Reconciler(
             store, worker, settings, metrics=metrics, may_act=lambda: sender_alive(client, keys)
         )
@@ -253,7 +253,7 @@ async def _add_live_limits(
     the live overrides) and the reputation guard; returns the limits the sender weighs.
     Each change reaches the sender's holds (built after: read when a change comes)."""
     settings, store, metrics = parts.settings, parts.store, parts.metrics
-    keys = store.keys
+    keys = mail_keys(store.keys)
 
     async def hold_changed(tenant: str | None = None) -> None:
         # The one event (fairpost.mailer.daemon.holds): a hold lifted, or limits

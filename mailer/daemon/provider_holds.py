@@ -27,10 +27,10 @@ from collections.abc import Callable, Iterable
 import redis.asyncio
 
 from fairpost.config import Settings
-from fairpost.dispatcher.keys import Keys
 from fairpost.mailer.daemon.deliverability import domain_of
 from fairpost.mailer.daemon.mx import ProviderMap
 from fairpost.mailer.quota.provider_guard import ProviderHold, read_provider_holds
+from fairpost.mailer.sdk.keys import MailKeys
 from fairpost.mailer.sdk.outcomes import feed
 
 __all__ = ["FRESH_SECONDS", "TAKEN_BACK_MIN_SECONDS", "ProviderHolds"]
@@ -48,7 +48,7 @@ class ProviderHolds:
     def __init__(
         self,
         client: redis.asyncio.Redis,
-        keys: Keys,
+        keys: MailKeys,
         settings: Settings,
         providers: ProviderMap,
         *,

@@ -4,9 +4,9 @@ For the mails of one group the quota engine granted: take each job's sending
 marker (two receivers of one message must not both send it), load the
 content of claim-checked mail, call SES for each (bounded by
 ``sender.concurrency``), keep each counted until SES has answered
-(fairpost.mailer.daemon.counting), and record every answer before anything else can
-fail. What each SES answer means is fairpost.mailer.daemon.answers' to decide (the
-classes are in fairpost.mailer.daemon.ses).
+(fairpost.mailer.daemon.counting), then hand the group's answers to
+fairpost.mailer.daemon.answers, which records them before anything else can
+fail and decides what each means.
 """
 
 from __future__ import annotations
@@ -17,24 +17,19 @@ import logging
 import time
 
 from botocore.exceptions import BotoCoreError, ClientError
-from redis.asyncio.client import Pipeline
 from redis.exceptions import RedisError
 
-from fairpost.dispatcher.backoff import until_landed
+from fairpost.dispatcher.backoff import wait_or_stop
 from fairpost.mailer.daemon import ses
 from fairpost.mailer.daemon.answers import Answers
 from fairpost.mailer.daemon.aws import SesClient
 from fairpost.mailer.daemon.context import SenderContext
 from fairpost.mailer.daemon.counting import Counting, Stamp, may_have_it
-from fairpost.mailer.daemon.deliverability import Counts
 from fairpost.mailer.daemon.endings import Endings
-from fairpost.mailer.daemon.feedback import Feedback
 from fairpost.mailer.daemon.gate import Gate
 from fairpost.mailer.daemon.inbox import Inbox, Received
 from fairpost.mailer.daemon.parking import Parking
 from fairpost.mailer.daemon.settlement import Backoff, Delete
-from fairpost.mailer.sdk.envelope import Envelope
-from fairpost.mailer.sdk.outcomes import feed
 
 log = logging.getLogger("fairpost.sender")
 
@@ -67,20 +62,26 @@ class Sending:
         """Send the mails a grant at ``at_ms`` covers; each is decided (its settlement)
         once its answer is known. Raises the first error after every answer is recorded."""
         granted = await self._claim(tenant, granted, at_ms)
-        # Kept hidden from a third of a lifetime on: until then a timer, and a task only
-        # for a group whose sends last that long (nearly none do).
+        # Kept hidden from a third of the messages' visibility on, counted from their
+        # receive: the decision and the acquire before the send may have used much of
+        # it. Until then a timer, and a task only for a group whose sends last that
+        # long (nearly none do).
         keepers: list[asyncio.Task[None]] = []
+        sent = asyncio.Event()
         timer = None
         if granted:
+            lifetime = self.ctx.settings.sender.visibility_timeout
+            first = min(m.hidden_until for m in granted) - lifetime * 2 / 3 - time.monotonic()
             timer = asyncio.get_running_loop().call_later(
-                self.ctx.settings.sender.visibility_timeout / 3,
+                max(0.0, first),
                 lambda: keepers.append(
-                    asyncio.create_task(self._keep_hidden(granted), name="sender-keep-hidden")
+                    asyncio.create_task(self._keep_hidden(granted, sent), name="sender-keep-hidden")
                 ),
             )
         try:
             await self._send_claimed(tenant, granted, at_ms)
         finally:
+            sent.set()
             if timer is not None:
                 timer.cancel()
             for keeper in keepers:
@@ -88,22 +89,26 @@ class Sending:
             if keepers:
                 await asyncio.gather(*keepers, return_exceptions=True)
 
-    async def _keep_hidden(self, messages: list[Received]) -> None:
+    async def _keep_hidden(self, messages: list[Received], sent: asyncio.Event) -> None:
         """While a group is being sent and recorded, its messages stay hidden in SQS and
         their sending markers held: a send may outlive the receive's visibility (a slow
         SES call, a wait for an SES slot, a Redis blip while recording), and a message
         that came back then would be sent again by the next receiver. Started a third
-        of a lifetime into the sends, and again every third of a lifetime."""
+        of a lifetime into their visibility, and again every third of a lifetime, until
+        ``sent`` is set. The keeper is cancelled too, but it does not rely on that: a
+        client library may swallow a cancellation that lands mid-call (seen with
+        redis-py's asyncio client, redis/redis-py#2028), and the send's end would then
+        wait out a whole third of a lifetime."""
         lifetime = self.ctx.settings.sender.visibility_timeout
         ids = [m.envelope.job_id for m in messages if m.envelope]
-        while True:
+        while not sent.is_set():
             try:
                 await self.inbox.extend(messages, lifetime)
                 await self.ctx.mail.hold_sending(ids, lifetime * 1000)
             except (RedisError, BotoCoreError, ClientError, OSError) as exc:
                 # Tried again a third of a lifetime later, before anything lapses.
                 log.warning("could not keep a send's messages hidden: %s", exc)
-            await asyncio.sleep(lifetime / 3)
+            await wait_or_stop(sent, lifetime / 3)
 
     async def _send_claimed(self, tenant: str, granted: list[Received], at_ms: int) -> None:
         granted = await self._load_content(tenant, granted, at_ms)
@@ -130,10 +135,7 @@ class Sending:
             for m, r, stamp in zip(granted, outcomes, stamps, strict=True)
             if isinstance(r, ses.SendResult)
         ]
-        await self._record(tenant, answered)
-        for msg, _, _ in answered:
-            msg.in_call = False  # its answer is recorded: it may be decided again
-        await self.answers.after_group(tenant, answered, at_ms)
+        await self.answers.conclude(tenant, answered, at_ms)
         for outcome in outcomes:
             if isinstance(outcome, BaseException):
                 raise outcome
@@ -216,7 +218,7 @@ class Sending:
             await self.ctx.mail.release_sending(job_id)
             raise
         if result.verdict is not ses.Verdict.SENT:
-            # A sent job's marker goes with its record, in _record.
+            # A sent job's marker goes with its record (Answers.conclude).
             await self.ctx.mail.release_sending(job_id)
         return result
 
@@ -240,77 +242,4 @@ class Sending:
             # SES has it, or may have: it stays in the call until its answer is recorded.
             msg.in_call = may_have_it(result.verdict)
             self.ctx.metrics.ses_call(result.verdict.value, time.monotonic() - started)
-        msg.decide(await self.answers.obey(tenant, msg, stamp, result))
         return result
-
-    async def _record(self, tenant: str, answered: list[tuple[Received, ses.SendResult, Stamp]]) -> None:
-        """Record a group's answers in one round trip (one pipeline): the quota units
-        of every mail SES may have move to the answer (fairpost.mailer.daemon.counting); then
-        each sent job is finished and its sending marker released. One pipeline, not
-        three round trips per mail: Redis round trips are the largest cost the daemon
-        has beside the calls it cannot avoid (bench/profile.py)."""
-        sent = [
-            (m.envelope.job_id, r.message_id or "")
-            for m, r, _ in answered
-            if r.verdict is ses.Verdict.SENT and m.envelope
-        ]
-        # Each sent job's mail.sent event goes into the feed with its record (finish.lua).
-        events = {
-            m.envelope.job_id: _sent_event(m.envelope, r.message_id)
-            for m, r, _ in answered
-            if r.verdict is ses.Verdict.SENT and m.envelope
-        }
-        if not sent and not any(r.verdict is ses.Verdict.TRANSIENT for _, r, _ in answered):
-            return
-        ctx = self.ctx
-        accepted = [m.envelope for m, r, _ in answered if r.verdict is ses.Verdict.SENT and m.envelope]
-        # Their recipients by mailbox provider, for the deliverability rollup (one script
-        # call in the pipeline below; the MX lookups started when the group was read).
-        rolled = await ctx.feedback.sent_counts(accepted) if ctx.feedback is not None else {}
-
-        # SES has these mails: their record must be written (and be on the replicas
-        # FAIRPOST_REDIS_MIN_REPLICAS asks for), or their messages would come back
-        # unrecorded after a failover and be sent again. So a failing Redis is ridden
-        # out here, for as long as the daemon rides out an outage. A retry writes again:
-        # finishing a sent job changes nothing, and moving units twice counts them twice
-        # at the answer (the safe side).
-        async def write() -> None:
-            async with ctx.store.pipeline() as pipe:
-                await self.counting.move_to_answers(tenant, answered, pipe)
-                await ctx.mail.record_sent(sent, keep_seconds=ctx.finished_ttl, pipeline=pipe, entries=events)
-                if ctx.feedback is not None:
-                    await self._queue_feedback(pipe, ctx.feedback, tenant, answered, rolled)
-                await ctx.store.execute_durably(pipe)
-
-        what = f"recording {len(sent)} sent mails"
-        await until_landed(what, write, ctx.settings.max_outage_seconds, first=0.2, most=2.0)
-        if ctx.feedback is not None:
-            ctx.feedback.counted(tenant, rolled)
-            await ctx.feedback.count_sent(tenant, sum(e.mail.recipients for e in accepted))
-
-    @staticmethod
-    async def _queue_feedback(
-        pipe: Pipeline,
-        feedback: Feedback,
-        tenant: str,
-        answered: list[tuple[Received, ses.SendResult, Stamp]],
-        rolled: Counts,
-    ) -> None:
-        """Queue what reputation and deliverability keep of the sent mails (a retry of
-        the pipeline queues it again: the rollup then counts them twice, the safe side)."""
-        recipients = 0
-        for msg, result, _ in answered:
-            if result.verdict is ses.Verdict.SENT and msg.envelope is not None:
-                env = msg.envelope
-                recipients += env.mail.recipients
-                await feedback.index_sent(pipe, tenant, env.job_id, result.message_id, env.mail.recipients)
-        if recipients:
-            await feedback.queue_sent(pipe, tenant, rolled, recipients)
-
-
-def _sent_event(env: Envelope, message_id: str | None) -> dict[str, str]:
-    """The mail.sent event's own fields (docs/outcomes.md): the recipients SES took."""
-    mail = env.mail
-    return feed.entry(
-        feed.SENT, {"ses_message_id": message_id, "recipients": [*mail.to, *mail.cc, *mail.bcc]}
-    )

@@ -59,6 +59,7 @@ from fairpost.mailer.errors import NewerFormat, PoisonMessage
 from fairpost.mailer.quota.engine import QuotaEngine
 from fairpost.mailer.quota.overrides import LimitSource, StaticLimits
 from fairpost.mailer.sdk.envelope import decode
+from fairpost.mailer.sdk.keys import mail_keys
 from fairpost.mailer.sdk.streams import group_id
 
 __all__ = ["Received", "Sender", "SenderStats"]
@@ -113,7 +114,7 @@ class Sender:
         )
         self.holds = holds
         self.store = store
-        self.keys = store.keys
+        self.keys = mail_keys(store.keys)
         self.quota = quota
         self.settings = settings
         self.metrics = self.ctx.metrics

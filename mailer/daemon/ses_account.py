@@ -19,7 +19,7 @@ every ``FAIRPOST_SES_ACCOUNT_REFRESH`` seconds; a failed refresh keeps the
 last limits, and is tried again on the outage back-off (fairpost.dispatcher.loop).
 A change is logged, handed to ``on_change`` (the daemon wakes the sender's gate
 when the limits rose: :func:`limits_rose`), and the limits are published in
-Redis (``Keys.auto_limits()``) for ``fairpost quota show`` and ``fairpost
+Redis (``MailKeys.auto_limits()``) for ``fairpost quota show`` and ``fairpost
 stats``. Needs ``ses:GetAccount``.
 
 SES's "Daily message quota exceeded" is not a rate to back off from for
@@ -40,11 +40,11 @@ import redis.asyncio
 from fairpost.config import Settings
 from fairpost.config.limits import Limits, Window, format_limits
 from fairpost.dispatcher.backoff import OutageBackoff, wait_or_stop
-from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.loop import OnError, forever
 from fairpost.mailer.daemon.aws import SesClient
 from fairpost.mailer.errors import SesAccountError
 from fairpost.mailer.quota.engine import QuotaEngine
+from fairpost.mailer.sdk.keys import MailKeys
 
 __all__ = [
     "SesAccountLimits",
@@ -108,7 +108,7 @@ class SesAccountLimits:
         settings: Settings,
         *,
         client: redis.asyncio.Redis,
-        keys: Keys,
+        keys: MailKeys,
         quota: QuotaEngine,
         on_change: OnChange | None = None,
         on_error: OnError | None = None,

@@ -13,7 +13,7 @@ The status is read (``GetTenant`` once for the tenant's ARN, then
 most once a second) after a send error naming the tenant; never more than
 five reads a second in all (SES's control-plane calls have low rate limits). A disabled tenant
 is re-read on the same schedule and resumes by itself once SES enables it.
-Verdicts are shared through Redis (:meth:`fairpost.dispatcher.keys.Keys.ses_tenant_status`),
+Verdicts are shared through Redis (:meth:`fairpost.mailer.sdk.keys.MailKeys.ses_tenant_status`),
 so every replica parks the tenant and ``stats`` shows it. A verdict lasts only
 while something holds the tenant: once it names an SES tenant the settings no
 longer map the tenant to (its mapping removed or changed), or an operator ran
@@ -40,7 +40,6 @@ from botocore.exceptions import ClientError
 
 from fairpost.config import Settings
 from fairpost.dispatcher.backoff import OutageBackoff
-from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.loop import forever
 from fairpost.dispatcher.replies import time_ms
 from fairpost.mailer.daemon.aws import SesClient
@@ -48,6 +47,7 @@ from fairpost.mailer.daemon.metrics import Metrics
 from fairpost.mailer.daemon.ses import redact
 from fairpost.mailer.quota.holds import SES_TENANT_DISABLED
 from fairpost.mailer.quota.reputation import TenantVerdict, read_verdicts
+from fairpost.mailer.sdk.keys import MailKeys
 
 __all__ = ["REASON", "SesTenantStatus"]
 
@@ -76,7 +76,7 @@ class SesTenantStatus:
         self,
         ses: SesClient,
         client: redis.asyncio.Redis,
-        keys: Keys,
+        keys: MailKeys,
         settings: Settings,
         *,
         on_enabled: Callable[[str], Awaitable[Any]] | None = None,

@@ -21,6 +21,7 @@ from fairpost.dispatcher.store import JobStore
 from fairpost.mailer.daemon.mail_jobs import MailState
 from fairpost.mailer.daemon.metrics import Metrics
 from fairpost.mailer.sdk.envelope import Envelope
+from fairpost.mailer.sdk.keys import mail_keys
 from fairpost.mailer.sdk.outcomes import feed
 from fairpost.mailer.sdk.streams import NOTIFICATION
 from fairpost.mailer.sdk.unsubscribes import ask_unsubscribed, holds
@@ -54,7 +55,7 @@ class Unsubscribed:
         """Queue the read of the notifications' recipients (nothing for transactional
         mail); its answer: job id → the stored value (None: not unsubscribed)."""
         asked = [(env.job_id, a) for env in envelopes if (a := _recipient(env)) is not None]
-        read = ask_unsubscribed(pipe, self.store.keys, tenant, [a for _, a in asked])
+        read = ask_unsubscribed(pipe, mail_keys(self.store.keys), tenant, [a for _, a in asked])
         ids = [job_id for job_id, _ in asked]
         return Queued(read.size, lambda replies: dict(zip(ids, read.read(replies), strict=True)))
 

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 
 import redis.asyncio
 
-from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.replies import text
+from fairpost.mailer.sdk.keys import MailKeys
 
 __all__ = ["JobBook", "JobInfo"]
 
@@ -43,7 +43,7 @@ class JobBook:
             self.jobs[job_id] = JobInfo(tenant=tenant, recipients=recipients)
             self._open.add(job_id)
 
-    async def refresh(self, client: redis.asyncio.Redis, keys: Keys, *, everything: bool = False) -> None:
+    async def refresh(self, client: redis.asyncio.Redis, keys: MailKeys, *, everything: bool = False) -> None:
         """Read the records of jobs not yet finished (``everything``: of all jobs)."""
         ids = list(self.jobs) if everything else list(self._open)
         for start in range(0, len(ids), 2000):

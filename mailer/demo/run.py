@@ -26,7 +26,6 @@ from rich.console import Console
 
 from fairpost.config import Settings
 from fairpost.dispatcher.connect import async_redis_client, redis_client
-from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.replies import time_ms
 from fairpost.mailer.demo.load import SENDER_DOMAIN, generate_load
 from fairpost.mailer.demo.monitor import JobBook
@@ -46,6 +45,7 @@ from fairpost.mailer.errors import DemoError
 from fairpost.mailer.ops.stats import Stats, collect_stats
 from fairpost.mailer.quota.engine import QuotaEngine
 from fairpost.mailer.sdk.client import AsyncMailClient
+from fairpost.mailer.sdk.keys import MailKeys
 from fairpost.mailer.sdk.outcomes.endpoints import Webhooks
 from fairpost.mailer.sdk.outcomes.pending import pending_deliveries
 from fairpost.mailer.testing.ses_server import SesServer
@@ -296,7 +296,7 @@ def _undo(backends: Backends, settings: Settings) -> None:
             sqs.delete_queue(QueueUrl=sqs.get_queue_url(QueueName=settings.queue_name)["QueueUrl"])
     if not backends.private_redis:
         with contextlib.suppress(redis.RedisError), redis_client(settings) as client:
-            keys = list(client.scan_iter(match=Keys(settings.key_prefix).root + "*", count=1000))
+            keys = list(client.scan_iter(match=MailKeys(settings.key_prefix).root + "*", count=1000))
             for start in range(0, len(keys), 500):
                 client.delete(*keys[start : start + 500])
 
@@ -326,7 +326,7 @@ class Demo:
         self.workdir = workdir
         self.env = env
         self.output = output
-        self.keys = Keys(settings.key_prefix)
+        self.keys = MailKeys(settings.key_prefix)
         self.book = JobBook()
         r = settings.reputation
         self.trace = ReputationTrace(r.bounce_threshold, r.throttle_at) if scenario.bounces() else None

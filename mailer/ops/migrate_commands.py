@@ -7,14 +7,14 @@ import argparse
 
 from fairpost.config import Settings
 from fairpost.dispatcher.connect import redis_client
-from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.migrate import Migration
+from fairpost.mailer.sdk.keys import MailKeys
 
 
 def cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
     client = redis_client(settings)
     try:
-        migration = Migration(client, Keys(settings.key_prefix), say=lambda line: print(line, flush=True))
+        migration = Migration(client, MailKeys(settings.key_prefix), say=lambda line: print(line, flush=True))
         migration.batch = args.batch
         if args.dry_run:
             migration.dry_run()

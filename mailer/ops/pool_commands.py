@@ -65,12 +65,18 @@ def add_tenant_actions(actions: Any) -> None:
         "fallback",
         help="let the tenant's new mail go through POOL while its own pool's SES fails (opt-in)",
         description="Name the pool the tenant's new mail may go through while its own pool's SES "
-        "fails; its identities must exist in that pool's SES (checked with GetEmailIdentity).",
+        "fails; its identities must exist in that pool's SES (checked with GetEmailIdentity; "
+        "--skip-identity-check sets it unchecked).",
     )
     fallback.add_argument("tenant")
     target = fallback.add_mutually_exclusive_group(required=True)
     target.add_argument("--to", metavar="POOL")
     target.add_argument("--none", action="store_true", help="no fallback: its mail waits for its own pool")
+    fallback.add_argument(
+        "--skip-identity-check",
+        action="store_true",
+        help="set it without asking the fallback pool's SES (you checked its identities yourself)",
+    )
     fallback.add_argument("--json", action="store_true")
     fallback.set_defaults(handler=cmd_tenant_fallback)
 
@@ -132,27 +138,43 @@ def cmd_tenant_pool(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_tenant_fallback(args: argparse.Namespace, settings: Settings) -> int:
     import redis
 
-    from fairpost.mailer.ops.pool_identities import missing_identities
     from fairpost.mailer.sdk.pool_admin import Pools
 
     target: str | None = None if args.none else args.to
-    if target is not None:
-        if target not in pool_names(settings):
-            return fail(f"no pool {target!r}: one of {', '.join(pool_names(settings))}")
-        missing = missing_identities(settings, target, args.tenant)
-        if missing:
-            return fail(f"tenant {args.tenant}'s identities do not exist in pool {target}'s SES: "
-                        f"{', '.join(missing)} (verify them there first)")  # fmt: skip
+    checked = target is not None and not args.skip_identity_check
+    if target is not None and target not in pool_names(settings):
+        return fail(f"no pool {target!r}: one of {', '.join(pool_names(settings))}")
+    if checked and (refused := _identities_refused(settings, target or "", args.tenant)):
+        return fail(refused)
     try:
         with Pools(settings) as pools:
             pools.set_fallback(args.tenant, target)
     except (redis.RedisError, OSError) as exc:
         return unreachable_redis(settings, exc)
     if args.json:
-        print_json({"tenant": args.tenant, "fallback": target})
+        print_json({"tenant": args.tenant, "fallback": target, "identities_checked": checked})
     else:
-        print(f"tenant {args.tenant}: fallback {target or 'none'}")
+        unchecked = " (its identities there not checked)" if target and not checked else ""
+        print(f"tenant {args.tenant}: fallback {target or 'none'}{unchecked}")
     return 0
+
+
+def _identities_refused(settings: Settings, pool: str, tenant: str) -> str | None:
+    """Why the tenant may not fall back to ``pool`` (its identities missing from the pool's
+    SES, or SES not answering), naming the identities; None if it may."""
+    from fairpost.mailer.ops.pool_identities import SesUnanswered, missing_identities
+
+    skip = (
+        f"--skip-identity-check sets it anyway (tenant fallback {tenant} --to {pool} --skip-identity-check)"
+    )
+    try:
+        missing = missing_identities(settings, pool, tenant)
+    except SesUnanswered as exc:
+        return f"{exc}: cannot check tenant {tenant}'s identities there; {skip}"
+    if missing:
+        return (f"tenant {tenant}'s identities do not exist in pool {pool}'s SES: {', '.join(missing)} "
+                f"(verify them there first, or {skip})")  # fmt: skip
+    return None
 
 
 def cmd_pools(args: argparse.Namespace, settings: Settings) -> int:
@@ -160,7 +182,7 @@ def cmd_pools(args: argparse.Namespace, settings: Settings) -> int:
     from redis.crc import key_slot
 
     from fairpost.config.pools import pool_key_prefix
-    from fairpost.dispatcher.keys import Keys
+    from fairpost.mailer.sdk.keys import MailKeys
     from fairpost.mailer.sdk.pool_admin import Pools
 
     try:
@@ -171,7 +193,7 @@ def cmd_pools(args: argparse.Namespace, settings: Settings) -> int:
         return unreachable_redis(settings, exc)
     rows: list[dict[str, Any]] = [
         {"pool": name, "key_prefix": pool_key_prefix(settings, name), "failing_since_ms": failing.get(name),
-         "slot": key_slot(Keys(pool_key_prefix(settings, name)).root.encode()),
+         "slot": key_slot(MailKeys(pool_key_prefix(settings, name)).root.encode()),
          "tenants": sorted(t for t, p in placed.items() if p == name)}
         for name in pool_names(settings)
     ]  # fmt: skip

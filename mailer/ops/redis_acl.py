@@ -25,8 +25,8 @@ from dataclasses import dataclass
 import redis
 import redis.exceptions
 
-from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.scripts import lua_source
+from fairpost.mailer.sdk.keys import MailKeys
 
 __all__ = ["COMMANDS", "AclCheck", "acl_setuser", "denied_commands"]
 
@@ -87,7 +87,7 @@ def acl_setuser(
 ) -> str:
     """The ``ACL SETUSER`` line that allows fairpost exactly what it needs; ``pools``: the
     key prefixes of the sending pools besides the default (config/pools.py), each a pattern."""
-    patterns = " ".join(f"~{Keys(p).root}*" for p in (prefix, *pools))
+    patterns = " ".join(f"~{MailKeys(p).root}*" for p in (prefix, *pools))
     allowed = " ".join("+" + name for name in COMMANDS)
     return f"ACL SETUSER {user} on >{password} resetkeys {patterns} resetchannels -@all {allowed}"
 
@@ -104,7 +104,7 @@ def denied_commands(client: redis.Redis, prefix: str, *, cluster: bool) -> AclCh
     """Ask Redis which of :data:`COMMANDS` the client's user may not run. Raises
     ``NoPermissionError`` if it may not even run scripts, ``ResponseError`` on a
     Redis without ``redis.acl_check_cmd`` (before 7.0)."""
-    key = f"{Keys(prefix).root}:doctor"
+    key = f"{MailKeys(prefix).root}:doctor"
     wanted = {name: args for name, args in COMMANDS.items() if cluster or name not in _TOPOLOGY_ONLY}
     argv: list[str] = []
     for name, args in wanted.items():

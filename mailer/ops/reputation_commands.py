@@ -50,15 +50,15 @@ def cmd_ses_tenants_sync(args: argparse.Namespace, settings: Settings) -> int:
     import redis
 
     from fairpost.dispatcher import connect
-    from fairpost.dispatcher.keys import Keys
     from fairpost.mailer.ops.ses_tenants import sync_tenants
+    from fairpost.mailer.sdk.keys import MailKeys
 
     seen: set[str] = set()
     if settings.ses_tenant_names == "tenant_id":
         # Every tenant that ever enqueued gets its SES tenant too.
         try:
             with contextlib.closing(connect.redis_client(settings)) as client:
-                members: Any = client.smembers(Keys(settings.key_prefix).tenants())
+                members: Any = client.smembers(MailKeys(settings.key_prefix).tenants())
                 seen = {text(m) for m in members}
         except (redis.RedisError, OSError) as exc:
             return unreachable_redis(settings, exc)

@@ -31,7 +31,7 @@ import redis.asyncio
 from fairpost.config import Settings
 from fairpost.config.limits import Window, format_limits
 from fairpost.config.warmup import stricter
-from fairpost.dispatcher.keys import TOTAL_INFLIGHT, TOTAL_WAITING, Keys
+from fairpost.dispatcher.keys import TOTAL_INFLIGHT, TOTAL_WAITING
 from fairpost.dispatcher.redis_memory import RedisMemory, memory_from_info
 from fairpost.dispatcher.replies import record, text, time_ms
 from fairpost.mailer.quota.engine import QuotaEngine
@@ -53,6 +53,7 @@ from fairpost.mailer.quota.reputation import (
     read_verdicts,
 )
 from fairpost.mailer.quota.warmup import WarmupView, read_places
+from fairpost.mailer.sdk.keys import MailKeys
 from fairpost.mailer.sdk.outcomes.pending import PendingDeliveries, pending_deliveries
 
 __all__ = ["ScopeStats", "Stats", "WindowUsage", "collect_stats"]
@@ -182,7 +183,7 @@ class Stats:
 
 async def collect_stats(
     client: redis.asyncio.Redis,
-    keys: Keys,
+    keys: MailKeys,
     settings: Settings,
     *,
     quota: QuotaEngine | None = None,
@@ -262,7 +263,7 @@ class _Shared:
     provider_held: dict[str, dict[str, ProviderHold]]
 
 
-async def _read_shared(client: redis.asyncio.Redis, keys: Keys) -> _Shared:
+async def _read_shared(client: redis.asyncio.Redis, keys: MailKeys) -> _Shared:
     async with client.pipeline(transaction=False) as pipe:
         pipe.time()
         pipe.hgetall(keys.limit_overrides())
@@ -300,7 +301,7 @@ async def _read_shared(client: redis.asyncio.Redis, keys: Keys) -> _Shared:
 
 
 async def _tenant_counts(
-    client: redis.asyncio.Redis, keys: Keys, ordered: list[str], at_ms: int
+    client: redis.asyncio.Redis, keys: MailKeys, ordered: list[str], at_ms: int
 ) -> tuple[dict[str, int], dict[str, int], dict[str, tuple[str, int]]]:
     """Each tenant's backlog, in flight and SES-fault hold, in one round trip."""
     async with client.pipeline(transaction=False) as pipe:
@@ -386,10 +387,10 @@ async def _global_stats(quota: QuotaEngine, glob: EffectiveLimits, shared: _Shar
     )
 
 
-async def _top(client: redis.asyncio.Redis, keys: Keys, sample: int) -> list[str]:
+async def _top(client: redis.asyncio.Redis, keys: MailKeys, sample: int) -> list[str]:
     """The ``sample`` tenants with the largest backlogs, to within a factor of two.
 
-    The scripts raise a tenant's score in :meth:`Keys.backlog_top` only when its
+    The scripts raise a tenant's score in :meth:`MailKeys.backlog_top` only when its
     backlog reaches a power of two (no sorted-set write per job), so a drained
     tenant's score is too high until a reader looks: the candidates read here
     get their scores put right, and the largest of them by their true count
@@ -418,6 +419,6 @@ async def _top(client: redis.asyncio.Redis, keys: Keys, sample: int) -> list[str
 
 
 def _bucket(count: int) -> int:
-    """The score :meth:`Keys.backlog_top` should hold: the largest power of two not
+    """The score :meth:`MailKeys.backlog_top` should hold: the largest power of two not
     above ``count``, or 0 (not there) below 2."""
     return 1 << (count.bit_length() - 1) if count >= 2 else 0

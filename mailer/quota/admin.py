@@ -16,7 +16,6 @@ from fairpost.config import Settings
 from fairpost.config.limits import Limits, Window, format_limits, parse_limits
 from fairpost.config.tenant_id import TENANT_ID_RULE, is_valid_tenant_id
 from fairpost.dispatcher.calls import ScriptCalls, script, store_limits
-from fairpost.dispatcher.keys import Keys
 from fairpost.mailer.errors import InvalidOverride
 from fairpost.mailer.quota import holds
 from fairpost.mailer.quota.overrides import (
@@ -33,6 +32,7 @@ from fairpost.mailer.quota.provider_guard import hold_reason, lift_provider_hold
 from fairpost.mailer.quota.reputation import lift_guard
 from fairpost.mailer.sdk.connection import RedisOwner
 from fairpost.mailer.sdk.failures import redis_operation
+from fairpost.mailer.sdk.keys import MailKeys
 from fairpost.mailer.sdk.streams import split_group
 
 log = logging.getLogger("fairpost.overrides")
@@ -76,7 +76,7 @@ class QuotaAdmin(RedisOwner):
 
     def __init__(self, settings: Settings | None = None, *, redis_client: redis.Redis | None = None) -> None:
         super().__init__(settings, redis_client=redis_client)
-        self.keys = Keys(self.settings.key_prefix)
+        self.keys = MailKeys(self.settings.key_prefix)
         self._calls = ScriptCalls(self.keys, store_limits(self.settings))
         self._resume = self._redis.register_script(script("resume"))
 

@@ -1,7 +1,7 @@
 """Sliding-window quotas in Redis, global and per tenant, counted in recipients.
 
 Each window (``Window(seconds, limit)``) of each scope is one Redis hash of
-time buckets (:meth:`fairpost.dispatcher.keys.Keys.quota`), so a day window of 50,000
+time buckets (:meth:`fairpost.mailer.sdk.keys.MailKeys.quota`), so a day window of 50,000
 costs about ``buckets_per_window`` fields, never one entry per mail. All the
 work that must be atomic is one Lua script, ``quota.lua``, beside this module:
 an acquire checks and takes every global and tenant window in one round trip,
@@ -33,8 +33,8 @@ from redis.exceptions import RedisError
 
 from fairpost.config.limits import BUDGET_SECONDS, Window
 from fairpost.dispatcher.durable import Durability
-from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.scripts import lua_source
+from fairpost.mailer.sdk.keys import MailKeys
 
 __all__ = [
     "BUCKETS_PER_WINDOW",
@@ -59,7 +59,7 @@ window is empty. Longer windows are budgets: a mail over the limit never fits
 (``fairpost.config.limits.Window.is_budget``, which the SDK checks too; quota.lua's RATE_MS)."""
 
 SHARE_PARTS = ("tag", "until", "weight", "refused")
-"""The fair share's keys (``Keys.quota_share``), in the order quota.lua takes them."""
+"""The fair share's keys (``MailKeys.quota_share``), in the order quota.lua takes them."""
 
 _MOST_UNANSWERED = 1024
 """Asks whose answer was lost a process remembers (one per tenant at most, but
@@ -143,7 +143,7 @@ class QuotaEngine:
     def __init__(
         self,
         redis: Redis,
-        keys: Keys,
+        keys: MailKeys,
         *,
         buckets_per_window: int = BUCKETS_PER_WINDOW,
         durability: Durability | None = None,

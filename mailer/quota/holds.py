@@ -34,10 +34,10 @@ import redis
 import redis.asyncio
 
 from fairpost.dispatcher.calls import ScriptCalls, script
-from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.replies import text
 from fairpost.dispatcher.scripts import lua_source
 from fairpost.dispatcher.store import StoreLimits
+from fairpost.mailer.sdk.keys import MailKeys
 
 __all__ = [
     "LIFTED_BY_RESUME",
@@ -72,7 +72,7 @@ class SesFaultHold:
     """Redis time the tenant's next mail is tried again."""
 
 
-def read_hold(pipe: redis.asyncio.client.Pipeline, keys: Keys, tenant: str) -> None:
+def read_hold(pipe: redis.asyncio.client.Pipeline, keys: MailKeys, tenant: str) -> None:
     """Queue the read of the tenant's SES-fault hold on ``pipe``; its reply is
     :func:`parse_hold`'s to read."""
     pipe.hmget(keys.tenant_hold(tenant), ["reason", "until_ms"])
@@ -85,7 +85,7 @@ def parse_hold(reply: Any) -> SesFaultHold | None:
 
 
 class TenantHolds:
-    def __init__(self, client: redis.asyncio.Redis, keys: Keys, limits: StoreLimits) -> None:
+    def __init__(self, client: redis.asyncio.Redis, keys: MailKeys, limits: StoreLimits) -> None:
         """``limits``: the dispatcher's, whose in-flight TTL and stranded deadline a
         hold keeps the tenant's slots and jobs by."""
         self._redis = client
@@ -133,7 +133,7 @@ class TenantHolds:
         return {tenant: hold for tenant, hold in read.items() if hold is not None}
 
 
-def lift(client: redis.Redis, keys: Keys, tenant: str) -> list[str]:
+def lift(client: redis.Redis, keys: MailKeys, tenant: str) -> list[str]:
     """An operator resumed the tenant: lift its holds stored here (blocking; called by
     ``fairpost tenant resume``); returns the reasons lifted. Every replica sees it
     within a refresh and brings the tenant's parked mail back

@@ -6,7 +6,7 @@ through an :class:`OverrideCache`, refreshed every ``REFRESH_SECONDS``, so a
 change applies everywhere within a few seconds. An override wins over the
 settings until it is reset.
 
-Keys (all from :class:`fairpost.dispatcher.keys.Keys`):
+Keys (all from :class:`fairpost.mailer.sdk.keys.MailKeys`):
 
 - ``limit_overrides()``: hash, ``"global"`` or ``"t:<tenant>"`` → limits text;
 - ``paused()``: set of paused tenants, the one the dispatcher's scripts
@@ -40,10 +40,10 @@ import redis.asyncio
 from fairpost.config import ConfigError, Settings
 from fairpost.config.limits import Limits, Window, format_limits, parse_limits
 from fairpost.dispatcher.backoff import OutageBackoff
-from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.loop import OnError, forever
 from fairpost.dispatcher.replies import record, text, time_ms
 from fairpost.mailer.quota.warmup import PENDING, Warmups
+from fairpost.mailer.sdk.keys import MailKeys
 
 __all__ = [
     "REFRESH_SECONDS",
@@ -122,7 +122,7 @@ def read_overrides(raw: Mapping[Any, Any], paused: Iterable[Any]) -> Overrides:
 
 
 def read_auto_limits(raw: Any) -> Limits | None:
-    """The global limits a running daemon derived from SES (``Keys.auto_limits``), as
+    """The global limits a running daemon derived from SES (``MailKeys.auto_limits``), as
     read from Redis; None if there are none, or they do not parse."""
     if raw is None:
         return None
@@ -197,7 +197,7 @@ class OverrideCache:
     def __init__(
         self,
         client: redis.asyncio.Redis,
-        keys: Keys,
+        keys: MailKeys,
         settings: Settings,
         *,
         auto: Callable[[], Limits] | None = None,

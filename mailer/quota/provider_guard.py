@@ -20,8 +20,8 @@ the rate is back under (the days that held the bounces leave the window; held
 mail sends none, so only time lowers it), or when an operator resumes the
 tenant (:func:`lift_provider_holds`: the guard then judges only what came after).
 
-This module owns the guard's keys (:meth:`Keys.provider_guard`,
-:meth:`Keys.provider_guard_base`); the decision, :func:`judge_providers`, is pure.
+This module owns the guard's keys (:meth:`MailKeys.provider_guard`,
+:meth:`MailKeys.provider_guard_base`); the decision, :func:`judge_providers`, is pure.
 """
 
 from __future__ import annotations
@@ -39,9 +39,9 @@ import redis.asyncio
 from fairpost.config import Settings
 from fairpost.config.providers import OTHER, known
 from fairpost.dispatcher.backoff import OutageBackoff
-from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.loop import OnError, forever
 from fairpost.dispatcher.replies import text, time_ms
+from fairpost.mailer.sdk.keys import MailKeys
 from fairpost.mailer.sdk.rollups import parse_day
 
 __all__ = [
@@ -192,7 +192,7 @@ class ProviderGuard:
     def __init__(
         self,
         client: redis.asyncio.Redis,
-        keys: Keys,
+        keys: MailKeys,
         settings: Settings,
         *,
         on_action: OnAction | None = None,
@@ -271,14 +271,16 @@ class ProviderGuard:
             await self._on_action(tenant, action, hold)
 
 
-async def read_provider_holds(client: redis.asyncio.Redis, keys: Keys) -> dict[str, dict[str, ProviderHold]]:
+async def read_provider_holds(
+    client: redis.asyncio.Redis, keys: MailKeys
+) -> dict[str, dict[str, ProviderHold]]:
     """Every tenant held for a provider: tenant → provider → hold."""
     raw = await client.hgetall(keys.provider_guard())
     found = {text(t): held_providers(v) for t, v in raw.items()}
     return {t: h for t, h in found.items() if h}
 
 
-def lift_provider_holds(client: redis.Redis, keys: Keys, tenant: str) -> list[str]:
+def lift_provider_holds(client: redis.Redis, keys: MailKeys, tenant: str) -> list[str]:
     """An operator resumed the tenant: lift its provider holds, and let the guard judge
     only what comes after (the window's counts as they are now become the base it
     subtracts). Blocking; returns the providers lifted."""

@@ -38,9 +38,9 @@ import redis.asyncio
 
 from fairpost.config import Settings
 from fairpost.config.limits import Limits, Window, format_limits
-from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.replies import text
 from fairpost.dispatcher.scripts import lua_source
+from fairpost.mailer.sdk.keys import MailKeys
 
 __all__ = [
     "WINDOWS",
@@ -195,7 +195,7 @@ class ReputationBook:
     def __init__(
         self,
         client: redis.asyncio.Redis,
-        keys: Keys,
+        keys: MailKeys,
         settings: Settings,
         *,
         on_action: Callable[[str, str], Awaitable[Any]] | None = None,
@@ -330,7 +330,7 @@ class ReputationBook:
             await self._on_action(tenant, action)
 
 
-async def _drop_override(client: redis.asyncio.Redis, keys: Keys, tenant: str, state: GuardState) -> None:
+async def _drop_override(client: redis.asyncio.Redis, keys: MailKeys, tenant: str, state: GuardState) -> None:
     if state.override is None:
         return
     current = await client.hget(keys.limit_overrides(), "t:" + tenant)
@@ -347,7 +347,7 @@ def throttled(own: Limits, throttle: Limits) -> Limits:
     return tuple(sorted(Window(seconds, limit) for seconds, limit in merged.items()))
 
 
-def lift_guard(client: redis.Redis, keys: Keys, tenant: str) -> GuardState | None:
+def lift_guard(client: redis.Redis, keys: MailKeys, tenant: str) -> GuardState | None:
     """An operator resumed the tenant: lift the guard's pause and throttle, and let it
     judge only what comes after (blocking; called by ``fairpost tenant resume``)."""
     state = GuardState.from_json(client.hget(keys.guard(), tenant))

@@ -2,7 +2,7 @@
 
 A tenant's *place* in its plan (:class:`Place`: the plan, the step it is on
 and since when, and why it is held, if it is) is one field of the hash
-:meth:`fairpost.dispatcher.keys.Keys.warmup`, written at the Redis server's
+:meth:`fairpost.mailer.sdk.keys.MailKeys.warmup`, written at the Redis server's
 time by ``warmup.lua`` beside this module, so it survives restarts and every
 replica reads the same one. Plans start three ways: a tenant fairpost has not
 seen before starts ``FAIRPOST_WARMUP__PLAN`` when the sender first meets its
@@ -44,10 +44,10 @@ import redis.asyncio
 from fairpost.config import Settings
 from fairpost.config.limits import Limits, Window, format_limits
 from fairpost.config.warmup import WarmupPlan, WarmupStep, parse_plan, stricter
-from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.replies import text
 from fairpost.dispatcher.scripts import lua_source
 from fairpost.mailer.quota.reputation import Reputation, ReputationBook
+from fairpost.mailer.sdk.keys import MailKeys
 
 __all__ = [
     "HOLD_KINDS",
@@ -274,7 +274,7 @@ class Warmups:
     """
 
     def __init__(
-        self, client: redis.asyncio.Redis, keys: Keys, settings: Settings, *, horizon_seconds: float
+        self, client: redis.asyncio.Redis, keys: MailKeys, settings: Settings, *, horizon_seconds: float
     ) -> None:
         self._redis = client
         self._keys = keys

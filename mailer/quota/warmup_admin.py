@@ -15,13 +15,13 @@ import redis
 from fairpost.config import Settings
 from fairpost.config.tenant_id import TENANT_ID_RULE, is_valid_tenant_id
 from fairpost.config.warmup import WarmupPlan, parse_plan
-from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.replies import time_ms
 from fairpost.dispatcher.scripts import lua_source
 from fairpost.mailer.errors import InvalidOverride
 from fairpost.mailer.quota.warmup import Place, WarmupView, read_places
 from fairpost.mailer.sdk.connection import RedisOwner
 from fairpost.mailer.sdk.failures import redis_operation
+from fairpost.mailer.sdk.keys import MailKeys
 
 __all__ = ["WarmupAdmin"]
 
@@ -52,7 +52,7 @@ class WarmupAdmin(RedisOwner):
 
     def __init__(self, settings: Settings | None = None, *, redis_client: redis.Redis | None = None) -> None:
         super().__init__(settings, redis_client=redis_client)
-        self.keys = Keys(self.settings.key_prefix)
+        self.keys = MailKeys(self.settings.key_prefix)
         self._script = self._redis.register_script(lua_source("fairpost.mailer.quota", "warmup"))
 
     def _call(self, *args: str) -> object:

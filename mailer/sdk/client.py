@@ -21,7 +21,6 @@ from fairpost.config import Settings, load_settings
 from fairpost.config.limits import budget_exceeded
 from fairpost.config.pools import DEFAULT_POOL
 from fairpost.dispatcher.jobs import NewJob, check_priority
-from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.redis_memory import PolicyOnce
 from fairpost.mailer.errors import InvalidMail, UnknownJob
 from fairpost.mailer.sdk.attachments import Attachment
@@ -29,6 +28,7 @@ from fairpost.mailer.sdk.compose import mail_job
 from fairpost.mailer.sdk.connection import AsyncRedisOwner, RedisOwner, timeouts
 from fairpost.mailer.sdk.dead import DeadLetters
 from fairpost.mailer.sdk.failures import RedisFailures
+from fairpost.mailer.sdk.keys import MailKeys
 from fairpost.mailer.sdk.mail import Mail, check_tenant_id
 from fairpost.mailer.sdk.outcomes.endpoints import Webhooks
 from fairpost.mailer.sdk.outcomes.stream import AsyncEventReader, EventReader, Start
@@ -73,7 +73,7 @@ class BaseMailClient:
             check_priority(priority)
         except ValueError as exc:
             raise InvalidMail("priority", str(exc)) from None
-        keys = Keys(settings.key_prefix)
+        keys = MailKeys(settings.key_prefix)
         jobs = []
         default_sender = settings.tenant(tenant).default_sender
         for index, item in enumerate(mails):

@@ -4,7 +4,7 @@
 A plain mail's JSON is the job's payload and rides in the SQS message
 (envelope version 1). A mail with attachments, or one whose JSON is over
 :data:`INLINE_MAX_BYTES`, becomes a MIME message kept in Redis beside the job
-record (:meth:`Keys.content`); the payload, and the SQS message, carry only
+record (:meth:`MailKeys.content`); the payload, and the SQS message, carry only
 its addresses, subject and that key (a claim check, envelope version 2).
 """
 
@@ -17,10 +17,11 @@ from email.utils import parseaddr
 
 from fairpost.config import Settings
 from fairpost.dispatcher.jobs import NewJob, new_job_id
-from fairpost.dispatcher.keys import Keys, lane
+from fairpost.dispatcher.keys import lane
 from fairpost.mailer.errors import InvalidMail
 from fairpost.mailer.sdk.attachments import check_attachments
 from fairpost.mailer.sdk.envelope import STORED_MARK
+from fairpost.mailer.sdk.keys import MailKeys
 from fairpost.mailer.sdk.list_unsubscribe import has_own, unsubscribe_headers
 from fairpost.mailer.sdk.mail import Mail, ValidMail, validate
 from fairpost.mailer.sdk.mime import SES_MAX_MESSAGE_BYTES, build_mime
@@ -84,7 +85,7 @@ def with_unsubscribe(settings: Settings, tenant: str, mail: ValidMail) -> tuple[
 
 def mail_job(
     settings: Settings,
-    keys: Keys,
+    keys: MailKeys,
     tenant: str,
     mail: Mail,
     *,

@@ -24,12 +24,13 @@ import redis
 
 from fairpost.config import Settings
 from fairpost.dispatcher.errors import NotReplayable, UnknownJob
-from fairpost.dispatcher.keys import BULK, Keys
+from fairpost.dispatcher.keys import BULK
 from fairpost.dispatcher.lifecycle import SyncLifecycle
 from fairpost.dispatcher.record import has_payload
 from fairpost.dispatcher.store import store_limits
 from fairpost.mailer.sdk.connection import RedisOwner
 from fairpost.mailer.sdk.failures import redis_operation
+from fairpost.mailer.sdk.keys import MailKeys
 from fairpost.mailer.sdk.mail import check_tenant_id
 from fairpost.mailer.sdk.status import json_fields, record_time
 
@@ -90,7 +91,7 @@ class DeadLetters(RedisOwner):
 
     def __init__(self, settings: Settings | None = None, *, redis_client: redis.Redis | None = None) -> None:
         super().__init__(settings, redis_client=redis_client)
-        self.keys = Keys(self.settings.key_prefix)
+        self.keys = MailKeys(self.settings.key_prefix)
         self._lifecycle = SyncLifecycle(self._redis, self.keys, store_limits(self.settings))
 
     @redis_operation("dead letters: list")

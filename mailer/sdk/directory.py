@@ -1,7 +1,7 @@
 """The pool directory (#43): which sending pool each tenant is on, and its fallback.
 
 The only module that reads or writes the directory's keys
-(:meth:`~fairpost.dispatcher.keys.Keys.pool_directory` and its neighbours), all in
+(:meth:`~fairpost.mailer.sdk.keys.MailKeys.pool_directory` and its neighbours), all in
 the default pool's slot. A tenant with no entry is on the default pool, so an
 installation that declares no pool never reads the directory at all.
 
@@ -24,8 +24,8 @@ import redis.asyncio
 
 from fairpost.config import ConfigError, Settings
 from fairpost.config.pools import DEFAULT_POOL, pool_names
-from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.replies import text
+from fairpost.mailer.sdk.keys import MailKeys
 
 __all__ = ["DIRECTORY_TTL", "AsyncPoolDirectory", "Placement", "PoolDirectory"]
 
@@ -47,7 +47,7 @@ class _Core:
 
     def __init__(self, settings: Settings, *, ttl: float, clock: Callable[[], float]) -> None:
         self.settings = settings
-        self.keys = Keys(settings.key_prefix)
+        self.keys = MailKeys(settings.key_prefix)
         self.pooled = bool(settings.pools)
         self._ttl = ttl
         self._clock = clock

@@ -35,18 +35,18 @@ import redis
 
 from fairpost.config import ConfigError, Settings
 from fairpost.config.pools import pool_key_prefix, pool_names
-from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.replies import text, time_ms
 from fairpost.mailer.errors import InvalidMail
 from fairpost.mailer.sdk.connection import RedisOwner, timeouts
 from fairpost.mailer.sdk.directory import DIRECTORY_TTL, PoolDirectory
+from fairpost.mailer.sdk.keys import MailKeys
 from fairpost.mailer.sdk.mail import check_tenant_id
 from fairpost.mailer.sdk.pool_redis import SyncPoolRedis
 
 __all__ = ["MoveReport", "Pools"]
 
 Step = Literal["copy", "placed", "draining", "done"]
-_Space = tuple[redis.Redis, Keys]
+_Space = tuple[redis.Redis, MailKeys]
 """A pool's client (its slot's, on a Redis Cluster) and its keys."""
 _MARGIN_MS = 500
 """Past the directory's TTL, before every SDK counts as having seen a move."""
@@ -91,8 +91,14 @@ class Pools(RedisOwner):
 
     def set_fallback(self, tenant: str, pool: str | None) -> None:
         """Let the tenant's new mail go through ``pool`` while its own pool's SES fails
-        (None: never). ``fairpost tenant fallback`` first checks with the fallback's SES
-        that the tenant's identities exist there."""
+        (None: never).
+
+        This call asks no SES (the SDK has no AWS client), and neither does the daemon
+        when it switches: a tenant whose identities the fallback's SES lacks would have
+        its mail refused there. ``fairpost tenant fallback`` checks first, with the
+        fallback pool's SES (``GetEmailIdentity`` for each of the tenant's identities),
+        and refuses unless told ``--skip-identity-check``: set fallbacks through it, or
+        check the same way before calling this."""
         tenant = check_tenant_id(tenant)
         if pool is not None and pool == self.pool_of(tenant):
             raise InvalidMail("fallback", f"{pool!r} is the tenant's own pool")
@@ -167,7 +173,7 @@ class Pools(RedisOwner):
         """What the operator set for the tenant, mirrored: the target ends as the source is."""
         (r, old), (w, new) = source, target
         scope = f"t:{tenant}"
-        for key_of, field in ((Keys.limit_overrides, scope), (Keys.warmup, tenant)):
+        for key_of, field in ((MailKeys.limit_overrides, scope), (MailKeys.warmup, tenant)):
             value = r.hget(key_of(old), field)
             if value is None:
                 w.hdel(key_of(new), field)
@@ -210,7 +216,7 @@ class Pools(RedisOwner):
 
     def _space(self, pool: str) -> _Space:
         """The pool's client and keys."""
-        return self._pools(pool), Keys(pool_key_prefix(self.settings, pool))
+        return self._pools(pool), MailKeys(pool_key_prefix(self.settings, pool))
 
     def _known(self, pool: str) -> None:
         if pool not in pool_names(self.settings):

@@ -18,10 +18,10 @@ import redis.asyncio
 
 from fairpost.config import Settings
 from fairpost.config.pools import pool_names, pool_settings
-from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.lifecycle import Lifecycle, SyncLifecycle
 from fairpost.dispatcher.store import JobStore, StoreLimits, SyncJobStore, store_limits
 from fairpost.mailer.sdk.directory import AsyncPoolDirectory, PoolDirectory
+from fairpost.mailer.sdk.keys import MailKeys
 from fairpost.mailer.sdk.pool_redis import AsyncPoolRedis, SyncPoolRedis
 
 __all__ = ["AsyncRoute", "AsyncRoutes", "SyncRoute", "SyncRoutes"]
@@ -31,7 +31,7 @@ __all__ = ["AsyncRoute", "AsyncRoutes", "SyncRoute", "SyncRoutes"]
 class SyncRoute:
     pool: str
     settings: Settings
-    keys: Keys
+    keys: MailKeys
     store: SyncJobStore
     lifecycle: SyncLifecycle
 
@@ -40,7 +40,7 @@ class SyncRoute:
 class AsyncRoute:
     pool: str
     settings: Settings
-    keys: Keys
+    keys: MailKeys
     store: JobStore
     lifecycle: Lifecycle
 
@@ -93,8 +93,8 @@ class AsyncRoutes:
         return iter(self._routes.values())
 
 
-def _pools(settings: Settings) -> Iterator[tuple[str, Settings, Keys, StoreLimits]]:
+def _pools(settings: Settings) -> Iterator[tuple[str, Settings, MailKeys, StoreLimits]]:
     """Each pool's name, settings, keys and store limits, the default first."""
     for name in pool_names(settings):
         own = pool_settings(settings, name)
-        yield name, own, Keys(own.key_prefix), store_limits(own)
+        yield name, own, MailKeys(own.key_prefix), store_limits(own)

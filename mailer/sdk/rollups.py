@@ -3,11 +3,11 @@
 - **Deliverability by mailbox provider**: for each tenant, day (Redis time, UTC)
   and provider (config/providers.py; ``other`` for the rest), the recipients
   sent, delivered, bounced hard and soft, complained of, suppressed and
-  unsubscribed. One hash per tenant and day (:meth:`Keys.rollup_prefix`), field
+  unsubscribed. One hash per tenant and day (:meth:`MailKeys.rollup_prefix`), field
   ``<provider>:<counter>``, kept ``FAIRPOST_DELIVERABILITY__RETENTION_DAYS``: at
   most (named providers + 1) x 7 fields, 63 with every provider named.
 - **The send history**: recipients sent per minute over the last hour, over
-  every tenant and per tenant (:meth:`Keys.send_history`): 60 fields at most,
+  every tenant and per tenant (:meth:`MailKeys.send_history`): 60 fields at most,
   gone an hour after the last send.
 
 The daemon writes both with one script call per group of sends or per SES
@@ -31,12 +31,12 @@ import redis.asyncio
 
 from fairpost.config import Settings
 from fairpost.config.providers import OTHER, by_domain, known
-from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.replies import text, time_ms
 from fairpost.dispatcher.scripts import lua_source
 from fairpost.mailer.errors import InvalidInput
 from fairpost.mailer.sdk.connection import RedisOwner
 from fairpost.mailer.sdk.failures import redis_operation
+from fairpost.mailer.sdk.keys import MailKeys
 from fairpost.mailer.sdk.mail import check_tenant_id
 from fairpost.mailer.sdk.outcomes import feed
 from fairpost.mailer.sdk.suppression import normalize
@@ -85,7 +85,7 @@ def counter_of(event_type: str, bounce_type: str | None = None) -> str | None:
 
 
 def rollup_call(
-    keys: Keys, settings: Settings, tenant: str, counts: Mapping[tuple[str, str], int], sent_now: int = 0
+    keys: MailKeys, settings: Settings, tenant: str, counts: Mapping[tuple[str, str], int], sent_now: int = 0
 ) -> tuple[list[str], list[str | int]] | None:
     """rollups.lua's KEYS and ARGV (None: nothing to count). ``counts``: (provider,
     counter) → recipients; ``sent_now``: recipients sent, for the send histories."""
@@ -104,7 +104,7 @@ def rollup_source() -> str:
 
 
 def outcome_call(
-    keys: Keys, settings: Settings, tenant: str, event_type: str, addresses: Sequence[str]
+    keys: MailKeys, settings: Settings, tenant: str, event_type: str, addresses: Sequence[str]
 ) -> tuple[list[str], list[str | int]] | None:
     """rollups.lua's call counting an outcome recorded outside the daemon's pipelines
     (None: the event type feeds no counter, or no address). The provider is told by
@@ -122,7 +122,7 @@ async def count_outcome(
 ) -> int:
     """:meth:`Deliverability.count` for asyncio code (the unsubscribe server, the SES
     event consumer): how many recipients were counted."""
-    call = outcome_call(Keys(settings.key_prefix), settings, tenant, event_type, addresses)
+    call = outcome_call(MailKeys(settings.key_prefix), settings, tenant, event_type, addresses)
     if call is None:
         return 0
     await client.register_script(rollup_source())(keys=call[0], args=call[1])
@@ -132,7 +132,7 @@ async def count_outcome(
 class RollupWriter:
     """Queues counts on a caller's pipeline: one script call, no round trip of its own."""
 
-    def __init__(self, client: redis.asyncio.Redis, keys: Keys, settings: Settings) -> None:
+    def __init__(self, client: redis.asyncio.Redis, keys: MailKeys, settings: Settings) -> None:
         self.keys = keys
         self.settings = settings
         self._script = client.register_script(rollup_source())
@@ -313,7 +313,7 @@ class Deliverability(RedisOwner):
 
     def __init__(self, settings: Settings | None = None, *, redis_client: redis.Redis | None = None) -> None:
         super().__init__(settings, redis_client=redis_client)
-        self.keys = Keys(self.settings.key_prefix)
+        self.keys = MailKeys(self.settings.key_prefix)
         self._script = self._redis.register_script(rollup_source())
 
     @redis_operation("deliverability: count", writes=True, repeatable=False)

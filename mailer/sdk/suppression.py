@@ -6,7 +6,7 @@ operator adds or removes addresses by hand (``fairpost suppression``, or
 :class:`Suppressions` from an admin tool). The sender drops a suppressed
 recipient before sending; a mail left with none ends ``suppressed``.
 
-One hash per tenant (:meth:`fairpost.dispatcher.keys.Keys.suppressed`): the address in
+One hash per tenant (:meth:`fairpost.mailer.sdk.keys.MailKeys.suppressed`): the address in
 lower case → ``"<reason> <ms>"``. A look-up is one ``HMGET`` per group of
 mail, whatever the list's length. This module owns the format: everything
 else reads and writes the lists through it.
@@ -32,12 +32,12 @@ import redis.asyncio
 from fairpost.config import Settings
 from fairpost.config.pools import pool_key_prefix
 from fairpost.config.tenant_id import TENANT_ID_RULE, is_valid_tenant_id
-from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.replies import Queued, text, time_ms
 from fairpost.mailer.errors import InvalidSuppression
 from fairpost.mailer.sdk.connection import RedisOwner, timeouts
 from fairpost.mailer.sdk.directory import PoolDirectory
 from fairpost.mailer.sdk.failures import redis_operation
+from fairpost.mailer.sdk.keys import MailKeys
 from fairpost.mailer.sdk.pool_redis import SyncPoolRedis
 
 __all__ = [
@@ -96,7 +96,7 @@ def _parse(address: str, value: str) -> Suppression:
 
 async def suppressed_among(
     client: redis.asyncio.Redis | redis.asyncio.client.Pipeline,
-    keys: Keys,
+    keys: MailKeys,
     tenant: str,
     addresses: Iterable[str],
 ) -> set[str]:
@@ -109,7 +109,7 @@ async def suppressed_among(
 
 
 def ask_suppressed_among(
-    pipe: redis.asyncio.client.Pipeline, keys: Keys, tenant: str, addresses: Iterable[str]
+    pipe: redis.asyncio.client.Pipeline, keys: MailKeys, tenant: str, addresses: Iterable[str]
 ) -> Queued[set[str]]:
     """:func:`suppressed_among`, queued on ``pipe`` beside the caller's other reads."""
     given = list(dict.fromkeys(addresses))
@@ -124,7 +124,12 @@ def _on_the_list(given: list[str], values: Sequence[Any]) -> set[str]:
 
 
 async def suppress(
-    client: redis.asyncio.Redis, keys: Keys, tenant: str, addresses: Iterable[str], reason: Reason, at_ms: int
+    client: redis.asyncio.Redis,
+    keys: MailKeys,
+    tenant: str,
+    addresses: Iterable[str],
+    reason: Reason,
+    at_ms: int,
 ) -> int:
     """Put addresses on the tenant's list (a first reason is kept); returns how many were new."""
     fields = {normalize(a): _value(reason, at_ms) for a in addresses if normalize(a)}
@@ -146,7 +151,7 @@ class Suppressions(RedisOwner):
 
     def __init__(self, settings: Settings | None = None, *, redis_client: redis.Redis | None = None) -> None:
         super().__init__(settings, redis_client=redis_client)
-        self.keys = Keys(self.settings.key_prefix)
+        self.keys = MailKeys(self.settings.key_prefix)
         self._directory = PoolDirectory(self.settings, self._redis, ttl=0.0)
         self._pools = SyncPoolRedis(self.settings, self._redis, **timeouts(self.settings))
 
@@ -162,7 +167,9 @@ class Suppressions(RedisOwner):
         move = self._directory.move(valid) if self.settings.pools else None
         if move is not None and move["from"] not in pools:
             pools.append(str(move["from"]))
-        return [(self._pools(p), Keys(pool_key_prefix(self.settings, p)).suppressed(valid)) for p in pools]
+        return [
+            (self._pools(p), MailKeys(pool_key_prefix(self.settings, p)).suppressed(valid)) for p in pools
+        ]
 
     @redis_operation("suppression: list")
     def list(self, tenant: str) -> list[Suppression]:

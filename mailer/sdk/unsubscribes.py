@@ -5,7 +5,7 @@ complaints, every stream): an unsubscribed address still gets the tenant's
 transactional mail, and other tenants' mail. Unsubscribed from every topic
 (``*``), it gets no notification mail from the tenant at all.
 
-One hash per tenant (:meth:`fairpost.dispatcher.keys.Keys.unsubscribed`): the
+One hash per tenant (:meth:`fairpost.mailer.sdk.keys.MailKeys.unsubscribed`): the
 address in lower case → ``"<topics> <source> <ms>"``, the topics sorted and
 comma-separated, or ``*``; the source (``link``, ``mailto``, ``admin``) and
 Redis time of the last change. Every change goes through ``unsubscribe.lua``,
@@ -34,13 +34,13 @@ from fairpost.config import Settings
 from fairpost.config.pools import DEFAULT_POOL, pool_settings
 from fairpost.dispatcher.calls import outcome_journal
 from fairpost.dispatcher.journal import Journal, entry_args, journal_args, journal_keys
-from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.replies import Queued, text
 from fairpost.dispatcher.scripts import lua_source
 from fairpost.mailer.errors import InvalidMail, InvalidSuppression
 from fairpost.mailer.sdk.connection import RedisOwner, timeouts
 from fairpost.mailer.sdk.directory import PoolDirectory
 from fairpost.mailer.sdk.failures import redis_operation
+from fairpost.mailer.sdk.keys import MailKeys
 from fairpost.mailer.sdk.outcomes import feed
 from fairpost.mailer.sdk.pool_redis import SyncPoolRedis
 from fairpost.mailer.sdk.rollups import UNSUBSCRIBED, Deliverability, count_outcome
@@ -84,7 +84,7 @@ def holds(value: Any, topic: str | None) -> bool:
 
 
 def ask_unsubscribed(
-    pipe: redis.asyncio.client.Pipeline, keys: Keys, tenant: str, addresses: Sequence[str]
+    pipe: redis.asyncio.client.Pipeline, keys: MailKeys, tenant: str, addresses: Sequence[str]
 ) -> Queued[list[Any]]:
     """Each address's stored value (None: not unsubscribed), queued on ``pipe`` beside
     the sender's other reads; read with :func:`holds`."""
@@ -95,7 +95,7 @@ def ask_unsubscribed(
 
 
 def unsubscribe_call(
-    keys: Keys, journal: Journal | None, tenant: str, address: str, topic: str, *, add: bool, source: str
+    keys: MailKeys, journal: Journal | None, tenant: str, address: str, topic: str, *, add: bool, source: str
 ) -> tuple[list[str], list[str | int]]:
     """``unsubscribe.lua``'s KEYS and ARGV; the address normalized, the rest checked by the caller."""
     address = normalize(address)
@@ -130,7 +130,7 @@ class Unsubscribes(RedisOwner):
 
     def __init__(self, settings: Settings | None = None, *, redis_client: redis.Redis | None = None) -> None:
         super().__init__(settings, redis_client=redis_client)
-        self.keys = Keys(self.settings.key_prefix)
+        self.keys = MailKeys(self.settings.key_prefix)
         self._journal = outcome_journal(self.settings)
         self._script = self._redis.register_script(unsubscribe_source())
         # Sending pools (#43): a tenant's list is kept in the pool it is on, where its sender reads it.
@@ -206,7 +206,13 @@ async def unsubscribe(
     """What a recipient's one click (or mail) does: unsubscribed at once, its event in
     the feed, counted in the rollups; False if it was already."""
     keys_, args = unsubscribe_call(
-        Keys(settings.key_prefix), outcome_journal(settings), tenant, address, topic, add=True, source=source
+        MailKeys(settings.key_prefix),
+        outcome_journal(settings),
+        tenant,
+        address,
+        topic,
+        add=True,
+        source=source,
     )
     changed = int(await client.register_script(unsubscribe_source())(keys=keys_, args=args)) == 1
     if changed and settings.deliverability.enabled:

@@ -20,11 +20,11 @@ from playwright.async_api import Page, expect
 
 from fairpost import MailClient
 from fairpost.config.limits import parse_limits
-from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.store import store_limits
 from fairpost.mailer.quota.admin import QuotaAdmin
 from fairpost.mailer.quota.engine import QuotaEngine
 from fairpost.mailer.quota.holds import TenantHolds
+from fairpost.mailer.sdk.keys import MailKeys
 from tests.console.conftest import BROWSER_LOOP, TOKEN, console_settings, log_in, serve
 
 MAIL = {"sender": "no-reply@acme.example", "to": ["ada@example.com"], "subject": "Hi", "text": "Hello"}
@@ -82,11 +82,11 @@ async def test_find_a_throttled_tenant_and_its_reasons(
     with QuotaAdmin(settings) as admin:
         admin.set_tenant_limits("acme", "1/minute")
         admin.pause("gamma")
-    grant = await QuotaEngine(aredis, Keys()).acquire(
+    grant = await QuotaEngine(aredis, MailKeys()).acquire(
         "acme", [1], parse_limits("14/second"), parse_limits("1/minute")
     )
     assert grant.granted == 1
-    await TenantHolds(aredis, Keys(), store_limits(settings)).hold(
+    await TenantHolds(aredis, MailKeys(), store_limits(settings)).hold(
         "beta", "ses_MailFromDomainNotVerified", first_seconds=60, most_seconds=60
     )
 

@@ -14,9 +14,9 @@ from playwright.async_api import Page, expect
 
 from fairpost import MailClient
 from fairpost.config.limits import parse_limits
-from fairpost.dispatcher.keys import Keys
 from fairpost.mailer.quota.admin import QuotaAdmin
 from fairpost.mailer.quota.engine import QuotaEngine
+from fairpost.mailer.sdk.keys import MailKeys
 from fairpost.mailer.testing.ses_server import SesServer
 from tests.console.conftest import BROWSER_LOOP, console_settings, log_in, serve
 
@@ -37,7 +37,7 @@ def command_calls(client: redis.Redis) -> int:
 def many_tenants(client: redis.Redis, count: int) -> None:
     """``count`` tenants as the enqueue script leaves them in the set of known tenants,
     three of them with a backlog: written in bulk, not enqueued one by one."""
-    keys = Keys()
+    keys = MailKeys()
     names = [f"t-{i:06d}" for i in range(count)]
     with client.pipeline(transaction=False) as pipe:
         for start in range(0, count, 10_000):
@@ -110,7 +110,7 @@ async def test_the_overview_is_live_and_shows_the_ses_account(
         # The global quota spent for the day: the gate closes, and the page says so by itself.
         with QuotaAdmin(settings) as admin:
             admin.set_global_limits("1/day")
-        await QuotaEngine(aredis, Keys()).acquire(
+        await QuotaEngine(aredis, MailKeys()).acquire(
             "acme", [1], parse_limits("1/day"), parse_limits("5/second")
         )
         await expect(page.locator("#gate")).to_contain_text("closed: the global quota is full")
@@ -164,7 +164,7 @@ async def test_the_screenshot_in_the_docs(
     with QuotaAdmin(settings) as admin:
         admin.pause("umbrella")
         admin.set_tenant_limits("initech", "1/minute; 5000/day")
-    await QuotaEngine(aredis, Keys()).acquire(
+    await QuotaEngine(aredis, MailKeys()).acquire(
         "initech", [1], parse_limits("14/second"), parse_limits("1/minute")
     )
     async with serve(settings) as base:

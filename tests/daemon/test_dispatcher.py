@@ -11,13 +11,14 @@ import pytest
 import redis.asyncio
 
 from fairpost.dispatcher.jobs import Job, JobState
-from fairpost.dispatcher.keys import WAKE_WORK, Keys
+from fairpost.dispatcher.keys import WAKE_WORK
 from fairpost.dispatcher.lifecycle import PROMOTE_BATCH, Lifecycle
 from fairpost.dispatcher.linger import Linger
 from fairpost.dispatcher.replies import time_ms
 from fairpost.dispatcher.runner import CLAIM_BYTES_MOST, Dispatcher
 from fairpost.dispatcher.store import JobStore, NewJob, StoreLimits
 from fairpost.dispatcher.worker import Dead, Done, HandedOff, Outcome
+from fairpost.mailer.sdk.keys import MailKeys
 from fairpost.mailer.testing.wait import wait_for_async
 from tests.support import KEYS, entry_ids
 
@@ -59,7 +60,7 @@ async def test_a_batch_claims_what_one_by_one_claims_would(
     # whatever empties a queue or meets a cap on the way, turn after turn.
     def store_at(prefix: str) -> JobStore:
         limits = StoreLimits(default_weight=default_weight, default_cap=100, lease_ms=30_000)
-        return JobStore(aredis, Keys(prefix), limits)
+        return JobStore(aredis, MailKeys(prefix), limits)
 
     batched, single = store_at("batched"), store_at("single")
     for store in (batched, single):

@@ -15,12 +15,12 @@ import pytest
 import redis.asyncio
 
 from fairpost.config import Settings
-from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.store import JobStore, store_limits
 from fairpost.mailer.daemon.events import EventConsumer
 from fairpost.mailer.daemon.feedback import Feedback
 from fairpost.mailer.daemon.metrics import Metrics
 from fairpost.mailer.quota.reputation import ReputationBook
+from fairpost.mailer.sdk.keys import MailKeys
 from fairpost.mailer.testing.ses_server import SentMail
 from fairpost.mailer.testing.ses_tenancy import ses_event, wrap
 from tests.support.pipeline import quick_settings
@@ -35,7 +35,7 @@ def settings(redis_url: str) -> Settings:
 
 
 def consumer(settings: Settings, client: redis.asyncio.Redis) -> EventConsumer:
-    keys = Keys(settings.key_prefix)
+    keys = MailKeys(settings.key_prefix)
     return EventConsumer(
         sqs=cast(Any, None),  # handle() reads no queue
         queue_url="",
@@ -55,7 +55,7 @@ def event(kind: str, event_id: str) -> str:
     return json.dumps(body)
 
 
-async def sent_job(client: redis.asyncio.Redis, keys: Keys) -> None:
+async def sent_job(client: redis.asyncio.Redis, keys: MailKeys) -> None:
     await client.set(keys.ses_message(MESSAGE_ID), JOB)
     await client.hset(keys.job(JOB), mapping={"tenant": "acme", "state": "sent"})
 
@@ -63,7 +63,7 @@ async def sent_job(client: redis.asyncio.Redis, keys: Keys) -> None:
 async def test_a_mail_delayed_then_delivered_shows_delivered(
     settings: Settings, aredis: redis.asyncio.Redis
 ) -> None:
-    keys = Keys(settings.key_prefix)
+    keys = MailKeys(settings.key_prefix)
     await sent_job(aredis, keys)
     events = consumer(settings, aredis)
     assert await events.handle(event("DeliveryDelay", "e-1")) == "delivery_delay"
@@ -76,7 +76,7 @@ async def test_a_delay_reported_after_the_delivery_does_not_undo_it(
     settings: Settings, aredis: redis.asyncio.Redis
 ) -> None:
     # SNS and SQS keep no order: the delay may arrive last.
-    keys = Keys(settings.key_prefix)
+    keys = MailKeys(settings.key_prefix)
     await sent_job(aredis, keys)
     events = consumer(settings, aredis)
     await events.handle(event("Delivery", "e-1"))
@@ -85,7 +85,7 @@ async def test_a_delay_reported_after_the_delivery_does_not_undo_it(
 
 
 async def test_a_bounce_still_outranks_a_delivery(settings: Settings, aredis: redis.asyncio.Redis) -> None:
-    keys = Keys(settings.key_prefix)
+    keys = MailKeys(settings.key_prefix)
     await sent_job(aredis, keys)
     events = consumer(settings, aredis)
     await events.handle(event("Bounce", "e-1"))
@@ -98,7 +98,7 @@ async def test_a_tenants_send_numbers_and_recent_bounces_expire_with_its_mail(
 ) -> None:
     # Past job_ttl no event can find its mail (its SES message id is gone too), so
     # numbers kept for a tenant that stopped sending would only pile up.
-    keys = Keys(settings.key_prefix)
+    keys = MailKeys(settings.key_prefix)
     await sent_job(aredis, keys)
     store = JobStore(aredis, keys, store_limits(settings))
     feedback = Feedback(store=store, settings=settings, book=ReputationBook(aredis, keys, settings))

@@ -23,13 +23,13 @@ from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from fairpost.config import Settings
-from fairpost.dispatcher.keys import Keys
 from fairpost.mailer.daemon.aws import SQS_CONFIG, session
 from fairpost.mailer.daemon.events import EventConsumer
 from fairpost.mailer.daemon.metrics import Metrics
 from fairpost.mailer.daemon.ses_events import parse_event
 from fairpost.mailer.ops.queue_setup import init_events_queue
 from fairpost.mailer.quota.reputation import ReputationBook
+from fairpost.mailer.sdk.keys import MailKeys
 from fairpost.mailer.testing.ses_server import SentMail
 from fairpost.mailer.testing.ses_tenancy import ses_event, wrap
 from fairpost.mailer.testing.wait import wait_for_async as wait_for
@@ -76,7 +76,7 @@ def events_queue(aws_env: str, redis_url: str) -> Iterator[tuple[Any, str, Setti
 async def consumer_task(
     settings: Settings, url: str, client: redis.asyncio.Redis
 ) -> AsyncIterator[tuple[EventConsumer, asyncio.Task[None]]]:
-    keys = Keys(settings.key_prefix)
+    keys = MailKeys(settings.key_prefix)
     async with session().client("sqs", config=SQS_CONFIG) as sqs:
         consumer = EventConsumer(
             sqs=sqs, queue_url=url, client=client, keys=keys, settings=settings,
@@ -120,7 +120,7 @@ async def test_a_poison_event_is_deleted_and_the_next_event_is_acted_on(
     events_queue: tuple[Any, str, Settings], poison: str
 ) -> None:
     sqs, url, settings = events_queue
-    keys = Keys(settings.key_prefix)
+    keys = MailKeys(settings.key_prefix)
     client = redis.asyncio.Redis.from_url(settings.redis_url)
     try:
         await client.set(keys.ses_message(GOOD_MESSAGE_ID), "job-1")
@@ -189,7 +189,7 @@ async def test_a_redis_blip_while_acting_on_an_event_leaves_it_in_sqs(
 ) -> None:
     # A bounce lost to a blip would be a suppression never made: a blip is not poison.
     sqs, url, settings = events_queue
-    keys = Keys(settings.key_prefix)
+    keys = MailKeys(settings.key_prefix)
     client = redis.asyncio.Redis.from_url(settings.redis_url)
     try:
         await client.set(keys.ses_message(GOOD_MESSAGE_ID), "job-1")

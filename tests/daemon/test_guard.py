@@ -11,17 +11,17 @@ import redis.asyncio
 
 from fairpost.config import Settings, load_settings
 from fairpost.config.limits import format_limits, parse_limits
-from fairpost.dispatcher.keys import Keys
 from fairpost.mailer.cli import main
 from fairpost.mailer.daemon.ses import send_email_request
 from fairpost.mailer.errors import InvalidSuppression
 from fairpost.mailer.quota.admin import QuotaAdmin
 from fairpost.mailer.quota.reputation import GuardState, ReputationBook, lift_guard, throttled
 from fairpost.mailer.sdk.envelope import Envelope
+from fairpost.mailer.sdk.keys import MailKeys
 from fairpost.mailer.sdk.mail import Mail, validate
 from fairpost.mailer.sdk.suppression import Suppressions
 
-KEYS = Keys()
+KEYS = MailKeys()
 
 
 @pytest.fixture

@@ -13,7 +13,6 @@ import redis.asyncio
 
 from fairpost.config import load_settings
 from fairpost.dispatcher.jobs import Job, NewJob
-from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.replies import time_ms
 from fairpost.dispatcher.runner import Dispatcher
 from fairpost.dispatcher.store import JobStore, StoreLimits
@@ -21,6 +20,7 @@ from fairpost.dispatcher.worker import Dead, HandedOff, Requeue
 from fairpost.mailer.daemon.aws import SQS_CONFIG, session
 from fairpost.mailer.daemon.handoff import MailWorker
 from fairpost.mailer.ops.queue_setup import init_queue
+from fairpost.mailer.sdk.keys import MailKeys
 from fairpost.mailer.sdk.mail import Mail, validate
 from fairpost.mailer.testing.wait import wait_for_async
 
@@ -198,7 +198,7 @@ async def test_a_slow_sqs_hand_off_keeps_its_claims_and_each_job_reaches_sqs_onc
     # until the test lets go, three leases and more. A second replica reaping all
     # along must never hand the jobs off again.
     client = redis.asyncio.Redis.from_url(redis_url)
-    store = JobStore(client, Keys("slow"), StoreLimits(lease_ms=2000, default_cap=1000))
+    store = JobStore(client, MailKeys("slow"), StoreLimits(lease_ms=2000, default_cap=1000))
     _, payload = validate(
         Mail(sender="app@example.com", to=["ada@example.org"], subject="hi", text="hello"), max_bytes=100_000
     )

@@ -126,15 +126,20 @@ async def test_get_account_answering_is_no_recovery_while_send_email_still_fails
     assert pool.metrics.pools.failovers_total.labels("default", "own")._value.get() == 1
 
 
+def eu_pool(monkeypatch: pytest.MonkeyPatch, redis_url: str, *, ses_url: str) -> None:
+    """The CLI's environment: a second pool, eu, whose SES is at ``ses_url``."""
+    monkeypatch.setenv("FAIRPOST_REDIS_URL", redis_url)
+    monkeypatch.setenv("FAIRPOST_POOLS__EU__QUEUE_NAME", "fairpost-eu.fifo")
+    monkeypatch.setenv("FAIRPOST_POOLS__EU__REGION", "eu-west-1")
+    monkeypatch.setenv("FAIRPOST_POOLS__EU__SES_ENDPOINT_URL", ses_url)
+
+
 def test_a_fallback_is_allowed_only_where_the_tenant_s_identities_exist(
     monkeypatch: pytest.MonkeyPatch, aws_env: str, redis_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     import boto3
 
-    monkeypatch.setenv("FAIRPOST_REDIS_URL", redis_url)
-    monkeypatch.setenv("FAIRPOST_POOLS__EU__QUEUE_NAME", "fairpost-eu.fifo")
-    monkeypatch.setenv("FAIRPOST_POOLS__EU__REGION", "eu-west-1")
-    monkeypatch.setenv("FAIRPOST_POOLS__EU__SES_ENDPOINT_URL", aws_env)
+    eu_pool(monkeypatch, redis_url, ses_url=aws_env)
     monkeypatch.setenv(
         "FAIRPOST_TENANTS",
         json.dumps(
@@ -143,10 +148,37 @@ def test_a_fallback_is_allowed_only_where_the_tenant_s_identities_exist(
     )
     ses = boto3.client("sesv2", region_name="eu-west-1", endpoint_url=aws_env)
     ses.create_email_identity(EmailIdentity="known.example")
+    directory = PoolDirectory(load_settings(), redis.Redis.from_url(redis_url), ttl=0.0)
     assert main(["tenant", "fallback", "other", "--to", "eu"]) == 1
-    assert "other.example" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    # The identity named, and the way past the check; nothing written.
+    assert "other.example" in err and "--skip-identity-check" in err
+    assert directory.placement("other").fallback is None
     assert main(["tenant", "fallback", "known", "--to", "eu", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out) == {"tenant": "known", "fallback": "eu"}
+    assert json.loads(capsys.readouterr().out) == {
+        "tenant": "known",
+        "fallback": "eu",
+        "identities_checked": True,
+    }
     assert main(["tenant", "pool", "known", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["fallback"] == "eu"
     assert main(["tenant", "fallback", "known", "--none"]) == 0
+    # An operator who knows better says so explicitly: set, and said to be unchecked.
+    assert main(["tenant", "fallback", "other", "--to", "eu", "--skip-identity-check"]) == 0
+    assert "not checked" in capsys.readouterr().out
+    assert directory.placement("other").fallback == "eu"
+
+
+def test_a_fallback_whose_ses_cannot_be_asked_is_refused_unless_told_to_skip(
+    monkeypatch: pytest.MonkeyPatch, aws_env: str, redis_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from fairpost.mailer.testing.services import free_port
+
+    eu_pool(monkeypatch, redis_url, ses_url=f"http://127.0.0.1:{free_port()}")  # nobody answers
+    monkeypatch.setenv("FAIRPOST_TENANTS", json.dumps({"known": {"default_sender": "a@known.example"}}))
+    assert main(["tenant", "fallback", "known", "--to", "eu"]) == 1
+    err = capsys.readouterr().err
+    assert "pool eu's SES did not answer" in err and "--skip-identity-check" in err
+    assert "Traceback" not in err
+    assert main(["tenant", "fallback", "known", "--to", "eu", "--skip-identity-check", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["identities_checked"] is False

@@ -17,7 +17,6 @@ import redis.asyncio
 from fairpost import AsyncMailClient
 from fairpost.config import Settings, load_settings
 from fairpost.dispatcher.jobs import JobState
-from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.replies import time_ms
 from fairpost.dispatcher.store import JobStore, NewJob, StoreLimits
 from fairpost.dispatcher.stranded import StrandedJobs
@@ -26,6 +25,7 @@ from fairpost.mailer.daemon.health import Heartbeat, Liveness, sender_alive
 from fairpost.mailer.daemon.metrics import Metrics
 from fairpost.mailer.daemon.reconcile import Reconciler, ReconcileReport
 from fairpost.mailer.ops.stats import collect_stats
+from fairpost.mailer.sdk.keys import MailKeys, mail_keys
 from fairpost.mailer.sdk.mail import Mail
 from fairpost.mailer.testing.ses_server import SesServer
 from fairpost.mailer.testing.wait import wait_for_async
@@ -108,7 +108,7 @@ async def test_jobs_whose_messages_were_purged_stayed_dispatched_forever(
             )
             gate.opened.set()
             await wait_for_async(lambda: all_in(client, ids, "sent"), within=20, what="every job sent")
-            stats = await collect_stats(run.store.redis, run.store.keys, settings)
+            stats = await collect_stats(run.store.redis, mail_keys(run.store.keys), settings)
         finally:
             await stopped(task)
     assert sorted(m.job_id or "" for m in ses.sent) == sorted(ids), "each job sent exactly once"
@@ -191,7 +191,7 @@ async def test_a_job_sqs_keeps_losing_lived_forever_instead_of_ending_dead(
             await wait_for_async(lambda: thief.took(2), within=10, what="the new messages lost again")
             await wait_for_async(lambda: all_in(client, ids, "dead"), within=30, what="dead letters")
             statuses = [await client.status(i) for i in ids]
-            stats = await collect_stats(run.store.redis, run.store.keys, settings)
+            stats = await collect_stats(run.store.redis, mail_keys(run.store.keys), settings)
         finally:
             await stopped(task)
             # The sender's receive, held at the gate, would never land: the pipeline's
@@ -207,7 +207,7 @@ async def test_a_job_sqs_keeps_losing_lived_forever_instead_of_ending_dead(
 async def test_a_parked_job_is_not_taken_for_stranded_while_its_tenant_waits(
     aredis: redis.asyncio.Redis,
 ) -> None:
-    keys = Keys("t")
+    keys = MailKeys("t")
     limits = StoreLimits(inflight_ttl_ms=100, stranded_after_ms=1000)
     store = JobStore(aredis, keys, limits)
     stranded = StrandedJobs(aredis, keys, limits)
@@ -245,7 +245,7 @@ async def test_jobs_were_taken_for_lost_while_no_sender_replica_was_alive(
 ) -> None:
     # With no sender alive nothing receives from SQS: no job can show progress,
     # so none may be taken for lost (its messages may all be there).
-    keys = Keys("t")
+    keys = MailKeys("t")
     store = JobStore(aredis, keys, StoreLimits(inflight_ttl_ms=100, stranded_after_ms=300))
     await store.enqueue([NewJob(id="j0", tenant="acme", kind="mail", payload="{}")])
     await store.handed_off([job.id for job in await store.claim(1)])

@@ -21,13 +21,13 @@ import redis.asyncio
 
 from fairpost import AsyncMailClient
 from fairpost.config import Settings
-from fairpost.dispatcher.keys import Keys
 from fairpost.mailer.daemon.metrics import Metrics
 from fairpost.mailer.daemon.ses_events import parse_event
 from fairpost.mailer.ops.queue_setup import init_events_queue
 from fairpost.mailer.ops.stats import collect_stats
 from fairpost.mailer.quota.admin import QuotaAdmin
 from fairpost.mailer.quota.reputation import GuardState
+from fairpost.mailer.sdk.keys import MailKeys
 from fairpost.mailer.sdk.suppression import Suppressions
 from fairpost.mailer.testing.ses_server import SentMail, SesServer
 from fairpost.mailer.testing.ses_tenancy import EventSink, ses_event, wrap
@@ -216,7 +216,7 @@ async def test_a_tenant_whose_list_bounces_ten_percent_is_paused_while_four_othe
         # what bouncy had in flight already (its cap) and one receive's batch.
         assert max(overtaken) <= settings.inflight_cap_for("bouncy") + SQS_BATCH, overtaken
         async with redis.asyncio.Redis.from_url(settings.redis_url) as r:
-            stats = await collect_stats(r, Keys(settings.key_prefix), settings)
+            stats = await collect_stats(r, MailKeys(settings.key_prefix), settings)
         scope = stats.tenant("bouncy")
         assert scope is not None and scope.held == "reputation_paused"
         assert scope.reputation is not None and scope.reputation.windows[0].bounces >= 1
@@ -224,9 +224,13 @@ async def test_a_tenant_whose_list_bounces_ten_percent_is_paused_while_four_othe
         metrics = Metrics()
         metrics.update(stats)
         scraped = metrics.render().decode()
-        assert 'fairpost_tenant_held{reason="reputation_paused",tenant="bouncy"} 1.0' in scraped
-        assert 'fairpost_tenant_held{reason="reputation_paused",tenant="good0"} 0.0' in scraped
-        assert re.search(r'fairpost_tenant_bounce_rate\{tenant="bouncy",window="24h"\} 0\.\d*[1-9]', scraped)
+        assert (
+            'fairpost_tenant_held{pool="default",reason="reputation_paused",tenant="bouncy"} 1.0' in scraped
+        )
+        assert 'fairpost_tenant_held{pool="default",reason="reputation_paused",tenant="good0"} 0.0' in scraped
+        assert re.search(
+            r'fairpost_tenant_bounce_rate\{pool="default",tenant="bouncy",window="24h"\} 0\.\d*[1-9]', scraped
+        )
         # An operator's resume lifts it; the guard then judges only what comes after.
         with QuotaAdmin(settings) as admin:
             assert admin.resume("bouncy")
@@ -240,7 +244,7 @@ def _paused(settings: Settings, tenant: str) -> bool:
 
 def _guard(settings: Settings, tenant: str) -> GuardState | None:
     with redis.Redis.from_url(settings.redis_url) as client:
-        return GuardState.from_json(client.hget(Keys(settings.key_prefix).guard(), tenant))
+        return GuardState.from_json(client.hget(MailKeys(settings.key_prefix).guard(), tenant))
 
 
 def _suppressed(settings: Settings, tenant: str, address: str) -> bool:

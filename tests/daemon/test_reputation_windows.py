@@ -13,11 +13,11 @@ import pytest
 import redis.asyncio
 
 from fairpost.config import Settings, load_settings
-from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.replies import time_ms
 from fairpost.mailer.quota.reputation import GuardState, ReputationBook, WindowCounts, lift_guard
+from fairpost.mailer.sdk.keys import MailKeys
 
-KEYS = Keys("rep-windows")
+KEYS = MailKeys("rep-windows")
 DAY = 86_400
 WIDTH = DAY * 1000 // 48
 

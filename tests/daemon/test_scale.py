@@ -14,16 +14,17 @@ import redis.asyncio
 
 from fairpost.config import load_settings
 from fairpost.dispatcher.jobs import Job, JobState
-from fairpost.dispatcher.keys import TOTAL_INFLIGHT, TOTAL_WAITING, Keys
+from fairpost.dispatcher.keys import TOTAL_INFLIGHT, TOTAL_WAITING
 from fairpost.dispatcher.lifecycle import Lifecycle
 from fairpost.dispatcher.store import JobStore, NewJob, StoreLimits
 from fairpost.mailer.daemon.mail_jobs import MailJobs
 from fairpost.mailer.ops.stats import collect_stats
+from fairpost.mailer.sdk.keys import MailKeys
 from fairpost.mailer.testing.wait import wait_for_async
 from tests.support import entry_ids
 
 
-def make_store(client: redis.asyncio.Redis, keys: Keys, **limits: int) -> JobStore:
+def make_store(client: redis.asyncio.Redis, keys: MailKeys, **limits: int) -> JobStore:
     defaults = {"default_weight": 1, "default_cap": 1, "lease_ms": 30_000}
     defaults.update(limits)
     return JobStore(client, keys, StoreLimits(**defaults))
@@ -64,7 +65,7 @@ async def test_reap_work_does_not_grow_with_the_blocked_tenants(aredis: redis.as
     # tenant in it, about eight commands per blocked tenant, every second.
     work = {}
     for count in (10, 2_000):
-        store = make_store(aredis, Keys(f"reap{count}"))
+        store = make_store(aredis, MailKeys(f"reap{count}"))
         await blocked_tenants(store, count)
         assert await aredis.scard(store.keys.blocked()) == count
         await store.reap()  # the script loaded: the reap measured is the steady one
@@ -82,7 +83,7 @@ async def test_a_reap_beside_blocked_tenants_costs_what_it_does_beside_none(
     # wrote such a tenant (#38), and the reap reads the blocked set no more.
     work = {}
     for count in (0, 100):
-        store = make_store(aredis, Keys(f"net{count}"))
+        store = make_store(aredis, MailKeys(f"net{count}"))
         await blocked_tenants(store, count)
         await store.reap()  # the script loaded: the reap measured is the steady one
         before = await commands_run(aredis)
@@ -96,7 +97,7 @@ async def test_an_expired_slot_brings_its_blocked_tenant_back(aredis: redis.asyn
     # A replica died after handing the job to SQS: its slot expires (here after
     # 200 ms, a lease and an in-flight TTL), and the reaper, visiting only
     # tenants that are due, unblocks it.
-    store = make_store(aredis, Keys("expiry"), lease_ms=200, inflight_ttl_ms=200)
+    store = make_store(aredis, MailKeys("expiry"), lease_ms=200, inflight_ttl_ms=200)
     await store.enqueue(jobs("acme", 2))
     [first] = await store.claim(10)
     await store.handed_off([first.id])
@@ -117,7 +118,7 @@ async def test_cancel_leaves_the_backlog_unscanned_and_the_claim_skips_it(
     aredis: redis.asyncio.Redis,
 ) -> None:
     # Before: cancel LREMed the job from its tenant's queue, a scan of the backlog.
-    keys = Keys("cancel")
+    keys = MailKeys("cancel")
     store = make_store(aredis, keys, default_cap=100)
     lifecycle = Lifecycle(aredis, keys, store.limits)
     await store.enqueue(jobs("acme", 5_000))
@@ -134,7 +135,7 @@ async def test_cancel_leaves_the_backlog_unscanned_and_the_claim_skips_it(
 async def test_the_counters_match_a_full_count_after_every_kind_of_change(
     aredis: redis.asyncio.Redis,
 ) -> None:
-    keys = Keys("counts")
+    keys = MailKeys("counts")
     store = make_store(aredis, keys, default_cap=4, lease_ms=100)
     lifecycle = Lifecycle(aredis, keys, store.limits)
     await store.enqueue(jobs("a", 10) + jobs("b", 3, "high") + jobs("c", 1))
@@ -173,7 +174,7 @@ async def test_the_counters_match_a_full_count_after_every_kind_of_change(
     assert {t: int(n) for t, n in counts.items() if not t.startswith("~")} == waiting
 
 
-async def counters_agree(client: redis.asyncio.Redis, keys: Keys, tenant: str) -> None:
+async def counters_agree(client: redis.asyncio.Redis, keys: MailKeys, tenant: str) -> None:
     """The tenant's counters (waiting, in flight, its place in the expiring zset) match its keys."""
     waiting = 0
     for priority in ("high", "normal", "low"):
@@ -196,7 +197,7 @@ async def test_a_hand_off_recorded_after_its_lease_was_reaped_keeps_the_counters
     # job back to its queue (one more waiting, its slot freed); the hand-off
     # then takes it out again and gives it a slot. Before: neither counted,
     # and the tenant was left out of the expiring zset with a slot held.
-    keys = Keys("late")
+    keys = MailKeys("late")
     store = make_store(aredis, keys, lease_ms=100)
     await store.enqueue(jobs("acme", 1))
     [job] = await store.claim(10)
@@ -219,7 +220,7 @@ async def test_a_hand_off_after_a_claim_dropped_its_expired_slot_counts_the_slot
     # a claim of the same tenant dropped the expired slot (one in flight less:
     # its cap came down to one, so the slot held it there); the hand-off then
     # gives the job a slot again. Before: not counted.
-    keys = Keys("dropped")
+    keys = MailKeys("dropped")
     store = make_store(aredis, keys, default_cap=2, lease_ms=100)
     await store.enqueue(jobs("acme", 2))
     [first] = await store.claim(1)
@@ -244,7 +245,7 @@ async def test_whole_system_stats_read_a_bounded_sample_and_the_counters(
     # every `fairpost stats` and every /metrics scrape of every replica.
     work = {}
     for count in (20, 400):
-        keys = Keys(f"stats{count}")
+        keys = MailKeys(f"stats{count}")
         store = make_store(aredis, keys, default_cap=1)
         await store.enqueue([job for t in range(count) for job in jobs(f"t{t:04}", 1 + t % 3)])
         settings = load_settings(redis_url=redis_url, key_prefix=keys.prefix)
@@ -266,7 +267,7 @@ async def test_a_groups_sent_records_are_one_call_that_keeps_every_counter(
 ) -> None:
     # Before: one finish call a job, each freeing its slot, counting it and
     # re-activating its tenant (11-17 commands a job), plus a DEL of its marker.
-    keys = Keys("group")
+    keys = MailKeys("group")
     store = make_store(aredis, keys, default_cap=10)
     await store.enqueue(jobs("acme", 14))
     claimed = await store.claim(10)
@@ -300,7 +301,7 @@ async def test_a_groups_sent_records_are_one_call_that_keeps_every_counter(
 async def test_a_hand_off_batch_writes_its_indexes_once(aredis: redis.asyncio.Redis) -> None:
     # Before: a ZREM of the lease, a ZADD of the slot and one of the dispatched
     # index for every job (five commands a job).
-    keys = Keys("handoff-batch")
+    keys = MailKeys("handoff-batch")
     store = make_store(aredis, keys, default_cap=10, default_weight=10)
     await store.enqueue(jobs("acme", 10))
     ids = [job.id for job in await store.claim(10)]
@@ -319,7 +320,7 @@ async def test_a_claim_turn_of_one_job_costs_eight_commands(aredis: redis.asynci
     # Before: about 23 commands a job (the ring head read then moved, a LPOP
     # and a LLEN per priority, the cap twice, three ZADDs and counters per job);
     # then ten (expired slots dropped, and the queues' EXISTS, on every turn).
-    keys = Keys("turns")
+    keys = MailKeys("turns")
     store = make_store(aredis, keys, default_cap=20)
     await store.enqueue([job for t in range(20) for job in jobs(f"t{t}", 2)])
     before = await commands_run(aredis)
@@ -352,7 +353,7 @@ async def test_a_claim_from_an_empty_ring_is_three_commands(aredis: redis.asynci
     # the many calls that find nothing (after a short batch, after a wake-up).
     # Now the claim's record (none: it leased nothing yet) and the ring's length,
     # after the write that adds nothing every script starts with (WRITES_FIRST).
-    keys = Keys("empty-ring")
+    keys = MailKeys("empty-ring")
     store = make_store(aredis, keys)
     assert await store.claim(10) == []  # the script is loaded
     before = await commands_run(aredis)
@@ -365,7 +366,7 @@ async def test_a_claim_from_an_empty_ring_is_three_commands(aredis: redis.asynci
 async def test_a_batch_of_one_tenants_jobs_is_one_turn(aredis: redis.asyncio.Redis) -> None:
     # The common case under load: one tenant in the ring, the others at their
     # caps. Before: a turn (a ring move, a pop, a slot write) for every job.
-    keys = Keys("one-tenant")
+    keys = MailKeys("one-tenant")
     store = make_store(aredis, keys, default_cap=20)
     await store.enqueue(jobs("acme", 30))
     before = await commands_run(aredis)
@@ -380,7 +381,7 @@ async def test_a_batch_of_one_tenants_jobs_is_one_turn(aredis: redis.asyncio.Red
 
 async def test_an_enqueue_batch_counts_and_activates_once_a_tenant(aredis: redis.asyncio.Redis) -> None:
     # Before: two counter increments, a push and a ring check for every job.
-    keys = Keys("enqueue-batch")
+    keys = MailKeys("enqueue-batch")
     store = make_store(aredis, keys, default_cap=100)
     batch = [
         *jobs("acme", 40),
@@ -413,7 +414,7 @@ async def test_a_job_of_a_priority_no_claim_serves_is_refused_before_redis(
     # Before: NewJob took any priority; its entry went to a queue the claim
     # never pops (and, in an enqueue batch, a priority named like the batch's
     # own bookkeeping would have mixed into it). The SDK checked; the store did not.
-    keys = Keys("priority")
+    keys = MailKeys("priority")
     store = make_store(aredis, keys)
     for priority in ("urgent", "count", "order"):
         with pytest.raises(ValueError, match="priority must be one of high, normal, low"):

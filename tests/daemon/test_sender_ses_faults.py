@@ -15,6 +15,7 @@ import pytest
 from fairpost import AsyncMailClient
 from fairpost.dispatcher.jobs import JobState
 from fairpost.mailer.ops.stats import collect_stats
+from fairpost.mailer.sdk.keys import mail_keys
 from fairpost.mailer.sdk.mail import Mail
 from fairpost.mailer.testing.ses_server import Faults, SesError, SesServer
 from fairpost.mailer.testing.wait import wait_for_async
@@ -65,7 +66,7 @@ async def test_one_tenants_ses_fault_held_every_tenant_or_dead_lettered_its_mail
         held = [await client.status(i) for i in bad]
 
         async def stats_show_the_hold() -> bool:
-            stats = await collect_stats(run.store.redis, run.store.keys, settings, tenants=["bad"])
+            stats = await collect_stats(run.store.redis, mail_keys(run.store.keys), settings, tenants=["bad"])
             shown = stats.tenant("bad")
             return shown is not None and shown.held_by == f"ses_{fault.code}"
 

@@ -15,7 +15,6 @@ import redis.asyncio
 
 from fairpost.config import load_settings
 from fairpost.config.limits import Limits, Window, parse_limits
-from fairpost.dispatcher.keys import Keys
 from fairpost.mailer.daemon.aws import SES_CONFIG, session
 from fairpost.mailer.daemon.gate import Gate
 from fairpost.mailer.daemon.ses_account import (
@@ -26,6 +25,7 @@ from fairpost.mailer.daemon.ses_account import (
 )
 from fairpost.mailer.quota.engine import QuotaEngine
 from fairpost.mailer.quota.overrides import OverrideCache
+from fairpost.mailer.sdk.keys import MailKeys
 from fairpost.mailer.testing.ses_server import SesServer
 
 # Every test here runs against moto (SQS) and the recording SES.
@@ -51,7 +51,7 @@ def _account(
     ses_client: Any, aredis: redis.asyncio.Redis, redis_url: str, **kwargs: Any
 ) -> tuple[SesAccountLimits, QuotaEngine]:
     settings = load_settings(redis_url=redis_url, global_limits="auto", ses_account_refresh=300)
-    keys = Keys(settings.key_prefix)
+    keys = MailKeys(settings.key_prefix)
     quota = QuotaEngine(aredis, keys)
     return SesAccountLimits(ses_client, settings, client=aredis, keys=keys, quota=quota, **kwargs), quota
 
@@ -102,7 +102,7 @@ async def test_rising_auto_limits_open_a_gate_closed_by_the_old_ones(
     await _send_today(quota, 900)
     await account.start()
     settings = load_settings(redis_url=redis_url, global_limits="auto")
-    overrides = OverrideCache(aredis, Keys(settings.key_prefix), settings, auto=account.current)
+    overrides = OverrideCache(aredis, MailKeys(settings.key_prefix), settings, auto=account.current)
     gate = Gate(quota, overrides)
     waits: list[float] = []
     decided = asyncio.Event()

@@ -21,13 +21,13 @@ import redis.asyncio
 from botocore.exceptions import EndpointConnectionError
 
 from fairpost.config import Settings
-from fairpost.dispatcher.keys import Keys
 from fairpost.mailer.cli import main
 from fairpost.mailer.daemon import ses_tenant_status
 from fairpost.mailer.daemon.aws import SES_CONFIG, session
 from fairpost.mailer.daemon.metrics import Metrics
 from fairpost.mailer.daemon.ses_tenant_status import REASON, SesTenantStatus
 from fairpost.mailer.quota.reputation import TenantVerdict
+from fairpost.mailer.sdk.keys import MailKeys
 from fairpost.mailer.testing.ses_server import SesServer
 from fairpost.mailer.testing.ses_tenancy import Status
 from fairpost.mailer.testing.wait import wait_for_async as wait_for
@@ -74,7 +74,7 @@ async def status_task(
         aws_secret_access_key="testing",
     ) as ses_client:
         status = SesTenantStatus(
-            ses_client, client, Keys(settings.key_prefix), settings, on_enabled=unpark, metrics=metrics
+            ses_client, client, MailKeys(settings.key_prefix), settings, on_enabled=unpark, metrics=metrics
         )
         stop = asyncio.Event()
         task = asyncio.create_task(status.run(stop), name="ses-tenants")
@@ -100,7 +100,7 @@ async def test_sqs_failing_while_a_re_enabled_tenant_is_unparked_is_survived_and
     redis_url: str, aredis: redis.asyncio.Redis, ses: SesServer
 ) -> None:
     settings = quick_settings(redis_url, tenants={"acme": {"ses_tenant_name": "acme"}})
-    keys = Keys(settings.key_prefix)
+    keys = MailKeys(settings.key_prefix)
     await aredis.hset(keys.ses_tenant_status(), "acme", _verdict("acme"))  # disabled once; SES enabled it
     unpark, metrics = Unparks(failing=1), Metrics()
     async with status_task(settings, ses_tenants(ses, acme="ENABLED"), aredis, unpark, metrics) as (
@@ -130,7 +130,7 @@ async def test_any_exception_from_a_step_is_survived_and_counted(
     redis_url: str, aredis: redis.asyncio.Redis, ses: SesServer
 ) -> None:
     settings = quick_settings(redis_url, tenants={"acme": {"ses_tenant_name": "acme"}})
-    keys = Keys(settings.key_prefix)
+    keys = MailKeys(settings.key_prefix)
     await aredis.hset(keys.ses_tenant_status(), "acme", _verdict("acme"))
     unpark, metrics = Broken(), Metrics()
     async with status_task(settings, ses_tenants(ses, acme="ENABLED"), aredis, unpark, metrics) as (_, task):
@@ -147,7 +147,7 @@ async def test_an_unreadable_ses_answer_keeps_the_last_verdict(
     redis_url: str, aredis: redis.asyncio.Redis, ses: SesServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     settings = quick_settings(redis_url, tenants={"acme": {"ses_tenant_name": "acme"}})
-    keys = Keys(settings.key_prefix)
+    keys = MailKeys(settings.key_prefix)
     await aredis.hset(keys.ses_tenant_status(), "acme", _verdict("acme"))
     ses_tenants(ses, acme="ENABLED")
     real_handle = ses.tenancy.handle
@@ -175,7 +175,7 @@ async def test_a_verdict_on_an_ses_tenant_the_tenant_no_longer_maps_to_is_droppe
     redis_url: str, aredis: redis.asyncio.Redis, ses: SesServer, mapping: dict[str, Any]
 ) -> None:
     settings = quick_settings(redis_url, tenants=mapping)
-    keys = Keys(settings.key_prefix)
+    keys = MailKeys(settings.key_prefix)
     await aredis.hset(keys.ses_tenant_status(), "acme", _verdict("acme"))  # SES disabled "acme" once
     unpark = Unparks()
     enabled: dict[str, Status] = {"acme-new": "ENABLED"}
@@ -201,7 +201,7 @@ async def test_tenant_resume_lifts_a_ses_tenant_disabled_park(
     settings = quick_settings(
         redis_url, tenants={"acme": {"ses_tenant_name": "acme"}}, reputation={"ses_status_refresh": 3600}
     )
-    keys = Keys(settings.key_prefix)
+    keys = MailKeys(settings.key_prefix)
     await aredis.hset(keys.ses_tenant_status(), "acme", _verdict("acme"))
     unpark = Unparks()
     async with status_task(settings, ses_tenants(ses, acme="DISABLED"), aredis, unpark, Metrics()) as (

@@ -20,11 +20,11 @@ from hypothesis import strategies as st
 from fairpost import AsyncMailClient
 from fairpost.config import Settings
 from fairpost.config.ses_names import ses_tenant_name, tenant_id_of
-from fairpost.dispatcher.keys import Keys
 from fairpost.mailer.cli import main
 from fairpost.mailer.errors import SesTenantError
 from fairpost.mailer.ops.ses_tenants import set_customer_status, sync_tenants
 from fairpost.mailer.ops.stats import collect_stats
+from fairpost.mailer.sdk.keys import MailKeys
 from fairpost.mailer.testing.ses_server import SesServer
 from fairpost.mailer.testing.wait import wait_for_async as wait_for
 from tests.support.pipeline import pipeline, quick_settings
@@ -119,7 +119,7 @@ async def test_a_tenant_disabled_by_ses_waits_alone_and_resumes_when_ses_enables
             status = await client.status(job)
             assert (status.state, status.attempts) == ("dispatched", 0), status
         async with _redis(settings) as r:
-            stats = await collect_stats(r, Keys(settings.key_prefix), settings)
+            stats = await collect_stats(r, MailKeys(settings.key_prefix), settings)
         acme = stats.tenant("acme")
         assert acme is not None and acme.held == "ses_tenant_disabled"
         assert ses_env.tenancy.calls_of("GetReputationEntity")

@@ -6,10 +6,10 @@ import redis
 import redis.asyncio
 
 from fairpost.config import load_settings
-from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.store import JobStore, store_limits
 from fairpost.mailer.daemon.parts import publish_tenant_settings
 from fairpost.mailer.quota.admin import QuotaAdmin
+from fairpost.mailer.sdk.keys import MailKeys
 
 
 async def test_a_weight_and_cap_removed_from_the_config_stayed_in_redis(
@@ -24,7 +24,7 @@ async def test_a_weight_and_cap_removed_from_the_config_stayed_in_redis(
         },
     )
     after = load_settings(redis_url=redis_url, tenants={"beta": {"weight": 5}})
-    keys = Keys(before.key_prefix)
+    keys = MailKeys(before.key_prefix)
     await publish_tenant_settings(JobStore(aredis, keys, store_limits(before)), before)
     with QuotaAdmin(before) as admin:
         admin.set_tenant_limits("acme", "7/minute")  # a live override: not a setting

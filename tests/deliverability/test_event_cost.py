@@ -9,11 +9,11 @@ from typing import Any
 import redis.asyncio
 
 from fairpost.config import load_settings
-from fairpost.dispatcher.keys import Keys
 from fairpost.mailer.daemon.deliverability import DeliverabilityCounter
 from fairpost.mailer.daemon.events import EventConsumer
 from fairpost.mailer.daemon.metrics import Metrics
 from fairpost.mailer.quota.reputation import ReputationBook
+from fairpost.mailer.sdk.keys import MailKeys
 from fairpost.mailer.testing.ses_mail import SentMail
 from fairpost.mailer.testing.ses_tenancy import ses_event, wrap
 from tests.support.deliverability import FakeDns
@@ -27,7 +27,7 @@ async def calls(client: redis.asyncio.Redis) -> dict[str, int]:
 async def handle_one(aredis: redis.asyncio.Redis, redis_url: str, enabled: bool, n: int) -> dict[str, int]:
     """The commands one Delivery event for two recipients took; the mail's record as the sender left it."""
     settings = load_settings(redis_url=redis_url, deliverability={"enabled": enabled})
-    keys, metrics = Keys(settings.key_prefix), Metrics()
+    keys, metrics = MailKeys(settings.key_prefix), Metrics()
     consumer = EventConsumer(
         sqs=None,  # handle() reads no queue
         queue_url="", client=aredis, keys=keys, settings=settings,

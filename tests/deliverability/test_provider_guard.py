@@ -19,10 +19,10 @@ import redis
 
 from fairpost import AsyncMailClient
 from fairpost.config import Settings
-from fairpost.dispatcher.keys import Keys
 from fairpost.mailer.cli import main
 from fairpost.mailer.daemon.provider_holds import FRESH_SECONDS, TAKEN_BACK_MIN_SECONDS
 from fairpost.mailer.quota.provider_guard import held_providers
+from fairpost.mailer.sdk.keys import MailKeys
 from fairpost.mailer.sdk.outcomes.feed import HELD, from_entry
 from fairpost.mailer.testing.ses_server import SesServer
 from fairpost.mailer.testing.ses_tenancy import EventSink
@@ -31,7 +31,7 @@ from tests.console.conftest import TOKEN, serve
 from tests.support.deliverability import EVENTS_QUEUE, FakeDns
 from tests.support.pipeline import pipeline, quick_settings
 
-KEYS = Keys()
+KEYS = MailKeys()
 BEARER = {"Authorization": f"Bearer {TOKEN}"}
 GMAIL = ["ann@gmail.com", "bob@gmail.com", "cy@workspace.example", "dan@googlemail.com"]
 OUTLOOK = ["dee@outlook.com", "eve@m365.example", "fay@hotmail.com", "gus@live.com"]

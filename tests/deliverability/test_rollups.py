@@ -15,8 +15,8 @@ import redis.asyncio
 
 from fairpost import AsyncMailClient
 from fairpost.config import Settings
-from fairpost.dispatcher.keys import Keys
 from fairpost.mailer.cli import main
+from fairpost.mailer.sdk.keys import MailKeys
 from fairpost.mailer.sdk.rollups import Deliverability, Report, RollupWriter
 from fairpost.mailer.testing.ses_server import SesServer
 from fairpost.mailer.testing.ses_tenancy import EventSink
@@ -116,7 +116,7 @@ async def test_a_suppressed_recipient_is_counted_at_its_provider(
 async def test_one_call_counts_a_group_and_keeps_the_minute_history_bounded(
     aredis: redis.asyncio.Redis, redis_client: redis.Redis, settings: Settings
 ) -> None:
-    keys = Keys(settings.key_prefix)
+    keys = MailKeys(settings.key_prefix)
     writer = RollupWriter(aredis, keys, settings)
     # 70 minutes of one send each, as if: the slots of minutes older than the hour start again.
     history = keys.send_history("t:acme")

@@ -34,7 +34,6 @@ from fairpost.dispatcher.calls import RING_GOES_HERE, outcome_journal, store_lim
 from fairpost.dispatcher.connect import async_redis_client, redis_client, slot_of
 from fairpost.dispatcher.jobs import JobState, NewJob
 from fairpost.dispatcher.journal import JournalWriter
-from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.layout import LAYOUT, read_layout
 from fairpost.dispatcher.lifecycle import Lifecycle, SyncLifecycle
 from fairpost.dispatcher.migrate import Migration
@@ -52,6 +51,7 @@ from fairpost.mailer.quota.holds import TenantHolds
 from fairpost.mailer.quota.overrides import OverrideCache
 from fairpost.mailer.quota.reputation import ReputationBook
 from fairpost.mailer.quota.warmup_admin import WarmupAdmin
+from fairpost.mailer.sdk.keys import MailKeys
 from fairpost.mailer.sdk.outcomes import deliveries, feed
 from fairpost.mailer.sdk.outcomes.endpoints import Webhooks
 from fairpost.mailer.sdk.rollups import RollupWriter
@@ -74,7 +74,7 @@ PACKAGES = (
 LOCK_SCRIPTS = {Lock.LUA_RELEASE_SCRIPT, Lock.LUA_EXTEND_SCRIPT, Lock.LUA_REACQUIRE_SCRIPT}
 """redis-py's Lock (dispatcher/migrate.py): not fairpost's scripts, registered unwrapped (the
 Lock keeps each on its class, where a wrapping function would become a method); its one
-key, :meth:`Keys.migrate_lock`, carries the hash tag as every key."""
+key, :meth:`MailKeys.migrate_lock`, carries the hash tag as every key."""
 HELPERS = {"dispatcher/ring", "dispatcher/journal", "outcomes/deliveries"}
 """Not scripts of their own: the shared helpers other scripts start with."""
 
@@ -198,7 +198,7 @@ async def test_every_script_runs_on_a_cluster_within_fairposts_slot(
     cluster_settings: Settings, recorder: Recorder
 ) -> None:
     settings = cluster_settings
-    keys = Keys(settings.key_prefix)
+    keys = MailKeys(settings.key_prefix)
     limits = store_limits(settings)
     client = async_redis_client(settings)
     try:

@@ -25,7 +25,7 @@ import pytest
 from redis.exceptions import RedisError
 
 from fairpost import MailClient
-from fairpost.dispatcher.keys import Keys
+from fairpost.mailer.sdk.keys import MailKeys
 from fairpost.mailer.testing.localstack import LocalStackServer
 from fairpost.mailer.testing.ses_server import SesServer
 from fairpost.mailer.testing.wait import wait_for
@@ -68,7 +68,7 @@ class Topology:
 
     def master(self) -> Node:
         if isinstance(self.server, Cluster):
-            return self.server.node_for(Keys().root)
+            return self.server.node_for(MailKeys().root)
         return self.server.current_master()
 
     def fail_over(self) -> None:

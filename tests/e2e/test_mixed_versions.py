@@ -24,7 +24,8 @@ import redis
 
 from fairpost import MailClient
 from fairpost.config import Settings
-from fairpost.dispatcher.keys import TOTAL_WAITING, Keys
+from fairpost.dispatcher.keys import TOTAL_WAITING
+from fairpost.mailer.sdk.keys import MailKeys
 from fairpost.mailer.testing.ses_server import SesServer
 from fairpost.mailer.testing.sqs_server import SqsServer
 from fairpost.mailer.testing.wait import wait_for
@@ -147,7 +148,7 @@ def test_a_rolling_replacement_under_load_loses_nothing_and_sends_nothing_twice(
     previous: Release, shared: tuple[dict[str, str], Settings], ses: SesServer, tmp_path: Path
 ) -> None:
     env, settings = shared
-    keys = Keys(settings.key_prefix)
+    keys = MailKeys(settings.key_prefix)
     watch = redis.Redis.from_url(env["FAIRPOST_REDIS_URL"], decode_responses=True)
 
     def in_redis_and_in_sqs() -> bool:

@@ -14,9 +14,9 @@ import redis
 
 from fairpost.config import load_settings
 from fairpost.config.pools import pool_settings
-from fairpost.dispatcher.keys import Keys
 from fairpost.mailer.sdk.client import MailClient
 from fairpost.mailer.sdk.directory import PoolDirectory
+from fairpost.mailer.sdk.keys import MailKeys
 from fairpost.mailer.testing.services import free_port
 from fairpost.mailer.testing.ses_mail import max_in_window
 from fairpost.mailer.testing.ses_server import SesServer
@@ -37,10 +37,10 @@ def test_each_pool_sends_through_its_own_ses_within_its_own_window(
             for tenant in ("us-tenant", "eu-tenant"):
                 receiver.secret(f"/{tenant}", hooks.add(tenant, receiver.url(f"/{tenant}")).secret)
         jobs = {"us-tenant": send(client, "us-tenant", 12), "eu-tenant": send(client, "eu-tenant", 12)}
-        eu_keys = Keys(pool_settings(settings, "eu").key_prefix)
+        eu_keys = MailKeys(pool_settings(settings, "eu").key_prefix)
         # The eu tenant's jobs live under the eu pool's hash tag, not the default's.
         assert redis_client.exists(eu_keys.queue("eu-tenant", "normal"))
-        assert not redis_client.exists(Keys(PREFIX).queue("eu-tenant", "normal"))
+        assert not redis_client.exists(MailKeys(PREFIX).queue("eu-tenant", "normal"))
         with daemon_process(pools_env, tmp_path, replica="r1", http_port=free_port()) as daemon:
             ses.wait_for(12, timeout=30)
             eu_ses.wait_for(12, timeout=30)
@@ -107,7 +107,7 @@ def test_a_replica_serves_only_the_pools_it_is_told_to(
     with MailClient(settings) as client:
         send(client, "us-tenant", 3)
         send(client, "eu-tenant", 3)
-    eu_keys = Keys(pool_settings(settings, "eu").key_prefix)
+    eu_keys = MailKeys(pool_settings(settings, "eu").key_prefix)
     only_eu = {**pools_env, "FAIRPOST_SERVE_POOLS": "eu"}
     with daemon_process(only_eu, tmp_path, replica="eu-only", wait_ready=False) as daemon:
         wait_for(lambda: redis_client.exists(eu_keys.heartbeat("eu-only")), within=30, what="eu's heartbeat")
@@ -120,4 +120,50 @@ def test_a_replica_serves_only_the_pools_it_is_told_to(
         assert health.returncode == 0, health.stdout + health.stderr
         assert daemon.process.poll() is None
     assert ses.sent_count == 0  # the default pool's mail waits for a replica that serves it
-    assert not redis_client.exists(Keys(PREFIX).heartbeat("eu-only"))
+    assert not redis_client.exists(MailKeys(PREFIX).heartbeat("eu-only"))
+
+
+def gauges(text: str, name: str) -> dict[tuple[str, str], float]:
+    """(tenant, pool) → value of one per-tenant gauge on a /metrics page."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return {
+        (s.labels["tenant"], s.labels.get("pool", "")): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == name
+    }
+
+
+def test_per_tenant_gauges_carry_each_tenant_s_pool(
+    pools_env: dict[str, str], tmp_path: Path, redis_client: redis.Redis
+) -> None:
+    from fairpost.mailer.quota.admin import QuotaAdmin
+
+    settings = load_settings()
+    PoolDirectory(settings, redis_client).place("eu-tenant", "eu")
+    # Paused, each in its own pool: their mail waits, so the gauges hold still.
+    for tenant, pool in (("us-tenant", "default"), ("eu-tenant", "eu")):
+        with QuotaAdmin(pool_settings(settings, pool)) as admin:
+            admin.pause(tenant)
+    with MailClient(settings) as client:
+        send(client, "us-tenant", 3)
+        send(client, "eu-tenant", 2)
+    with daemon_process(pools_env, tmp_path, replica="r1", http_port=free_port()) as daemon:
+
+        def backlog() -> dict[tuple[str, str], float]:
+            status, text = daemon.get("/metrics")
+            assert status == 200
+            return gauges(text, "fairpost_backlog")
+
+        wait_for(
+            lambda: {("us-tenant", "default"): 3.0, ("eu-tenant", "eu"): 2.0}.items() <= backlog().items(),
+            within=30, what="each tenant's backlog under its own pool",
+        )  # fmt: skip
+        _, text = daemon.get("/metrics")
+    paused = gauges(text, "fairpost_tenant_paused")
+    assert paused[("us-tenant", "default")] == 1.0 and paused[("eu-tenant", "eu")] == 1.0
+    # Each tenant is read in the pool it is on, and nowhere else.
+    assert not {("eu-tenant", "default"), ("us-tenant", "eu")} & set(gauges(text, "fairpost_backlog"))
+    limits = gauges(text, "fairpost_tenant_quota_limit")
+    assert {pool for _, pool in limits} == {"default", "eu"}

@@ -8,9 +8,9 @@ import pytest
 from fairpost.config import Settings, load_settings
 from fairpost.config.pools import pool_names, pool_settings
 from fairpost.dispatcher.connect import async_redis_client
-from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.store import JobStore, store_limits
 from fairpost.mailer.sdk.client import MailClient
+from fairpost.mailer.sdk.keys import MailKeys
 from tests.support.topologies import Cluster
 
 # Hash tags whose slots fall on the three masters of a 3-master cluster's even split
@@ -40,7 +40,7 @@ async def test_each_pool_s_keys_sit_on_their_own_shard_and_its_scripts_run_there
     shards = set()
     for pool in pool_names(settings):
         own = pool_settings(settings, pool)
-        keys = Keys(own.key_prefix)
+        keys = MailKeys(own.key_prefix)
         aclient = async_redis_client(own)  # the master of the pool's slot
         try:
             queue = keys.queue(tenants[pool], "normal")

@@ -25,12 +25,12 @@ import redis
 from fairpost.config import load_settings
 from fairpost.dispatcher.errors import RedisNearlyFull
 from fairpost.dispatcher.jobs import JobState
-from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.redis_memory import read_memory
 from fairpost.mailer.cli import main
 from fairpost.mailer.errors import RedisFailed
 from fairpost.mailer.ops.queue_setup import init_events_queue
 from fairpost.mailer.sdk.client import MailClient
+from fairpost.mailer.sdk.keys import MailKeys
 from fairpost.mailer.testing.services import free_port
 from fairpost.mailer.testing.ses_server import SesServer
 from fairpost.mailer.testing.ses_tenancy import EventSink
@@ -41,7 +41,7 @@ from tests.support.memory import MAXMEMORY, LimitedRedis, fill_to
 pytestmark = pytest.mark.slow
 
 PREFIX = "mem"
-KEYS = Keys(PREFIX)
+KEYS = MailKeys(PREFIX)
 BODY = "x" * 16_000
 """Mail of 16 KB: a few hundred fill the 4 MB Redis, so the daemon drains it in seconds."""
 

@@ -20,10 +20,10 @@ import pytest
 import redis
 
 from fairpost import MailClient
-from fairpost.dispatcher.keys import Keys
 from fairpost.mailer.cli import main
 from fairpost.mailer.ops.queue_setup import init_events_queue, init_queue
 from fairpost.mailer.quota.reputation import GuardState
+from fairpost.mailer.sdk.keys import MailKeys
 from fairpost.mailer.testing.ses_server import SesServer
 from fairpost.mailer.testing.ses_tenancy import EventSink
 from fairpost.mailer.testing.wait import wait_for
@@ -84,7 +84,7 @@ def test_one_tenant_of_five_bouncing_is_paused_in_time_and_the_others_are_not_de
             # taken the pause from its overrides (it logs it), and no mail of bouncy is
             # still in an SES call (its sending marker). A decision that checked the
             # pause before its replica saw it claims its marker within a round trip.
-            sending = [Keys(settings.key_prefix).sending(job) for job in bouncy_jobs]
+            sending = [MailKeys(settings.key_prefix).sending(job) for job in bouncy_jobs]
 
             def settled() -> bool:
                 seen = all(_saw_pause(daemon.log_records(), "bouncy") for daemon in daemons)
@@ -122,5 +122,5 @@ def _all_sent(client: MailClient, jobs: list[str]) -> bool:
 
 def _paused(redis_url: str) -> bool:
     with redis.Redis.from_url(redis_url) as client:
-        state = GuardState.from_json(client.hget(Keys().guard(), "bouncy"))
+        state = GuardState.from_json(client.hget(MailKeys().guard(), "bouncy"))
     return state is not None and state.level == "paused"

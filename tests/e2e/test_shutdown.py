@@ -27,9 +27,9 @@ import pytest
 import redis
 
 from fairpost.dispatcher.jobs import JobState
-from fairpost.dispatcher.keys import Keys
 from fairpost.mailer.cli import main
 from fairpost.mailer.sdk.client import MailClient
+from fairpost.mailer.sdk.keys import MailKeys
 from fairpost.mailer.testing.services import redis_server
 from fairpost.mailer.testing.ses_server import SesServer
 from fairpost.mailer.testing.wait import wait_for
@@ -38,7 +38,7 @@ from tests.support.daemon_process import daemon_process
 pytestmark = pytest.mark.slow
 
 PREFIX = "stop"
-KEYS = Keys(PREFIX)
+KEYS = MailKeys(PREFIX)
 GRACE = 1.5
 # Startup of the hand-back, closing clients, interpreter exit: well under a second here.
 MARGIN = 3.0

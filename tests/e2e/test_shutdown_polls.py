@@ -20,12 +20,12 @@ import pytest
 
 from fairpost.config import Settings
 from fairpost.dispatcher.connect import async_redis_client
-from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.store import JobStore, store_limits
 from fairpost.mailer.daemon.aws import SES_CONFIG, SQS_CONFIG, session
 from fairpost.mailer.daemon.sender import Sender
 from fairpost.mailer.ops.queue_setup import init_queue
 from fairpost.mailer.quota.engine import QuotaEngine
+from fairpost.mailer.sdk.keys import MailKeys
 from fairpost.mailer.testing.wait import wait_for_async
 from tests.support.pipeline import quick_settings
 
@@ -62,7 +62,7 @@ class PollWatch:
 @asynccontextmanager
 async def sender(settings: Settings, url: str) -> AsyncIterator[tuple[Sender, PollWatch]]:
     client = async_redis_client(settings)
-    keys = Keys(settings.key_prefix)
+    keys = MailKeys(settings.key_prefix)
     store = JobStore(client, keys, store_limits(settings))
     aws = session()
     try:

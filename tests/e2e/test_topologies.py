@@ -22,10 +22,10 @@ from fairpost import AsyncMailClient, MailClient, RedisFailed
 from fairpost.config.limits import parse_limits
 from fairpost.dispatcher.durable import NotReplicated, durability
 from fairpost.dispatcher.jobs import JobState
-from fairpost.dispatcher.keys import Keys
 from fairpost.mailer.cli import main
 from fairpost.mailer.ops.stats import collect_stats
 from fairpost.mailer.quota.engine import QuotaEngine
+from fairpost.mailer.sdk.keys import MailKeys, mail_keys
 from fairpost.mailer.sdk.mail import Mail
 from fairpost.mailer.testing.ses_server import SesServer
 from fairpost.mailer.testing.wait import wait_for_async
@@ -61,7 +61,7 @@ async def test_mail_flows_end_to_end(topology: dict[str, Any], ses_env: SesServe
             return all(state == JobState.SENT for state in states)
 
         await wait_for_async(all_sent, within=30, what="every mail sent")
-        stats = await collect_stats(run.store.redis, run.store.keys, settings)
+        stats = await collect_stats(run.store.redis, mail_keys(run.store.keys), settings)
         assert stats.to_json()["tenants"]["noisy"]["backlog"] == 0
     sent = [m.job_id or "" for m in ses.sent]
     assert sorted(sent) == sorted(ids), "every mail sent exactly once"
@@ -117,7 +117,7 @@ async def test_writes_the_product_relies_on_wait_for_the_replicas(topology: dict
         assert client.status(job_id).state == "queued"
     async with AsyncMailClient(settings) as aclient:
         await aclient.send("acme", sender="app@example.com", to=["a@example.org"], subject="s", text="t")
-        quota = QuotaEngine(aclient._redis, Keys(settings.key_prefix), durability=durability(settings))
+        quota = QuotaEngine(aclient._redis, MailKeys(settings.key_prefix), durability=durability(settings))
         grant = await quota.acquire("acme", [1], parse_limits("10/second"), parse_limits("5/second"))
         assert grant.granted == 1
 
@@ -136,6 +136,6 @@ async def test_writes_the_product_relies_on_wait_for_the_replicas(topology: dict
     async with AsyncMailClient(too_many) as aclient:
         with pytest.raises(RedisFailed):
             await aclient.send("acme", sender="app@example.com", to=["a@example.org"], subject="s", text="t")
-        quota = QuotaEngine(aclient._redis, Keys(settings.key_prefix), durability=durability(too_many))
+        quota = QuotaEngine(aclient._redis, MailKeys(settings.key_prefix), durability=durability(too_many))
         with pytest.raises(NotReplicated):
             await quota.acquire("acme", [1], parse_limits("10/second"), parse_limits("5/second"))

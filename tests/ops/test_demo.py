@@ -17,7 +17,6 @@ from redis.typing import EncodableT, FieldT
 from rich.console import Console
 
 from fairpost.config import Settings, Window
-from fairpost.dispatcher.keys import Keys
 from fairpost.mailer.demo.load import schedule
 from fairpost.mailer.demo.monitor import JobBook
 from fairpost.mailer.demo.report import max_in_window, percentile, rate_series
@@ -27,6 +26,7 @@ from fairpost.mailer.demo.view import LiveView, Phase
 from fairpost.mailer.errors import DemoError
 from fairpost.mailer.ops.stats import collect_stats
 from fairpost.mailer.quota.engine import BUCKETS_PER_WINDOW, QuotaEngine
+from fairpost.mailer.sdk.keys import MailKeys
 from tests.support import KEYS
 
 REPO = Path(__file__).resolve().parents[2]
@@ -232,7 +232,7 @@ async def test_the_quota_state_the_demo_shows_is_the_engines(
         "shown",
     )
     settings = Settings(redis_url=redis_url, **scenario.config())
-    keys = Keys(settings.key_prefix)
+    keys = MailKeys(settings.key_prefix)
     engine = QuotaEngine(aredis, keys)
     for tenant, costs in (("acme", [1, 2]), ("noisy", [1] * 9)):
         await engine.acquire(tenant, costs, scenario.global_limits, scenario.limits_for(tenant))

@@ -14,13 +14,13 @@ import pytest
 import redis
 
 from fairpost.dispatcher.errors import LayoutNotReadable
-from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.layout import LAYOUT, MIGRATE_COMMAND, read_layout_sync, verdict
 from fairpost.dispatcher.migrate import Migration
 from fairpost.dispatcher.replies import text
 from fairpost.mailer.cli import main
+from fairpost.mailer.sdk.keys import MailKeys
 
-KEYS = Keys()
+KEYS = MailKeys()
 PAYLOAD = '{"from":"a@example.com","to":["b@example.com"]}'
 
 
@@ -67,8 +67,8 @@ def assert_migrated(client: redis.Redis, ids: list[str]) -> None:
 def test_a_store_with_no_data_is_stamped_and_one_written_before_versions_is_layout_0(
     redis_client: redis.Redis,
 ) -> None:
-    assert read_layout_sync(redis_client, Keys("fresh")) == LAYOUT
-    assert redis_client.get(Keys("fresh").layout()) == str(LAYOUT)
+    assert read_layout_sync(redis_client, MailKeys("fresh")) == LAYOUT
+    assert redis_client.get(MailKeys("fresh").layout()) == str(LAYOUT)
     pre_release_store(redis_client, 1)
     assert read_layout_sync(redis_client, KEYS) == 0
     assert redis_client.get(KEYS.layout()) is None

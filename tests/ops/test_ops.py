@@ -354,11 +354,17 @@ def test_metrics_healthz_readyz_and_health_command(ops: Ops, monkeypatch: pytest
         assert metric(text, "fairpost_ses_call_seconds_count") == 4
         assert metric(text, "fairpost_mail_latency_seconds_count") == 4
         # Its six recipients, or what of them is still in the last second.
-        assert 0 <= metric(text, "fairpost_tenant_quota_used", tenant="acme", window="second") <= 6
-        assert metric(text, "fairpost_tenant_quota_used", tenant="acme", window="day") == 6
-        assert metric(text, "fairpost_tenant_quota_limit", tenant="acme", window="day") == 10_000
+        assert (
+            0
+            <= metric(text, "fairpost_tenant_quota_used", tenant="acme", pool="default", window="second")
+            <= 6
+        )
+        assert metric(text, "fairpost_tenant_quota_used", tenant="acme", pool="default", window="day") == 6
+        assert (
+            metric(text, "fairpost_tenant_quota_limit", tenant="acme", pool="default", window="day") == 10_000
+        )
         assert metric(text, "fairpost_global_quota_used", window="day") == 7
-        assert metric(text, "fairpost_backlog", tenant="acme") == 0
+        assert metric(text, "fairpost_backlog", tenant="acme", pool="default") == 0
         assert metric(text, "fairpost_replicas") == 1
         assert "process_resident_memory_bytes" in text
 
@@ -425,10 +431,40 @@ def test_tenant_labels_are_bounded() -> None:
         )
     )
     text = metrics.render().decode()
-    assert metric(text, "fairpost_backlog", tenant="a") == 3
-    assert metric(text, "fairpost_backlog", tenant=OTHER_TENANT) == 4
+    assert metric(text, "fairpost_backlog", tenant="a", pool="default") == 3
+    assert metric(text, "fairpost_backlog", tenant=OTHER_TENANT, pool="default") == 4
     assert 'tenant="b"' not in text
     assert metric(text, "fairpost_global_quota_used", window="second") == 2
+
+
+def test_per_tenant_gauges_are_by_pool_and_a_tenant_gone_from_a_pool_loses_its_series() -> None:
+    """Each served pool's tenants under its own ``pool`` label (#43); a tenant a pool no
+    longer holds (moved away, drained) is dropped from it, not left at its last value."""
+
+    def stats(backlog: int, *tenants: tuple[str, int]) -> Stats:
+        return Stats(
+            at_ms=0,
+            global_=ScopeStats("global", backlog, 0, [], "settings"),
+            tenants=[
+                ScopeStats(t, n, 0, [WindowUsage(1, 5, 0)], "settings", paused=True) for t, n in tenants
+            ],
+        )
+
+    metrics = Metrics(TenantLabels(configured=["a", "b"]))
+    metrics.update(stats(3, ("a", 3)), "default")
+    metrics.update(stats(4, ("a", 1), ("b", 3)), "eu", global_=False)
+    text = metrics.render().decode()
+    assert metric(text, "fairpost_backlog", tenant="a", pool="default") == 3
+    assert metric(text, "fairpost_backlog", tenant="a", pool="eu") == 1
+    assert metric(text, "fairpost_tenant_paused", tenant="b", pool="eu") == 1
+    assert sample(text, "fairpost_backlog", tenant="b", pool="default") is None
+    # a drained from eu: its eu series go, b's and default's stay.
+    metrics.update(stats(3, ("b", 3)), "eu", global_=False)
+    text = metrics.render().decode()
+    assert sample(text, "fairpost_backlog", tenant="a", pool="eu") is None
+    assert sample(text, "fairpost_tenant_quota_used", tenant="a", pool="eu", window="second") is None
+    assert metric(text, "fairpost_tenant_paused", tenant="a", pool="default") == 1
+    assert metric(text, "fairpost_backlog", tenant="b", pool="eu") == 3
 
 
 # -- check-config -----------------------------------------------------------------------

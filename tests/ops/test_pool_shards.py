@@ -11,7 +11,7 @@ from redis.crc import key_slot
 
 from bench.cluster import BenchError
 from bench.pool_shards import PREFIX, Drain, slot_of_prefix, spread_pools
-from fairpost.dispatcher.keys import Keys
+from fairpost.mailer.sdk.keys import MailKeys
 
 
 def thirds(slot: int) -> int:
@@ -25,7 +25,7 @@ def test_the_pools_it_names_have_their_hash_tags_on_three_masters() -> None:
     assert len(names) == 2
     assert len({thirds(slot_of_prefix(p)) for p in prefixes}) == 3
     # The slot is the one every key of the pool hashes to.
-    assert slot_of_prefix(prefixes[1]) == key_slot(Keys(prefixes[1]).job("x").encode())
+    assert slot_of_prefix(prefixes[1]) == key_slot(MailKeys(prefixes[1]).job("x").encode())
 
 
 def test_it_refuses_a_cluster_where_the_pools_cannot_spread() -> None:

@@ -12,9 +12,9 @@ import redis.asyncio
 
 from bench.redis_profile import script_sources
 from bench.shard_replay import Recorder, instructions, parse_monitor_line, replay
-from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.store import JobStore, NewJob, StoreLimits
 from fairpost.mailer.daemon.mail_jobs import MailJobs
+from fairpost.mailer.sdk.keys import MailKeys
 from fairpost.mailer.testing.services import RedisServer, redis_server
 
 
@@ -61,7 +61,7 @@ def test_monitor_lines_give_back_the_exact_arguments(server: RedisServer) -> Non
 
 def recorded_drain(server: RedisServer) -> list[list[bytes]]:
     """What a real store sends for three mails of one tenant, enqueue to sent, as MONITOR saw it."""
-    keys = Keys("replay")
+    keys = MailKeys("replay")
     recorder = recorded(server)
 
     async def drain() -> None:

@@ -13,9 +13,9 @@ from prometheus_client import CollectorRegistry
 
 from fairpost.config import Settings, load_settings
 from fairpost.dispatcher.connect import async_redis_client
-from fairpost.dispatcher.keys import Keys
 from fairpost.mailer.daemon.webhooks.loop import WebhookDeliveries
 from fairpost.mailer.daemon.webhooks.metrics import WebhookMetrics
+from fairpost.mailer.sdk.keys import MailKeys
 from tests.outcomes.receiver import Receiver
 
 
@@ -39,7 +39,7 @@ async def delivering(settings: Settings, replicas: int = 1) -> AsyncIterator[lis
     clients = [async_redis_client(settings) for _ in range(replicas)]
     stop = asyncio.Event()
     parts = [
-        WebhookDeliveries(c, Keys(settings.key_prefix), settings, WebhookMetrics(CollectorRegistry()))
+        WebhookDeliveries(c, MailKeys(settings.key_prefix), settings, WebhookMetrics(CollectorRegistry()))
         for c in clients
     ]
     tasks = [t for p in parts for t in p.tasks(stop).values()]

@@ -7,16 +7,16 @@ from typing import Any
 import redis
 import redis.asyncio
 
-from fairpost.dispatcher.keys import Keys
+from fairpost.mailer.sdk.keys import MailKeys
 from fairpost.mailer.sdk.outcomes.feed import Outcome, from_entry
 
 
-async def feed_of(client: redis.asyncio.Redis, keys: Keys) -> list[Outcome]:
+async def feed_of(client: redis.asyncio.Redis, keys: MailKeys) -> list[Outcome]:
     """Every event in the feed, oldest first (entries that are no event left out)."""
     entries: Any = await client.xrange(keys.outcomes())
     return [e for e in (from_entry(i, f) for i, f in entries) if e is not None]
 
 
-def feed_now(client: redis.Redis, keys: Keys) -> list[Outcome]:
+def feed_now(client: redis.Redis, keys: MailKeys) -> list[Outcome]:
     entries: Any = client.xrange(keys.outcomes())
     return [e for e in (from_entry(i, f) for i, f in entries) if e is not None]

@@ -12,16 +12,16 @@ from prometheus_client import CollectorRegistry
 
 from fairpost import MailClient
 from fairpost.config import Settings
-from fairpost.dispatcher.keys import Keys
 from fairpost.mailer.daemon.webhooks.loop import WebhookDeliveries
 from fairpost.mailer.daemon.webhooks.metrics import WebhookMetrics
 from fairpost.mailer.errors import NewerFormat
+from fairpost.mailer.sdk.keys import MailKeys
 from fairpost.mailer.sdk.outcomes import feed
 from tests.outcomes.conftest import hook_settings
 from tests.outcomes.receiver import Receiver
 from tests.outcomes.test_webhooks import endpoint, write
 
-KEYS = Keys()
+KEYS = MailKeys()
 NEWER = {"job": "j-new", "type": feed.SENT, "tenant": "acme", "v": "2", "data": "{}"}
 
 

@@ -14,15 +14,15 @@ from typing import Any
 import redis.asyncio
 from prometheus_client import CollectorRegistry
 
-from fairpost.dispatcher.keys import Keys
 from fairpost.mailer.daemon.webhooks.loop import WebhookDeliveries
 from fairpost.mailer.daemon.webhooks.metrics import WebhookMetrics
+from fairpost.mailer.sdk.keys import MailKeys
 from fairpost.mailer.sdk.outcomes import feed
 from tests.outcomes.conftest import hook_settings
 from tests.outcomes.receiver import Receiver
 from tests.outcomes.test_webhooks import endpoint, write
 
-KEYS = Keys()
+KEYS = MailKeys()
 EVENTS = 200
 
 

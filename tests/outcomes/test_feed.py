@@ -16,14 +16,14 @@ import redis.asyncio
 
 from fairpost.config import Settings, load_settings
 from fairpost.dispatcher.jobs import JobState
-from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.store import JobStore, NewJob, store_limits
 from fairpost.mailer.daemon.mail_jobs import MailJobs
+from fairpost.mailer.sdk.keys import MailKeys
 from fairpost.mailer.sdk.outcomes import feed
 from fairpost.mailer.sdk.outcomes.feed import EVENT_TYPES, Outcome, from_entry
 from tests.outcomes.support import feed_now, feed_of
 
-KEYS = Keys()
+KEYS = MailKeys()
 
 
 def job(job_id: str, *, key: str | None = None, tenant: str = "acme") -> NewJob:

@@ -12,8 +12,8 @@ import pytest
 
 from fairpost import AsyncMailClient, Suppressions
 from fairpost.config import Settings
-from fairpost.dispatcher.keys import Keys
 from fairpost.mailer.ops.queue_setup import init_events_queue
+from fairpost.mailer.sdk.keys import MailKeys
 from fairpost.mailer.sdk.outcomes.feed import Outcome
 from fairpost.mailer.testing.ses_server import Faults, SesServer
 from fairpost.mailer.testing.ses_tenancy import EventSink
@@ -22,7 +22,7 @@ from tests.outcomes.support import feed_of
 from tests.support.pipeline import Running, pipeline, quick_settings
 
 EVENTS_QUEUE = "fairpost-events"
-KEYS = Keys()
+KEYS = MailKeys()
 
 
 @pytest.fixture

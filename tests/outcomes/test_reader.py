@@ -20,12 +20,12 @@ import redis.asyncio
 from fairpost import AsyncMailClient, MailClient
 from fairpost.config import Settings
 from fairpost.dispatcher.jobs import JobState
-from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.store import JobStore, NewJob, store_limits
 from fairpost.mailer.errors import InvalidInput
+from fairpost.mailer.sdk.keys import MailKeys
 from fairpost.mailer.testing.wait import wait_for
 
-KEYS = Keys()
+KEYS = MailKeys()
 
 
 async def outcomes(settings: Settings, count: int, *, tenant: str = "acme", start: int = 0) -> list[str]:

@@ -23,10 +23,10 @@ import redis.asyncio
 from aiohttp.abc import AbstractResolver, ResolveResult
 
 from fairpost.config import load_settings
-from fairpost.dispatcher.keys import Keys
 from fairpost.mailer.daemon.webhooks import post
 from fairpost.mailer.daemon.webhooks.post import Poster, PublicResolver
 from fairpost.mailer.errors import AddressNotPublic, InvalidWebhook
+from fairpost.mailer.sdk.keys import MailKeys
 from fairpost.mailer.sdk.outcomes.endpoints import Webhooks
 from fairpost.mailer.sdk.outcomes.urls import check_url, is_public
 from fairpost.mailer.testing.wait import wait_for_async
@@ -34,7 +34,7 @@ from tests.outcomes.conftest import hook_settings
 from tests.outcomes.receiver import Receiver
 from tests.outcomes.test_webhooks import endpoint
 
-KEYS = Keys()
+KEYS = MailKeys()
 
 SPECIAL_V4 = [
     ("0.0.0.0", "this network 0.0.0.0/8"),

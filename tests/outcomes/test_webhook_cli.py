@@ -13,8 +13,8 @@ import pytest
 import redis.asyncio
 
 from fairpost import AsyncMailClient
-from fairpost.dispatcher.keys import Keys
 from fairpost.mailer.cli import main
+from fairpost.mailer.sdk.keys import MailKeys
 from fairpost.mailer.sdk.outcomes import feed
 from fairpost.mailer.sdk.outcomes.endpoints import Webhooks
 from fairpost.mailer.testing.ses_server import SesServer
@@ -24,7 +24,7 @@ from tests.outcomes.receiver import Answer, Receiver
 from tests.outcomes.test_webhooks import write
 from tests.support.pipeline import pipeline, quick_settings
 
-KEYS = Keys()
+KEYS = MailKeys()
 
 
 @pytest.fixture

@@ -12,10 +12,10 @@ import redis.asyncio
 from prometheus_client import CollectorRegistry
 
 from fairpost.config import load_settings
-from fairpost.dispatcher.keys import Keys
 from fairpost.mailer.daemon.webhooks.loop import WebhookDeliveries
 from fairpost.mailer.daemon.webhooks.metrics import WebhookMetrics
 from fairpost.mailer.errors import InvalidWebhook, UnknownEndpoint
+from fairpost.mailer.sdk.keys import MailKeys
 from fairpost.mailer.sdk.outcomes import feed
 from fairpost.mailer.sdk.outcomes.deliveries import DeliveryCalls, claimed, script
 from fairpost.mailer.sdk.outcomes.endpoints import Webhooks
@@ -25,7 +25,7 @@ from tests.outcomes.conftest import delivering, hook_settings
 from tests.outcomes.receiver import Receiver
 from tests.outcomes.test_webhooks import endpoint, write
 
-KEYS = Keys()
+KEYS = MailKeys()
 
 
 def resolves_to(*addresses: str) -> Callable[[str, int], list[str]]:

@@ -16,7 +16,7 @@ import redis.asyncio
 from fairpost.config import Settings
 from fairpost.dispatcher.calls import outcome_journal
 from fairpost.dispatcher.journal import JournalWriter
-from fairpost.dispatcher.keys import Keys
+from fairpost.mailer.sdk.keys import MailKeys
 from fairpost.mailer.sdk.outcomes import feed
 from fairpost.mailer.sdk.outcomes.endpoints import Webhooks
 from fairpost.mailer.testing.wait import wait_for_async
@@ -24,7 +24,7 @@ from tests.outcomes.conftest import delivering, hook_settings
 from tests.outcomes.receiver import Answer, Receiver
 from tests.outcomes.support import feed_of
 
-KEYS = Keys()
+KEYS = MailKeys()
 LIFE = (feed.SENT, feed.DELIVERED, feed.BOUNCED)
 
 

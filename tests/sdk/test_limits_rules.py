@@ -12,11 +12,11 @@ import pytest
 import redis
 
 from fairpost.config import ConfigError, Window, load_settings, parse_limits
-from fairpost.dispatcher.keys import Keys
 from fairpost.mailer.cli import main
 from fairpost.mailer.errors import InvalidOverride
 from fairpost.mailer.quota.admin import QuotaAdmin
 from fairpost.mailer.quota.overrides import read_overrides
+from fairpost.mailer.sdk.keys import MailKeys
 
 RULE = "at least 1 second"
 
@@ -76,7 +76,7 @@ def test_quota_set_refuses_a_zero_window(
     assert RULE in capsys.readouterr().err
     assert main(["quota", "set", "--global", "1/0 minutes"]) == 1
     assert RULE in capsys.readouterr().err
-    assert redis_client.hgetall(Keys(load_settings().key_prefix).limit_overrides()) == {}
+    assert redis_client.hgetall(MailKeys(load_settings().key_prefix).limit_overrides()) == {}
 
 
 def test_quota_admin_refuses_a_zero_window_as_text_or_windows(
@@ -90,7 +90,7 @@ def test_quota_admin_refuses_a_zero_window_as_text_or_windows(
             admin.set_tenant_limits("acme", [Window(seconds=0, limit=1)])
         with pytest.raises(InvalidOverride, match=RULE):
             admin.set_global_limits([Window(seconds=1, limit=5), Window(seconds=0, limit=1)])
-    assert redis_client.hgetall(Keys(settings.key_prefix).limit_overrides()) == {}
+    assert redis_client.hgetall(MailKeys(settings.key_prefix).limit_overrides()) == {}
 
 
 def test_a_zero_window_written_into_redis_by_hand_is_ignored() -> None:

@@ -10,11 +10,11 @@ import redis
 
 from fairpost.config import ConfigError, Settings, load_settings
 from fairpost.config.pools import DEFAULT_POOL, pool_names, pool_settings, served_pools
-from fairpost.dispatcher.keys import Keys
 from fairpost.mailer.cli import main
 from fairpost.mailer.errors import UnknownJob
 from fairpost.mailer.sdk.client import AsyncMailClient, MailClient
 from fairpost.mailer.sdk.directory import PoolDirectory
+from fairpost.mailer.sdk.keys import MailKeys
 
 EU_ENV = {"FAIRPOST_POOLS__EU__QUEUE_NAME": "e.fifo"}
 EU = {"queue_name": "fairpost-eu.fifo", "region": "eu-west-1", "global_limits": "3/second"}
@@ -22,6 +22,16 @@ EU = {"queue_name": "fairpost-eu.fifo", "region": "eu-west-1", "global_limits": 
 
 def pooled(redis_url: str, **pools: Any) -> Settings:
     return load_settings(redis_url=redis_url, key_prefix="pt", pools=pools or {"eu": EU})
+
+
+def cli_env(monkeypatch: pytest.MonkeyPatch, redis_url: str, client: redis.Redis) -> Settings:
+    """The environment of a CLI command on two pools, tenant b on eu; its settings."""
+    monkeypatch.setenv("FAIRPOST_REDIS_URL", redis_url)
+    monkeypatch.setenv("FAIRPOST_KEY_PREFIX", "pt")
+    monkeypatch.setenv("FAIRPOST_POOLS__EU__QUEUE_NAME", "fairpost-eu.fifo")
+    settings = load_settings()
+    PoolDirectory(settings, client).place("b", "eu")
+    return settings
 
 
 def queued(client: redis.Redis, key: str) -> list[str]:
@@ -44,7 +54,7 @@ def test_pools_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> Non
     assert eu.tenant("acme").configuration_set == "eu-set"
     # The default pool is the top-level settings, untouched.
     assert pool_settings(settings, DEFAULT_POOL) is settings
-    assert Keys(settings.key_prefix).root == "{fairpost}"
+    assert MailKeys(settings.key_prefix).root == "{fairpost}"
 
 
 def test_no_pools_declared_is_todays_single_pool() -> None:
@@ -113,14 +123,14 @@ def test_check_config_shows_the_pools_with_secrets_masked(
 
 def test_a_tenant_s_mail_goes_to_its_pool_s_keys(redis_url: str, redis_client: redis.Redis) -> None:
     settings = pooled(redis_url)
-    eu = Keys(pool_settings(settings, "eu").key_prefix)
+    eu = MailKeys(pool_settings(settings, "eu").key_prefix)
     with MailClient(settings) as client:
         PoolDirectory(settings, redis_client).place("b", "eu")
         a = client.send("a", sender="x@example.com", to="ada@example.org", subject="s", text="t")
         b = client.send("b", sender="x@example.com", to="ada@example.org", subject="s", text="t")
-        assert queued(redis_client, Keys("pt").queue("a", "normal")) == [a]
+        assert queued(redis_client, MailKeys("pt").queue("a", "normal")) == [a]
         assert queued(redis_client, eu.queue("b", "normal")) == [b]
-        assert not redis_client.exists(Keys("pt").queue("b", "normal"), eu.queue("a", "normal"))
+        assert not redis_client.exists(MailKeys("pt").queue("b", "normal"), eu.queue("a", "normal"))
         # A job is found wherever it is.
         assert client.status(b).state == client.status(a).state == "queued"
         assert client.cancel(b) == "queued"
@@ -135,7 +145,7 @@ async def test_the_async_client_routes_as_the_blocking_one(redis_url: str, redis
         b = await client.send("b", sender="x@example.com", to="ada@example.org", subject="s", text="t")
         assert (await client.status(b)).state == "queued"
         assert await client.cancel(b) == "queued"
-    eu = Keys(pool_settings(settings, "eu").key_prefix)
+    eu = MailKeys(pool_settings(settings, "eu").key_prefix)
     assert redis_client.hget(eu.job(b), "state") is not None
 
 
@@ -155,24 +165,24 @@ def test_a_move_reaches_a_client_within_the_directory_ttl(redis_url: str, redis_
 
 def test_an_undeclared_pool_is_a_config_error(redis_url: str, redis_client: redis.Redis) -> None:
     settings = pooled(redis_url)
-    redis_client.hset(Keys("pt").pool_directory(), "b", "asia")
+    redis_client.hset(MailKeys("pt").pool_directory(), "b", "asia")
     with pytest.raises(ConfigError, match="'asia'"), MailClient(settings) as client:
         client.send("b", sender="x@example.com", to="ada@example.org", subject="s", text="t")
 
 
 def test_without_pools_the_directory_is_never_read(redis_url: str, redis_client: redis.Redis) -> None:
     settings = load_settings(redis_url=redis_url, key_prefix="pt")
-    redis_client.hset(Keys("pt").pool_directory(), "b", "eu")  # ignored: no pool is declared
+    redis_client.hset(MailKeys("pt").pool_directory(), "b", "eu")  # ignored: no pool is declared
     with MailClient(settings) as client:
         b = client.send("b", sender="x@example.com", to="ada@example.org", subject="s", text="t")
-    assert queued(redis_client, Keys("pt").queue("b", "normal")) == [b]
+    assert queued(redis_client, MailKeys("pt").queue("b", "normal")) == [b]
 
 
 def test_a_move_carries_the_tenant_s_state_and_leaves_its_reputation(
     redis_url: str, redis_client: redis.Redis
 ) -> None:
     settings = pooled(redis_url)
-    old, new = Keys("pt"), Keys(pool_settings(settings, "eu").key_prefix)
+    old, new = MailKeys("pt"), MailKeys(pool_settings(settings, "eu").key_prefix)
     with MailClient(settings) as client:
         first = client.send("mover", sender="x@example.com", to="a@example.org", subject="s", text="t",
                             idempotency_key="order-1")  # fmt: skip
@@ -253,17 +263,13 @@ def test_each_pool_keeps_its_own_outcome_feed(redis_url: str, redis_client: redi
 def test_commands_about_a_tenant_s_state_act_in_its_pool(
     monkeypatch: pytest.MonkeyPatch, redis_url: str, redis_client: redis.Redis
 ) -> None:
-    monkeypatch.setenv("FAIRPOST_REDIS_URL", redis_url)
-    monkeypatch.setenv("FAIRPOST_KEY_PREFIX", "pt")
-    monkeypatch.setenv("FAIRPOST_POOLS__EU__QUEUE_NAME", "fairpost-eu.fifo")
-    settings = load_settings()
-    eu = Keys(pool_settings(settings, "eu").key_prefix)
-    PoolDirectory(settings, redis_client).place("b", "eu")
+    settings = cli_env(monkeypatch, redis_url, redis_client)
+    eu = MailKeys(pool_settings(settings, "eu").key_prefix)
     assert main(["quota", "set", "b", "7/minute"]) == 0
     assert main(["tenant", "pause", "b"]) == 0
     assert redis_client.hget(eu.limit_overrides(), "t:b") == "7/minute"
     assert redis_client.sismember(eu.paused(), "b")
-    assert not redis_client.exists(Keys("pt").limit_overrides(), Keys("pt").paused())
+    assert not redis_client.exists(MailKeys("pt").limit_overrides(), MailKeys("pt").paused())
     # The pool's own commands stay on the directory: a move is not redirected.
     assert main(["tenant", "move", "b", "--to", "default"]) == 0
     assert PoolDirectory(settings, redis_client).placements() == {}
@@ -275,11 +281,7 @@ def test_dead_letters_and_global_quotas_of_a_pool_by_pool_option(
     redis_client: redis.Redis,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    monkeypatch.setenv("FAIRPOST_REDIS_URL", redis_url)
-    monkeypatch.setenv("FAIRPOST_KEY_PREFIX", "pt")
-    monkeypatch.setenv("FAIRPOST_POOLS__EU__QUEUE_NAME", "fairpost-eu.fifo")
-    settings = load_settings()
-    PoolDirectory(settings, redis_client).place("b", "eu")
+    settings = cli_env(monkeypatch, redis_url, redis_client)
     with MailClient(settings) as client:
         job = client.send("b", sender="x@example.com", to="ada@example.org", subject="s", text="t")
         client.cancel(job)  # a dead letter, in the eu pool
@@ -288,7 +290,7 @@ def test_dead_letters_and_global_quotas_of_a_pool_by_pool_option(
     assert main(["dead", "list", "--pool", "eu", "--json"]) == 0
     assert job in capsys.readouterr().out
     assert main(["quota", "set", "--global", "9/second", "--pool", "eu"]) == 0
-    eu = Keys(pool_settings(settings, "eu").key_prefix)
+    eu = MailKeys(pool_settings(settings, "eu").key_prefix)
     assert redis_client.hget(eu.limit_overrides(), "global") == "9/second"
     assert main(["dead", "list", "--pool", "asia"]) == 1
     assert "no pool 'asia'" in capsys.readouterr().err
@@ -308,10 +310,10 @@ def test_unsubscribes_are_kept_in_the_tenant_s_pool_and_move_with_it(
     redis_url: str, redis_client: redis.Redis
 ) -> None:
     settings = pooled(redis_url)
-    eu = Keys(pool_settings(settings, "eu").key_prefix)
+    eu = MailKeys(pool_settings(settings, "eu").key_prefix)
     with MailClient(settings) as client, client.unsubscribes() as unsubscribes, client.pools() as pools:
         assert unsubscribes.add("b", "gone@example.org")
-        assert redis_client.hexists(Keys("pt").unsubscribed("b"), "gone@example.org")
+        assert redis_client.hexists(MailKeys("pt").unsubscribed("b"), "gone@example.org")
         assert pools.move("b", "eu", sleep=lambda _: None).step == "done"
         assert redis_client.hexists(eu.unsubscribed("b"), "gone@example.org")
         assert unsubscribes.add("b", "late@example.org")
@@ -340,6 +342,29 @@ async def test_a_one_click_unsubscribe_lands_in_the_tenant_s_pool(
         assert await unsubscriber.apply(token, whole_tenant=False, source="link")
     finally:
         await unsubscriber.aclose()
-    eu = Keys(pool_settings(settings, "eu").key_prefix)
+    eu = MailKeys(pool_settings(settings, "eu").key_prefix)
     assert redis_client.hexists(eu.unsubscribed("acme"), "ada@example.org")
-    assert not redis_client.exists(Keys("pt").unsubscribed("acme"))
+    assert not redis_client.exists(MailKeys("pt").unsubscribed("acme"))
+
+
+def test_stats_name_the_pool_and_read_a_tenant_s_in_its_pool(
+    monkeypatch: pytest.MonkeyPatch,
+    redis_url: str,
+    redis_client: redis.Redis,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``fairpost stats`` says which pool it shows; a tenant asked for is read in its own."""
+    with MailClient(cli_env(monkeypatch, redis_url, redis_client)) as client:
+        for tenant in ("a", "b", "b"):
+            client.send(tenant, sender="x@example.com", to="ada@example.org", subject="s", text="t")
+    assert main(["stats", "--pool", "eu", "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["pool"] == "eu" and shown["tenants"]["b"]["backlog"] == 2 and "a" not in shown["tenants"]
+    assert main(["stats"]) == 0
+    assert capsys.readouterr().out.startswith("pool default\n")
+    # A tenant asked for without --pool: read in the pool it is on.
+    assert main(["stats", "--tenant", "b", "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert (shown["pool"], shown["tenants"]["b"]["backlog"]) == ("eu", 2)
+    assert main(["stats", "--tenant", "a", "--tenant", "b"]) == 1
+    assert "a (default), b (eu)" in capsys.readouterr().err

@@ -20,13 +20,14 @@ import redis
 
 from fairpost import AsyncMailClient, MailClient, RedisFailed
 from fairpost.config import ConfigError, Settings, load_settings
-from fairpost.dispatcher.keys import TOTAL_WAITING, Keys
+from fairpost.dispatcher.keys import TOTAL_WAITING
+from fairpost.mailer.sdk.keys import MailKeys
 from fairpost.mailer.testing.services import free_port
 from fairpost.mailer.testing.wait import wait_for, wait_for_async
 from tests.support.topologies import SENTINEL_MASTER, Node, redis_sentinel
 
 MAIL: dict[str, Any] = {"sender": "app@example.com", "to": ["ada@example.org"], "subject": "s", "text": "t"}
-KEYS = Keys("fairpost")
+KEYS = MailKeys("fairpost")
 T = TypeVar("T")
 RIDES_OUT = 60.0
 """FAIRPOST_REDIS_RETRY_SECONDS where the outage must be ridden out: a deadline, not a budget."""

@@ -8,11 +8,11 @@ import redis
 
 from fairpost import MailClient
 from fairpost.config import load_settings
-from fairpost.dispatcher.keys import Keys
+from fairpost.mailer.sdk.keys import MailKeys
 from fairpost.mailer.testing.services import redis_server
 
 
-def written(client: redis.Redis, keys: Keys) -> int:
+def written(client: redis.Redis, keys: MailKeys) -> int:
     return sum(1 for _ in client.scan_iter(keys.job("*"))) - 1  # less the warm-up mail
 
 
@@ -20,7 +20,7 @@ def test_send_many_under_maxmemory_left_a_partial_batch() -> None:
     with redis_server() as server:
         url = server.url()
         settings = load_settings(redis_url=url)
-        keys = Keys(settings.key_prefix)
+        keys = MailKeys(settings.key_prefix)
         admin = redis.Redis.from_url(url)
         with MailClient(settings) as client, contextlib.closing(admin):
             client.send("acme", sender="app@example.com", to=["ada@example.org"], subject="warm", text="up")

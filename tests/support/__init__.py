@@ -10,13 +10,13 @@ from typing import Any
 import redis
 import redis.asyncio
 
-from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.record import ENTRY_SEP
 from fairpost.dispatcher.replies import text
 from fairpost.mailer.sdk.envelope import encode
+from fairpost.mailer.sdk.keys import MailKeys
 from fairpost.mailer.testing.ses_server import SentMail
 
-KEYS = Keys()
+KEYS = MailKeys()
 """The keys under the default prefix, the one ``Settings()`` uses."""
 
 
@@ -32,7 +32,7 @@ def overtaken_by(sent: Sequence[SentMail], tenant: str, since: int, job: str) ->
 
 
 def entry_ids(entries: Iterable[Any]) -> list[str]:
-    """The job ids of a queue's entries (``LRANGE`` of :meth:`Keys.queue`): each is
+    """The job ids of a queue's entries (``LRANGE`` of :meth:`MailKeys.queue`): each is
     an id, or an id and the waiting job's payload (dispatcher/record.py)."""
     return [text(entry).partition(ENTRY_SEP)[0] for entry in entries]
 
@@ -45,7 +45,7 @@ def _in_entries(entries: Iterable[Any], job_id: str) -> str | None:
     return None
 
 
-def stored_payload(client: redis.Redis, job_id: str, keys: Keys = KEYS) -> str | None:
+def stored_payload(client: redis.Redis, job_id: str, keys: MailKeys = KEYS) -> str | None:
     """A job's payload wherever Redis keeps it: its key, or (a waiting job) its queue entry."""
     payload = client.get(keys.payload(job_id))
     if payload is not None:
@@ -56,7 +56,7 @@ def stored_payload(client: redis.Redis, job_id: str, keys: Keys = KEYS) -> str |
     return _in_entries(client.lrange(keys.queue(text(tenant), text(priority)), 0, -1), job_id)
 
 
-async def message_body(client: redis.asyncio.Redis, job_id: str, keys: Keys = KEYS) -> str:
+async def message_body(client: redis.asyncio.Redis, job_id: str, keys: MailKeys = KEYS) -> str:
     """The SQS message the dispatcher would hand off for a job (mailer/daemon/handoff.py),
     read from Redis wherever its payload is (its key, or its entry in its queue)."""
     record = {text(k): text(v) for k, v in (await client.hgetall(keys.job(job_id))).items()}

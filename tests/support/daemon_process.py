@@ -17,7 +17,7 @@ from typing import Any
 
 from fairpost.config import Settings, load_settings
 from fairpost.dispatcher.connect import redis_client
-from fairpost.dispatcher.keys import Keys
+from fairpost.mailer.sdk.keys import MailKeys
 from fairpost.mailer.testing.services import die_with_parent
 from fairpost.mailer.testing.wait import wait_for
 
@@ -119,7 +119,7 @@ def daemon_process(
     try:
         if wait_ready:
             client = redis_client(_redis_settings(full_env))
-            key = Keys(full_env.get("FAIRPOST_KEY_PREFIX", "fairpost")).heartbeat(replica)
+            key = MailKeys(full_env.get("FAIRPOST_KEY_PREFIX", "fairpost")).heartbeat(replica)
             try:
                 wait_for(
                     lambda: client.exists(key) or process.poll() is not None,

@@ -12,10 +12,10 @@ from collections.abc import Sequence
 import redis.asyncio
 
 from fairpost.dispatcher.jobs import Job
-from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.runner import Dispatcher
 from fairpost.dispatcher.store import JobStore, StoreLimits
 from fairpost.dispatcher.worker import Outcome
+from fairpost.mailer.sdk.keys import MailKeys
 
 
 class HangingWorker:
@@ -29,7 +29,7 @@ class HangingWorker:
 
 async def main(url: str, prefix: str, lease_ms: int) -> None:
     client = redis.asyncio.Redis.from_url(url)
-    store = JobStore(client, Keys(prefix), StoreLimits(default_cap=1000, lease_ms=lease_ms))
+    store = JobStore(client, MailKeys(prefix), StoreLimits(default_cap=1000, lease_ms=lease_ms))
     await Dispatcher(store, [HangingWorker()], concurrency=20).run(asyncio.Event())
 
 

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from fairpost.dispatcher.keys import Keys
 from fairpost.mailer.cli import main
+from fairpost.mailer.sdk.keys import MailKeys
 from fairpost.mailer.testing.ses_server import SesServer
 from tests.support.daemon_process import DaemonProcess, daemon_process
 
@@ -37,7 +37,7 @@ class Ops:
     ses: SesServer
     tmp_path: Path
     capsys: pytest.CaptureFixture[str]
-    keys: Keys = field(default_factory=lambda: Keys(PREFIX))
+    keys: MailKeys = field(default_factory=lambda: MailKeys(PREFIX))
 
     def daemon(self, **options: Any) -> AbstractContextManager[DaemonProcess]:
         """``fairpost run`` with ``os.environ`` as it is now, so a test's own settings apply."""

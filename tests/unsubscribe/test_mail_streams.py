@@ -10,11 +10,11 @@ import time
 import pytest
 
 from fairpost.config import ConfigError, Settings, load_settings
-from fairpost.dispatcher.keys import Keys
 from fairpost.mailer.errors import InvalidMail, InvalidToken
 from fairpost.mailer.sdk.attachments import Attachment
 from fairpost.mailer.sdk.compose import mail_job
 from fairpost.mailer.sdk.headers import ONE_CLICK, UNSUBSCRIBE_RULE
+from fairpost.mailer.sdk.keys import MailKeys
 from fairpost.mailer.sdk.mail import Mail, ValidMail
 from fairpost.mailer.sdk.streams import group_id, payload_stream
 from fairpost.mailer.sdk.unsub_token import Token, sign, verify
@@ -30,7 +30,7 @@ def unsub_settings(**extra: object) -> Settings:
 
 
 def job_of(settings: Settings, mail: Mail) -> tuple[ValidMail, str, str]:
-    job = mail_job(settings, Keys("t"), "acme", mail, priority="normal", kind="mail")
+    job = mail_job(settings, MailKeys("t"), "acme", mail, priority="normal", kind="mail")
     return ValidMail.from_json(job.payload), job.payload, job.priority
 
 
@@ -117,7 +117,7 @@ def test_an_applications_own_https_header_is_kept_as_given() -> None:
 def test_the_mime_path_folds_the_long_header_and_never_encodes_it() -> None:
     settings = unsub_settings()
     job = mail_job(
-        settings, Keys("t"), "acme",
+        settings, MailKeys("t"), "acme",
         mail(stream="notification", topic="comments", to="a" * 60 + "@example.com",
              attachments=[Attachment("a.txt", "text/plain", b"hi")]),
         priority="normal", kind="mail",

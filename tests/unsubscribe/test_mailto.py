@@ -15,10 +15,10 @@ import pytest
 import redis.asyncio
 
 from fairpost.config import Settings
-from fairpost.dispatcher.keys import Keys
 from fairpost.mailer.daemon.events import EventConsumer
 from fairpost.mailer.daemon.metrics import Metrics
 from fairpost.mailer.quota.reputation import ReputationBook
+from fairpost.mailer.sdk.keys import MailKeys
 from fairpost.mailer.sdk.unsub_token import Token, sign
 from fairpost.mailer.sdk.unsubscribes import Unsubscribes
 from fairpost.mailer.testing.ses_tenancy import received_record, wrap
@@ -34,7 +34,7 @@ def settings(redis_url: str) -> Settings:
 
 
 def consumer(settings: Settings, client: redis.asyncio.Redis) -> EventConsumer:
-    keys = Keys(settings.key_prefix)
+    keys = MailKeys(settings.key_prefix)
     return EventConsumer(
         sqs=cast(Any, None), queue_url="", client=client, keys=keys, settings=settings,
         book=ReputationBook(client, keys, settings), metrics=Metrics(),
@@ -59,7 +59,7 @@ async def test_mail_to_the_unsubscribe_address_unsubscribes_at_once(
     body = wrap(received_record(ADA, [address().upper()]), "sns")
     assert await events.handle(body) == "received"
     assert listed(settings) == [(ADA, ("digest",), "mailto")]
-    [event] = [e for e in await feed_of(aredis, Keys()) if e.type == "recipient.unsubscribed"]
+    [event] = [e for e in await feed_of(aredis, MailKeys()) if e.type == "recipient.unsubscribed"]
     assert (event.tenant, event.data["recipient"], event.data["source"]) == ("acme", ADA, "mailto")
     # SQS delivers it again: acted on once.
     assert await events.handle(body) == "duplicate"
@@ -79,4 +79,4 @@ async def test_mail_to_the_unsubscribe_address_unsubscribes_at_once(
 async def test_other_mail_changes_nothing(settings: Settings, aredis: redis.asyncio.Redis, to: str) -> None:
     assert await consumer(settings, aredis).handle(wrap(received_record(ADA, [to]), "sns")) == "ignored"
     assert listed(settings) == []
-    assert await feed_of(aredis, Keys()) == []
+    assert await feed_of(aredis, MailKeys()) == []

@@ -13,10 +13,10 @@ import redis
 
 from fairpost import AsyncMailClient
 from fairpost.dispatcher.jobs import JobState
-from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.replies import text
 from fairpost.mailer.daemon.mail_jobs import MailState
 from fairpost.mailer.sdk.attachments import Attachment
+from fairpost.mailer.sdk.keys import MailKeys
 from fairpost.mailer.sdk.unsubscribes import Unsubscribes
 from fairpost.mailer.testing.ses_server import SesServer
 from fairpost.mailer.testing.wait import wait_for_async
@@ -89,7 +89,7 @@ async def test_an_unsubscribe_stops_queued_notifications_of_its_topic_at_once(
         plain = await client.status(transactional)
         assert (plain.stream, plain.suppressed_reason) == ("transactional", None)
     assert sorted(m.job_id or "" for m in ses.sent) == sorted([other_topic, other_tenant, transactional])
-    events = feed_now(redis.Redis.from_url(redis_url), Keys(settings.key_prefix))
+    events = feed_now(redis.Redis.from_url(redis_url), MailKeys(settings.key_prefix))
     unsubscribed = [e for e in events if e.type == "recipient.unsubscribed"]
     assert [(e.tenant, e.data["recipient"], e.data["topic"], e.data["source"]) for e in unsubscribed] == [
         ("acme", ADA, "comments", "admin")

@@ -18,9 +18,9 @@ import redis.asyncio
 from aiohttp import web
 
 from fairpost.config import Settings, load_settings
-from fairpost.dispatcher.keys import Keys
 from fairpost.mailer.daemon.unsubscribe_server import build_app
 from fairpost.mailer.daemon.unsubscriber import Unsubscriber
+from fairpost.mailer.sdk.keys import MailKeys
 from fairpost.mailer.sdk.unsub_token import Token, sign
 from fairpost.mailer.sdk.unsubscribes import Unsubscribes
 from fairpost.mailer.testing.wait import wait_for_async
@@ -74,7 +74,7 @@ async def test_a_get_unsubscribes_nobody_and_its_page_posts_the_one_click_body(
         assert '<input type="hidden" name="List-Unsubscribe" value="One-Click">' in body
         assert 'name="scope" value="tenant"' in body
     assert listed(settings) == []
-    assert await feed_of(aredis, Keys()) == []
+    assert await feed_of(aredis, MailKeys()) == []
 
 
 async def test_only_a_post_with_the_rfc_8058_body_unsubscribes_and_at_once(
@@ -106,7 +106,7 @@ async def test_only_a_post_with_the_rfc_8058_body_unsubscribes_and_at_once(
         async with http.post(url + link, data=body, headers=ONE_CLICK) as whole:
             assert whole.status == 200
     assert listed(settings) == [(ADA, ("*",), "link")]
-    events = [e for e in await feed_of(aredis, Keys()) if e.type == "recipient.unsubscribed"]
+    events = [e for e in await feed_of(aredis, MailKeys()) if e.type == "recipient.unsubscribed"]
     assert [(e.tenant, e.data["recipient"], e.data["topic"]) for e in events] == [
         ("acme", ADA, "comments"),
         ("acme", ADA, None),
@@ -134,7 +134,7 @@ async def test_a_forged_expired_or_broken_token_is_refused_and_changes_nothing(
         async with http.post(f"{url}/u/{bad}", data="List-Unsubscribe=One-Click", headers=ONE_CLICK) as post:
             assert post.status == 400 and await post.text() == refusal
     assert listed(settings) == []
-    assert await feed_of(aredis, Keys()) == []
+    assert await feed_of(aredis, MailKeys()) == []
 
 
 async def test_the_old_key_still_verifies_after_a_rotation(

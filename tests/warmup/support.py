@@ -9,12 +9,12 @@ from contextlib import asynccontextmanager
 import redis.asyncio
 
 from fairpost.config import Settings
-from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.replies import time_ms
 from fairpost.mailer.quota.overrides import OverrideCache, Overrides
 from fairpost.mailer.quota.warmup import Place
+from fairpost.mailer.sdk.keys import MailKeys
 
-KEYS = Keys()
+KEYS = MailKeys()
 
 
 @asynccontextmanager

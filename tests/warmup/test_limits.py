@@ -127,10 +127,17 @@ async def test_a_bouncing_tenant_holds_its_step_while_a_clean_one_advances(
         metrics = Metrics()
         metrics.update(stats)
         assert (
-            gauge(metrics.registry, "fairpost_tenant_warmup_held", tenant="bouncy", reason="bounce_rate") == 1
+            gauge(
+                metrics.registry,
+                "fairpost_tenant_warmup_held",
+                tenant="bouncy",
+                pool="default",
+                reason="bounce_rate",
+            )
+            == 1
         )
-        assert gauge(metrics.registry, "fairpost_tenant_warmup_step", tenant="bouncy") == 1
-        assert gauge(metrics.registry, "fairpost_tenant_warmup_step", tenant="clean") == 3
+        assert gauge(metrics.registry, "fairpost_tenant_warmup_step", tenant="bouncy", pool="default") == 1
+        assert gauge(metrics.registry, "fairpost_tenant_warmup_step", tenant="clean", pool="default") == 3
 
         # Its rates back under (sends dilute the bounces): it moves on, and the next
         # step keeps its length from then.

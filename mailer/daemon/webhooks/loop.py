@@ -35,11 +35,11 @@ from redis.exceptions import RedisError
 
 from fairpost.config import Settings
 from fairpost.dispatcher.backoff import OutageBackoff, until_landed, wait_or_stop
-from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.loop import OnError, forever
 from fairpost.dispatcher.replies import text, time_ms
 from fairpost.mailer.daemon.webhooks.metrics import WebhookMetrics
 from fairpost.mailer.daemon.webhooks.post import Answer, Poster
+from fairpost.mailer.sdk.keys import MailKeys
 from fairpost.mailer.sdk.outcomes.deliveries import Claimed, DeliveryCalls, claimed, script
 from fairpost.mailer.sdk.outcomes.feed import iso_timestamp, readable
 from fairpost.mailer.sdk.outcomes.signing import headers
@@ -60,7 +60,7 @@ class WebhookDeliveries:
     def __init__(
         self,
         client: redis.asyncio.Redis,
-        keys: Keys,
+        keys: MailKeys,
         settings: Settings,
         metrics: WebhookMetrics,
         *,

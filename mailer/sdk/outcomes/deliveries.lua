@@ -1,7 +1,7 @@
 -- Prepended (deliveries.script) to the scripts that move webhook deliveries:
 -- what an endpoint's queue is, and the two steps every script shares.
 --
--- Each endpoint has its own queue (keys <prefix><endpoint>:<part>, Keys.webhook_part):
+-- Each endpoint has its own queue (keys <prefix><endpoint>:<part>, MailKeys.webhook_part):
 -- 'body' (hash: event id -> the body to deliver), 'pending' (zset: event id -> the
 -- event's time), 'due' (zset: the event ids whose turn it is -> when, ms), 'tail'
 -- (hash: job id -> the last of its events queued here), 'next' (hash: event id ->

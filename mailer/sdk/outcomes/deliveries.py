@@ -24,9 +24,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.replies import text
 from fairpost.dispatcher.scripts import lua_source
+from fairpost.mailer.sdk.keys import MailKeys
 from fairpost.mailer.sdk.outcomes.feed import Outcome
 
 __all__ = ["Claimed", "DeliveryCalls", "claimed", "script"]
@@ -85,7 +85,7 @@ def claimed(flat: Sequence[Any]) -> list[Claimed]:
 class DeliveryCalls:
     """Builds each delivery script's KEYS and ARGV (see each ``.lua`` file's header)."""
 
-    def __init__(self, keys: Keys) -> None:
+    def __init__(self, keys: MailKeys) -> None:
         self.keys = keys
 
     def _loop_keys(self) -> list[str]:

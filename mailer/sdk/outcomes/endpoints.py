@@ -3,7 +3,7 @@
 An endpoint is a tenant's URL that gets that tenant's events (all, or the
 types it names), signed with its secret (:mod:`.signing`), delivered by the
 daemon (``mailer/daemon/webhooks``) from its own queue (:mod:`.deliveries`).
-Its record is the hash :meth:`Keys.webhook_endpoint`; the secrets in it are
+Its record is the hash :meth:`MailKeys.webhook_endpoint`; the secrets in it are
 shown only once, by :meth:`Webhooks.add` and :meth:`Webhooks.rotate_secret`.
 
 >>> with Webhooks() as hooks:
@@ -28,11 +28,11 @@ import redis
 from fairpost.config import Settings
 from fairpost.config.pools import pool_settings
 from fairpost.config.tenant_id import TENANT_ID_RULE, is_valid_tenant_id
-from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.replies import record, text, time_ms
 from fairpost.mailer.errors import InvalidWebhook, UnknownEndpoint
 from fairpost.mailer.sdk.connection import RedisOwner, timeouts
 from fairpost.mailer.sdk.failures import redis_operation
+from fairpost.mailer.sdk.keys import MailKeys
 from fairpost.mailer.sdk.outcomes.deliveries import DeliveryCalls, script
 from fairpost.mailer.sdk.outcomes.feed import EVENT_TYPES, readable, stream_id
 from fairpost.mailer.sdk.outcomes.signing import new_secret
@@ -94,7 +94,7 @@ class Webhooks(RedisOwner):
 
     def __init__(self, settings: Settings | None = None, *, redis_client: redis.Redis | None = None) -> None:
         super().__init__(settings, redis_client=redis_client)
-        self.keys = Keys(self.settings.key_prefix)
+        self.keys = MailKeys(self.settings.key_prefix)
         self._calls = DeliveryCalls(self.keys)
         self._replay = self._redis.register_script(script("replay"))
         # Sending pools (#43): each pool's deliveries read its own feed and endpoints, so

@@ -2,7 +2,7 @@
 
 Every fact an application cares about in a mail's life (sent, delivered,
 bounced, dead, ...) is one event in the journal, the Redis stream
-:meth:`Keys.outcomes` (``dispatcher/journal.py``), appended in the same atomic
+:meth:`MailKeys.outcomes` (``dispatcher/journal.py``), appended in the same atomic
 step as the state change that causes it. This module owns the event format
 (version :data:`FORMAT_VERSION`, docs/outcomes.md): what the mail side gives
 for an entry (:func:`entry`) and how an entry reads as an :class:`Outcome`

@@ -8,8 +8,8 @@ from typing import Any
 
 import redis.asyncio
 
-from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.replies import text
+from fairpost.mailer.sdk.keys import MailKeys
 
 __all__ = ["PendingDeliveries", "pending_deliveries"]
 
@@ -43,7 +43,7 @@ class PendingDeliveries:
         }
 
 
-async def pending_deliveries(client: redis.asyncio.Redis, keys: Keys) -> dict[str, PendingDeliveries]:
+async def pending_deliveries(client: redis.asyncio.Redis, keys: MailKeys) -> dict[str, PendingDeliveries]:
     """Per tenant with an endpoint: what its endpoints have yet to deliver. Reads every
     endpoint once (they are as many as operators registered), in one round trip."""
     endpoints = sorted(text(e) for e in await client.smembers(keys.webhook_endpoints()))

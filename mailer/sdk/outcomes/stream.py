@@ -36,10 +36,10 @@ import redis.asyncio
 
 from fairpost.config import Settings
 from fairpost.config.tenant_id import TENANT_ID_RULE, is_valid_tenant_id
-from fairpost.dispatcher.keys import Keys
 from fairpost.dispatcher.replies import text
 from fairpost.mailer.errors import InvalidInput, NewerFormat
 from fairpost.mailer.sdk.failures import RedisFailures
+from fairpost.mailer.sdk.keys import MailKeys
 from fairpost.mailer.sdk.outcomes.feed import Outcome, from_entry
 
 log = logging.getLogger("fairpost.outcomes")
@@ -101,7 +101,7 @@ class _Core:
             raise InvalidInput("batch", "must be 1 to 10000")
         if claim_idle_seconds <= 0:
             raise InvalidInput("claim_idle_seconds", "must be above 0")
-        self.key = Keys(settings.key_prefix).outcomes()
+        self.key = MailKeys(settings.key_prefix).outcomes()
         # A filtered reader acknowledges other tenants' events: in a group of its own.
         self.group = group if tenant is None else f"{group}@{tenant}"
         self.consumer = consumer

@@ -14,7 +14,6 @@ from typing import Any, cast
 
 from fairpost.config import Settings, load_settings
 from fairpost.dispatcher.calls import StoreLimits
-from fairpost.dispatcher.keys import Keys
 from fairpost.mailer.daemon.context import SenderContext
 from fairpost.mailer.daemon.holds import Holds
 from fairpost.mailer.daemon.inbox import Received
@@ -22,6 +21,7 @@ from fairpost.mailer.daemon.metrics import Metrics
 from fairpost.mailer.quota.engine import Grant
 from fairpost.mailer.quota.overrides import StaticLimits
 from fairpost.mailer.sdk.envelope import Envelope, decode
+from fairpost.mailer.sdk.keys import MailKeys
 from fairpost.mailer.sdk.mail import Mail, validate
 
 
@@ -58,7 +58,7 @@ class FakeStore:
     (fairpost.mailer.daemon.mail_jobs), answered from memory."""
 
     redis: Any = field(default_factory=_UnusedRedis)
-    keys: Keys = field(default_factory=lambda: Keys("fp"))
+    keys: MailKeys = field(default_factory=lambda: MailKeys("fp"))
     limits: StoreLimits = field(default_factory=StoreLimits)
     states: dict[str, str] = field(default_factory=dict)
     attempts: dict[str, int] = field(default_factory=dict)
@@ -96,6 +96,9 @@ class FakeStore:
     async def release_sending(self, job_id: str) -> None:
         pass
 
+    async def hold_sending(self, job_ids: Sequence[str], lifetime_ms: int) -> None:
+        pass
+
     async def mark_waiting(self, *_: Any) -> None:
         pass
 
@@ -115,6 +118,10 @@ class FakeQuota:
 
     async def refund(self, tenant: str, cost: int, at_ms: int, *_: Any, **__: Any) -> None:
         self.refunds.append((tenant, cost, at_ms))
+
+    async def restamp(self, *_: Any, **__: Any) -> int | None:
+        """A granted mail's units kept counted: nothing to move here."""
+        return None
 
     peeks: int = 0
     """Calls of :meth:`global_retry_after` (each a quota script call in Redis)."""

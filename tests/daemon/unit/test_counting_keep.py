@@ -39,7 +39,7 @@ class HeldRestamps:
 def counting() -> tuple[Counting, HeldRestamps]:
     ctx, _, quota = fake_context()
     held = HeldRestamps()
-    quota.restamp = held.restamp  # type: ignore[attr-defined]
+    quota.restamp = held.restamp  # type: ignore[method-assign]
     return Counting(ctx), held
 
 
