@@ -31,9 +31,9 @@ import redis.asyncio
 from bench.load import mail
 from fairpost.config.limits import Window
 from fairpost.config.sections import TenantSettings
-from fairpost.dispatcher.scripts import lua_source
 from fairpost.mailer.daemon import ses
 from fairpost.mailer.daemon.aws import SES_CONFIG, SQS_CONFIG, session
+from fairpost.mailer.quota.engine import quota_script
 from fairpost.mailer.sdk import envelope
 from fairpost.mailer.sdk.keys import MailKeys
 from fairpost.mailer.sdk.mail import validate
@@ -58,7 +58,7 @@ async def run(redis_url: str, queue_url: str, mails: int, tenants: int) -> dict[
             job_id = uuid.uuid4().hex
             pipe.rpush(queue_key, json.dumps([job_id, f"t{n % tenants}", payload]))
         await pipe.execute()
-    quota = client.register_script(lua_source("fairpost.mailer.quota", "quota"))
+    quota = client.register_script(quota_script("acquire"))
     keys = MailKeys(prefix)
     tenant_settings = TenantSettings()
     sent = 0
@@ -115,6 +115,8 @@ async def run(redis_url: str, queue_url: str, mails: int, tenants: int) -> dict[
                     args += [e.mail.recipients for e in envs]
                     qkeys = [keys.quota("global", w.seconds) for w in WINDOWS]
                     qkeys += [keys.quota(f"t:{tenant}", w.seconds) for w in WINDOWS]
+                    # An acquire's record goes last, as the daemon's (acquire.lua).
+                    qkeys.append(keys.quota_grant(uuid.uuid4().hex))
                     await quota(keys=qkeys, args=args)
                 all_envs = [e for envs in groups.values() for e in envs]
                 await asyncio.gather(

@@ -3,7 +3,7 @@
 Both sides check and take one unit in the same six windows (three global,
 three for the tenant: a second, a minute, an hour) on the same Redis, from
 one process, one acquisition after another. fairpost does it in one
-round trip (``quota.lua``); ``limits`` (its async moving window over
+round trip (``acquire.lua``); ``limits`` (its async moving window over
 redis-py) needs one ``hit`` per window, six round trips, and nothing makes
 the six atomic together. The limits are high so that nothing is refused:
 this measures the cost of a grant.

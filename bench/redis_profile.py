@@ -30,12 +30,13 @@ from bench.load import Load, wait_sent
 from fairpost.dispatcher.calls import script
 from fairpost.dispatcher.journal import append_source
 from fairpost.dispatcher.scripts import lua_source
+from fairpost.mailer.quota.engine import quota_script
 from fairpost.mailer.sdk.outcomes.deliveries import script as delivery_script
 from fairpost.mailer.sdk.unsubscribes import unsubscribe_source
 
 UNBOUND = {"global_limits": "100000/second", "tenant_limits": "100000/second"}
 TENANTS = 20
-_QUOTA_SCRIPTS = ("quota", "send_seq", "reputation", "recent_bounces", "hold", "warmup")
+_QUOTA_SCRIPTS = ("send_seq", "reputation", "recent_bounces", "hold", "warmup")
 _DISPATCHER_HELPERS = ("ring", "journal", "append")
 """Prepended to other scripts (ring, journal), or loaded with one (append: journal.py)."""
 _OUTCOME_SCRIPTS = ("claim", "fanout", "reap", "replay", "settle")
@@ -54,6 +55,8 @@ def script_sources() -> dict[str, tuple[str, str]]:
     add("dispatcher/append.lua", append_source())
     for name in _QUOTA_SCRIPTS:
         add(f"mailer/quota/{name}.lua", lua_source("fairpost.mailer.quota", name))
+    for name in ("acquire", "peek", "refund", "restamp", "usage"):
+        add(f"mailer/quota/{name}.lua", quota_script(name))
     for name in ("send_claim", "heartbeat"):
         add(f"mailer/daemon/{name}.lua", lua_source("fairpost.mailer.daemon", name))
     add("mailer/sdk/rollups.lua", lua_source("fairpost.mailer.sdk", "rollups"))

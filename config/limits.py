@@ -27,7 +27,7 @@ _ITEM = re.compile(
 # SQS visibility is capped at 12 h and a day window is what SES enforces:
 # longer windows would only be served in many steps for no benefit.
 MAX_WINDOW_SECONDS = 7 * 86400
-# Far above any SES quota: a bigger count is a typo, and quota.lua's numbers
+# Far above any SES quota: a bigger count is a typo, and the quota scripts' numbers
 # (doubles) stay exact well beyond it.
 MAX_COUNT = 1_000_000_000
 

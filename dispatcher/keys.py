@@ -205,6 +205,16 @@ class Keys:
         """Hash: what the reconciler did, outcome → count, for stats."""
         return f"{self.root}:reconciled"
 
+    def history_days(self) -> str:
+        """Hash: day (days since the epoch, UTC) -> the number of the day's history
+        buckets, and ``<day>:n`` -> the lines written that day (dispatcher/history.lua)."""
+        return f"{self.root}:hist-days"
+
+    def history_prefix(self) -> str:
+        """What the history's buckets' names start with: ``<prefix><day>:<n>``, each a
+        hash with a TTL, job id -> its line (dispatcher/history.lua)."""
+        return f"{self.root}:hist:"
+
     def tenants(self) -> str:
         """Set: every tenant that ever enqueued, for stats."""
         return f"{self.root}:tenants"

@@ -15,6 +15,7 @@ import time
 import uuid
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from fairpost.dispatcher.backoff import OutageBackoff, done_before_stop, until_landed
 from fairpost.dispatcher.jobs import Job, JobState
@@ -38,6 +39,9 @@ client's output buffer, which counts toward ``maxmemory``: 50 jobs of 64 KB woul
 claim asks for as many jobs as this holds at the payload size seen so far (a hand-off
 batch until one is seen), never more than ``batch_size``."""
 _RETRY_DELAY_MAX = 30.0
+
+_CANCELLED_WAIT_GRACE = 1.0
+"""Seconds a cancelled wait for work is given to end before it is left to end by itself."""
 
 
 class Dispatcher:
@@ -205,15 +209,22 @@ class Dispatcher:
     async def _wait_for_work(self, seconds: float, stop: asyncio.Event) -> str | None:
         """Block on Redis for a wake (JobStore.wait_for_work), or until ``stop``: the
         shutdown waits for this task before it hands the claims back. A wake token
-        the cancelled wait took is lost; another replica only waits out its own wait."""
+        the cancelled wait took is lost; another replica only waits out its own wait.
+
+        A cancelled wait is given a moment to end, not its whole timeout: redis-py's
+        asyncio client sometimes swallows the cancellation of a BLPOP and lets it
+        run to its end (redis/redis-py#2028), which would hold a shutdown that long.
+        Such a wait is left to end by itself (or with its client's close)."""
         waiting = asyncio.ensure_future(self.store.wait_for_work(seconds))
         try:
             await done_before_stop(waiting, stop)
         finally:
             if not waiting.done():
                 waiting.cancel()
-            await asyncio.gather(waiting, return_exceptions=True)
-        if waiting.cancelled():
+                await asyncio.wait({waiting}, timeout=_CANCELLED_WAIT_GRACE)
+                if not waiting.done():
+                    waiting.add_done_callback(_retrieve)
+        if not waiting.done() or waiting.cancelled():
             return None
         why = waiting.result()
         # Timed out: none was waiting, and any there now is newer than the wait. Woken
@@ -357,3 +368,10 @@ class Dispatcher:
                     keep_seconds=self.finished_ttl_seconds,
                     fields={"dead_reason": outcome.reason, "last_error": outcome.reason},
                 )
+
+
+def _retrieve(task: asyncio.Future[Any]) -> None:
+    """A wait left to end by itself: its answer or error, taken so that asyncio does
+    not report it as never retrieved."""
+    if not task.cancelled():
+        task.exception()

@@ -19,9 +19,9 @@ adding a few small keys while the finish it records frees the job's payload
 the same: its ``#!lua`` shebang makes Redis check memory before it starts."""
 
 
-LIBRARIES = frozenset({"ring", "journal", "deliveries"})
-"""Helpers prepended to other scripts (dispatcher/calls.py, journal.py, and a job
-kind's own): the script they join writes first, once."""
+LIBRARIES = frozenset({"ring", "journal", "deliveries", "windows"})
+"""Helpers prepended to other scripts (dispatcher/calls.py, journal.py, a job kind's
+own, mailer/quota/engine.py): the script they join writes first, once."""
 
 
 @cache

@@ -120,9 +120,11 @@ class Answers:
         async def write() -> None:
             async with ctx.store.pipeline() as pipe:
                 await self.counting.move_to_answers(tenant, answered, pipe)
-                await ctx.mail.record_sent(sent, keep_seconds=ctx.finished_ttl, pipeline=pipe, entries=events)
+                # Before the record of the send: its send number goes on the record
+                # (mailer/quota/send_seq.lua), whose line in the history keeps it.
                 if ctx.feedback is not None:
                     await self._queue_feedback(pipe, ctx.feedback, tenant, answered, rolled)
+                await ctx.mail.record_sent(sent, keep_seconds=ctx.finished_ttl, pipeline=pipe, entries=events)
                 await ctx.store.execute_durably(pipe)
 
         what = f"recording {len(sent)} sent mails"
@@ -142,11 +144,13 @@ class Answers:
         """Queue what reputation and deliverability keep of the sent mails (a retry of
         the pipeline queues it again: the rollup then counts them twice, the safe side)."""
         recipients = 0
+        sent: list[tuple[str, str | None, int]] = []
         for msg, result, _ in answered:
             if result.verdict is ses.Verdict.SENT and msg.envelope is not None:
                 env = msg.envelope
                 recipients += env.mail.recipients
-                await feedback.index_sent(pipe, tenant, env.job_id, result.message_id, env.mail.recipients)
+                sent.append((env.job_id, result.message_id, env.mail.recipients))
+        await feedback.index_sent(pipe, tenant, sent)
         if recipients:
             await feedback.queue_sent(pipe, tenant, rolled, recipients)
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
@@ -42,6 +43,9 @@ class Stamp:
     mono: float
     stream: StreamWindows | None = None
     """The windows of the mail's stream, moved with the tenant's (fairpost.mailer.quota.stream_limits)."""
+    since: float | None = None
+    """This process's monotonic clock no later than ``at_ms`` was taken (before the
+    grant or restamp was asked for); None: unknown."""
 
 
 def may_have_it(verdict: ses.Verdict) -> bool:
@@ -89,9 +93,10 @@ class Counting:
         if time.monotonic() - stamp.mono < every:
             return
         windows = self.ctx.windows(tenant)
+        asked = time.monotonic()
         moved = await self.ctx.quota.restamp(tenant, cost, stamp.at_ms, *windows, stream=stamp.stream)
         if moved is not None:
-            stamp.at_ms, stamp.mono = moved, time.monotonic()
+            stamp.at_ms, stamp.mono, stamp.since = moved, time.monotonic(), asked
 
     async def keep_during(
         self, call: Awaitable[ses.SendResult], tenant: str, cost: int, stamp: Stamp, every: float
@@ -149,15 +154,30 @@ class Counting:
         self, tenant: str, answered: Sequence[tuple[Received, ses.SendResult, Stamp]], pipeline: Pipeline
     ) -> None:
         """Queue on ``pipeline``: the units of every mail SES may have move to the
-        answer, summed per bucket they sat in."""
+        answer, summed per bucket they sat in. Units whose every window's bucket
+        still holds the answer stay: they count a window past it already (a restamp
+        would move nothing), and Redis is spared the call."""
         counted: dict[int, int] = {}
+        since: dict[int, float | None] = {}
         stream: StreamWindows | None = None
         for msg, result, stamp in answered:
             if may_have_it(result.verdict) and msg.envelope:
-                counted[stamp.at_ms] = counted.get(stamp.at_ms, 0) + msg.envelope.mail.recipients
+                at_ms = stamp.at_ms
+                counted[at_ms] = counted.get(at_ms, 0) + msg.envelope.mail.recipients
+                known = since.get(at_ms, stamp.since)
+                since[at_ms] = None if known is None or stamp.since is None else min(known, stamp.since)
                 stream = stamp.stream  # a group is one stream
         windows = self.ctx.windows(tenant)
+        every_window = (*windows[0], *windows[1], *(stream.windows if stream else ()))
+        now = time.monotonic()
         for at_ms, cost in counted.items():
+            asked = since[at_ms]
+            if asked is not None:
+                # The answers came no later, in server time, than at_ms plus the time
+                # since the ask (1 ms more for the two clocks' rounding).
+                answered_by = at_ms + math.ceil((now - asked) * 1000) + 1
+                if self.ctx.quota.in_one_bucket(at_ms, answered_by, every_window):
+                    continue
             await self.ctx.quota.restamp(tenant, cost, at_ms, *windows, pipeline=pipeline, stream=stream)
 
 

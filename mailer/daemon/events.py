@@ -43,6 +43,7 @@ from redis.exceptions import RedisError
 from fairpost.config import Settings
 from fairpost.dispatcher.backoff import OutageBackoff, done_before_stop
 from fairpost.dispatcher.calls import outcome_journal
+from fairpost.dispatcher.history import History
 from fairpost.dispatcher.journal import JournalWriter
 from fairpost.dispatcher.loop import forever
 from fairpost.dispatcher.replies import text, time_ms
@@ -113,6 +114,7 @@ class EventConsumer:
             client, keys, settings, self.metrics.deliverability
         )
         self.journal = JournalWriter(client, outcome_journal(settings))
+        self.history = History(client, keys)
         self.unsubscriber = Unsubscriber(settings, client)
         self.handled: dict[str, int] = {}
         """Outcome → events this consumer handled (tests wait on it)."""
@@ -199,33 +201,40 @@ class EventConsumer:
                 await self.unsubscriber.apply(token, whole_tenant=False, source="mailto")
             await self.redis.set(seen, "1", ex=_DEDUP_SECONDS)
             return await self._counted("received" if tokens else "ignored")
-        job_id, tenant, state = await self._match(event)
+        job_id, tenant, state, kept = await self._match(event)
         if job_id is None or tenant is None:
             log.warning(
                 "SES %s event for no known mail dropped (SES message %s)", event.kind, event.message_id
             )
             return await self._counted("unmatched")
-        await self._act(event, job_id, tenant, record_exists=state is not None)
+        await self._act(event, job_id, tenant, record_exists=state is not None and not kept, kept=kept)
         # Marked seen only once acted on: a round that failed half-way comes back from
         # SQS and acts again (suppressing is idempotent; a count may go in twice, the
         # strict side), rather than being dropped as a duplicate.
         await self.redis.set(seen, "1", ex=_DEDUP_SECONDS)
         return await self._counted(event.kind)
 
-    async def _match(self, event: SesEvent) -> tuple[str | None, str | None, str | None]:
-        """The job, its tenant and its state (None: its record has expired)."""
+    async def _match(self, event: SesEvent) -> tuple[str | None, str | None, str | None, dict[str, str]]:
+        """The job, its tenant, its state (None: neither its record nor its line in
+        the history is left) and, once its record has expired, what its line keeps."""
         raw = await self.redis.get(self.keys.ses_message(event.message_id))
         job_id = text(raw) if raw is not None else event.job_id
         if job_id is None:
-            return None, None, None
+            return None, None, None, {}
         tenant, state = await self.redis.hmget(self.keys.job(job_id), ["tenant", "state"])
+        kept = await self.history.record(job_id) if state is None else {}
+        if kept:
+            tenant, state = kept["tenant"], kept["state"]
         return (
             job_id,
             text(tenant) if tenant is not None else event.tenant,
             None if state is None else text(state),
+            kept,
         )
 
-    async def _act(self, event: SesEvent, job_id: str, tenant: str, *, record_exists: bool) -> None:
+    async def _act(
+        self, event: SesEvent, job_id: str, tenant: str, *, record_exists: bool, kept: dict[str, str]
+    ) -> None:
         at_ms = time_ms(await self.redis.time())  # every stored time is Redis time
         outcome = {
             "bounce": "bounced",
@@ -242,6 +251,9 @@ class EventConsumer:
         async with self.redis.pipeline(transaction=True) as pipe:
             if record_exists:
                 await self._record_outcome(pipe, job_id, outcome, event, at_ms)
+            # On the mail's line in the history too (if it has one), which answers
+            # status() once the record has expired.
+            await self.history.outcome(job_id, outcome, event.bounce_type, client=pipe)
             given = feed.entry(
                 _EVENT_TYPE[outcome], _event_data(event), tenant=None if record_exists else tenant
             )
@@ -260,7 +272,7 @@ class EventConsumer:
             )
             if event.permanent:
                 await suppress(self.redis, self.keys, tenant, event.recipients, "bounce", at_ms)
-                seq = await self.redis.hget(self.keys.job(job_id), "send_seq")
+                seq = kept.get("send_seq") or await self.redis.hget(self.keys.job(job_id), "send_seq")
                 await self.book.record(
                     tenant,
                     bounces=max(1, len(event.recipients)),

@@ -176,22 +176,22 @@ class Feedback:
         self.deliverability.counted(tenant, counts)
 
     async def index_sent(
-        self,
-        pipe: redis.asyncio.client.Pipeline,
-        tenant: str,
-        job_id: str,
-        message_id: str | None,
-        recipients: int,
+        self, pipe: redis.asyncio.client.Pipeline, tenant: str, sent: Sequence[tuple[str, str | None, int]]
     ) -> None:
-        """Queue, on the sender's pipeline, what lets SES events find the job (its SES
-        message id) and place it among the tenant's sends (its send number)."""
-        if message_id and self.settings.events_queue_name:
-            ttl = self.settings.job_ttl
-            await self._send_seq(
-                keys=[self.keys.send_seq(tenant), self.keys.job(job_id), self.keys.ses_message(message_id)],
-                args=[recipients, ttl * 1000, job_id, ttl],
-                client=pipe,
-            )
+        """Queue, on the sender's pipeline, what lets SES events find each sent job (its
+        SES message id) and place it among the tenant's sends (its send number): a
+        group's ``(job id, SES message id, recipients)``, in send order, in one call."""
+        if not self.settings.events_queue_name:
+            return
+        keys = [self.keys.send_seq(tenant)]
+        ttl = self.settings.job_ttl
+        args: list[str | int] = [ttl * 1000, min(ttl, self.settings.ses_index_ttl)]
+        for job_id, message_id, recipients in sent:
+            if message_id:
+                keys += [self.keys.job(job_id), self.keys.ses_message(message_id)]
+                args += [recipients, job_id]
+        if len(keys) > 1:
+            await self._send_seq(keys=keys, args=args, client=pipe)
 
     async def count_sent(self, tenant: str, recipients: int) -> None:
         """Count accepted recipients in the tenant's reputation windows. A Redis error

@@ -84,7 +84,7 @@ class GroupDecision:
         grant = await self.counting.acquire(tenant, todo)
         granted, refused = todo[: grant.granted], todo[grant.granted :]
         if not refused:
-            await self.sending.send_granted(tenant, granted, grant.at_ms)
+            await self.sending.send_granted(tenant, granted, grant.at_ms, grant.asked_mono)
             return
         first = refused[0].envelope
         never = never_fits_reason(grant, first.mail.recipients) if first and grant.retry_after < 0 else None
@@ -94,7 +94,7 @@ class GroupDecision:
         # calls first left them counted, unsent, that much longer (docs/design.md,
         # "Where a binding global quota's units go").
         outcomes = await asyncio.gather(
-            self.sending.send_granted(tenant, granted, grant.at_ms),
+            self.sending.send_granted(tenant, granted, grant.at_ms, grant.asked_mono),
             self.park(
                 tenant, refused, grant.retry_after, grant.blocked_by, grant.at_ms, never=never, label=label
             ),

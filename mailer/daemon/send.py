@@ -58,9 +58,12 @@ class Sending:
         self.account = ses.AccountCheck(ses_client)
         self.answers = Answers(ctx, ses_client, gate, endings, counting, parking)
 
-    async def send_granted(self, tenant: str, granted: list[Received], at_ms: int) -> None:
+    async def send_granted(
+        self, tenant: str, granted: list[Received], at_ms: int, asked: float | None = None
+    ) -> None:
         """Send the mails a grant at ``at_ms`` covers; each is decided (its settlement)
-        once its answer is known. Raises the first error after every answer is recorded."""
+        once its answer is known. Raises the first error after every answer is recorded.
+        ``asked``: the grant's ``asked_mono`` (fairpost.mailer.daemon.counting.Stamp.since)."""
         granted = await self._claim(tenant, granted, at_ms)
         # Kept hidden from a third of the messages' visibility on, counted from their
         # receive: the decision and the acquire before the send may have used much of
@@ -79,7 +82,7 @@ class Sending:
                 ),
             )
         try:
-            await self._send_claimed(tenant, granted, at_ms)
+            await self._send_claimed(tenant, granted, at_ms, asked)
         finally:
             sent.set()
             if timer is not None:
@@ -110,10 +113,12 @@ class Sending:
                 log.warning("could not keep a send's messages hidden: %s", exc)
             await wait_or_stop(sent, lifetime / 3)
 
-    async def _send_claimed(self, tenant: str, granted: list[Received], at_ms: int) -> None:
+    async def _send_claimed(
+        self, tenant: str, granted: list[Received], at_ms: int, asked: float | None
+    ) -> None:
         granted = await self._load_content(tenant, granted, at_ms)
         stream = self.counting.stream(tenant, granted[0]) if granted else None
-        stamps = [Stamp(at_ms, time.monotonic(), stream) for _ in granted]
+        stamps = [Stamp(at_ms, time.monotonic(), stream, since=asked) for _ in granted]
         # How often a mail not yet answered is kept counted: the same for the whole group.
         every = self.counting.every(tenant)
         sends = [

@@ -3,7 +3,9 @@
 Each window (``Window(seconds, limit)``) of each scope is one Redis hash of
 time buckets (:meth:`fairpost.mailer.sdk.keys.MailKeys.quota`), so a day window of 50,000
 costs about ``buckets_per_window`` fields, never one entry per mail. All the
-work that must be atomic is one Lua script, ``quota.lua``, beside this module:
+work that must be atomic is Lua beside this module, a script an operation
+(``acquire.lua``, ``peek.lua``, ``refund.lua``, ``restamp.lua``, ``usage.lua``),
+each after the library they share (``windows.lua``, :func:`quota_script`):
 an acquire checks and takes every global and tenant window in one round trip,
 with the Redis server's clock, so any number of replicas share one count.
 
@@ -21,9 +23,10 @@ most one bucket width minus 1 ms, never early.
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -44,6 +47,7 @@ __all__ = [
     "QuotaEngine",
     "StreamWindows",
     "never_fits_reason",
+    "quota_script",
 ]
 
 
@@ -56,10 +60,13 @@ NEVER = -1.0
 RATE_WINDOW_SECONDS = BUDGET_SECONDS
 """Windows shorter than this are rates: a mail over the limit goes alone once the
 window is empty. Longer windows are budgets: a mail over the limit never fits
-(``fairpost.config.limits.Window.is_budget``, which the SDK checks too; quota.lua's RATE_MS)."""
+(``fairpost.config.limits.Window.is_budget``, which the SDK checks too; windows.lua's RATE_MS)."""
 
 SHARE_PARTS = ("tag", "until", "weight", "refused")
-"""The fair share's keys (``MailKeys.quota_share``), in the order quota.lua takes them."""
+"""The fair share's keys (``MailKeys.quota_share``), in the order acquire.lua takes them."""
+
+_OPERATIONS = ("acquire", "peek", "refund", "restamp", "usage")
+"""The quota's scripts, one an operation (``acquire_fair`` is acquire.lua's)."""
 
 _MOST_UNANSWERED = 1024
 """Asks whose answer was lost a process remembers (one per tenant at most, but
@@ -117,6 +124,17 @@ class Grant:
     at_ms: int
     too_big_for: Window | None = None
     binding: Window | None = field(default=None, compare=False)
+    asked_mono: float | None = field(default=None, compare=False)
+    """This process's monotonic clock before it asked: no later than ``at_ms``, in
+    server time (an answer lost and asked for again: before the first ask)."""
+
+
+def quota_script(operation: str) -> str:
+    """The text of the quota's script ``<operation>.lua``, after ``windows.lua``, the
+    arguments, bucket math and decision every operation shares (as ring.lua opens the
+    dispatcher's scripts, fairpost.dispatcher.calls.script)."""
+    package = "fairpost.mailer.quota"
+    return lua_source(package, "windows") + "\n" + lua_source(package, operation)
 
 
 def never_fits_reason(grant: Grant, recipients: int) -> str:
@@ -156,10 +174,10 @@ class QuotaEngine:
         # A grant a mail is sent under must outlive a failover (FAIRPOST_REDIS_MIN_REPLICAS):
         # a lost grant leaves its units out of the windows, room for more than the limit.
         self._durability = durability or Durability()
-        self._script = redis.register_script(lua_source("fairpost.mailer.quota", "quota"))
+        self._scripts = {op: redis.register_script(quota_script(op)) for op in _OPERATIONS}
         # The token of each ask whose answer never came (by what it asked): the same
         # ask again, from this process, gets the grant Redis may have counted for it.
-        self._unanswered: OrderedDict[_Ask, str] = OrderedDict()
+        self._unanswered: OrderedDict[_Ask, tuple[str, float]] = OrderedDict()
 
     @property
     def buckets_per_window(self) -> int:
@@ -184,7 +202,7 @@ class QuotaEngine:
         not granted, so the order of a tenant's mail is kept. The granted
         units are counted at once in every global and tenant window.
         With a ``weight``, tenants contending for the global quota share it in
-        proportion to their weights (see quota.lua): while another tenant is
+        proportion to their weights (see acquire.lua): while another tenant is
         refused for global room, a tenant ahead of its share is refused with
         ``blocked_by == "share"`` until that tenant is due back (at most the
         shortest global window). The cost does not grow with the number of
@@ -200,7 +218,7 @@ class QuotaEngine:
         An acquire that raised (Redis may have counted it and lost only the
         answer) is remembered by what it asked: the same ask again from this
         engine (the tenant, costs and windows) gets the grant counted for it, if
-        any, instead of counting the units twice (quota.lua keeps each grant's
+        any, instead of counting the units twice (acquire.lua keeps each grant's
         answer under the acquire's token for five minutes). Asked by another
         replica, or with other costs, the lost grant's units stay counted until
         they leave the window: the safe side.
@@ -210,18 +228,18 @@ class QuotaEngine:
         ask: _Ask = (tenant, op, tuple(costs), tuple(global_windows), tuple(tenant_windows), tuple(extra))
         # Only one call may take a lost answer's grant: two sent under one count
         # would go over the limit.
-        token = self._unanswered.pop(ask, None) or uuid.uuid4().hex
+        token, asked = self._unanswered.pop(ask, (uuid.uuid4().hex, time.monotonic()))
         try:
             reply = await self._run(
                 op, tenant, global_windows, tenant_windows, now_ms, tail, record=token, stream=stream
             )
         except RedisError:
             # Redis may have counted it, and only the answer was lost.
-            self._unanswered[ask] = token
+            self._unanswered[ask] = (token, asked)
             while len(self._unanswered) > _MOST_UNANSWERED:
                 self._unanswered.popitem(last=False)
             raise
-        return _grant(reply, (*global_windows, *tenant_windows, *extra))
+        return _grant(reply, (*global_windows, *tenant_windows, *extra), asked)
 
     async def refund(
         self,
@@ -273,6 +291,16 @@ class QuotaEngine:
         )
         return None if pipeline is not None else reply[0]
 
+    def in_one_bucket(self, from_ms: int, to_ms: int, windows: Iterable[Window]) -> bool:
+        """Whether ``from_ms`` and ``to_ms`` (server time) fall in one bucket of every
+        window: units counted at the first then count as long as a restamp to the
+        second would make them (restamp.lua would move nothing)."""
+        for window in windows:
+            width = max(1, window.seconds * 1000 // self._buckets)
+            if from_ms // width != to_ms // width:
+                return False
+        return True
+
     async def usage(
         self,
         scope_tenant: str | None,
@@ -318,7 +346,7 @@ class QuotaEngine:
         record: str | None = None,
         stream: StreamWindows | None = None,
     ) -> list[int]:
-        """``record``: an acquire's token (quota.lua keeps its answer under it);
+        """``record``: an acquire's token (acquire.lua keeps its answer under it);
         ``stream``: more windows, of their own scope, counted after the tenant's."""
         keys: list[str] = []
         args: list[str | int] = [op, "" if time_ms is None else time_ms, self._buckets, len(global_windows)]
@@ -336,17 +364,18 @@ class QuotaEngine:
         if record is not None:
             keys.append(self._keys.quota_grant(record))
         args += tail
+        script = self._scripts[op.removesuffix("_fair")]
         if pipeline is not None:
             # Queued only; the reply comes from the caller's pipeline.execute().
-            await self._script(keys=keys, args=args, client=pipeline)
+            await script(keys=keys, args=args, client=pipeline)
             return []
         if op.startswith("acquire") and self._durability.replicas:
             async with self._redis.pipeline(transaction=False) as pipe:
-                await self._script(keys=keys, args=args, client=pipe)
+                await script(keys=keys, args=args, client=pipe)
                 self._durability.queue_wait(pipe)
                 [reply] = self._durability.check(await pipe.execute())
         else:
-            reply = await self._script(keys=keys, args=args)
+            reply = await script(keys=keys, args=args)
         return [int(value) for value in reply]
 
 
@@ -365,8 +394,8 @@ def _acquire_op(
     return "acquire_fair", [tenant, weight, *costs]
 
 
-def _grant(reply: list[int], windows: Sequence[Window]) -> Grant:
-    """quota.lua's answer to an acquire; ``windows`` in the order the script got them."""
+def _grant(reply: list[int], windows: Sequence[Window], asked: float) -> Grant:
+    """acquire.lua's answer; ``windows`` in the order the script got them."""
     granted, retry_ms, blocked, at_ms, never, binding = reply
     return Grant(
         granted=granted,
@@ -375,4 +404,5 @@ def _grant(reply: list[int], windows: Sequence[Window]) -> Grant:
         at_ms=at_ms,
         too_big_for=windows[never - 1] if never else None,
         binding=windows[binding - 1] if binding else None,
+        asked_mono=asked,
     )

@@ -54,7 +54,7 @@ class MailKeys(Keys):
 
     def quota_grant(self, token: str) -> str:
         """String with a TTL: the answer of one quota acquire that counted units
-        (quota.lua), so that the acquire asked again under its token counts them once."""
+        (acquire.lua), so that the acquire asked again under its token counts them once."""
         return f"{self.root}:grant:{token}"
 
     # -- operations (live overrides, health) -----------------------------------

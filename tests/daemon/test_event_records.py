@@ -103,10 +103,34 @@ async def test_a_tenants_send_numbers_and_recent_bounces_expire_with_its_mail(
     store = JobStore(aredis, keys, store_limits(settings))
     feedback = Feedback(store=store, settings=settings, book=ReputationBook(aredis, keys, settings))
     async with aredis.pipeline(transaction=True) as pipe:
-        await feedback.index_sent(pipe, "acme", JOB, MESSAGE_ID, recipients=3)
+        await feedback.index_sent(pipe, "acme", [(JOB, MESSAGE_ID, 3)])
         await pipe.execute()
     await consumer(settings, aredis).handle(event("Bounce", "e-1"))
     job_ttl_ms = settings.job_ttl * 1000
     for key in (keys.send_seq("acme"), keys.recent_bounces("acme"), keys.ses_message(MESSAGE_ID)):
         ttl = await aredis.pttl(key)
         assert 0 < ttl <= job_ttl_ms, f"{key}: {ttl}"
+
+
+async def test_a_groups_sends_are_numbered_in_order_and_indexed_in_one_call(
+    settings: Settings, aredis: redis.asyncio.Redis
+) -> None:
+    keys = MailKeys(settings.key_prefix)
+    await aredis.set(keys.send_seq("acme"), 10)  # the tenant's earlier sends
+    for job in ("j-1", "j-3"):
+        await aredis.hset(keys.job(job), mapping={"tenant": "acme", "state": "sent"})
+    store = JobStore(aredis, keys, store_limits(settings))
+    feedback = Feedback(store=store, settings=settings, book=ReputationBook(aredis, keys, settings))
+    # j-2 has no record any more (purged): numbered and indexed all the same.
+    sent: list[tuple[str, str | None, int]] = [("j-1", "m-1", 2), ("j-2", "m-2", 1), ("j-3", "m-3", 4)]
+    async with aredis.pipeline(transaction=False) as pipe:
+        await feedback.index_sent(pipe, "acme", [*sent, ("j-4", None, 5)])  # j-4: no message id
+        assert len(pipe.command_stack) == 1, "one script call for the group"
+        assert await pipe.execute() == [[12, 13, 17]]
+    assert await aredis.get(keys.send_seq("acme")) == "17"
+    assert await aredis.hget(keys.job("j-1"), "send_seq") == "12"
+    assert await aredis.hget(keys.job("j-3"), "send_seq") == "17"
+    assert not await aredis.exists(keys.job("j-2"))
+    assert [await aredis.get(keys.ses_message(m)) for m in ("m-1", "m-2", "m-3")] == ["j-1", "j-2", "j-3"]
+    ttl = await aredis.ttl(keys.ses_message("m-2"))
+    assert 0 < ttl <= settings.job_ttl

@@ -28,7 +28,7 @@ DAY = Window(86400, 50_000)
 
 
 AHEAD = BUCKETS // 10
-"""Buckets a window key's TTL covers beyond its newest (quota.lua)."""
+"""Buckets a window key's TTL covers beyond its newest (windows.lua)."""
 META = {"n", "lo", "hi"}
 """A window hash's fields beside its buckets: the running total, the lowest and newest bucket."""
 

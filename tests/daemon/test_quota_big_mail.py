@@ -1,4 +1,4 @@
-"""A mail to more recipients than a window's limit (issue 12, item 3), on the real quota.lua.
+"""A mail to more recipients than a window's limit (issue 12, item 3), on the real quota scripts.
 
 A window shorter than a minute is a rate: the big mail waits until that window
 holds nothing else, then goes alone, counted in full. A window of a minute or

@@ -1,6 +1,6 @@
 """A quota acquire whose answer is lost, asked again: its units count once.
 
-Redis ran the acquire (quota.lua counted its units) and the reply never came
+Redis ran the acquire (acquire.lua counted its units) and the reply never came
 back. Asked again (the same tenant's mail asks the engine again, as the sender
 does after an outage back-off), it must not count them a second time: the tenant
 would lose that much of its quota until the units leave the window. The fault is
@@ -25,7 +25,7 @@ from tests.support import KEYS
 
 MINUTE = Window(60, 100)
 GLOBAL = [Window(60, 1000)]
-ACQUIRE = Step("redis", "script quota.lua", 1)
+ACQUIRE = Step("redis", "script acquire.lua", 1)
 
 
 async def used(engine: QuotaEngine, tenant: str = "acme") -> int:

@@ -1,5 +1,5 @@
 """Fair share of the global quota: when it may refuse (issue 12, item 6) and what an
-acquire costs with many contending tenants (issue 14), on the real quota.lua.
+acquire costs with many contending tenants (issue 14), on the real quota scripts.
 
 A share refusal may only happen while another tenant is actually refused for
 global room, and never for longer than until that tenant is due back (plus a
@@ -21,7 +21,7 @@ DAY_ONLY = [Window(86400, 1000)]
 ROOMY = [Window(1, 100_000)]
 DUE_SLACK_MS = 50
 """How late after its due time a tenant refused for room may come back and still
-find its share kept (quota.lua)."""
+find its share kept (acquire.lua)."""
 
 
 async def test_a_day_only_global_window_does_not_park_a_tenant_for_a_day_with_room_left(

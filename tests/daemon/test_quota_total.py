@@ -1,4 +1,4 @@
-"""The quota windows' running totals and TTLs (quota.lua's "n", "lo" and "hi").
+"""The quota windows' running totals and TTLs (windows.lua's "n", "lo" and "hi").
 
 A grant reads a window's total from the hash instead of every bucket, so the
 total must be the sum of the buckets after every operation, no bucket may sit
@@ -134,7 +134,7 @@ async def test_the_share_keys_live_as_long_as_their_longest_stay(engine: QuotaEn
     await engine.acquire("a", [10], [one], [TEN], weight=1, now_ms=now)
     await stays_covered()
     # Refused for global room: refused until it is due back, plus 50 ms for its
-    # wake-up (quota.lua's DUE_SLACK_MS); contending as long, plus the memory.
+    # wake-up (acquire.lua's DUE_SLACK_MS); contending as long, plus the memory.
     refusal = await engine.acquire("b", [1], [one], [TEN], weight=1, now_ms=now)
     assert refusal.blocked_by == "global"
     longest = round(refusal.retry_after * 1000) + 50

@@ -1,7 +1,7 @@
 """``FAIRPOST_GLOBAL_LIMITS=auto`` after a busy day (issue 12, item 1 and "Also").
 
 The account is read from the recording SES server (its GetAccount) over HTTP,
-the day window from a real redis-server through the real quota.lua.
+the day window from a real redis-server through the real quota scripts.
 """
 
 from __future__ import annotations

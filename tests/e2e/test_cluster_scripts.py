@@ -75,7 +75,13 @@ LOCK_SCRIPTS = {Lock.LUA_RELEASE_SCRIPT, Lock.LUA_EXTEND_SCRIPT, Lock.LUA_REACQU
 """redis-py's Lock (dispatcher/migrate.py): not fairpost's scripts, registered unwrapped (the
 Lock keeps each on its class, where a wrapping function would become a method); its one
 key, :meth:`MailKeys.migrate_lock`, carries the hash tag as every key."""
-HELPERS = {"dispatcher/ring", "dispatcher/journal", "outcomes/deliveries"}
+HELPERS = {
+    "dispatcher/ring",
+    "dispatcher/journal",
+    "dispatcher/history",
+    "outcomes/deliveries",
+    "quota/windows",
+}
 """Not scripts of their own: the shared helpers other scripts start with."""
 
 
@@ -233,7 +239,11 @@ async def test_every_script_runs_on_a_cluster_within_fairposts_slot(
         await store.touch_inflight("acme", now + 60_000)
         await store.keep_inflight(60_000, now + 60_000, 0, 100)
         assert await MailJobs(store).claim_sending([a.id], 60_000) == [1]
-        assert await store.finish(a.id, JobState.SENT, keep_seconds=60) == 1
+        # kept past its record's detail TTL: its line goes in a day's history bucket,
+        # whose name finish.lua builds (history.lua); read back, and given SES's verdict
+        assert await store.finish(a.id, JobState.SENT, keep_seconds=settings.job_detail_ttl + 60) == 1
+        assert (await store.history.record(a.id))["state"] == "sent"
+        assert await store.history.outcome(a.id, "delivered", None) == 1
         await store.reap()
         await store.sync_tenant_settings({"acme": 2}, {"acme": 5})
         assert await store.count_attempt(a.id, "a transient error") == 1
@@ -274,7 +284,7 @@ async def test_every_script_runs_on_a_cluster_within_fairposts_slot(
             admin.pause("acme")
             admin.resume("acme")
 
-        # quotas: every operation of quota.lua; the reputation guard
+        # quotas: every quota script; the reputation guard
         quota = QuotaEngine(client, keys)
         g, t = parse_limits("10/second; 100/minute"), parse_limits("5/second")
         grant = await quota.acquire("acme", [1, 2], g, t)
@@ -290,7 +300,7 @@ async def test_every_script_runs_on_a_cluster_within_fairposts_slot(
         await TenantHolds(client, keys, limits).hold("acme", "a reason", first_seconds=1, most_seconds=5)
         async with store.pipeline() as pipe:
             feedback = Feedback(store=store, settings=settings, book=book)
-            await feedback.index_sent(pipe, "acme", a.id, "ses-message-id", 1)
+            await feedback.index_sent(pipe, "acme", [(a.id, "ses-message-id", 1)])
             await pipe.execute()
 
         # warm-up: an operator sets, restarts and skips plans; a replica's refresh

@@ -33,7 +33,9 @@ class _Sending:
     def __init__(self) -> None:
         self.granted: list[Received] = []
 
-    async def send_granted(self, tenant: str, granted: list[Received], at_ms: int) -> None:
+    async def send_granted(
+        self, tenant: str, granted: list[Received], at_ms: int, asked: float | None
+    ) -> None:
         self.granted += granted
 
 
