@@ -220,6 +220,11 @@ class MailKeys(Keys):
         """Hash: tenant → the pool its mail may go through while its own pool's SES fails."""
         return f"{self.root}:pools:fallback"
 
+    def pool_fallback_checks(self) -> str:
+        """Hash: tenant → whether its identities were found in its fallback pool's SES, and
+        when (JSON: pool, verified, at_ms; mailer/sdk/directory.py's ``FallbackCheck``)."""
+        return f"{self.root}:pools:fallback:checks"
+
     def pool_moves(self) -> str:
         """Hash: tenant → its move between pools in progress (JSON: from, to, step)."""
         return f"{self.root}:pools:moves"
