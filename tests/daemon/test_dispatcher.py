@@ -188,14 +188,17 @@ async def test_expired_lease_returns_jobs_to_the_head_in_order(aredis: redis.asy
     assert [job.id for job in again] == ["acme-0", "acme-1", "acme-2"]
 
 
-async def test_handoff_after_lease_expiry_does_not_dispatch_twice(aredis: redis.asyncio.Redis) -> None:
+@pytest.mark.parametrize("lane", ["normal", "high", "bulk.low"])
+async def test_handoff_after_lease_expiry_does_not_dispatch_twice(
+    aredis: redis.asyncio.Redis, lane: str
+) -> None:
     store = make_store(aredis, lease_ms=50)
-    await store.enqueue(jobs_for("acme", 1))
+    await store.enqueue(jobs_for("acme", 1, priority=lane))
     [job] = await store.claim(1)
     await wait_for_async(store.reap, within=5, what="the lease to expire", interval=0.02)
-    # The slow claimer's hand-off lands after all: the job must leave the queue again.
+    # The slow claimer's hand-off lands after all: the job must leave its queue again.
     await store.handed_off([job.id])
-    assert await aredis.llen(KEYS.queue("acme", "normal")) == 0
+    assert await aredis.llen(KEYS.queue("acme", lane)) == 0
     assert (await store.job(job.id))["state"] == JobState.DISPATCHED
     assert await store.claim(1) == []
 
