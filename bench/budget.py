@@ -32,7 +32,7 @@ from contextlib import asynccontextmanager
 import boto3
 import redis
 
-from bench.cluster import services
+from bench.cluster import Backend, services
 from bench.load import Load
 from bench.redis_profile import script_names
 from bench.shard_replay import SKIPPED, Recorder, instructions
@@ -146,18 +146,23 @@ def tally(commands: list[list[bytes]]) -> collections.Counter[str]:
     )
 
 
+def use_services(backend: Backend, ses: SesServer) -> None:
+    """AWS, as the standard variables say, is the bench's SQS and the recording SES server."""
+    os.environ.update(
+        AWS_ENDPOINT_URL_SQS=backend.sqs_url,
+        AWS_ENDPOINT_URL_SESV2=ses.url,
+        AWS_DEFAULT_REGION="us-east-1",
+    )
+    os.environ.setdefault("AWS_ACCESS_KEY_ID", "bench")
+    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.budget", description=__doc__.split("\n\n")[0])
     parser.add_argument("--callgrind", action="store_true", help="also count Redis's instructions (valgrind)")
     args = parser.parse_args()
     with services("fairpost-budget-") as backend, SesServer() as ses:
-        os.environ.update(
-            AWS_ENDPOINT_URL_SQS=backend.sqs_url,
-            AWS_ENDPOINT_URL_SESV2=ses.url,
-            AWS_DEFAULT_REGION="us-east-1",
-        )
-        os.environ.setdefault("AWS_ACCESS_KEY_ID", "bench")
-        os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench")
+        use_services(backend, ses)
         commands = asyncio.run(capture(budget_settings(backend.redis_url()), backend.redis_port))
     per_mail = len(commands) / MAILS
     print(f"{len(commands)} commands for {MAILS} mails of {TENANTS} tenants ({per_mail:.3f} a mail):")

@@ -25,6 +25,7 @@ from typing import Any
 
 from bench import (
     fairshare,
+    finished_memory,
     isolation,
     machine,
     outcomes,
@@ -57,6 +58,7 @@ SCENARIOS: dict[str, Scenario] = {
     "tracing": tracing.run,
     "outcomes": outcomes.run,
     "pools": pool_shards.run,
+    "finished_memory": finished_memory.scenario,
 }
 
 

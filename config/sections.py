@@ -260,8 +260,11 @@ class OutcomeSettings(_Section):
 
     enabled: bool = True
     """Append an event for each outcome (sent, delivered, bounced, dead, ...)."""
-    max_age: Duration = 7 * 86400.0
-    """Events older than this are trimmed (``7d``); a consumer away longer misses them."""
+    max_age: Duration = 86400.0
+    """Events older than this are trimmed (``1d``); a consumer away longer misses them.
+    A feed, not an archive: status() answers from each mail's record and history
+    (docs/operations.md, "Redis memory per sent mail"), and a day of events costs
+    Redis about 32 bytes a mail kept a week, where a week would cost 225."""
     max_length: int = Field(default=1_000_000, ge=1000, le=100_000_000)
     """At most about this many events are kept, whatever their age."""
 

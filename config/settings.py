@@ -140,6 +140,24 @@ class Settings(BaseSettings):
 
     job_ttl: int = Field(default=7 * 86400, ge=60, le=365 * 86400)
     """Seconds a finished job's record is kept (FAIRPOST_JOB_TTL)."""
+    job_detail_ttl: int = Field(default=86400, ge=60, le=365 * 86400)
+    """Seconds a sent mail's whole record is kept (FAIRPOST_JOB_DETAIL_TTL); after it,
+    until FAIRPOST_JOB_TTL, a short line in a day's history bucket answers status()
+    (docs/operations.md, "Redis memory per sent mail"). At FAIRPOST_JOB_TTL or over:
+    the whole record for FAIRPOST_JOB_TTL, no history."""
+    history_shards: int = Field(default=16, ge=1, le=1_000_000)
+    """The fewest buckets a day in the history of sent mail (FAIRPOST_HISTORY_SHARDS):
+    each day takes one for each 256 mails sent the day before, at least this many,
+    so that a bucket stays within Redis's ``hash-max-listpack-entries`` (512 by
+    default). Set it to a day's mails / 256 for a first day of high volume."""
+    ses_index_ttl: int = Field(default=86400, ge=60, le=365 * 86400)
+    """Seconds a sent mail's SES message id leads SES events to it
+    (FAIRPOST_SES_INDEX_TTL; never longer than FAIRPOST_JOB_TTL). Needed only by
+    events that do not carry the mail's tags (identity feedback notifications):
+    those of a configuration set's event destination, as docs/operations.md sets
+    them up, name the job and tenant themselves, whenever they come. Bounces come
+    within minutes to hours, most complaints within a day; a later one without
+    tags is counted ``unmatched``."""
     idempotency_ttl: int = Field(default=86400, ge=1, le=365 * 86400)
     """Seconds an idempotency key keeps returning its first job's id (FAIRPOST_IDEMPOTENCY_TTL)."""
 

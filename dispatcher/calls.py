@@ -22,7 +22,7 @@ from fairpost.dispatcher.durable import Durability
 from fairpost.dispatcher.errors import NotReplayable, RedisNearlyFull, TooLateToCancel, UnknownJob
 from fairpost.dispatcher.jobs import Job, NewJob
 from fairpost.dispatcher.journal import Entry, Journal, entry_args, journal_args, journal_keys
-from fairpost.dispatcher.keys import Keys
+from fairpost.dispatcher.keys import Keys, pack_history
 from fairpost.dispatcher.record import ENTRY_SEP
 from fairpost.dispatcher.replies import text
 from fairpost.dispatcher.scripts import lua_source
@@ -69,6 +69,9 @@ _RING_SCRIPTS = frozenset(
 _JOURNAL_SCRIPTS = frozenset({"finish", "cancel", "dead_letter", "defer"})
 """The scripts that end jobs, and so append to the journal (journal.lua, dispatcher/journal.py)."""
 
+_HISTORY_SCRIPTS = frozenset({"finish", "history_read", "history_outcome"})
+"""The scripts that write or read the history of finished jobs (history.lua, dispatcher/history.py)."""
+
 
 RING_GOES_HERE = "-- ring.lua goes here\n"
 """A line in a script that opens with a check of its own: ring.lua goes there
@@ -87,6 +90,8 @@ def script(name: str) -> str:
         source = head + ring + body if marker else ring + source
     if name in _JOURNAL_SCRIPTS:
         source = lua_source("fairpost.dispatcher", "journal") + "\n" + source
+    if name in _HISTORY_SCRIPTS:
+        source = lua_source("fairpost.dispatcher", "history") + "\n" + source
     if name == "enqueue":
         # The shebang makes Redis (7.0+) check for out-of-memory before the script
         # starts, not at each write inside it: a batch is refused whole, never cut.
@@ -115,6 +120,12 @@ class StoreLimits:
     """... none older than this (FAIRPOST_OUTCOMES__MAX_AGE); 0: any age."""
     high_water: float = 0.0
     """An enqueue is refused above this share of Redis's maxmemory (FAIRPOST_REDIS_HIGH_WATER); 0: never."""
+    detail_seconds: int = 0
+    """A sent job's record stays whole this long, then its line in the history answers
+    for it (FAIRPOST_JOB_DETAIL_TTL, dispatcher/history.py); 0: no history, the record
+    stays whole for the finish's ``keep_seconds``."""
+    history_shards: int = 16
+    """The fewest buckets a day in the history (FAIRPOST_HISTORY_SHARDS)."""
 
     @property
     def durability(self) -> Durability:
@@ -133,6 +144,8 @@ def store_limits(settings: Settings) -> StoreLimits:
         journal_max_length=settings.outcomes.max_length if settings.outcomes.enabled else 0,
         journal_max_age_ms=int(settings.outcomes.max_age * 1000),
         high_water=settings.redis_high_water,
+        detail_seconds=settings.job_detail_ttl if settings.job_detail_ttl < settings.job_ttl else 0,
+        history_shards=settings.history_shards,
     )
 
 
@@ -240,8 +253,9 @@ class ScriptCalls:
         entry adds (dispatcher/journal.py)."""
         k, journal = self.keys, self.journal
         markers = k.busy_markers()
-        keys = [*self._ring_keys(), k.leases(), k.dead(), k.dispatched()]
-        args: Args = [*self._ring_args(), str(state), keep_seconds, len(markers), *journal_args(journal)]
+        keys = [*self._ring_keys(), k.leases(), k.dead(), k.dispatched(), k.history_days()]
+        args: Args = [*self._ring_args(), str(state), keep_seconds, len(markers)]
+        args += [*self._history_args(keep_seconds), *journal_args(journal)]
         for job_id, fields in jobs:
             keys += [k.job(job_id), k.content(job_id), k.payload(job_id)]
             keys += [marker.key(job_id) for marker in markers]
@@ -250,6 +264,15 @@ class ScriptCalls:
                 pairs += [name, value]
             args += [job_id, len(pairs) // 2, *pairs, *entry_args((entries or {}).get(job_id))]
         return keys + journal_keys(journal), args
+
+    def _history_args(self, keep_seconds: int) -> Args:
+        """finish.lua's history (history.lua): none unless a record's detail TTL is
+        shorter than the ``keep_seconds`` the history keeps its line."""
+        detail = self.limits.detail_seconds
+        if not 0 < detail < keep_seconds:
+            return ["", 0, 0, ""]
+        layout = pack_history(self.keys.history_fields())
+        return [self.keys.history_prefix(), detail, self.limits.history_shards, layout]
 
     def defer(
         self, job_ids: Sequence[str], wait_ms: int, reason: str, entries: Mapping[str, Entry] | None = None

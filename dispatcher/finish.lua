@@ -4,11 +4,13 @@
 -- call, not once a job.
 -- KEYS[1..9] ring context (ring.lua), KEYS[10] leases (zset), KEYS[11] dead
 -- letters (zset), KEYS[12] dispatched jobs (zset, dispatcher/reconcile.lua),
--- then per job: its hash, its content (string, may not exist), its payload
+-- KEYS[13] the history's days map (history.lua), then per job: its hash, its content (string, may not exist), its payload
 -- (string) and its B busy markers (Keys.busy_markers: a final job needs none,
 -- so they go), and, last, the journal (stream) when there is one (journal.lua)
 -- ARGV[1..3] ring context, ARGV[4] final state ('sent', 'dead' or the caller's own),
--- ARGV[5] seconds to keep the records (0: forever), ARGV[6] B, ARGV[7..] the
+-- ARGV[5] seconds to keep the records (0: forever), ARGV[6] B, ARGV[7..10] the
+-- history (history.lua: a sent job's record then stays whole for its detail
+-- seconds, and its line in the history for ARGV[5]), ARGV[11..] the
 -- journal (journal.lua), then per job: its id, the number N of fields to set, then N
 -- field, value pairs, then its journal entry (a count M and M pairs)
 -- A sent job gets sent_ms (Redis time, as every stored time). Each job changed
@@ -22,7 +24,11 @@ local now_s = as_text(now)
 -- Formatted once a call: a number passed to redis.call is formatted for each job.
 local keep_s = as_text(keep)
 local markers = tonumber(ARGV[6])
-local journal, a = journal_context(KEYS[#KEYS], ARGV, 7)
+local history, at_journal = nil, 11
+if final == 'sent' then
+  history, at_journal = history_context(KEYS[13], ARGV, 7, now, keep)
+end
+local journal, a = journal_context(KEYS[#KEYS], ARGV, at_journal)
 -- The record's fields the journal copies are read with its own (rec[4..]), and
 -- made what they are after its change before its entry copies them (as a read
 -- after the change would): what its HSET and HDEL wrote, in place.
@@ -49,7 +55,16 @@ local out = {}
 -- Per tenant, in the order first seen: the jobs whose slots to free.
 local tenants, slots = {}, {}
 local undispatched = {}
-local k = 12
+-- What the record is read for: tenant and state, the journal's copies, then the
+-- history's fields (from history_at + 1) when there is a history.
+local read_names = {'tenant', 'state', unpack(copied_names)}
+local history_at = #read_names
+if history then
+  for _, name in ipairs(history.layout.names) do
+    read_names[#read_names + 1] = name
+  end
+end
+local k = 13
 while a <= #ARGV do
   local job_id, n = ARGV[a], tonumber(ARGV[a + 1])
   local first, last = a + 2, a + 1 + 2 * n
@@ -58,7 +73,7 @@ while a <= #ARGV do
   local job_key, content_key, payload_key = KEYS[k + 1], KEYS[k + 2], KEYS[k + 3]
   local busy = {unpack(KEYS, k + 4, k + 3 + markers)}
   k = k + 3 + markers
-  local rec = redis.call('HMGET', job_key, 'tenant', 'state', unpack(copied_names))
+  local rec = redis.call('HMGET', job_key, unpack(read_names))
   local tenant, state = rec[1], rec[2]
   if not tenant then
     unmark(busy)
@@ -108,7 +123,17 @@ while a <= #ARGV do
         -- A sent job keeps its metadata only.
         redis.call('DEL', content_key, payload_key, unpack(busy))
       end
-      if keep > 0 then
+      if history then
+        -- The fields just set, as the line is to keep them (finished_ms, sent_ms, ...).
+        for i = 1, #fields, 2 do
+          local at = history.layout.index[fields[i]]
+          if at then
+            rec[history_at + at] = fields[i + 1]
+          end
+        end
+        history_add(history, job_id, final, tenant, rec, history_at)
+        redis.call('EXPIRE', job_key, history.detail)
+      elseif keep > 0 then
         redis.call('EXPIRE', job_key, keep_s)
       end
       if journal then
@@ -126,4 +151,5 @@ for _, tenant in ipairs(tenants) do
   activate(ctx, tenant, now)
 end
 journal_trim(journal, now)
+history_count(history)
 return out

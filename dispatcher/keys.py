@@ -5,7 +5,7 @@ keys of many tenants at once (the fair pick): on Redis Cluster they must live
 in one slot.
 
 A job kind keeps its own keys in a subclass of :class:`Keys` under the same
-prefix, and tells the dispatcher what it needs through two hooks (docs/design.md, "Job kinds"):
+prefix, and tells the dispatcher what it needs through three hooks (docs/design.md, "Job kinds"):
 
 - :meth:`Keys.busy_markers`: keys whose existence means a worker is at a job
   right now. finish.lua deletes them; cancel.lua refuses a job that has one
@@ -14,11 +14,14 @@ prefix, and tells the dispatcher what it needs through two hooks (docs/design.md
   progress.
 - :meth:`Keys.data_keys`: keys a store with data holds one of (layout.lua), so
   that a store holding only the kind's data is not taken for an empty one.
+- :meth:`Keys.history_fields`: the record fields a finished job's line in the
+  history keeps (dispatcher/history.py).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 
 __all__ = [
     "BULK",
@@ -31,8 +34,10 @@ __all__ = [
     "WAKE_TOKENS_MOST",
     "WAKE_WORK",
     "BusyMarker",
+    "HistoryField",
     "Keys",
     "lane",
+    "pack_history",
 ]
 
 PRIORITIES = ("high", "normal", "low")
@@ -78,6 +83,42 @@ class BusyMarker:
 
     def key(self, job_id: str) -> str:
         return self.prefix + job_id
+
+
+_NOT_IN_HISTORY = frozenset(",;|")
+"""What a line's layout (history.lua's history_layout) and the line itself use as separators."""
+
+
+@dataclass(frozen=True)
+class HistoryField:
+    """A record field a finished job's line in the history keeps (a job kind's, named by
+    :meth:`Keys.history_fields`, dispatcher/history.py)."""
+
+    name: str
+    default: str = ""
+    """The value a line leaves out: the reader takes a field the record lacks as this."""
+    after_created: bool = False
+    """A time (ms) kept as the ms after the record's ``created_ms``: shorter."""
+
+    def __post_init__(self) -> None:
+        for what, value in (("name", self.name), ("default", self.default)):
+            if _NOT_IN_HISTORY & set(value) or (what == "name" and not value):
+                raise ValueError(f"HistoryField {what} {value!r}: must be non-empty, without , ; or |")
+
+    def packed(self) -> str:
+        """As history.lua's history_layout reads it: ``name,default,1`` (``1``: after created)."""
+        return f"{self.name},{self.default},{'1' if self.after_created else ''}"
+
+
+@cache
+def pack_history(fields: tuple[HistoryField, ...]) -> str:
+    """The fields as one ARGV string for the history's scripts (history.lua's history_layout)."""
+    names = [f.name for f in fields]
+    if len(set(names)) != len(names):
+        raise ValueError(f"history fields {names}: each may appear once")
+    if any(f.after_created for f in fields) and "created_ms" not in names:
+        raise ValueError(f"history fields {names}: a time kept after created_ms needs created_ms")
+    return ";".join(f.packed() for f in fields)
 
 
 @dataclass(frozen=True)
@@ -205,6 +246,16 @@ class Keys:
         """Hash: what the reconciler did, outcome → count, for stats."""
         return f"{self.root}:reconciled"
 
+    def history_days(self) -> str:
+        """Hash: day (days since the epoch, UTC) -> the number of the day's history
+        buckets, and ``<day>:n`` -> the lines written that day (dispatcher/history.lua)."""
+        return f"{self.root}:hist-days"
+
+    def history_prefix(self) -> str:
+        """What the history's buckets' names start with: ``<prefix><day>:<n>``, each a
+        hash with a TTL, job id -> its line (dispatcher/history.lua)."""
+        return f"{self.root}:hist:"
+
     def tenants(self) -> str:
         """Set: every tenant that ever enqueued, for stats."""
         return f"{self.root}:tenants"
@@ -245,3 +296,15 @@ class Keys:
     def data_keys(self) -> list[str]:
         """Keys a store with data holds one of (dispatcher/layout.py)."""
         return [self.tenants(), self.counts(), self.dead(), self.scheduled(), self.outcomes()]
+
+    def history_fields(self) -> tuple[HistoryField, ...]:
+        """The record fields a finished job's line in the history keeps, in its order
+        after its state and tenant (dispatcher/history.py): the dispatcher's own; a job
+        kind's keys name theirs."""
+        return (
+            HistoryField("priority", "normal"),
+            HistoryField("created_ms"),
+            HistoryField("dispatched_ms", after_created=True),
+            HistoryField("finished_ms", after_created=True),
+            HistoryField("attempts", "0"),
+        )

@@ -20,8 +20,8 @@ the same: its ``#!lua`` shebang makes Redis check memory before it starts."""
 
 
 LIBRARIES = frozenset({"ring", "journal", "deliveries", "windows"})
-"""Helpers prepended to other scripts (dispatcher/calls.py, journal.py, a job kind's
-own, mailer/quota/engine.py): the script they join writes first, once."""
+"""Helpers prepended to other scripts (dispatcher/calls.py, journal.py, and a job
+kind's own, by the module that loads them): the script they join writes first, once."""
 
 
 @cache

@@ -25,6 +25,7 @@ from fairpost.dispatcher.calls import (
     store_limits,
     submitted,
 )
+from fairpost.dispatcher.history import History, SyncHistory
 from fairpost.dispatcher.jobs import Job, NewJob
 from fairpost.dispatcher.journal import Entry
 from fairpost.dispatcher.keys import WAKE_SCHEDULED, WAKE_TOKENS_MOST, WAKE_WORK, Keys
@@ -56,6 +57,7 @@ class JobStore:
         self._tenant_settings = client.register_script(script("tenant_settings"))
         self._attempt = client.register_script(script("attempt"))
         self._defer = client.register_script(script("defer"))
+        self.history = History(client, keys)
 
     async def enqueue(self, jobs: Sequence[NewJob]) -> list[bool]:
         """Enqueue jobs in one atomic call, all or nothing; False where nothing was
@@ -213,12 +215,14 @@ class JobStore:
         return WAKE_SCHEDULED if any(text(t) == WAKE_SCHEDULED for t in tokens) else WAKE_WORK
 
     async def job(self, job_id: str) -> dict[str, str]:
-        """The job's record, its payload included (dispatcher/record.py); empty if there is none."""
+        """The job's record, its payload included (dispatcher/record.py); once a sent
+        job's record has expired, what its line in the history keeps
+        (dispatcher/history.py); empty if there is neither."""
         async with self.pipeline() as pipe:
             pipe.hgetall(self.keys.job(job_id))
             pipe.get(self.keys.payload(job_id))
             raw, payload = await pipe.execute()
-        return job_record(raw, payload)
+        return job_record(raw, payload) or await self.history.record(job_id)
 
     # -- what a worker's downstream records about a job ---------------------------
 
@@ -306,6 +310,7 @@ class SyncJobStore:
         self.limits = limits
         self._calls = ScriptCalls(keys, limits)
         self._enqueue = client.register_script(script("enqueue"))
+        self.history = SyncHistory(client, keys)
 
     def enqueue(self, jobs: Sequence[NewJob]) -> list[bool]:
         return [written for written, _ in self.submit(jobs)]
@@ -330,4 +335,4 @@ class SyncJobStore:
             pipe.hgetall(self.keys.job(job_id))
             pipe.get(self.keys.payload(job_id))
             raw, payload = pipe.execute()
-        return job_record(raw, payload)
+        return job_record(raw, payload) or self.history.record(job_id)

@@ -26,6 +26,7 @@ re-exported here, so ``fairpost.mailer.errors`` names every error fairpost raise
     ├── PoisonMessage             an SQS body this fairpost cannot read (a dead letter)
     ├── SesAccountError           SES GetAccount gave no usable sending quota
     ├── SesTenantError            an SES tenant could not be read or provisioned
+    ├── SesUnanswered             a pool's SES could not say whether a tenant's identities exist there
     ├── DemoError                 the demo could not run
     ├── ServiceError              a local service (redis-server, moto, LocalStack) did not start
     ├── RefusedRequest            the recording SES server refuses a malformed request, as SES would
@@ -82,6 +83,7 @@ __all__ = [
     "ServiceError",
     "SesAccountError",
     "SesTenantError",
+    "SesUnanswered",
     "SettledTwice",
     "SqsError",
     "TimedOut",
@@ -165,6 +167,10 @@ class SesAccountError(FairpostError):
 
 class SesTenantError(FairpostError):
     """An SES tenant could not be read or provisioned (the SES error says why)."""
+
+
+class SesUnanswered(FairpostError):
+    """A pool's SES could not say whether a tenant's identities exist there (#43)."""
 
 
 class DemoError(FairpostError):

@@ -120,9 +120,11 @@ class Answers:
         async def write() -> None:
             async with ctx.store.pipeline() as pipe:
                 await self.counting.move_to_answers(tenant, answered, pipe)
-                await ctx.mail.record_sent(sent, keep_seconds=ctx.finished_ttl, pipeline=pipe, entries=events)
+                # Before the record of the send: its send number goes on the record
+                # (mailer/quota/send_seq.lua), whose line in the history keeps it.
                 if ctx.feedback is not None:
                     await self._queue_feedback(pipe, ctx.feedback, tenant, answered, rolled)
+                await ctx.mail.record_sent(sent, keep_seconds=ctx.finished_ttl, pipeline=pipe, entries=events)
                 await ctx.store.execute_durably(pipe)
 
         what = f"recording {len(sent)} sent mails"

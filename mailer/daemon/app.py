@@ -42,11 +42,13 @@ from fairpost.dispatcher.connect import async_redis_client
 from fairpost.dispatcher.durable import replica_shortfall
 from fairpost.dispatcher.layout import LAYOUT, MIGRATE_COMMAND, read_layout
 from fairpost.mailer.daemon.failover import PoolHealth, WatchedSes
+from fairpost.mailer.daemon.fallback_checks import FallbackChecks
 from fairpost.mailer.daemon.health import Heartbeat, Liveness, replica_name
 from fairpost.mailer.daemon.http import Check, HttpServer
 from fairpost.mailer.daemon.metric_labels import TenantLabels
 from fairpost.mailer.daemon.metrics import Metrics
 from fairpost.mailer.daemon.parts import Parts, Role, build_parts
+from fairpost.mailer.daemon.pool_counts import PoolCounts
 from fairpost.mailer.daemon.pools import PoolClients, pool_clients, task_name
 from fairpost.mailer.daemon.ready import readiness
 from fairpost.mailer.daemon.redis_watch import RedisWatch
@@ -183,9 +185,13 @@ async def _start_pools(
             ses_client = WatchedSes(own.ses, health)
             name = task_name(pool, "failover")
             tasks[name] = asyncio.create_task(health.run(stop), name=name)
+            checks = FallbackChecks(settings, pool, AsyncPoolDirectory(settings, client), own.ses, metrics)
+            name = task_name(pool, "fallback-checks")
+            tasks[name] = asyncio.create_task(checks.run(stop), name=name)
         parts = await build_parts(
             pool_settings(settings, pool), pool_redis(pool), sqs=own.sqs, ses_client=ses_client,
-            queue_url=own.queue_url, role=role, metrics=metrics, tracing=tracing,
+            queue_url=own.queue_url, role=role, tracing=tracing,
+            metrics=PoolCounts(metrics, pool) if settings.pools else metrics,
         )  # fmt: skip
         clients.append(own)
         served.append(parts)

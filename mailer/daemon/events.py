@@ -43,6 +43,7 @@ from redis.exceptions import RedisError
 from fairpost.config import Settings
 from fairpost.dispatcher.backoff import OutageBackoff, done_before_stop
 from fairpost.dispatcher.calls import outcome_journal
+from fairpost.dispatcher.history import History
 from fairpost.dispatcher.journal import JournalWriter
 from fairpost.dispatcher.loop import forever
 from fairpost.dispatcher.replies import text, time_ms
@@ -60,7 +61,7 @@ from fairpost.mailer.sdk.outcomes import feed
 from fairpost.mailer.sdk.rollups import counter_of
 from fairpost.mailer.sdk.suppression import suppress
 
-__all__ = ["EVENT_OUTCOMES", "EventConsumer"]
+__all__ = ["EVENT_OUTCOMES", "OUTCOME_RANK", "EventConsumer"]
 
 log = logging.getLogger("fairpost.events")
 
@@ -71,11 +72,13 @@ _OUTAGES = (RedisError, BotoCoreError, ClientError, OSError, TimeoutError)
 _MAX_REASON_CHARS = 2000
 """An exception's text is cut to this before redacting (redact's time grows with the text)."""
 
-# A mail's outcome only moves on: delayed < delivered < rejected < bounced <
-# complained. A delay is news only until the mail lands, so a delivery replaces
-# it, and a delay that SNS or SQS brings after the delivery changes nothing;
-# otherwise the worse outcome stays (several recipients may each report one).
-_RANK = {"delayed": 1, "delivered": 2, "rejected": 3, "bounced": 4, "complained": 5}
+OUTCOME_RANK = ("delayed", "delivered", "rejected", "bounced", "complained")
+"""SES's outcomes of a mail, least bad first: a mail's outcome only moves on, on its
+record and on its line in the history. A delay is news only until the mail lands,
+so a delivery replaces it, and a delay that SNS or SQS brings after the delivery
+changes nothing; otherwise the worse outcome stays (several recipients may each
+report one)."""
+_RANK = {outcome: i for i, outcome in enumerate(OUTCOME_RANK, 1)}
 
 _EVENT_TYPE = {
     "delayed": feed.DELAYED,
@@ -113,6 +116,7 @@ class EventConsumer:
             client, keys, settings, self.metrics.deliverability
         )
         self.journal = JournalWriter(client, outcome_journal(settings))
+        self.history = History(client, keys)
         self.unsubscriber = Unsubscriber(settings, client)
         self.handled: dict[str, int] = {}
         """Outcome → events this consumer handled (tests wait on it)."""
@@ -199,33 +203,40 @@ class EventConsumer:
                 await self.unsubscriber.apply(token, whole_tenant=False, source="mailto")
             await self.redis.set(seen, "1", ex=_DEDUP_SECONDS)
             return await self._counted("received" if tokens else "ignored")
-        job_id, tenant, state = await self._match(event)
+        job_id, tenant, state, kept = await self._match(event)
         if job_id is None or tenant is None:
             log.warning(
                 "SES %s event for no known mail dropped (SES message %s)", event.kind, event.message_id
             )
             return await self._counted("unmatched")
-        await self._act(event, job_id, tenant, record_exists=state is not None)
+        await self._act(event, job_id, tenant, record_exists=state is not None and not kept, kept=kept)
         # Marked seen only once acted on: a round that failed half-way comes back from
         # SQS and acts again (suppressing is idempotent; a count may go in twice, the
         # strict side), rather than being dropped as a duplicate.
         await self.redis.set(seen, "1", ex=_DEDUP_SECONDS)
         return await self._counted(event.kind)
 
-    async def _match(self, event: SesEvent) -> tuple[str | None, str | None, str | None]:
-        """The job, its tenant and its state (None: its record has expired)."""
+    async def _match(self, event: SesEvent) -> tuple[str | None, str | None, str | None, dict[str, str]]:
+        """The job, its tenant, its state (None: neither its record nor its line in
+        the history is left) and, once its record has expired, what its line keeps."""
         raw = await self.redis.get(self.keys.ses_message(event.message_id))
         job_id = text(raw) if raw is not None else event.job_id
         if job_id is None:
-            return None, None, None
+            return None, None, None, {}
         tenant, state = await self.redis.hmget(self.keys.job(job_id), ["tenant", "state"])
+        kept = await self.history.record(job_id) if state is None else {}
+        if kept:
+            tenant, state = kept["tenant"], kept["state"]
         return (
             job_id,
             text(tenant) if tenant is not None else event.tenant,
             None if state is None else text(state),
+            kept,
         )
 
-    async def _act(self, event: SesEvent, job_id: str, tenant: str, *, record_exists: bool) -> None:
+    async def _act(
+        self, event: SesEvent, job_id: str, tenant: str, *, record_exists: bool, kept: dict[str, str]
+    ) -> None:
         at_ms = time_ms(await self.redis.time())  # every stored time is Redis time
         outcome = {
             "bounce": "bounced",
@@ -242,6 +253,10 @@ class EventConsumer:
         async with self.redis.pipeline(transaction=True) as pipe:
             if record_exists:
                 await self._record_outcome(pipe, job_id, outcome, event, at_ms)
+            # On the mail's line in the history too (if it has one), which answers
+            # status() once the record has expired.
+            delivery, bounce = ("delivery", outcome), {"bounce_type": event.bounce_type or ""}
+            await self.history.outcome(job_id, delivery, OUTCOME_RANK, also=bounce, client=pipe)
             given = feed.entry(
                 _EVENT_TYPE[outcome], _event_data(event), tenant=None if record_exists else tenant
             )
@@ -260,7 +275,7 @@ class EventConsumer:
             )
             if event.permanent:
                 await suppress(self.redis, self.keys, tenant, event.recipients, "bounce", at_ms)
-                seq = await self.redis.hget(self.keys.job(job_id), "send_seq")
+                seq = kept.get("send_seq") or await self.redis.hget(self.keys.job(job_id), "send_seq")
                 await self.book.record(
                     tenant,
                     bounces=max(1, len(event.recipients)),

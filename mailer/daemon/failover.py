@@ -7,7 +7,8 @@ tenant's own) starts an outage, any SendEmail SES accepts ends it. Once an outag
 has lasted the pool's ``failover_after``, :class:`PoolHealth` records the pool as
 failing in the directory (:meth:`~fairpost.mailer.sdk.keys.MailKeys.pool_failing`):
 the SDKs then send the new mail of the tenants that name a fallback pool through
-it (mailer/sdk/directory.py), and nobody else's. While it fails, SES is probed
+it (mailer/sdk/directory.py), once their identities were found in its SES
+(mailer/daemon/fallback_checks.py), and nobody else's. While it fails, SES is probed
 with ``GetAccount`` (the pool may get no other mail to try); an accepted SendEmail
 switches back, and so does an answer once no SendEmail has failed for
 ``failover_after``: SES's control plane may answer while its sending still fails,

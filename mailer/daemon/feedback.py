@@ -184,7 +184,8 @@ class Feedback:
         if not self.settings.events_queue_name:
             return
         keys = [self.keys.send_seq(tenant)]
-        args: list[str | int] = [self.settings.job_ttl * 1000, self.settings.job_ttl]
+        ttl = self.settings.job_ttl
+        args: list[str | int] = [ttl * 1000, min(ttl, self.settings.ses_index_ttl)]
         for job_id, message_id, recipients in sent:
             if message_id:
                 keys += [self.keys.job(job_id), self.keys.ses_message(message_id)]

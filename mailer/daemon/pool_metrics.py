@@ -24,6 +24,25 @@ class PoolMetrics:
             ["pool", "to"],
             registry=r,
         )
+        self.fallback_checks_total = Counter(
+            "fairpost_pool_fallback_checks",
+            "The daemon's looks at a pool's SES for the identities of the tenants falling back to it: "
+            "result=verified, refused or unanswered.",
+            ["pool", "result"],
+            registry=r,
+        )
+        self.sent_total = Counter(
+            "fairpost_pool_sent", "Mails SES accepted, per sending pool.", ["pool"], registry=r
+        )
+        self.dead_total = Counter(
+            "fairpost_pool_dead", "Mails made dead letters, per sending pool.", ["pool", "reason"], registry=r
+        )
+        self.throttled_total = Counter(
+            "fairpost_pool_throttled",
+            "Mails deferred by a quota, a hold or SES's throttling, per sending pool.",
+            ["pool", "reason"],
+            registry=r,
+        )
         self.backlog = Gauge(
             "fairpost_pool_backlog", "Jobs waiting in Redis, per sending pool.", ["pool"], registry=r
         )

@@ -116,18 +116,16 @@ def cmd_tenant_pool(args: argparse.Namespace, settings: Settings) -> int:
 
     try:
         with Pools(settings) as pools:
-            pool, fallback, move = (
-                pools.pool_of(args.tenant),
-                pools.fallback_of(args.tenant),
-                pools.moving(args.tenant),
-            )
+            placement, move = pools.placement(args.tenant), pools.moving(args.tenant)
     except (redis.RedisError, OSError) as exc:
         return unreachable_redis(settings, exc)
     if args.json:
-        print_json({"tenant": args.tenant, "pool": pool, "fallback": fallback,
+        print_json({"tenant": args.tenant, "pool": placement.pool, "fallback": placement.fallback,
+                    "fallback_identities": placement.fallback_identities if placement.fallback else None,
                     "move": None if move is None else move.to_json()})  # fmt: skip
         return 0
-    print(f"tenant {args.tenant}: pool {pool}; fallback {fallback or 'none'}")
+    fallback = f"{placement.fallback} ({placement.fallback_identities})" if placement.fallback else "none"
+    print(f"tenant {args.tenant}: pool {placement.pool}; fallback {fallback}")
     if move is not None:
         print(
             f"  moving from {move.source} to {move.target}: {move.step}, {move.waiting} jobs in {move.source}"
@@ -148,13 +146,17 @@ def cmd_tenant_fallback(args: argparse.Namespace, settings: Settings) -> int:
         return fail(refused)
     try:
         with Pools(settings) as pools:
-            pools.set_fallback(args.tenant, target)
+            pools.set_fallback(args.tenant, target, identities_checked=checked)
     except (redis.RedisError, OSError) as exc:
         return unreachable_redis(settings, exc)
     if args.json:
         print_json({"tenant": args.tenant, "fallback": target, "identities_checked": checked})
     else:
-        unchecked = " (its identities there not checked)" if target and not checked else ""
+        unchecked = (
+            " (its identities there not checked: followed once the daemon finds them there)"
+            if target and not checked
+            else ""
+        )
         print(f"tenant {args.tenant}: fallback {target or 'none'}{unchecked}")
     return 0
 
@@ -162,7 +164,8 @@ def cmd_tenant_fallback(args: argparse.Namespace, settings: Settings) -> int:
 def _identities_refused(settings: Settings, pool: str, tenant: str) -> str | None:
     """Why the tenant may not fall back to ``pool`` (its identities missing from the pool's
     SES, or SES not answering), naming the identities; None if it may."""
-    from fairpost.mailer.ops.pool_identities import SesUnanswered, missing_identities
+    from fairpost.mailer.errors import SesUnanswered
+    from fairpost.mailer.ops.pool_identities import missing_identities
 
     skip = (
         f"--skip-identity-check sets it anyway (tenant fallback {tenant} --to {pool} --skip-identity-check)"

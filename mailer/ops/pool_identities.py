@@ -1,23 +1,20 @@
 """Whether a tenant's SES identities exist in another pool's SES (#43): a tenant may fall
 back to a pool only if they do, or its mail would be refused there.
 
-Asked when an operator names the fallback (``fairpost tenant fallback``), not when the
-daemon switches: the switch follows the directory alone."""
+Asked when an operator names the fallback (``fairpost tenant fallback``), which then writes
+it verified; a fallback written unchecked is asked about by the daemon serving the
+fallback pool (mailer/daemon/fallback_checks.py) before any mail follows it."""
 
 from __future__ import annotations
 
 from fairpost.config import Settings
-from fairpost.mailer.errors import FairpostError
+from fairpost.mailer.errors import SesUnanswered
 from fairpost.mailer.ops.pool_aws import pool_client
 from fairpost.mailer.ops.ses_tenants import tenant_identities
 
-__all__ = ["SesUnanswered", "missing_identities"]
+__all__ = ["missing_identities"]
 
 _NOT_FOUND = {"NotFoundException", "NotFound"}
-
-
-class SesUnanswered(FairpostError):
-    """The pool's SES could not say whether the tenant's identities exist there."""
 
 
 def missing_identities(settings: Settings, pool: str, tenant: str) -> list[str]:

@@ -9,7 +9,7 @@
 --             the job id)
 -- ARGV[1]     how long the counter lives after these sends (ms: the job TTL, past
 --             which no SES event can find the mail)
--- ARGV[2]     how long each index lives (seconds: the job TTL)
+-- ARGV[2]     how long each index lives (seconds: FAIRPOST_SES_INDEX_TTL)
 -- ARGV[2i+1]  mail i's recipients, ARGV[2i+2] its job id
 -- Each recipient takes one number; a job records its last one (send_seq).
 -- Returns each job's send_seq, in order.

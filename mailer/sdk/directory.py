@@ -9,6 +9,14 @@ Every SDK caches a tenant's answer for :data:`DIRECTORY_TTL` seconds: a tenant
 moved (``fairpost tenant move``) sends its new mail to its new pool within that
 time on every client, with no restart. Mail enqueued in the old pool meanwhile
 drains there (docs/operations.md, "Sending pools").
+
+A fallback is followed only once its identities were found in the fallback pool's
+SES (:class:`FallbackCheck`, ``verified``): ``fairpost tenant fallback`` writes that
+verdict with the fallback when it checked, and the daemon serving the fallback pool
+asks SES for every fallback without a fresh verdict
+(mailer/daemon/fallback_checks.py). A fallback with no verdict (set through the SDK,
+with ``--skip-identity-check``, or before verdicts were kept) is not followed until
+the daemon has verified it.
 """
 
 from __future__ import annotations
@@ -24,14 +32,33 @@ import redis.asyncio
 
 from fairpost.config import ConfigError, Settings
 from fairpost.config.pools import DEFAULT_POOL, pool_names
-from fairpost.dispatcher.replies import text
+from fairpost.dispatcher.replies import text, time_ms
 from fairpost.mailer.sdk.keys import MailKeys
 
-__all__ = ["DIRECTORY_TTL", "AsyncPoolDirectory", "Placement", "PoolDirectory"]
+__all__ = ["DIRECTORY_TTL", "AsyncPoolDirectory", "FallbackCheck", "Placement", "PoolDirectory"]
 
 DIRECTORY_TTL = 2.0
 """Seconds an SDK trusts what it read of a tenant's pool."""
 _CACHE_SIZE = 10_000
+
+
+@dataclass(frozen=True)
+class FallbackCheck:
+    """Whether a tenant's identities were found in its fallback pool's SES, and when (ms)."""
+
+    pool: str
+    verified: bool
+    at_ms: int
+
+    def to_json(self) -> str:
+        return json.dumps({"pool": self.pool, "verified": self.verified, "at_ms": self.at_ms})
+
+    @classmethod
+    def from_json(cls, raw: Any) -> FallbackCheck | None:
+        if raw is None:
+            return None
+        found = json.loads(text(raw))
+        return cls(str(found["pool"]), bool(found["verified"]), int(found["at_ms"]))
 
 
 @dataclass(frozen=True)
@@ -40,6 +67,15 @@ class Placement:
 
     pool: str = DEFAULT_POOL
     fallback: str | None = None
+    check: FallbackCheck | None = None
+    """The last look at the fallback's identities (None: not looked at yet)."""
+
+    @property
+    def fallback_identities(self) -> str:
+        """``verified``, ``refused`` or ``unchecked``: the fallback is followed only if verified."""
+        if self.fallback is None or self.check is None or self.check.pool != self.fallback:
+            return "unchecked"
+        return "verified" if self.check.verified else "refused"
 
 
 class _Core:
@@ -63,9 +99,11 @@ class _Core:
         return None
 
     def remember(self, tenant: str, raw: list[Any]) -> Placement:
-        pool, fallback = (text(v) if v is not None else None for v in raw)
+        pool, fallback = (text(v) if v is not None else None for v in raw[:2])
         placement = Placement(
-            self.known(pool or DEFAULT_POOL, tenant), fallback and self.known(fallback, tenant)
+            self.known(pool or DEFAULT_POOL, tenant),
+            fallback and self.known(fallback, tenant),
+            FallbackCheck.from_json(raw[2]) if fallback else None,
         )
         if len(self._cache) >= _CACHE_SIZE:
             self._cache.pop(next(iter(self._cache)))
@@ -91,9 +129,14 @@ class _Core:
 
     @staticmethod
     def route(placement: Placement, failing: frozenset[str]) -> str:
-        """The pool new mail goes to: the tenant's own, or its fallback while its own fails
-        (and the fallback does not)."""
-        if placement.fallback and placement.pool in failing and placement.fallback not in failing:
+        """The pool new mail goes to: the tenant's own, or its verified fallback while its
+        own fails (and the fallback does not)."""
+        if (
+            placement.fallback
+            and placement.fallback_identities == "verified"
+            and placement.pool in failing
+            and placement.fallback not in failing
+        ):
             return placement.fallback
         return placement.pool
 
@@ -101,7 +144,12 @@ class _Core:
         self._cache.pop(tenant, None)
 
     def read(self, tenant: str) -> list[tuple[str, str]]:
-        return [(self.keys.pool_directory(), tenant), (self.keys.pool_fallback(), tenant)]
+        keys = self.keys
+        return [
+            (keys.pool_directory(), tenant),
+            (keys.pool_fallback(), tenant),
+            (keys.pool_fallback_checks(), tenant),
+        ]
 
 
 class PoolDirectory:
@@ -162,13 +210,25 @@ class PoolDirectory:
             self._redis.hset(keys.pool_directory(), tenant, pool)
         self._core.forget(tenant)
 
-    def set_fallback(self, tenant: str, pool: str | None) -> None:
-        """Let the tenant's new mail go through ``pool`` while its own pool's SES fails; None: never."""
+    def set_fallback(self, tenant: str, pool: str | None, *, verified: bool = False) -> None:
+        """Let the tenant's new mail go through ``pool`` while its own pool's SES fails; None:
+        never. ``verified``: its identities were found in that pool's SES just now; else the
+        fallback waits for the daemon's own check (mailer/daemon/fallback_checks.py)."""
         keys = self._core.keys
-        if pool is None:
-            self._redis.hdel(keys.pool_fallback(), tenant)
-        else:
-            self._redis.hset(keys.pool_fallback(), tenant, self._core.known(pool, tenant))
+        check = None
+        if pool is not None:
+            self._core.known(pool, tenant)
+            check = FallbackCheck(pool, True, time_ms(self._redis.time())) if verified else None
+        with self._redis.pipeline(transaction=True) as pipe:
+            if pool is None:
+                pipe.hdel(keys.pool_fallback(), tenant)
+            else:
+                pipe.hset(keys.pool_fallback(), tenant, pool)
+            if check is None:
+                pipe.hdel(keys.pool_fallback_checks(), tenant)
+            else:
+                pipe.hset(keys.pool_fallback_checks(), tenant, check.to_json())
+            pipe.execute()
         self._core.forget(tenant)
 
     def move(self, tenant: str) -> dict[str, Any] | None:
@@ -220,3 +280,39 @@ class AsyncPoolDirectory:
         if failing is None:
             failing = self._core.remember_failing(await self._redis.hkeys(self._core.keys.pool_failing()))
         return self._core.route(placement, failing)
+
+    async def fallbacks_to(self, pool: str) -> dict[str, FallbackCheck | None]:
+        """Every tenant whose fallback is ``pool`` → the last look at its identities there."""
+        keys = self._core.keys
+        tenants = [
+            text(t) for t, p in (await self._redis.hgetall(keys.pool_fallback())).items() if text(p) == pool
+        ]
+        if not tenants:
+            return {}
+        checks = await self._redis.hmget(keys.pool_fallback_checks(), tenants)
+        return {
+            tenant: check if check is not None and check.pool == pool else None
+            for tenant, check in zip(tenants, map(FallbackCheck.from_json, checks), strict=True)
+        }
+
+    async def record_check(self, tenant: str, check: FallbackCheck) -> bool:
+        """Write the verdict on the tenant's fallback, unless its fallback changed meanwhile
+        (the verdict would be on another pool's SES); whether it was written."""
+        keys = self._core.keys
+        async with self._redis.pipeline(transaction=True) as pipe:
+            try:
+                await pipe.watch(keys.pool_fallback())
+                current = await pipe.hget(keys.pool_fallback(), tenant)
+                if current is None or text(current) != check.pool:
+                    return False
+                pipe.multi()  # type: ignore[no-untyped-call]  # redis-py leaves it untyped
+                pipe.hset(keys.pool_fallback_checks(), tenant, check.to_json())
+                await pipe.execute()
+            except redis.WatchError:
+                return False
+        self._core.forget(tenant)
+        return True
+
+    async def now_ms(self) -> int:
+        """Redis's clock, which the verdicts' ``at_ms`` are on."""
+        return time_ms(await self._redis.time())

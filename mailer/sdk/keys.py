@@ -8,18 +8,40 @@ changing one is a change of layout (dispatcher/layout.py).
 Mail tells the dispatcher of its send marker (:meth:`MailKeys.sending`) through
 :meth:`~fairpost.dispatcher.keys.Keys.busy_markers`: a job a sender holds is not
 cancelled, deferred or taken for stranded, and its marker goes when it finishes.
+What a sent mail's line in the dispatcher's history keeps (:data:`MAIL_HISTORY`)
+it tells through :meth:`~fairpost.dispatcher.keys.Keys.history_fields`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fairpost.dispatcher.keys import BusyMarker, Keys
+from fairpost.dispatcher.keys import BusyMarker, HistoryField, Keys
 
-__all__ = ["SENDING", "MailKeys", "mail_keys"]
+__all__ = ["MAIL_HISTORY", "SENDING", "MailKeys", "mail_keys"]
 
 SENDING = "sending"
 """The state a cancel reports for a mail a sender is sending now."""
+
+MAIL_HISTORY = (
+    HistoryField("priority", "normal"),
+    HistoryField("recipients"),
+    HistoryField("created_ms"),
+    HistoryField("dispatched_ms", after_created=True),
+    HistoryField("finished_ms", after_created=True),
+    HistoryField("attempts", "0"),
+    HistoryField("throttled", "0"),
+    HistoryField("send_seq"),
+    HistoryField("delivery"),
+    HistoryField("bounce_type"),
+    HistoryField("suppressed", "0"),
+    HistoryField("replays", "0"),
+    HistoryField("suppressed_reason"),
+)
+"""What a sent mail's line in the history keeps, in its order (about 45 characters):
+what status() shows of a mail past its detail TTL, and SES's verdict on it
+(``delivery``, ``bounce_type``: mailer/daemon/events.py). No SES message id,
+diagnostic or error."""
 
 
 @dataclass(frozen=True)
@@ -31,6 +53,9 @@ class MailKeys(Keys):
 
     def data_keys(self) -> list[str]:
         return [*super().data_keys(), self.webhook_endpoints()]
+
+    def history_fields(self) -> tuple[HistoryField, ...]:
+        return MAIL_HISTORY
 
     # -- the sender ------------------------------------------------------------------
     def sending(self, job_id: str) -> str:
@@ -219,6 +244,11 @@ class MailKeys(Keys):
     def pool_fallback(self) -> str:
         """Hash: tenant → the pool its mail may go through while its own pool's SES fails."""
         return f"{self.root}:pools:fallback"
+
+    def pool_fallback_checks(self) -> str:
+        """Hash: tenant → whether its identities were found in its fallback pool's SES, and
+        when (JSON: pool, verified, at_ms; mailer/sdk/directory.py's ``FallbackCheck``)."""
+        return f"{self.root}:pools:fallback:checks"
 
     def pool_moves(self) -> str:
         """Hash: tenant → its move between pools in progress (JSON: from, to, step)."""

@@ -38,7 +38,7 @@ from fairpost.config.pools import pool_key_prefix, pool_names
 from fairpost.dispatcher.replies import text, time_ms
 from fairpost.mailer.errors import InvalidMail
 from fairpost.mailer.sdk.connection import RedisOwner, timeouts
-from fairpost.mailer.sdk.directory import DIRECTORY_TTL, PoolDirectory
+from fairpost.mailer.sdk.directory import DIRECTORY_TTL, Placement, PoolDirectory
 from fairpost.mailer.sdk.keys import MailKeys
 from fairpost.mailer.sdk.mail import check_tenant_id
 from fairpost.mailer.sdk.pool_redis import SyncPoolRedis
@@ -86,23 +86,28 @@ class Pools(RedisOwner):
     def pool_of(self, tenant: str) -> str:
         return self.directory.pool_of(check_tenant_id(tenant))
 
+    def placement(self, tenant: str) -> Placement:
+        """The tenant's pool, fallback and whether its identities were found there."""
+        return self.directory.placement(check_tenant_id(tenant))
+
     def fallback_of(self, tenant: str) -> str | None:
         return self.directory.placement(check_tenant_id(tenant)).fallback
 
-    def set_fallback(self, tenant: str, pool: str | None) -> None:
+    def set_fallback(self, tenant: str, pool: str | None, *, identities_checked: bool = False) -> None:
         """Let the tenant's new mail go through ``pool`` while its own pool's SES fails
         (None: never).
 
-        This call asks no SES (the SDK has no AWS client), and neither does the daemon
-        when it switches: a tenant whose identities the fallback's SES lacks would have
-        its mail refused there. ``fairpost tenant fallback`` checks first, with the
-        fallback pool's SES (``GetEmailIdentity`` for each of the tenant's identities),
-        and refuses unless told ``--skip-identity-check``: set fallbacks through it, or
-        check the same way before calling this."""
+        This call asks no SES (the SDK has no AWS client): the fallback is followed only
+        once the tenant's identities were found in that pool's SES. The daemon serving
+        ``pool`` asks it (``GetEmailIdentity``) within seconds and marks the fallback
+        verified or refused (mailer/daemon/fallback_checks.py); ``fairpost tenant
+        fallback`` asks before it writes. ``identities_checked``: the caller has just
+        asked that pool's SES itself, and the fallback counts as verified at once (the
+        daemon asks again after ten minutes)."""
         tenant = check_tenant_id(tenant)
         if pool is not None and pool == self.pool_of(tenant):
             raise InvalidMail("fallback", f"{pool!r} is the tenant's own pool")
-        self.directory.set_fallback(tenant, pool)
+        self.directory.set_fallback(tenant, pool, verified=identities_checked and pool is not None)
 
     def move(
         self, tenant: str, to: str, *, wait: float = 0.0, sleep: Callable[[float], None] = time.sleep

@@ -15,6 +15,7 @@ publishes SES events to SQS: :mod:`fairpost.mailer.testing.ses_tenancy`):
   which botocore raises as ``ClientError`` with that ``Error.Code``.
 - ``GetAccount`` (``GET /v2/email/account``): the account's ``SendQuota``, with
   ``SentLast24Hours`` counting the recipients recorded here.
+- ``GetEmailIdentity``: :mod:`fairpost.mailer.testing.ses_identities`.
 
 Errors come from, in this order: an outage (:meth:`SesServer.go_down`, which
 answers every operation, GetAccount too), queued faults (:meth:`SesServer.fail_next`),
@@ -53,6 +54,7 @@ from typing import Any, ClassVar
 from fairpost.mailer.errors import RefusedRequest
 from fairpost.mailer.testing.http_endpoint import Answer, HttpEndpoint, Request
 from fairpost.mailer.testing.ses_http import error_answer, internal_error, json_answer
+from fairpost.mailer.testing.ses_identities import IDENTITIES_PATH, identity_answer
 from fairpost.mailer.testing.ses_mail import (
     JOB_ID_TAG,
     MAX_RECIPIENTS,
@@ -359,6 +361,8 @@ class SesServer(SesRecorder):
             return self._send_email(body, user_agent)
         if path == ACCOUNT_PATH and method == "GET":
             return self._get_account()
+        if path.startswith(IDENTITIES_PATH) and method == "GET":
+            return identity_answer(path, self._verified)
         if path in (SEND_EMAIL_PATH, ACCOUNT_PATH):
             return error_answer(SesError("MethodNotAllowedException", 405, f"{method} not allowed"))
         return error_answer(

@@ -67,7 +67,7 @@ async def pool(settings: Settings, ses_client: object, redis_client: redis.Redis
 async def test_fallback_tenants_switch_while_the_pool_s_ses_fails_and_come_back(
     pool: Watched, ses_env: SesServer
 ) -> None:
-    pool.directory.set_fallback("careful", "eu")
+    pool.directory.set_fallback("careful", "eu", verified=True)  # as `tenant fallback` writes it
     # Throttling is no outage: nothing switches, however long it lasts.
     ses_env.fail_next(1, Faults.TOO_MANY_REQUESTS)
     with pytest.raises(Exception, match="TooManyRequests"):
@@ -161,12 +161,16 @@ def test_a_fallback_is_allowed_only_where_the_tenant_s_identities_exist(
         "identities_checked": True,
     }
     assert main(["tenant", "pool", "known", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["fallback"] == "eu"
+    shown = json.loads(capsys.readouterr().out)
+    # Checked here: followed at once, without waiting for the daemon's own check.
+    assert (shown["fallback"], shown["fallback_identities"]) == ("eu", "verified")
     assert main(["tenant", "fallback", "known", "--none"]) == 0
     # An operator who knows better says so explicitly: set, and said to be unchecked.
     assert main(["tenant", "fallback", "other", "--to", "eu", "--skip-identity-check"]) == 0
     assert "not checked" in capsys.readouterr().out
     assert directory.placement("other").fallback == "eu"
+    # Not followed until the daemon serving eu finds its identities there (it will not).
+    assert directory.placement("other").fallback_identities == "unchecked"
 
 
 def test_a_fallback_whose_ses_cannot_be_asked_is_refused_unless_told_to_skip(

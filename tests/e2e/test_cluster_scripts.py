@@ -40,6 +40,7 @@ from fairpost.dispatcher.migrate import Migration
 from fairpost.dispatcher.scripts import lua_source
 from fairpost.dispatcher.store import JobStore
 from fairpost.dispatcher.stranded import StrandedJobs
+from fairpost.mailer.daemon.events import OUTCOME_RANK
 from fairpost.mailer.daemon.feedback import Feedback
 from fairpost.mailer.daemon.health import Heartbeat, Liveness
 from fairpost.mailer.daemon.mail_jobs import MailJobs
@@ -75,7 +76,13 @@ LOCK_SCRIPTS = {Lock.LUA_RELEASE_SCRIPT, Lock.LUA_EXTEND_SCRIPT, Lock.LUA_REACQU
 """redis-py's Lock (dispatcher/migrate.py): not fairpost's scripts, registered unwrapped (the
 Lock keeps each on its class, where a wrapping function would become a method); its one
 key, :meth:`MailKeys.migrate_lock`, carries the hash tag as every key."""
-HELPERS = {"dispatcher/ring", "dispatcher/journal", "outcomes/deliveries", "quota/windows"}
+HELPERS = {
+    "dispatcher/ring",
+    "dispatcher/journal",
+    "dispatcher/history",
+    "outcomes/deliveries",
+    "quota/windows",
+}
 """Not scripts of their own: the shared helpers other scripts start with."""
 
 
@@ -233,7 +240,11 @@ async def test_every_script_runs_on_a_cluster_within_fairposts_slot(
         await store.touch_inflight("acme", now + 60_000)
         await store.keep_inflight(60_000, now + 60_000, 0, 100)
         assert await MailJobs(store).claim_sending([a.id], 60_000) == [1]
-        assert await store.finish(a.id, JobState.SENT, keep_seconds=60) == 1
+        # kept past its record's detail TTL: its line goes in a day's history bucket,
+        # whose name finish.lua builds (history.lua); read back, and given SES's verdict
+        assert await store.finish(a.id, JobState.SENT, keep_seconds=settings.job_detail_ttl + 60) == 1
+        assert (await store.history.record(a.id))["state"] == "sent"
+        assert await store.history.outcome(a.id, ("delivery", "delivered"), OUTCOME_RANK) == 1
         await store.reap()
         await store.sync_tenant_settings({"acme": 2}, {"acme": 5})
         assert await store.count_attempt(a.id, "a transient error") == 1

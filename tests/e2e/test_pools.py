@@ -5,6 +5,7 @@ global quota and its own Redis hash tag; tenants on each."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -22,8 +23,16 @@ from fairpost.mailer.testing.ses_mail import max_in_window
 from fairpost.mailer.testing.ses_server import SesServer
 from fairpost.mailer.testing.wait import wait_for
 from tests.outcomes.receiver import Receiver
-from tests.support.daemon_process import daemon_process
+from tests.support.daemon_process import DaemonProcess, daemon_process
 from tests.support.pools import DEFAULT_LIMIT, EU_LIMIT, PREFIX, job_ids, send
+
+
+def pool_sent(daemon: DaemonProcess) -> dict[str, float]:
+    """``fairpost_pool_sent_total`` by pool, on the daemon's /metrics."""
+    status, text = daemon.get("/metrics")
+    assert status == 200
+    found = re.findall(r'^fairpost_pool_sent_total\{pool="([^"]+)"\} (\S+)$', text, re.M)
+    return {pool: float(value) for pool, value in found}
 
 
 def test_each_pool_sends_through_its_own_ses_within_its_own_window(
@@ -44,6 +53,9 @@ def test_each_pool_sends_through_its_own_ses_within_its_own_window(
         with daemon_process(pools_env, tmp_path, replica="r1", http_port=free_port()) as daemon:
             ses.wait_for(12, timeout=30)
             eu_ses.wait_for(12, timeout=30)
+            # Each pool's sender counts its own: the per-tenant counters would add them up.
+            wait_for(lambda: pool_sent(daemon) == {"default": 12.0, "eu": 12.0}, within=30,
+                     what="each pool's fairpost_pool_sent_total")  # fmt: skip
             status, text = daemon.get("/metrics")
             for tenant, sent in jobs.items():
                 wait_for(

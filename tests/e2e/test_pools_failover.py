@@ -3,10 +3,13 @@
 its whole endpoint down, or SendEmail alone while GetAccount still answers. A tenant that
 names ``eu`` as its fallback sends its new mail through eu's SES until the default pool's
 SES sends again, then through its own again; a tenant without a fallback waits for its
-own pool. Nothing twice, and no flapping back while SES still fails."""
+own pool, and so does one whose fallback names a pool without its sender identities (the
+daemon serving eu asks eu's SES, GetEmailIdentity, before any of its mail may go there).
+Nothing twice, and no flapping back while SES still fails."""
 
 from __future__ import annotations
 
+import json
 import re
 from collections import Counter
 from pathlib import Path
@@ -26,8 +29,10 @@ from tests.support.pools import job_ids, send
 
 pytestmark = pytest.mark.slow
 
-CAREFUL = "careful"  # names eu as its fallback
+CAREFUL = "careful"  # names eu as its fallback, and sends from an identity eu's SES has
+STRANGER = "stranger"  # names eu too, but its identity is not in eu's SES
 PLAIN = "plain"  # names none
+TENANTS = {CAREFUL: {"ses_identities": ["example.com"]}, STRANGER: {"ses_identities": ["stranger.example"]}}
 
 
 def failovers(daemon: DaemonProcess, to: str) -> float:
@@ -35,6 +40,16 @@ def failovers(daemon: DaemonProcess, to: str) -> float:
     status, text = daemon.get("/metrics")
     assert status == 200
     found = re.search(rf'^fairpost_pool_failovers_total{{pool="default",to="{to}"}} (\S+)$', text, re.M)
+    return float(found.group(1)) if found else 0.0
+
+
+def fallback_checks(daemon: DaemonProcess, result: str) -> float:
+    """``fairpost_pool_fallback_checks_total{pool="eu",result=...}`` on the daemon's /metrics."""
+    status, text = daemon.get("/metrics")
+    assert status == 200
+    found = re.search(
+        rf'^fairpost_pool_fallback_checks_total{{pool="eu",result="{result}"}} (\S+)$', text, re.M
+    )
     return float(found.group(1)) if found else 0.0
 
 
@@ -48,14 +63,18 @@ def go_down(ses: SesServer, outage: str) -> None:
 @pytest.mark.parametrize("outage", ["endpoint", "send_email"])
 def test_a_fallback_tenant_s_mail_goes_through_the_other_pool_while_its_own_ses_is_down(
     outage: str,
+    monkeypatch: pytest.MonkeyPatch,
     pools_env: dict[str, str],
     tmp_path: Path,
     ses: SesServer,
     eu_ses: SesServer,
     redis_client: redis.Redis,
 ) -> None:
+    monkeypatch.setenv("FAIRPOST_TENANTS", json.dumps(TENANTS))
+    eu_ses.verify("example.com")  # the careful tenant's identity; not the stranger's
     env = {
         **pools_env,
+        "FAIRPOST_TENANTS": json.dumps(TENANTS),
         "FAIRPOST_FAILOVER_AFTER": "3s",  # the default pool's own
         # Mail waiting in the failing pool is tried again every second and kept, not made a
         # dead letter after the default 5 attempts: it must still be there when SES is back.
@@ -66,7 +85,8 @@ def test_a_fallback_tenant_s_mail_goes_through_the_other_pool_while_its_own_ses_
     settings = load_settings()
     directory = PoolDirectory(settings, redis_client, ttl=0.0)  # the test's own look, uncached
     with MailClient(settings) as client, client.pools() as pools:
-        pools.set_fallback(CAREFUL, "eu")
+        pools.set_fallback(CAREFUL, "eu")  # through the SDK: unchecked, for the daemon to ask
+        pools.set_fallback(STRANGER, "eu")
     sent: dict[str, list[str]] = {}
 
     def sending(phase: str, tenant: str, n: int) -> list[str]:
@@ -76,6 +96,17 @@ def test_a_fallback_tenant_s_mail_goes_through_the_other_pool_while_its_own_ses_
         return sent[f"{phase}/{tenant}"]
 
     with daemon_process(env, tmp_path, replica="r1", http_port=free_port()) as daemon:
+        # The daemon serving eu asks eu's SES about both fallbacks.
+        wait_for(
+            lambda: (
+                [directory.placement(t).fallback_identities for t in (CAREFUL, STRANGER)]
+                == ["verified", "refused"]
+            ),
+            within=30,
+            what="the fallbacks checked",
+        )
+        assert fallback_checks(daemon, "verified") >= 1 and fallback_checks(daemon, "refused") >= 1
+        assert daemon.logged(f"tenant {STRANGER} may not fall back to it: its identities stranger.example")
         before = sending("before", CAREFUL, 3) + sending("before", PLAIN, 3)
         ses.wait_for(6, timeout=30)  # both through their own pool while it works
         assert failovers(daemon, "fallback") == 0
@@ -86,8 +117,9 @@ def test_a_fallback_tenant_s_mail_goes_through_the_other_pool_while_its_own_ses_
         probes = ses.account_requests
         assert directory.route(CAREFUL) == "eu"
         assert directory.route(PLAIN) == DEFAULT_POOL
+        assert directory.route(STRANGER) == DEFAULT_POOL  # its fallback refused: it waits
         moved = sending("failing", CAREFUL, 5)
-        waiting = sending("failing", PLAIN, 5)
+        waiting = sending("failing", PLAIN, 5) + sending("failing", STRANGER, 3)
         eu_ses.wait_for(5, timeout=30)
         assert sorted(job_ids(eu_ses.sent)) == sorted(moved)  # the fallback tenant's new mail only
         assert failovers(daemon, "fallback") == 1
@@ -107,6 +139,6 @@ def test_a_fallback_tenant_s_mail_goes_through_the_other_pool_while_its_own_ses_
         assert daemon.logged("SES answers again")
     own_ids, eu_ids = job_ids(ses.sent), job_ids(eu_ses.sent)
     assert set(back) <= set(own_ids)  # the fallback tenant's mail comes back to its own pool
-    assert set(eu_ids) == set(moved)  # and eu never had the other tenant's mail
+    assert set(eu_ids) == set(moved)  # and eu never had the other tenants' mail
     # Every mail once, across both SES accounts: none lost, none twice.
     assert Counter(own_ids + eu_ids) == Counter(job for jobs in sent.values() for job in jobs)

@@ -1,0 +1,140 @@
+-- Prepended (calls.script) to finish.lua, history_read.lua and history_outcome.lua:
+-- the history of finished jobs (dispatcher/history.py). A sent job's record is
+-- kept whole for a short while (its detail TTL); what is read of it after that
+-- is one field of a day's bucket, a hash with a TTL: the field is the job id,
+-- its value a short line (history_line) of the record fields its kind names
+-- (Keys.history_fields, packed in ARGV: history_layout). A job id's bucket is one
+-- of the day's N (its SHA-1 picks it), N the number the day's first line
+-- wrote in the days map (a hash: day -> N, and '<day>:n' -> the lines written
+-- that day), so that a reader finds every day's buckets. N is sized from the
+-- day before's lines, HISTORY_LINES_A_BUCKET a bucket (at least the setting's N):
+-- a bucket then stays a listpack (Redis's hash-max-listpack-entries, 512 by
+-- default) on a day up to twice as busy. The buckets' names are built here, in
+-- the days map's hash slot (its tag): a pool's or a cluster's.
+
+local HISTORY_LINES_A_BUCKET = 256
+
+-- The fields a line keeps, in its order after version, state and tenant, as
+-- Keys.history_fields packs them: 'name,default,after;...' (after: '1' for a time
+-- kept as the ms after created_ms). names[i] is the line's (3 + i)th part, index
+-- its inverse, default what a line leaves out.
+local function history_layout(packed)
+  local layout = {names = {}, index = {}, default = {}, after = {}}
+  for name, default, after in string.gmatch(packed, '([^,;]+),([^,;]*),([^,;]*)') do
+    local i = #layout.names + 1
+    layout.names[i], layout.index[name] = name, i
+    layout.default[name], layout.after[name] = default, after == '1'
+  end
+  layout.created = layout.index['created_ms']
+  return layout
+end
+
+local function history_bucket(prefix, day, shards, job_id)
+  local shard = tonumber(string.sub(redis.sha1hex(job_id), 1, 8), 16) % tonumber(shards)
+  return prefix .. day .. ':' .. shard
+end
+
+-- The context of a call that writes lines: nil when the call keeps no history
+-- (its bucket prefix is ''). ARGV from `at`: the buckets' prefix, the seconds a
+-- sent job's record stays whole, the buckets a day, the line's fields
+-- (history_layout). `keep`: the history's TTL.
+-- The day's first line: its number of buckets, from the day before's lines; and
+-- the days whose buckets have all expired leave the map.
+local function history_new_day(days_key, day, least, keep)
+  local before = tonumber(redis.call('HGET', days_key, (day - 1) .. ':n') or '0')
+  local shards = math.max(least, math.ceil(before / HISTORY_LINES_A_BUCKET))
+  if redis.call('HSETNX', days_key, day, shards) == 0 then
+    return redis.call('HGET', days_key, day)
+  end
+  local oldest = day - math.ceil(keep / 86400) - 1
+  for _, field in ipairs(redis.call('HKEYS', days_key)) do
+    if tonumber(string.match(field, '^%d+')) < oldest then
+      redis.call('HDEL', days_key, field)
+    end
+  end
+  return string.format('%d', shards)
+end
+
+local function history_context(days_key, argv, at, now, keep)
+  local prefix = argv[at]
+  if prefix == '' then
+    return nil, at + 4
+  end
+  local day = math.floor(now / 86400000)
+  local shards = redis.call('HGET', days_key, day)
+  if not shards then
+    shards = history_new_day(days_key, day, tonumber(argv[at + 2]), keep)
+  end
+  -- A bucket lives `keep` past its day's end: its last line's retention.
+  local ttl = string.format('%d', keep + (day + 1) * 86400 - math.floor(now / 1000))
+  local h = {prefix = prefix, detail = argv[at + 1], day = day, shards = shards, ttl = ttl}
+  h.days, h.added, h.layout = days_key, 0, history_layout(argv[at + 3])
+  return h, at + 4
+end
+
+-- The lines a call wrote, counted for the day (what sizes the next day's buckets).
+local function history_count(h)
+  if h and h.added > 0 then
+    redis.call('HINCRBY', h.days, h.day .. ':n', h.added)
+  end
+end
+
+-- Times after created_ms are kept as ms after it: shorter.
+local function history_after(t, base)
+  if not t or not base then
+    return ''
+  end
+  return string.format('%d', tonumber(t) - tonumber(base))
+end
+
+-- A field's value as a line keeps it: '' for none or its default, a time after
+-- created_ms as the ms after `created` (the record's created_ms).
+local function history_value(layout, name, v, created)
+  if not v or v == layout.default[name] then
+    return ''
+  elseif layout.after[name] then
+    return history_after(v, created)
+  end
+  return v
+end
+
+-- The job's line: '1' (the layout), state, tenant, then the layout's fields, from
+-- `values` (values[at + i] is layout.names[i], as the record has it).
+local function history_line(state, tenant, layout, values, at)
+  local line = {'1', state, tenant}
+  local created = layout.created and values[at + layout.created]
+  for i, name in ipairs(layout.names) do
+    line[#line + 1] = history_value(layout, name, values[at + i], created)
+  end
+  return table.concat(line, '|')
+end
+
+local function history_add(h, job_id, state, tenant, values, at)
+  local bucket = history_bucket(h.prefix, h.day, h.shards, job_id)
+  redis.call('HSET', bucket, job_id, history_line(state, tenant, h.layout, values, at))
+  h.added = h.added + 1
+  -- A line at a time, not a bucket a call: the same commands for every call of as
+  -- many jobs, whichever buckets their random ids pick (the budget counts them).
+  redis.call('EXPIRE', bucket, h.ttl)
+end
+
+-- The job's bucket and line, newest day first; nil if no bucket has it.
+local function history_find(days_key, prefix, job_id)
+  local days = redis.call('HGETALL', days_key)
+  local order = {}
+  for i = 1, #days, 2 do
+    local day = tonumber(days[i])  -- nil for a day's count ('<day>:n')
+    if day then
+      order[#order + 1] = {day, days[i + 1]}
+    end
+  end
+  table.sort(order, function(x, y) return x[1] > y[1] end)
+  for _, d in ipairs(order) do
+    local bucket = history_bucket(prefix, string.format('%d', d[1]), d[2], job_id)
+    local line = redis.call('HGET', bucket, job_id)
+    if line then
+      return bucket, line
+    end
+  end
+  return nil
+end
