@@ -18,10 +18,10 @@
 -- costs seven commands: four for the turn (ZCARD, LMPOP, ZADD, HINCRBY),
 -- three for the job (its record read and marked claimed, its payload); a turn
 -- of bulk jobs one more, the LMPOP of the urgent lanes that found them empty.
--- The ring itself is read once and written once a call (while it holds fewer
--- than RING_HELD tenants; a longer one costs an LMOVE a turn), and the
--- tenants that leave it are taken out of its members, and put in the blocked
--- set, in one SREM and one SADD.
+-- The ring itself is read once and written once a call (while it holds no
+-- more tenants than the call wants jobs, and fewer than 64; a longer one
+-- costs an LMOVE a turn), and the tenants that leave it are taken out of its
+-- members, and put in the blocked set, in one SREM and one SADD.
 local record = KEYS[13]
 local written = redis.call('GET', record)
 if written then
@@ -58,16 +58,19 @@ end
 -- Tenants in the ring: only this call moves them while it runs. An empty ring
 -- has nothing to claim; a dispatcher asks again after a short batch and after
 -- each wake-up, and such calls stop here, before ring.lua's helpers are built.
--- A ring of fewer than RING_HELD tenants (under load: the few whose slots a
--- finish just freed) is read whole and turned here, in Lua, and written back
--- once at the end: one LRANGE and a DEL and RPUSH a call instead of an LMOVE
--- a turn and an RPOP a leave. A longer one is turned in Redis, a turn at a time.
-local RING_HELD = 64
-local held_ring = redis.call('LRANGE', KEYS[1], 0, RING_HELD - 1)
+-- A ring of no more tenants than the call wants jobs (under load: the few
+-- whose slots a finish just freed), and fewer than 64, is read whole and
+-- turned here, in Lua, and written back once at the end: one LRANGE and a
+-- DEL and RPUSH a call instead of an LMOVE a turn and an RPOP a leave. A
+-- longer one is turned in Redis, a turn at a time: a call then takes fewer
+-- turns than the ring has tenants, and writing the whole ring back would
+-- cost more than the turns.
+local ring_read = math.min(64, tonumber(ARGV[4]) + 1)
+local held_ring = redis.call('LRANGE', KEYS[1], 0, ring_read - 1)
 local ring_len = #held_ring
 if ring_len == 0 then
   return {}
-elseif ring_len == RING_HELD then
+elseif ring_len == ring_read then
   held_ring, ring_len = nil, redis.call('LLEN', KEYS[1])
 end
 -- ring.lua goes here

@@ -84,21 +84,23 @@ async def test_a_batch_claims_what_one_by_one_claims_would(
 async def test_a_ring_too_long_to_read_whole_turns_as_a_short_one_does(
     aredis: redis.asyncio.Redis, weighted: bool
 ) -> None:
-    # claim.lua reads a ring of fewer than 64 tenants whole and turns it in the
-    # script; a longer one turns in Redis, a turn at a time. 80 tenants, some
-    # capped, emptied at different claims: the ring shrinks from one to the other
-    # on the way, and claims of many give the jobs, and leave the ring, members
-    # and blocked set, that claims of one do (weighted: turns that go on, a
-    # tenant's next job from the head).
+    # claim.lua reads a ring of no more tenants than it wants jobs (and fewer
+    # than 64) whole and turns it in the script; a longer one turns in Redis, a
+    # turn at a time (as claims of one always do). 80 tenants, some capped,
+    # emptied at different claims: the ring shrinks from one to the other on the
+    # way, and claims of many give the jobs, and leave the ring, members and
+    # blocked set, that claims of one do (weighted: turns that go on, a tenant's
+    # next job from the head).
     def store_at(prefix: str) -> JobStore:
         return JobStore(aredis, MailKeys(prefix), StoreLimits(default_cap=100, lease_ms=30_000))
 
     batched, single = store_at("batched"), store_at("single")
     tenants = [f"t{i:02}" for i in range(80)]
     for store in (batched, single):
-        weights = {t: 3 for t in tenants[::5]} if weighted else {}
+        weights = {t: 2 + i % 2 for i, t in enumerate(tenants)} if weighted else {}
         await store.sync_tenant_settings(weights, {t: 2 for t in tenants[::7]})
-        await store.enqueue([job for i, t in enumerate(tenants) for job in jobs_for(t, 1 + i % 4)])
+        # A third with 12 jobs each, the rest with one: after a claim or two the ring is short.
+        await store.enqueue([job for i, t in enumerate(tenants) for job in jobs_for(t, 1 if i % 3 else 12)])
 
     async def ring_of(store: JobStore) -> tuple[list[bytes | str], set[bytes | str], set[bytes | str]]:
         keys = store.keys
@@ -108,7 +110,7 @@ async def test_a_ring_too_long_to_read_whole_turns_as_a_short_one_does(
             await aredis.smembers(keys.blocked()),
         )
 
-    for wanted in (50, 30, 40, 60):
+    for wanted in (50, 30, 40, 61, 7):
         by_batch = collections.Counter(job.tenant for job in await batched.claim(wanted))
         one_by_one: collections.Counter[str] = collections.Counter()
         for _ in range(wanted):
