@@ -33,8 +33,10 @@ import argparse
 import asyncio
 import contextlib
 import datetime
+import itertools
 import json
 import shlex
+import statistics
 import sys
 import time
 from collections.abc import Iterator
@@ -79,6 +81,12 @@ class Sample:
     keys: int
     enqueued: int
     sent: int
+    key_table: int = 0
+    """``MEMORY STATS``' ``overhead.hashtable.main``: the key space's table, its
+    slots (8 bytes each, a power of two of them) and an entry and object a key."""
+    expiry_table: int = 0
+    """``overhead.hashtable.expires``: the table of the keys' TTLs, its slots and an
+    entry a key with a TTL; none of it in a key's ``MEMORY USAGE``."""
 
 
 @dataclass
@@ -153,7 +161,16 @@ async def drained(client: redis.asyncio.Redis, w: World, load: Load, within: flo
 async def sample(client: redis.asyncio.Redis, w: World, load: Load, start: float) -> Sample:
     used = int((await client.info("memory"))["used_memory"])
     keys = int(await client.dbsize())
-    return Sample(round(time.monotonic() - start, 1), used, keys, len(load.jobs), w.ses.sent_count)
+    tables = (await client.memory_stats()).get("db.0", {})
+    return Sample(
+        round(time.monotonic() - start, 1),
+        used,
+        keys,
+        len(load.jobs),
+        w.ses.sent_count,
+        int(tables.get("overhead.hashtable.main", 0)),
+        int(tables.get("overhead.hashtable.expires", 0)),
+    )
 
 
 async def sampler(client: redis.asyncio.Redis, w: World, load: Load, every: float, out: list[Sample]) -> None:
@@ -235,16 +252,40 @@ def verdict(begin: Sample, end: Sample, kinds: Weighed) -> dict[str, Any]:
         "constants_bytes_per_sent_mail": round(sum(constants.values()) / sent, 1),
         "prediction_per_sent_mail": round(prediction / sent, 1),
         "growth_over_prediction": round(ratio, 3),
+        "beyond_memory_usage_per_sent_mail": round((growth - sum(kinds.bytes.values())) / sent, 1),
+        "key_table_growth_per_sent_mail": round((end.key_table - begin.key_table) / sent, 1),
+        "expiry_table_growth_per_sent_mail": round((end.expiry_table - begin.expiry_table) / sent, 1),
         "growth_over_documented": round(growth / (documented * sent + sum(constants.values())), 3),
         "allowed_ratio": 1 + OVERHEAD,
         "verdict": "meets" if ratio <= 1 + OVERHEAD else "misses",
     }
 
 
-def config(p: Plan) -> dict[str, Any]:
+def second_half(samples: list[Sample], per_mail: float) -> dict[str, Any]:
+    """The median growth a mail of the sampling intervals of the soak's second half,
+    over the first-day terms a mail: the margin at a steady load, once the grants and
+    claims of the first minutes expire as fast as new ones come, between two doublings
+    of Redis's tables of keys and of expiries (8 bytes a slot each, at each power of
+    two keys), which a median leaves out and the whole run's growth holds."""
+    half = (samples[-1].seconds / 2) if samples else 0.0
+    rates = [
+        (b.used_memory - a.used_memory) / (b.sent - a.sent)
+        for a, b in itertools.pairwise(samples)
+        if a.seconds >= half and b.sent > a.sent
+    ]
+    median = statistics.median(rates) if rates else None
+    return {
+        "second_half_intervals": len(rates),
+        "second_half_median_bytes_per_sent_mail": None if median is None else round(median, 1),
+        "second_half_median_over_first_day_terms": (
+            None if median is None or not per_mail else round(median / per_mail, 3)
+        ),
+    }
+
+
+def config() -> dict[str, Any]:
     """The daemon's settings over bench/cluster.py's: SES events on (a sent mail's SES
     message id is kept, as in production); quotas far above the load."""
-    del p
     return {
         "events_queue_name": "fairpost-soak-events",
         "global_limits": "100000000/day",
@@ -253,19 +294,22 @@ def config(p: Plan) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def started(p: Plan) -> Iterator[World]:
+def started() -> Iterator[World]:
     """The services, the queues and one daemon, stopped and removed on exit."""
-    with services("fairpost-soak-") as backend, world(backend, "soak", config(p)) as w:
+    with services("fairpost-soak-") as backend, world(backend, "soak", config()) as w:
         init_events_queue(backend.sqs(), w.settings)
         w.start_replicas(1, timeout=60.0)
         yield w
 
 
 def run(p: Plan) -> dict[str, Any]:
-    with started(p) as w:
+    with started() as w:
         got = asyncio.run(soak(w, p))
         errors = w.replica_errors()
     result = verdict(got["begin"], got["end"], got["kinds"])
+    per_mail = result["model_first_day_bytes_per_mail"]
+    result.update(second_half(got["samples"], per_mail))
+    result["begin"], result["end"] = asdict(got["begin"]), asdict(got["end"])
     result["keys_by_kind"] = got["kinds"].keys
     result["samples"] = [asdict(s) for s in got["samples"]]
     result["daemon_errors"] = len(errors)
@@ -288,6 +332,12 @@ def report(result: dict[str, Any]) -> str:
             f"model, constants: {result['constants_bytes_per_sent_mail']} B a mail "
             f"({', '.join(f'{k} {b}' for k, b in result['constants_bytes'].items())} B)",
             f"prediction per sent mail: {result['prediction_per_sent_mail']}",
+            f"second half, the median of {result['second_half_intervals']} intervals, a mail: "
+            f"{result['second_half_median_bytes_per_sent_mail']} B, "
+            f"{result['second_half_median_over_first_day_terms']} x the first-day terms",
+            f"beyond the keys' MEMORY USAGE, a mail: {result['beyond_memory_usage_per_sent_mail']} B "
+            f"(MEMORY STATS: the key table grew {result['key_table_growth_per_sent_mail']} B a mail, "
+            f"the expiry table {result['expiry_table_growth_per_sent_mail']})",
             f"growth / prediction: {result['growth_over_prediction']} "
             f"(with the documented terms: {result['growth_over_documented']}); "
             f"allowed {result['allowed_ratio']:.2f}: {result['verdict']}",

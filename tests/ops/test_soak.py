@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.soak import OVERHEAD, Sample, Weighed, verdict
+from bench.soak import OVERHEAD, Sample, Weighed, second_half, verdict
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -33,6 +33,11 @@ FIGURES = {
     "growth_over_documented",
     "allowed_ratio",
     "verdict",
+    "beyond_memory_usage_per_sent_mail",
+    "key_table_growth_per_sent_mail",
+    "expiry_table_growth_per_sent_mail",
+    "second_half_median_bytes_per_sent_mail",
+    "second_half_median_over_first_day_terms",
 }
 
 TINY = (
@@ -79,6 +84,18 @@ def test_the_prediction_is_the_first_day_terms_a_mail_and_the_constants() -> Non
     assert verdict(begin, end, Weighed({"job": 800_000}))["verdict"] == "misses"
 
 
+def test_the_second_half_is_its_median_interval_a_mail() -> None:
+    # Six intervals of 100 mails: the first half's not counted, the second half's
+    # 1,000, 3,000 (Redis's tables doubled), 1,100 bytes a mail.
+    used = [0, 500_000, 600_000, 700_000, 800_000, 1_100_000, 1_210_000]
+    samples = [Sample(10.0 * i, u, 0, 100 * i, 100 * i) for i, u in enumerate(used)]
+    got = second_half(samples, 1_000.0)
+    assert got["second_half_intervals"] == 3
+    assert got["second_half_median_bytes_per_sent_mail"] == 1_100.0
+    assert got["second_half_median_over_first_day_terms"] == 1.1
+    assert second_half([], 1_000.0)["second_half_median_bytes_per_sent_mail"] is None
+
+
 @pytest.mark.bench
 @pytest.mark.slow
 @pytest.mark.timeout(120)
@@ -104,6 +121,8 @@ def test_a_tiny_soak_from_outside_reports_every_figure(tmp_path: Path) -> None:
     assert all(terms[k] > 0 for k in ("job", "hist", "outcomes", "sesmsg"))
     assert data["keys_by_kind"]["job"] == data["keys_by_kind"]["sesmsg"] == data["mails_sent"]
     assert data["samples"], "no sample taken"
+    # Each record and index has a TTL: the expiry table grows by an entry for each.
+    assert data["expiry_table_growth_per_sent_mail"] > 0
     assert data["verdict"] in {"meets", "misses"}
     for line in LINES:
         assert line in result.stdout, line
