@@ -15,10 +15,13 @@
 -- deficit are read once, its jobs popped in one LMPOP (the first non-empty
 -- priority first), their leases and slots written in one ZADD each, and its
 -- count of waiting jobs moved once. A turn of one job (the default weight)
--- costs eight commands: five for the turn (LMOVE, ZCARD, LMPOP, ZADD,
--- HINCRBY), three for the job (its record read and marked claimed, its payload);
--- a turn of bulk jobs one more, the LMPOP of the urgent
--- lanes that found them empty.
+-- costs seven commands: four for the turn (ZCARD, LMPOP, ZADD, HINCRBY),
+-- three for the job (its record read and marked claimed, its payload); a turn
+-- of bulk jobs one more, the LMPOP of the urgent lanes that found them empty.
+-- The ring itself is read once and written once a call (while it holds no
+-- more tenants than the call wants jobs, and fewer than 64; a longer one
+-- costs an LMOVE a turn), and the tenants that leave it are taken out of its
+-- members, and put in the blocked set, in one SREM and one SADD.
 local record = KEYS[13]
 local written = redis.call('GET', record)
 if written then
@@ -55,9 +58,20 @@ end
 -- Tenants in the ring: only this call moves them while it runs. An empty ring
 -- has nothing to claim; a dispatcher asks again after a short batch and after
 -- each wake-up, and such calls stop here, before ring.lua's helpers are built.
-local ring_len = redis.call('LLEN', KEYS[1])
+-- A ring of no more tenants than the call wants jobs (under load: the few
+-- whose slots a finish just freed), and fewer than 64, is read whole and
+-- turned here, in Lua, and written back once at the end: one LRANGE and a
+-- DEL and RPUSH a call instead of an LMOVE a turn and an RPOP a leave. A
+-- longer one is turned in Redis, a turn at a time: a call then takes fewer
+-- turns than the ring has tenants, and writing the whole ring back would
+-- cost more than the turns.
+local ring_read = math.min(64, tonumber(ARGV[4]) + 1)
+local held_ring = redis.call('LRANGE', KEYS[1], 0, ring_read - 1)
+local ring_len = #held_ring
 if ring_len == 0 then
   return {}
+elseif ring_len == ring_read then
+  held_ring, ring_len = nil, redis.call('LLEN', KEYS[1])
 end
 -- ring.lua goes here
 local ctx = ring_context(KEYS, ARGV)
@@ -230,15 +244,63 @@ end
 local whole_rounds = default_weight == 1 and not any_weight
 local pass_left, pass_rounds, goes_on = 0, 1, false
 
+-- The ring's moves, as LMOVE and RPOP make them: on held_ring, a deque from
+-- index ring_head to ring_tail, when it was read whole; else in Redis.
+local ring_head, ring_tail, ring_moved = 1, ring_len, false
+-- The head's turn: it goes to the tail at once (where a turn of one job
+-- leaves it).
+local function next_turn()
+  if not held_ring then
+    return redis.call('LMOVE', ctx.ring, ctx.ring, 'LEFT', 'RIGHT')
+  end
+  if ring_head > ring_tail then
+    return nil
+  end
+  local tenant = held_ring[ring_head]
+  held_ring[ring_head] = nil
+  ring_head, ring_tail, ring_moved = ring_head + 1, ring_tail + 1, true
+  held_ring[ring_tail] = tenant
+  return tenant
+end
+-- The tenant whose turn it was, at the tail, leaves the ring.
+local function leave_ring()
+  if not held_ring then
+    redis.call('RPOP', ctx.ring)
+    return
+  end
+  held_ring[ring_tail] = nil
+  ring_tail = ring_tail - 1
+end
+-- ... or goes back to the head: its turn goes on.
+local function turn_goes_on()
+  if not held_ring then
+    redis.call('LMOVE', ctx.ring, ctx.ring, 'RIGHT', 'LEFT')
+    return
+  end
+  local tenant = held_ring[ring_tail]
+  held_ring[ring_tail] = nil
+  ring_tail, ring_head = ring_tail - 1, ring_head - 1
+  held_ring[ring_head] = tenant
+end
+local function write_ring()
+  if held_ring and ring_moved then
+    redis.call('DEL', ctx.ring)
+    if ring_tail >= ring_head then
+      redis.call('RPUSH', ctx.ring, unpack(held_ring, ring_head, ring_tail))
+    end
+  end
+end
+-- Tenants that left the ring, and those of them blocked: one SREM and one SADD a call.
+local left_ring, blocked_now = {}, {}
+
 -- Each step claims jobs, drops ids of jobs no longer waiting (cancelled) or
 -- takes a tenant out of the ring, so this is bounded by N, the dropped ids
 -- and the ring's length; the guard only caps one call's work.
 local steps = 0
 while claimed < wanted and steps < wanted * 4 + 64 do
   steps = steps + 1
-  -- The head's turn: it goes to the tail at once (where a turn of one job
-  -- leaves it), and back to the head only if its turn goes on.
-  local tenant = redis.call('LMOVE', ctx.ring, ctx.ring, 'LEFT', 'RIGHT')
+  -- The head's turn: back to the head only if its turn goes on.
+  local tenant = next_turn()
   if not tenant then
     break
   end
@@ -258,7 +320,7 @@ while claimed < wanted and steps < wanted * 4 + 64 do
     cap = any_cap and cap_of(ctx, tenant) or ctx.default_cap
     held = held_slots(ctx, tenant, cap, now_s)
     if held >= cap then
-      redis.call('SADD', ctx.blocked, tenant)
+      blocked_now[#blocked_now + 1] = tenant
       leave = true
     end
   end
@@ -277,7 +339,7 @@ while claimed < wanted and steps < wanted * 4 + 64 do
     local n, popped, added, full = take(tenant, room, bulk_cap(cap) - held)
     if full then
       -- Only bulk jobs wait, and the slots left are kept for urgent ones.
-      redis.call('SADD', ctx.blocked, tenant)
+      blocked_now[#blocked_now + 1] = tenant
       leave = true
     elseif popped == 0 then
       if stored then
@@ -307,7 +369,7 @@ while claimed < wanted and steps < wanted * 4 + 64 do
         remaining = nil
         leave = true
       elseif held + added >= cap and held + added - drop_expired(ctx, tenant, now_s) >= cap then
-        redis.call('SADD', ctx.blocked, tenant)
+        blocked_now[#blocked_now + 1] = tenant
         leave = true
         if from_pass then
           remaining = nil
@@ -326,13 +388,20 @@ while claimed < wanted and steps < wanted * 4 + 64 do
     end
   end
   if leave then
-    redis.call('RPOP', ctx.ring)
-    redis.call('SREM', ctx.members, tenant)
+    leave_ring()
+    left_ring[#left_ring + 1] = tenant
     ring_len = ring_len - 1
   elseif again then
-    redis.call('LMOVE', ctx.ring, ctx.ring, 'RIGHT', 'LEFT')
+    turn_goes_on()
     goes_on = true
   end
+end
+write_ring()
+if #left_ring > 0 then
+  redis.call('SREM', ctx.members, unpack(left_ring))
+end
+if #blocked_now > 0 then
+  redis.call('SADD', ctx.blocked, unpack(blocked_now))
 end
 write_leases()
 count_total_waiting(ctx, total_delta)

@@ -22,13 +22,14 @@ local tenants, slots = {}, {}
 for i = 7, #ARGV do
   local job_id = ARGV[i]
   local job_key = job_prefix .. job_id
-  local rec = redis.call('HMGET', job_key, 'tenant', 'state', 'priority')
-  local tenant, state, priority = rec[1], rec[2], rec[3]
+  local rec = redis.call('HMGET', job_key, 'tenant', 'state')
+  local tenant, state = rec[1], rec[2]
   if tenant then
     if state == 'queued' then
       -- The lease ran out before the hand-off was recorded and the job went
       -- back to its queue: it is in SQS now, so take it out again (the reaper
-      -- put it at the head: this reads no further).
+      -- put it at the head: this reads no further). Rare: its lane is read only then.
+      local priority = redis.call('HGET', job_key, 'priority')
       if redis.call('LREM', queue_key(ctx, tenant, priority), 1, job_id) == 1 then
         count_waiting(ctx, tenant, -1)
       end

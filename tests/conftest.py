@@ -45,6 +45,24 @@ from tests.support.topologies import Cluster, SentinelGroup, redis_cluster, redi
 logging.getLogger("werkzeug").addHandler(logging.NullHandler())
 
 
+def _start_rank(item: pytest.Item) -> int:
+    """0 for the benchmark runs (minutes each), 1 for the other end-to-end tests, 2 for the rest."""
+    if item.get_closest_marker("bench") is not None:
+        return 0
+    return 1 if item.get_closest_marker("slow") is not None else 2
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The longest tests first, the many short ones after them (a stable sort: within
+    each rank, collection order).
+
+    pytest-xdist hands tests to its workers in this order: started last, a test of
+    minutes would leave the other worker idle for its length at the end of the run;
+    started first, the short tests fill in around it."""
+    items.sort(key=_start_rank)
+
+
 @pytest.fixture(scope="session")
 def redis_srv() -> Iterator[RedisServer]:
     with redis_server() as server:

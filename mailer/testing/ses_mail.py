@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from email import policy
 from email.parser import BytesHeaderParser
 from email.utils import getaddresses, parseaddr
-from typing import Literal
+from typing import Any, Literal
 
 from fairpost.mailer.errors import RefusedRequest
 
@@ -274,22 +274,10 @@ def parse_send_email(body: bytes) -> SentMail:
 
     Raises :class:`RefusedRequest` as SES answers a request it cannot read.
     """
-    try:
-        request = json.loads(body or b"{}")
-    except ValueError as exc:
-        raise _refused(SesError("SerializationException", 400, f"Malformed JSON: {exc}")) from None
-    if not isinstance(request, dict):
-        raise _refused(SesError("SerializationException", 400, "Expected a JSON object"))
+    request = _json_object(body)
     destination = request.get("Destination")
     destination = destination if isinstance(destination, dict) else None
-    content = request.get("Content")
-    if not isinstance(content, dict):
-        raise _refused(Faults.BAD_REQUEST.with_message("Content is required"))
-    kinds = [k for k in ("Simple", "Raw", "Template") if isinstance(content.get(k), dict)]
-    if len(kinds) != 1:
-        raise _refused(
-            Faults.BAD_REQUEST.with_message("Content must have exactly one of Simple, Raw or Template")
-        )
+    kind, content = _content(request)
     from_address = _opt_str(request.get("FromEmailAddress"))
     to = _strings(destination.get("ToAddresses"), "ToAddresses") if destination else ()
     cc = _strings(destination.get("CcAddresses"), "CcAddresses") if destination else ()
@@ -298,28 +286,18 @@ def parse_send_email(body: bytes) -> SentMail:
     raw_data: bytes | None = None
     template_name: str | None = None
     message_headers: tuple[tuple[str, str], ...] = ()
-    if kinds == ["Simple"]:
-        subject_part = content["Simple"].get("Subject")
+    if kind == "Simple":
+        subject_part = content.get("Subject")
         subject = _opt_str(subject_part.get("Data")) if isinstance(subject_part, dict) else None
-        given = content["Simple"].get("Headers")
+        given = content.get("Headers")
         if isinstance(given, list):
             message_headers = tuple(
                 (str(h.get("Name")), str(h.get("Value"))) for h in given if isinstance(h, dict)
             )
-    elif kinds == ["Raw"]:
-        encoded = content["Raw"].get("Data")
-        if not isinstance(encoded, str):
-            raise _refused(Faults.BAD_REQUEST.with_message("Raw.Data is required"))
-        try:
-            raw_data = base64.b64decode(encoded, validate=True)
-        except (binascii.Error, ValueError):
-            raise _refused(Faults.BAD_REQUEST.with_message("Raw.Data is not valid base64")) from None
+    elif kind == "Raw":
+        raw_data = _raw_data(content)
         headers = BytesHeaderParser(policy=policy.default).parsebytes(raw_data)
-        # Unfolded as RFC 5322 says (CRLF + white space is one space), never decoded.
-        message_headers = tuple(
-            (name, " ".join(value.split()))
-            for name, value in BytesHeaderParser(policy=policy.compat32).parsebytes(raw_data).items()
-        )
+        message_headers = _unfolded_headers(raw_data)
         header_subject = headers.get("Subject")
         subject = None if header_subject is None else str(header_subject)
         if from_address is None and headers.get("From") is not None:
@@ -330,13 +308,7 @@ def parse_send_email(body: bytes) -> SentMail:
                 for name in ("To", "Cc", "Bcc")
             )
     else:
-        template_name = _opt_str(content["Template"].get("TemplateName"))
-    tags: dict[str, str] = {}
-    raw_tags = request.get("EmailTags")
-    if isinstance(raw_tags, list):
-        for tag in raw_tags:
-            if isinstance(tag, dict) and isinstance(tag.get("Name"), str):
-                tags[tag["Name"]] = str(tag.get("Value", ""))
+        template_name = _opt_str(content.get("TemplateName"))
     return SentMail(
         message_id=f"0100{uuid.uuid4().hex[:12]}-{uuid.uuid4()}-000000",
         monotonic=0.0,
@@ -351,10 +323,60 @@ def parse_send_email(body: bytes) -> SentMail:
         template_name=template_name,
         tenant_name=_opt_str(request.get("TenantName")),
         configuration_set_name=_opt_str(request.get("ConfigurationSetName")),
-        tags=tags,
+        tags=_tags(request.get("EmailTags")),
         reply_to=_strings(request.get("ReplyToAddresses"), "ReplyToAddresses"),
         headers=message_headers,
     )
+
+
+def _json_object(body: bytes) -> dict[str, Any]:
+    try:
+        request = json.loads(body or b"{}")
+    except ValueError as exc:
+        raise _refused(SesError("SerializationException", 400, f"Malformed JSON: {exc}")) from None
+    if not isinstance(request, dict):
+        raise _refused(SesError("SerializationException", 400, "Expected a JSON object"))
+    return request
+
+
+def _content(request: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The request's one kind of content (Simple, Raw or Template), and its part."""
+    content = request.get("Content")
+    if not isinstance(content, dict):
+        raise _refused(Faults.BAD_REQUEST.with_message("Content is required"))
+    kinds = [k for k in ("Simple", "Raw", "Template") if isinstance(content.get(k), dict)]
+    if len(kinds) != 1:
+        raise _refused(
+            Faults.BAD_REQUEST.with_message("Content must have exactly one of Simple, Raw or Template")
+        )
+    return kinds[0], content[kinds[0]]
+
+
+def _raw_data(raw: dict[str, Any]) -> bytes:
+    encoded = raw.get("Data")
+    if not isinstance(encoded, str):
+        raise _refused(Faults.BAD_REQUEST.with_message("Raw.Data is required"))
+    try:
+        return base64.b64decode(encoded, validate=True)
+    except (binascii.Error, ValueError):
+        raise _refused(Faults.BAD_REQUEST.with_message("Raw.Data is not valid base64")) from None
+
+
+def _unfolded_headers(raw_data: bytes) -> tuple[tuple[str, str], ...]:
+    """Unfolded as RFC 5322 says (CRLF + white space is one space), never decoded."""
+    return tuple(
+        (name, " ".join(value.split()))
+        for name, value in BytesHeaderParser(policy=policy.compat32).parsebytes(raw_data).items()
+    )
+
+
+def _tags(raw_tags: object) -> dict[str, str]:
+    tags: dict[str, str] = {}
+    if isinstance(raw_tags, list):
+        for tag in raw_tags:
+            if isinstance(tag, dict) and isinstance(tag.get("Name"), str):
+                tags[tag["Name"]] = str(tag.get("Value", ""))
+    return tags
 
 
 def _address_problem(address: str) -> str | None:

@@ -6,8 +6,9 @@ library only, one thread per connection) that speaks SES v2's REST-JSON wire
 protocol well enough for botocore's ``sesv2`` client. Point a client at it with
 ``endpoint_url=ses.url`` or ``AWS_ENDPOINT_URL_SESV2=ses.url``.
 
-It answers these operations (and SES v2 tenants and reputation entities, and
-publishes SES events to SQS: :mod:`fairpost.mailer.testing.ses_tenancy`):
+It answers these operations (and SES v2 tenants and reputation entities:
+:mod:`fairpost.mailer.testing.ses_tenancy`; and publishes SES events to SQS:
+:mod:`fairpost.mailer.testing.ses_publishing`):
 
 - ``SendEmail`` (``POST /v2/email/outbound-emails``): 200 ``{"MessageId": ...}``
   and a :class:`SentMail` recorded, or an error answer exactly as SES v2 sends
@@ -28,8 +29,9 @@ recipients, as SES does.
 
 Its parts live beside it, and every public name is importable from here: the
 requests, mails, errors and window counts in :mod:`fairpost.mailer.testing.ses_mail`,
-the HTTP in :mod:`fairpost.mailer.testing.ses_http`, and what it recorded (with
-the waits on it) in :mod:`fairpost.mailer.testing.ses_record`.
+the HTTP in :mod:`fairpost.mailer.testing.ses_http`, what it recorded (with
+the waits on it) in :mod:`fairpost.mailer.testing.ses_record`, and the faults a
+test injects in :mod:`fairpost.mailer.testing.ses_faults`.
 
 Example::
 
@@ -46,13 +48,13 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable
 from email.utils import parseaddr
 from typing import Any, ClassVar
 
 from fairpost.mailer.errors import RefusedRequest
 from fairpost.mailer.testing.http_endpoint import Answer, HttpEndpoint, Request
+from fairpost.mailer.testing.ses_faults import FaultRule, SesFaults
 from fairpost.mailer.testing.ses_http import error_answer, internal_error, json_answer
 from fairpost.mailer.testing.ses_identities import IDENTITIES_PATH, identity_answer
 from fairpost.mailer.testing.ses_mail import (
@@ -68,8 +70,8 @@ from fairpost.mailer.testing.ses_mail import (
     parse_send_email,
     validation_problem,
 )
-from fairpost.mailer.testing.ses_record import SesRecorder
-from fairpost.mailer.testing.ses_tenancy import EventSink, TenantBook, ses_event, simulator_events
+from fairpost.mailer.testing.ses_publishing import EventSink, ses_event, simulator_events
+from fairpost.mailer.testing.ses_tenancy import TenantBook
 
 __all__ = [
     "JOB_ID_TAG",
@@ -89,29 +91,7 @@ ACCOUNT_PATH = "/v2/email/account"
 _DAY = 86_400.0
 
 
-@dataclass
-class _Rule:
-    predicate: Callable[[SentMail], bool]
-    error: SesError
-    remaining: int | None
-
-
-class FaultRule:
-    """Handle returned by :meth:`SesServer.fail_when`; ``cancel()`` removes the rule."""
-
-    def __init__(self, server: SesServer, rule: _Rule) -> None:
-        self._server = server
-        self._rule = rule
-
-    def cancel(self) -> None:
-        self._server._remove_rule(self._rule)
-
-    @property
-    def remaining(self) -> int | None:
-        return self._rule.remaining
-
-
-class SesServer(SesRecorder):
+class SesServer(SesFaults):
     """An SES v2 endpoint on 127.0.0.1, recording every accepted SendEmail.
 
     Quotas are those ``GetAccount`` reports. ``enforce_rate`` /
@@ -171,10 +151,6 @@ class SesServer(SesRecorder):
         self._arrivals = 0
         self.validate = validate
 
-        self._queued: deque[SesError] = deque()
-        self._rules: list[_Rule] = []
-        self._paused: SesError | None = None
-        self._down: SesError | None = None
         self._second: deque[tuple[float, int]] = deque()
         self._second_sum = 0
         self._day: deque[tuple[float, int]] = deque()
@@ -234,56 +210,6 @@ class SesServer(SesRecorder):
                 self._verified = set()
             self._verified.update(i.lower() for i in identities)
 
-    def fail_next(self, n: int, error: SesError) -> None:
-        """Answer the next ``n`` SendEmail calls (after any already queued) with ``error``."""
-        if n < 0:
-            raise ValueError("n must be >= 0")
-        with self._cond:
-            self._queued.extend([error] * n)
-
-    def fail_when(
-        self, predicate: Callable[[SentMail], bool], error: SesError, *, times: int | None = None
-    ) -> FaultRule:
-        """Answer ``error`` to every SendEmail whose parsed mail matches ``predicate``.
-
-        The predicate gets the mail as it would be recorded (its ``message_id`` is
-        not used if rejected). ``times`` limits how often the rule fires; rules
-        are tried in the order they were added. Returns a handle to cancel it.
-        """
-        rule = _Rule(predicate, error, times)
-        with self._cond:
-            self._rules.append(rule)
-        return FaultRule(self, rule)
-
-    def _remove_rule(self, rule: _Rule) -> None:
-        with self._cond:
-            if rule in self._rules:
-                self._rules.remove(rule)
-
-    def go_down(self, error: SesError = Faults.SERVICE_UNAVAILABLE) -> None:
-        """Answer every operation (SendEmail, GetAccount, ...) with ``error`` until
-        :meth:`clear_faults`: the region's endpoint down, not one call's fault. A rule of
-        :meth:`fail_when` fails SendEmail only, and GetAccount would still say SES answers."""
-        with self._cond:
-            self._down = error
-
-    def clear_faults(self) -> None:
-        """Forget queued faults and rules, and resume (and come back up)."""
-        with self._cond:
-            self._queued.clear()
-            self._rules.clear()
-            self._paused = None
-            self._down = None
-
-    def pause(self, error: SesError = Faults.SENDING_PAUSED) -> None:
-        """Answer every SendEmail with ``error`` until :meth:`resume`; GetAccount says sending is off."""
-        with self._cond:
-            self._paused = error
-
-    def resume(self) -> None:
-        with self._cond:
-            self._paused = None
-
     def reset(self) -> None:
         """Forget everything recorded and every fault; keep the configuration."""
         with self._cond:
@@ -300,11 +226,6 @@ class SesServer(SesRecorder):
             self._cond.notify_all()
 
     # -- accessors -------------------------------------------------------------------------
-
-    @property
-    def paused(self) -> bool:
-        with self._cond:
-            return self._paused is not None
 
     @property
     def max_send_rate(self) -> float:
@@ -441,13 +362,9 @@ class SesServer(SesRecorder):
             return "injected", self._queued.popleft()
         if parse_error is not None or mail is None:
             return "invalid", parse_error or Faults.BAD_REQUEST
-        for rule in list(self._rules):
-            if rule.predicate(mail):
-                if rule.remaining is not None:
-                    rule.remaining -= 1
-                    if rule.remaining <= 0:
-                        self._rules.remove(rule)
-                return "rule", rule.error
+        ruled = self._ruled(mail)
+        if ruled is not None:
+            return "rule", ruled
         if self._paused is not None:
             return "paused", self._paused
         if self._verified is not None:

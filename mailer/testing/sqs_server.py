@@ -45,7 +45,8 @@ from fairpost.mailer.testing import sqs_rules as field
 from fairpost.mailer.testing.http_endpoint import Answer as HttpAnswer
 from fairpost.mailer.testing.http_endpoint import HttpEndpoint
 from fairpost.mailer.testing.http_endpoint import Request as HttpRequest
-from fairpost.mailer.testing.sqs_fifo import Broker, Received
+from fairpost.mailer.testing.sqs_fifo import Broker
+from fairpost.mailer.testing.sqs_queue import Received
 from fairpost.mailer.testing.sqs_rules import Refuse, SqsError
 
 __all__ = ["SqsError", "SqsServer", "attributes_md5", "main"]

@@ -80,6 +80,47 @@ async def test_a_batch_claims_what_one_by_one_claims_would(
         assert sum(by_batch.values()) == wanted
 
 
+@pytest.mark.parametrize("weighted", [False, True])
+async def test_a_ring_too_long_to_read_whole_turns_as_a_short_one_does(
+    aredis: redis.asyncio.Redis, weighted: bool
+) -> None:
+    # claim.lua reads a ring of no more tenants than it wants jobs (and fewer
+    # than 64) whole and turns it in the script; a longer one turns in Redis, a
+    # turn at a time (as claims of one always do). 80 tenants, some capped,
+    # emptied at different claims: the ring shrinks from one to the other on the
+    # way, and claims of many give the jobs, and leave the ring, members and
+    # blocked set, that claims of one do (weighted: turns that go on, a tenant's
+    # next job from the head).
+    def store_at(prefix: str) -> JobStore:
+        return JobStore(aredis, MailKeys(prefix), StoreLimits(default_cap=100, lease_ms=30_000))
+
+    batched, single = store_at("batched"), store_at("single")
+    tenants = [f"t{i:02}" for i in range(80)]
+    for store in (batched, single):
+        weights = {t: 2 + i % 2 for i, t in enumerate(tenants)} if weighted else {}
+        await store.sync_tenant_settings(weights, {t: 2 for t in tenants[::7]})
+        # A third with 12 jobs each, the rest with one: after a claim or two the ring is short.
+        await store.enqueue([job for i, t in enumerate(tenants) for job in jobs_for(t, 1 if i % 3 else 12)])
+
+    async def ring_of(store: JobStore) -> tuple[list[bytes | str], set[bytes | str], set[bytes | str]]:
+        keys = store.keys
+        return (
+            await aredis.lrange(keys.ring(), 0, -1),
+            await aredis.smembers(keys.ring_members()),
+            await aredis.smembers(keys.blocked()),
+        )
+
+    for wanted in (50, 30, 40, 61, 7):
+        by_batch = collections.Counter(job.tenant for job in await batched.claim(wanted))
+        one_by_one: collections.Counter[str] = collections.Counter()
+        for _ in range(wanted):
+            one_by_one.update(job.tenant for job in await single.claim(1))
+        assert by_batch == one_by_one, wanted
+        ring, members, blocked = await ring_of(batched)
+        assert (ring, members, blocked) == await ring_of(single), wanted
+        assert sorted(ring) == sorted(members) and not members & blocked
+
+
 async def test_a_tenant_at_its_cap_in_the_middle_of_whole_rounds_keeps_no_deficit(
     aredis: redis.asyncio.Redis,
 ) -> None:
@@ -149,14 +190,17 @@ async def test_expired_lease_returns_jobs_to_the_head_in_order(aredis: redis.asy
     assert [job.id for job in again] == ["acme-0", "acme-1", "acme-2"]
 
 
-async def test_handoff_after_lease_expiry_does_not_dispatch_twice(aredis: redis.asyncio.Redis) -> None:
+@pytest.mark.parametrize("lane", ["normal", "high", "bulk.low"])
+async def test_handoff_after_lease_expiry_does_not_dispatch_twice(
+    aredis: redis.asyncio.Redis, lane: str
+) -> None:
     store = make_store(aredis, lease_ms=50)
-    await store.enqueue(jobs_for("acme", 1))
+    await store.enqueue(jobs_for("acme", 1, priority=lane))
     [job] = await store.claim(1)
     await wait_for_async(store.reap, within=5, what="the lease to expire", interval=0.02)
-    # The slow claimer's hand-off lands after all: the job must leave the queue again.
+    # The slow claimer's hand-off lands after all: the job must leave its queue again.
     await store.handed_off([job.id])
-    assert await aredis.llen(KEYS.queue("acme", "normal")) == 0
+    assert await aredis.llen(KEYS.queue("acme", lane)) == 0
     assert (await store.job(job.id))["state"] == JobState.DISPATCHED
     assert await store.claim(1) == []
 

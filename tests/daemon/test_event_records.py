@@ -21,8 +21,8 @@ from fairpost.mailer.daemon.feedback import Feedback
 from fairpost.mailer.daemon.metrics import Metrics
 from fairpost.mailer.quota.reputation import ReputationBook
 from fairpost.mailer.sdk.keys import MailKeys
+from fairpost.mailer.testing.ses_publishing import ses_event, wrap
 from fairpost.mailer.testing.ses_server import SentMail
-from fairpost.mailer.testing.ses_tenancy import ses_event, wrap
 from tests.support.pipeline import quick_settings
 
 JOB = "job-1"

@@ -30,8 +30,8 @@ from fairpost.mailer.daemon.ses_events import parse_event
 from fairpost.mailer.ops.queue_setup import init_events_queue
 from fairpost.mailer.quota.reputation import ReputationBook
 from fairpost.mailer.sdk.keys import MailKeys
+from fairpost.mailer.testing.ses_publishing import ses_event, wrap
 from fairpost.mailer.testing.ses_server import SentMail
-from fairpost.mailer.testing.ses_tenancy import ses_event, wrap
 from fairpost.mailer.testing.wait import wait_for_async as wait_for
 from tests.support.pipeline import quick_settings
 

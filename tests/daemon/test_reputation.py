@@ -29,8 +29,8 @@ from fairpost.mailer.quota.admin import QuotaAdmin
 from fairpost.mailer.quota.reputation import GuardState
 from fairpost.mailer.sdk.keys import MailKeys
 from fairpost.mailer.sdk.suppression import Suppressions
+from fairpost.mailer.testing.ses_publishing import EventSink, ses_event, wrap
 from fairpost.mailer.testing.ses_server import SentMail, SesServer
-from fairpost.mailer.testing.ses_tenancy import EventSink, ses_event, wrap
 from fairpost.mailer.testing.wait import wait_for_async as wait_for
 from tests.support import SQS_BATCH, overtaken_by
 from tests.support.pipeline import pipeline, quick_settings

@@ -6,8 +6,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from fairpost.mailer.testing.ses_publishing import EventSink
 from fairpost.mailer.testing.ses_server import SesServer
-from fairpost.mailer.testing.ses_tenancy import EventSink
 from tests.support.deliverability import FakeDns, events_to
 
 

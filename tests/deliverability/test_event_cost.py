@@ -15,7 +15,7 @@ from fairpost.mailer.daemon.metrics import Metrics
 from fairpost.mailer.quota.reputation import ReputationBook
 from fairpost.mailer.sdk.keys import MailKeys
 from fairpost.mailer.testing.ses_mail import SentMail
-from fairpost.mailer.testing.ses_tenancy import ses_event, wrap
+from fairpost.mailer.testing.ses_publishing import ses_event, wrap
 from tests.support.deliverability import FakeDns
 
 

@@ -24,8 +24,8 @@ from fairpost.mailer.daemon.provider_holds import FRESH_SECONDS, TAKEN_BACK_MIN_
 from fairpost.mailer.quota.provider_guard import held_providers
 from fairpost.mailer.sdk.keys import MailKeys
 from fairpost.mailer.sdk.outcomes.feed import HELD, from_entry
+from fairpost.mailer.testing.ses_publishing import EventSink
 from fairpost.mailer.testing.ses_server import SesServer
-from fairpost.mailer.testing.ses_tenancy import EventSink
 from fairpost.mailer.testing.wait import wait_for_async as wait_for
 from tests.console.conftest import TOKEN, serve
 from tests.support.deliverability import EVENTS_QUEUE, FakeDns

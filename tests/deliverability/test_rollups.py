@@ -18,8 +18,8 @@ from fairpost.config import Settings
 from fairpost.mailer.cli import main
 from fairpost.mailer.sdk.keys import MailKeys
 from fairpost.mailer.sdk.rollups import Deliverability, Report, RollupWriter
+from fairpost.mailer.testing.ses_publishing import EventSink
 from fairpost.mailer.testing.ses_server import SesServer
-from fairpost.mailer.testing.ses_tenancy import EventSink
 from fairpost.mailer.testing.wait import wait_for_async as wait_for
 from tests.support.deliverability import EVENTS_QUEUE, FakeDns
 from tests.support.pipeline import pipeline, quick_settings

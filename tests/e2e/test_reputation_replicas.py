@@ -24,8 +24,8 @@ from fairpost.mailer.cli import main
 from fairpost.mailer.ops.queue_setup import init_events_queue, init_queue
 from fairpost.mailer.quota.reputation import GuardState
 from fairpost.mailer.sdk.keys import MailKeys
+from fairpost.mailer.testing.ses_publishing import EventSink
 from fairpost.mailer.testing.ses_server import SesServer
-from fairpost.mailer.testing.ses_tenancy import EventSink
 from fairpost.mailer.testing.wait import wait_for
 from tests.support import SQS_BATCH, overtaken_by
 from tests.support.replicas import application_settings, replica_env, replicas

@@ -17,10 +17,11 @@ from redis.typing import EncodableT, FieldT
 from rich.console import Console
 
 from fairpost.config import Settings, Window
+from fairpost.mailer.demo.backends import to_toml
+from fairpost.mailer.demo.chart import rate_series
 from fairpost.mailer.demo.load import schedule
 from fairpost.mailer.demo.monitor import JobBook
-from fairpost.mailer.demo.report import max_in_window, percentile, rate_series
-from fairpost.mailer.demo.run import to_toml
+from fairpost.mailer.demo.report import max_in_window, percentile
 from fairpost.mailer.demo.scenario import builtin_names, load_scenario, parse_scenario
 from fairpost.mailer.demo.view import LiveView, Phase
 from fairpost.mailer.errors import DemoError

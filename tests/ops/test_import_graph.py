@@ -1,4 +1,4 @@
-"""The shape of the package: no import circle anywhere, and no module over 500 lines.
+"""The shape of the package: no import circle anywhere (module sizes: test_sizes.py).
 
 import-linter checks that the rooms import one way (pyproject.toml), but a
 circle inside one room passes its layers. The graph here is grimp's (the
@@ -9,26 +9,10 @@ counted: a circle a type checker needs is still a circle a reader walks.
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 
 import grimp
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
-PACKAGE = ROOT / "src" / "fairpost"
-MAX_LINES = 500
-EXEMPT_FOLDERS = ("mailer/demo/",)
-"""The demo is a script to read top to bottom (issue 26: "the demo aside")."""
-
-OVER_LIMIT = {
-    # The settings tree is one pydantic model, read in one place.
-    "config/settings.py",
-    # The SQS servers of the test support: each one wire protocol, to split like ses_server.
-    "mailer/testing/sqs_fifo.py",
-}
-"""Modules over the limit when this test came: split them when next opened, and take them
-off this list; no other module may join them."""
 
 
 def cycles(graph: grimp.ImportGraph) -> list[list[str]]:
@@ -75,16 +59,6 @@ def describe(graph: grimp.ImportGraph, component: list[str]) -> str:
     return " -> ".join([*there, *home[1:]])
 
 
-def product_modules() -> Iterator[Path]:
-    """Every module of fairpost, where it lives (src/fairpost links to the root folders)."""
-    for entry in sorted(PACKAGE.iterdir()):
-        target = entry.resolve()
-        if target.is_dir():
-            yield from sorted(p for p in target.rglob("*.py") if "__pycache__" not in p.parts)
-        elif target.suffix == ".py":
-            yield target
-
-
 def test_no_import_circle_in_fairpost() -> None:
     graph = grimp.build_graph("fairpost", include_external_packages=False, cache_dir=None)
     assert "fairpost.mailer.testing.ses_server" in graph.modules  # the graph is the package's
@@ -116,12 +90,3 @@ def test_a_circle_through_type_checking_is_found(tmp_path: Path, monkeypatch: py
     found = cycles(graph)
     assert found == [["circle_probe.model", "circle_probe.server"]]
     assert describe(graph, found[0]) == "circle_probe.model -> circle_probe.server -> circle_probe.model"
-
-
-def test_no_module_over_500_lines() -> None:
-    sizes = {str(p.relative_to(ROOT)): len(p.read_text().splitlines()) for p in product_modules()}
-    assert "mailer/testing/ses_server.py" in sizes  # the links were followed
-    measured = {name: n for name, n in sizes.items() if not name.startswith(EXEMPT_FOLDERS)}
-    over = {name: n for name, n in measured.items() if n > MAX_LINES}
-    new = {name: n for name, n in over.items() if name not in OVER_LIMIT}
-    assert not new, f"over {MAX_LINES} lines: {dict(sorted(new.items()))}"

@@ -1,20 +1,17 @@
 """The pools' shard bench (bench/pool_shards.py, #43) cannot rot: it puts the pools on
-different masters, and its tiny run on a real cluster reports both figures from
-drains whose keys sit where the pools' hash tags say. Targets are not asserted
-(machines differ; BENCHMARKS.md has the figures)."""
+different masters, and (tests/ops/test_bench.py, on the quick bench's run of it) its
+tiny run on a real cluster reports both figures from drains whose keys sit where the
+pools' hash tags say. Targets are not asserted (machines differ; BENCHMARKS.md has the
+figures)."""
 
 from __future__ import annotations
-
-import asyncio
-from pathlib import Path
 
 import pytest
 from redis.crc import key_slot
 
-from bench.cluster import Backend, BenchError
-from bench.pool_shards import PREFIX, Drain, measure, slot_of_prefix, spread_pools
+from bench.cluster import BenchError
+from bench.pool_shards import PREFIX, Drain, slot_of_prefix, spread_pools
 from fairpost.mailer.sdk.keys import MailKeys
-from fairpost.mailer.testing.sqs_server import SqsServer
 
 
 def thirds(slot: int) -> int:
@@ -43,20 +40,3 @@ def test_the_figure_is_the_mails_over_the_busiest_masters_cpu() -> None:
     assert both.mails == 600
     assert both.busy[2] == pytest.approx(0.3)
     assert both.per_core == pytest.approx(2000)
-
-
-@pytest.mark.bench
-@pytest.mark.slow
-@pytest.mark.timeout(300)
-def test_a_tiny_run_on_a_real_cluster_reports_both_figures(fifo_sqs_srv: SqsServer, tmp_path: Path) -> None:
-    backend = Backend(redis_port=0, sqs_url=fifo_sqs_srv.url, workdir=tmp_path)
-    speedup, routing = asyncio.run(measure(backend, mails=40, enqueues=20, repeats=1))
-    assert speedup.key == "pools_shard_speedup" and routing.key == "pools_routing_cost"
-    assert speedup.value is not None and speedup.value > 0
-    assert routing.value is not None
-    assert len(set(speedup.data["placed"].values())) == 3
-    one, three = speedup.data["one"], speedup.data["three"]
-    # One pool's keys on one master; three pools' on all three.
-    assert sorted(n > 0 for n in one["keys"].values()) == [False, False, True]
-    assert all(n > 0 for n in three["keys"].values())
-    assert (one["mails"], three["mails"]) == (40, 120)

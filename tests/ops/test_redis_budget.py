@@ -74,7 +74,7 @@ BUDGET: dict[str, Budget] = {
     # The dispatcher: claims of up to 50 (the wake tokens taken before each), each
     # handed to SQS ten at a time and recorded.
     "LPOP": Budget(0.0345),
-    "dispatcher/claim.lua": Budget(0.0270, 4.6925),
+    "dispatcher/claim.lua": Budget(0.0270, 4.3610),
     "dispatcher/handoff.lua": Budget(0.1045, 2.6870),
     # The sender, a received batch's tenant group at a time: its state and
     # suppression read, its quota, its sending markers, its record, its rollups.

@@ -15,8 +15,8 @@ from fairpost.config import Settings
 from fairpost.mailer.ops.queue_setup import init_events_queue
 from fairpost.mailer.sdk.keys import MailKeys
 from fairpost.mailer.sdk.outcomes.feed import Outcome
+from fairpost.mailer.testing.ses_publishing import EventSink
 from fairpost.mailer.testing.ses_server import Faults, SesServer
-from fairpost.mailer.testing.ses_tenancy import EventSink
 from fairpost.mailer.testing.wait import wait_for_async
 from tests.outcomes.support import feed_of
 from tests.support.pipeline import Running, pipeline, quick_settings

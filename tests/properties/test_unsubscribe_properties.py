@@ -17,7 +17,7 @@ from fairpost.mailer.daemon.ses_events import parse_event
 from fairpost.mailer.daemon.unsubscriber import Unsubscriber
 from fairpost.mailer.errors import InvalidToken
 from fairpost.mailer.sdk.unsub_token import Token, sign, verify
-from fairpost.mailer.testing.ses_tenancy import received_record
+from fairpost.mailer.testing.ses_publishing import received_record
 from tests.properties.strategies import JSON, TEXT, accepted, with_holes
 from tests.properties.test_ses_event_properties import holds, sns
 

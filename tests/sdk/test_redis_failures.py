@@ -91,8 +91,9 @@ def test_redis_timeouts_are_settings_with_sane_defaults() -> None:
 
 def test_the_admin_clients_raise_redis_failed_too(stopped_redis: str) -> None:
     """DeadLetters, Suppressions and QuotaAdmin fail the way MailClient does: RedisFailed
-    naming the operation, the masked URL, and whether a write may have been done."""
-    settings = load_settings(redis_url=stopped_redis, redis_timeout=0.5)
+    naming the operation, the masked URL, and whether a write may have been done.
+    No retries: the error is what is checked here (their retries: test_sdk_retry_admin.py)."""
+    settings = load_settings(redis_url=stopped_redis, redis_timeout=0.5, redis_retry_seconds=0)
     with DeadLetters(settings) as dead, pytest.raises(RedisFailed) as listing:
         dead.list()
     assert listing.value.operation == "dead letters: list" and not listing.value.may_have_written
@@ -108,7 +109,10 @@ def test_the_admin_clients_raise_redis_failed_too(stopped_redis: str) -> None:
 
 
 def test_an_admin_write_that_never_reached_redis_did_nothing() -> None:
-    settings = load_settings(redis_url=f"redis://127.0.0.1:{free_port()}/0", redis_connect_timeout=1)
+    # No retries: what the error says is checked, not how long the admin tries.
+    settings = load_settings(
+        redis_url=f"redis://127.0.0.1:{free_port()}/0", redis_connect_timeout=1, redis_retry_seconds=0
+    )
     with QuotaAdmin(settings) as admin, pytest.raises(RedisFailed) as pausing:
         admin.pause("acme")
     assert not pausing.value.may_have_written

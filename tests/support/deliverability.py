@@ -10,8 +10,8 @@ from contextlib import contextmanager
 import boto3
 
 from fairpost.mailer.ops.queue_setup import init_events_queue
+from fairpost.mailer.testing.ses_publishing import EventSink
 from fairpost.mailer.testing.ses_server import SesServer
-from fairpost.mailer.testing.ses_tenancy import EventSink
 from tests.support.pipeline import quick_settings
 
 EVENTS_QUEUE = "fairpost-events"

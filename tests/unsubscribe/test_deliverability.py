@@ -14,7 +14,7 @@ from fairpost.config import Settings
 from fairpost.mailer.sdk.rollups import Deliverability
 from fairpost.mailer.sdk.unsub_token import Token, sign
 from fairpost.mailer.sdk.unsubscribes import Unsubscribes
-from fairpost.mailer.testing.ses_tenancy import received_record, wrap
+from fairpost.mailer.testing.ses_publishing import received_record, wrap
 from tests.unsubscribe.support import KEY, MAILTO_DOMAIN, unsubscribe_settings
 from tests.unsubscribe.test_mailto import consumer
 from tests.unsubscribe.test_server import ONE_CLICK, serving

@@ -21,7 +21,7 @@ from fairpost.mailer.quota.reputation import ReputationBook
 from fairpost.mailer.sdk.keys import MailKeys
 from fairpost.mailer.sdk.unsub_token import Token, sign
 from fairpost.mailer.sdk.unsubscribes import Unsubscribes
-from fairpost.mailer.testing.ses_tenancy import received_record, wrap
+from fairpost.mailer.testing.ses_publishing import received_record, wrap
 from tests.outcomes.support import feed_of
 from tests.unsubscribe.support import KEY, MAILTO_DOMAIN, unsubscribe_settings
 
