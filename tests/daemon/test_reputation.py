@@ -270,7 +270,7 @@ async def test_a_reputation_count_that_fails_leaves_the_mail_recorded_and_sent_o
         assert run.reputation is not None
         failing = run.store.redis.register_script("return redis.error_reply('ERR not counted (a test)')")
         run.reputation.book._script = failing
-        job_id = await client.send("acme", **mail_to("a@example.org"))
+        job_id = await client.send("acme", **mail_to("a@example.org"))  # type: ignore[arg-type]
 
         async def sent() -> bool:
             return await state_of(client, job_id) == "sent"
