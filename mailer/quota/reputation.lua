@@ -10,48 +10,60 @@
 --          counted only since the base (what the guard judges)}
 -- A window costs one read (HMGET) and one write (HSET) a call; more only when
 -- buckets leave it, a bucket starts (its TTL) or a base exists.
+--
+-- Most of a call's cost is Lua's own work, not its commands: a number made text
+-- (each `idx .. ':s'` formats idx again, as does a number passed to redis.call),
+-- tonumber() (it converts twice; `+ 0` once), and a table grown one field at a
+-- time (each growth a rehash; a constructor sizes it once). Hence the shapes below.
 local BUCKETS = 48
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local add = {tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])}
-local names = {'s', 'b', 'c'}
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local add_s, add_b, add_c = ARGV[1] + 0, ARGV[2] + 0, ARGV[3] + 0
 local out = {now, redis.call('HGET', KEYS[#KEYS], ARGV[4])}
 local nwin = (#KEYS - 1) / 2
 -- Bases exist only after an operator lifted the guard: one look for them all.
-local bases = {}
-for i = 1, nwin do
-  bases[i] = KEYS[2 * i]
+local any_base
+if nwin == 2 then
+  any_base = redis.call('EXISTS', KEYS[2], KEYS[4]) > 0
+else
+  local bases = {}
+  for i = 1, nwin do
+    bases[i] = KEYS[2 * i]
+  end
+  any_base = redis.call('EXISTS', unpack(bases)) > 0
 end
-local any_base = redis.call('EXISTS', unpack(bases)) > 0
-local adding = add[1] + add[2] + add[3] > 0
+local adding = add_s + add_b + add_c > 0
 
 -- The fields of buckets from..to, in order, each with its three counts.
 local function bucket_fields(from, to)
   local fields = {}
   for j = from, to do
-    for _, n in ipairs(names) do
-      fields[#fields + 1] = j .. ':' .. n
-    end
+    local p = string.format('%d:', j)
+    fields[#fields + 1], fields[#fields + 2], fields[#fields + 3] = p .. 's', p .. 'b', p .. 'c'
   end
   return fields
 end
 
 for i = 1, nwin do
-  local key, base = KEYS[2 * i - 1], bases[i]
-  local width = tonumber(ARGV[4 + i]) * 1000 / BUCKETS
+  local key = KEYS[2 * i - 1]
+  local width = ARGV[4 + i] * 1000 / BUCKETS
   local idx = math.floor(now / width)
   local first = idx - BUCKETS + 1
-  local got = redis.call('HMGET', key, 'lo', 's', 'b', 'c', idx .. ':s', idx .. ':b', idx .. ':c')
-  local lo = tonumber(got[1])
-  local totals, held = {}, {}
-  for k = 1, 3 do
-    totals[k], held[k] = tonumber(got[1 + k]) or 0, tonumber(got[4 + k]) or 0
-  end
-  local set, changed = {}, {}
+  -- The current bucket's fields, its index made text once.
+  local p = string.format('%d:', idx)
+  local fs, fb, fc = p .. 's', p .. 'b', p .. 'c'
+  local got = redis.call('HMGET', key, 'lo', 's', 'b', 'c', fs, fb, fc)
+  local lo = got[1]
+  if lo then lo = lo + 0 end
+  local s, b, c = (got[2] or 0) + 0, (got[3] or 0) + 0, (got[4] or 0) + 0
+  local hs, hb, hc = (got[5] or 0) + 0, (got[6] or 0) + 0, (got[7] or 0) + 0
+  -- Room for the common write (a bucket's count and its total) from the start.
+  local set, n = {false, false, false, false}, 0
+  local cs, cb, cc = false, false, false
   if lo and lo < first then
     if first - lo > BUCKETS then
       redis.call('DEL', key)
-      lo, totals, held = nil, {0, 0, 0}, {0, 0, 0}
+      lo, s, b, c, hs, hb, hc = nil, 0, 0, 0, 0, 0, 0
     else
       local stale = bucket_fields(lo, first - 1)
       local values = redis.call('HMGET', key, unpack(stale))
@@ -59,69 +71,66 @@ for i = 1, nwin do
       for j, v in ipairs(values) do
         if v then
           local k = (j - 1) % 3 + 1
-          dropped[k] = dropped[k] + tonumber(v)
+          dropped[k] = dropped[k] + v
           present[#present + 1] = stale[j]
         end
       end
       if #present > 0 then
         redis.call('HDEL', key, unpack(present))
       end
-      for k = 1, 3 do
-        if dropped[k] > 0 then
-          totals[k] = totals[k] - dropped[k]
-          changed[k] = true
-        end
-      end
+      if dropped[1] > 0 then s, cs = s - dropped[1], true end
+      if dropped[2] > 0 then b, cb = b - dropped[2], true end
+      if dropped[3] > 0 then c, cc = c - dropped[3], true end
       lo = first
-      set[#set + 1], set[#set + 2] = 'lo', first
+      set[n + 1], set[n + 2], n = 'lo', first, n + 2
     end
   end
   if adding then
     if not lo then
-      set[#set + 1], set[#set + 2] = 'lo', idx
+      set[n + 1], set[n + 2], n = 'lo', idx, n + 2
     end
-    for k, n in ipairs(names) do
-      if add[k] > 0 then
-        totals[k] = totals[k] + add[k]
-        changed[k] = true
-        set[#set + 1], set[#set + 2] = idx .. ':' .. n, held[k] + add[k]
-      end
+    if add_s > 0 then
+      s, cs = s + add_s, true
+      set[n + 1], set[n + 2], n = fs, hs + add_s, n + 2
+    end
+    if add_b > 0 then
+      b, cb = b + add_b, true
+      set[n + 1], set[n + 2], n = fb, hb + add_b, n + 2
+    end
+    if add_c > 0 then
+      c, cc = c + add_c, true
+      set[n + 1], set[n + 2], n = fc, hc + add_c, n + 2
     end
   end
-  for k, n in ipairs(names) do
-    if changed[k] then
-      set[#set + 1], set[#set + 2] = n, totals[k]
-    end
+  if cs then set[n + 1], set[n + 2], n = 's', s, n + 2 end
+  if cb then set[n + 1], set[n + 2], n = 'b', b, n + 2 end
+  if cc then set[n + 1], set[n + 2], n = 'c', c, n + 2 end
+  if n > 0 then
+    redis.call('HSET', key, unpack(set, 1, n))
   end
-  if #set > 0 then
-    redis.call('HSET', key, unpack(set))
-  end
-  if adding and held[1] + held[2] + held[3] == 0 then
+  if adding and hs + hb + hc == 0 then
     -- A new bucket: the key lives until that bucket has left the window (set
     -- in bucket k, the TTL ends after bucket k+BUCKETS began); later writes to
     -- the same bucket need not push it further.
     redis.call('PEXPIRE', key, math.ceil(width * (BUCKETS + 1)))
   end
-  local since = {totals[1], totals[2], totals[3]}
-  if any_base and redis.call('EXISTS', base) == 1 then
+  local ss, sb, sc = s, b, c
+  if any_base and redis.call('EXISTS', KEYS[2 * i]) == 1 then
     -- Only what came after the lift counts for the guard: bucket by bucket, what
     -- the window holds beyond what it held then.
-    since = {0, 0, 0}
+    local since = {0, 0, 0}
     local fields = bucket_fields(first, idx)
-    local now_v, then_v = redis.call('HMGET', key, unpack(fields)), redis.call('HMGET', base, unpack(fields))
+    local now_v, then_v = redis.call('HMGET', key, unpack(fields)), redis.call('HMGET', KEYS[2 * i], unpack(fields))
     for j = 1, #fields do
       local k = (j - 1) % 3 + 1
-      local a, b = tonumber(now_v[j]) or 0, tonumber(then_v[j]) or 0
-      if a > b then
-        since[k] = since[k] + a - b
+      local x, y = (now_v[j] or 0) + 0, (then_v[j] or 0) + 0
+      if x > y then
+        since[k] = since[k] + x - y
       end
     end
+    ss, sb, sc = since[1], since[2], since[3]
   end
-  for k = 1, 3 do
-    out[#out + 1] = totals[k]
-  end
-  for k = 1, 3 do
-    out[#out + 1] = since[k]
-  end
+  local o = #out
+  out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6] = s, b, c, ss, sb, sc
 end
 return out
