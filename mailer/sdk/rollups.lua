@@ -8,37 +8,52 @@
 --         (field "<provider>:<counter>")
 -- Returns the day.
 local t = redis.call('TIME')
-local now_s = tonumber(t[1])
+local now_s = t[1] + 0
 local day = math.floor(now_s / 86400)
-local key = KEYS[1] .. day
+-- Numbers made text with string.format('%d'): `..` and tostring() format them
+-- as floats, twice the work (each a few thousand instructions).
+local key = KEYS[1] .. string.format('%d', day)
 -- Counts and TTLs go to redis.call as the text they came as: a number is formatted
 -- again for each call (a few thousand instructions each).
+local fresh = false
 for i = 3, #ARGV, 2 do
-  redis.call('HINCRBY', key, ARGV[i], ARGV[i + 1])
+  -- A count that comes back as just this call's could be the day's first: then,
+  -- and only then, the day's hash may be new (the one writer of these hashes
+  -- gives each its TTL in the call that makes it).
+  if redis.call('HINCRBY', key, ARGV[i], ARGV[i + 1]) == ARGV[i + 1] + 0 then
+    fresh = true
+  end
 end
-if #ARGV >= 3 then
+if fresh then
   -- The day's TTL starts with its first count; later ones need not push it.
   if redis.call('TTL', key) < 0 then
     redis.call('EXPIRE', key, ARGV[1])
   end
 end
-local sent = tonumber(ARGV[2])
+local sent = ARGV[2] + 0
 if sent > 0 then
   -- 60 fields at most: minute mod 60 -> "<minute>:<count>"; a slot of an older
   -- minute is that minute's no more, and starts again.
   local minute = math.floor(now_s / 60)
-  local slot = tostring(minute % 60)
+  local slot = string.format('%d', minute % 60)
   for k = 2, 3 do
     local old = redis.call('HGET', KEYS[k], slot)
     local count = sent
+    local this_minute = false
     if old then
       local m, c = string.match(old, '^(%d+):(%d+)$')
-      if tonumber(m) == minute then
-        count = count + tonumber(c)
+      if m and m + 0 == minute then
+        count, this_minute = count + c, true
       end
     end
-    redis.call('HSET', KEYS[k], slot, minute .. ':' .. count)
-    redis.call('EXPIRE', KEYS[k], '3660')
+    redis.call('HSET', KEYS[k], slot, string.format('%d:%d', minute, count))
+    if not this_minute then
+      -- The history goes an hour after its last minute: pushed at the minute's
+      -- first send (then for 3660 s, past the minute's end and the hour after),
+      -- not at each send of it, for no reader counts a minute once the hour
+      -- has passed it.
+      redis.call('EXPIRE', KEYS[k], '3660')
+    end
   end
 end
 return day
