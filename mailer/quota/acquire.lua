@@ -10,7 +10,7 @@ local window_count = #KEYS - (fair_op and 4 or 0) - 1
 
 -- How long an acquire's answer is kept: longer than a sender takes to ask
 -- again (its outage back-off, a message's visibility timeout).
-local RECORD_MS = 300000
+local RECORD_MS = "300000"
 local earlier = redis.call("GET", record)
 if earlier then
     local reply = {}
@@ -90,12 +90,15 @@ if fair_op and global_count > 0 then
     end
 
     -- Forget a few of the tenants that stopped asking (amortized: each once).
-    local FORGET = 8
-    local gone = redis.call("ZRANGE", fair.untils, "-inf", "(" .. now, "BYSCORE", "LIMIT", 0, FORGET)
+    local FORGET, FORGET_TEXT = 8, "8"
+    local gone = redis.call("ZRANGE", fair.untils, "-inf", "(" .. now, "BYSCORE", "LIMIT", "0", FORGET_TEXT)
     for _, name in ipairs(gone) do forget(name) end
 
     local own = num(redis.call("ZSCORE", fair.tags, fair.tenant))
-    if own and not live(fair.tenant) then
+    -- Fewer gone than asked for: every tenant whose until passed was among them, and
+    -- is forgotten (tags and untils hold the same tenants). Only when more may be
+    -- gone is this tenant's own until read.
+    if own and #gone == FORGET and not live(fair.tenant) then
         forget(fair.tenant)
         own = nil
     end
@@ -106,11 +109,11 @@ if fair_op and global_count > 0 then
     -- The soonest another tenant refused for global room is due back, if any
     -- (its due time plus the slack): shares are enforced only until then.
     local function read_refused()
-        local refused = redis.call("ZRANGE", fair.refused, 0, 1, "WITHSCORES")
+        local refused = redis.call("ZRANGE", fair.refused, "0", "1", "WITHSCORES")
         if #refused > 0 and num(refused[2]) <= now then
             -- Refusals whose wait is over no longer count.
             redis.call("ZREMRANGEBYSCORE", fair.refused, "-inf", now)
-            refused = redis.call("ZRANGE", fair.refused, 0, 1, "WITHSCORES")
+            refused = redis.call("ZRANGE", fair.refused, "0", "1", "WITHSCORES")
         end
         fair.had[fair.refused] = #refused > 0
         fair.bound_until = nil
@@ -134,7 +137,7 @@ if fair_op and global_count > 0 then
     if own == nil or fair.bound_until ~= nil or #gone == FORGET then
         local forgot = false
         for _ = 1, 16 do
-            local low = redis.call("ZRANGE", fair.tags, 0, 1, "WITHSCORES")
+            local low = redis.call("ZRANGE", fair.tags, "0", "1", "WITHSCORES")
             fair.had[fair.tags] = #low > 0
             local name, score = nil, nil
             for j = 1, #low, 2 do
@@ -183,7 +186,7 @@ for _, win in ipairs(windows) do
         end
         local args = { "n", win.total }
         if win.added > 0 then
-            args[#args + 1], args[#args + 2] = field(win.current), win.held + win.added
+            args[#args + 1], args[#args + 2] = win.current_field, win.held + win.added
         end
         -- No bucket field is below lo: those below the window are gone, and
         -- the current bucket is in it (below a kept lo only if the clock went back).

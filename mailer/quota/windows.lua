@@ -127,7 +127,7 @@ local function read_windows(window_count)
             lo = math.floor((now - window_ms + 1) / width),
             current = math.floor(now / width),
             rate = window_ms < RATE_MS,
-            held = 0, total = 0, added = 0, stale = NO_STALE,
+            held = 0, total = 0, added = 0, stale = NO_STALE, current_field = false,
         }
     end
     return windows, 5 + 2 * window_count
@@ -170,7 +170,8 @@ end
 local GUESS = 8
 local AHEAD = math.floor(buckets / 10)
 local function count(win, room_for)
-    local got = redis.call("HMGET", win.key, "n", "lo", "hi", field(win.current))
+    win.current_field = field(win.current)
+    local got = redis.call("HMGET", win.key, "n", "lo", "hi", win.current_field)
     local n, lo, hi = num(got[1]), num(got[2]), num(got[3])
     win.held, win.stale = num(got[4]) or 0, NO_STALE
     if room_for and n and lo and hi and n + room_for <= win.limit then
@@ -323,8 +324,14 @@ local function decide(windows, rest, fair, peek)
         return now
     end
 
-    local asked = 0
-    for c = rest, #ARGV do asked = asked + num(ARGV[c]) end
+    -- The costs' sum, and a fair acquire's tag should every mail be granted: each
+    -- cost read once (a conversion each), the tag summed as the grants below sum it.
+    local asked, tagged = 0, fair and fair.tag
+    for c = rest, #ARGV do
+        local cost = num(ARGV[c])
+        asked = asked + cost
+        if tagged then tagged = tagged + cost / fair.weight end
+    end
     for _, win in ipairs(windows) do
         count(win, peek and asked or nil)
         win.added = 0
@@ -351,9 +358,7 @@ local function decide(windows, rest, fair, peek)
     if whole then
         grant(asked)
         granted = #ARGV - rest + 1
-        if fair then
-            for c = rest, #ARGV do fair.tag = fair.tag + num(ARGV[c]) / fair.weight end
-        end
+        if fair then fair.tag = tagged end
         first = #ARGV + 1
     end
     for c = first, #ARGV do
