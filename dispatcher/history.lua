@@ -69,14 +69,10 @@ local function history_context(days_key, argv, at, now, keep)
   local ttl = string.format('%d', keep + (day + 1) * 86400 - math.floor(now / 1000))
   local h = {prefix = prefix, detail = argv[at + 1], day = day, shards = shards, ttl = ttl}
   h.days, h.added, h.layout = days_key, 0, history_layout(argv[at + 3])
+  -- The call's lines by bucket (history_add), each bucket's as field, value
+  -- pairs, in the order first written (history_write).
+  h.buckets, h.lines = {}, {}
   return h, at + 4
-end
-
--- The lines a call wrote, counted for the day (what sizes the next day's buckets).
-local function history_count(h)
-  if h and h.added > 0 then
-    redis.call('HINCRBY', h.days, h.day .. ':n', h.added)
-  end
 end
 
 -- Times after created_ms are kept as ms after it: shorter.
@@ -109,13 +105,32 @@ local function history_line(state, tenant, layout, values, at)
   return table.concat(line, '|')
 end
 
+-- The job's line, written with the call's others (history_write).
 local function history_add(h, job_id, state, tenant, values, at)
   local bucket = history_bucket(h.prefix, h.day, h.shards, job_id)
-  redis.call('HSET', bucket, job_id, history_line(state, tenant, h.layout, values, at))
+  local lines = h.lines[bucket]
+  if not lines then
+    lines = {}
+    h.lines[bucket], h.buckets[#h.buckets + 1] = lines, bucket
+  end
+  local n = #lines
+  lines[n + 1], lines[n + 2] = job_id, history_line(state, tenant, h.layout, values, at)
   h.added = h.added + 1
-  -- A line at a time, not a bucket a call: the same commands for every call of as
-  -- many jobs, whichever buckets their random ids pick (the budget counts them).
-  redis.call('EXPIRE', bucket, h.ttl)
+end
+
+-- The call's lines: one HSET and one EXPIRE a bucket, not a line (a call's
+-- jobs share the day, so its buckets' TTL); then the day's count of lines
+-- (what sizes the next day's buckets). How many buckets a call's lines fall
+-- in follows their random ids: at most one a line.
+local function history_write(h)
+  if not h or h.added == 0 then
+    return
+  end
+  for _, bucket in ipairs(h.buckets) do
+    redis.call('HSET', bucket, unpack(h.lines[bucket]))
+    redis.call('EXPIRE', bucket, h.ttl)
+  end
+  redis.call('HINCRBY', h.days, h.day .. ':n', h.added)
 end
 
 -- The job's bucket and line, newest day first; nil if no bucket has it.
