@@ -8,8 +8,9 @@ prefixes (the first loads the scripts and grows Redis's tables). Of the second:
 - ``used_memory_per_mail_at_once``: ``INFO memory``'s ``used_memory`` before
   its first enqueue and after its last mail is finished, a mail, as
   bench/job_memory.py measures a waiting job: what a mail leaves at once;
-- ``kept_for_retention_per_mail``: each key it left (``MEMORY USAGE``) times
-  how long it stays, over the retention (FAIRPOST_JOB_TTL), a mail
+- ``kept_for_retention_per_mail``: each key it left (``MEMORY USAGE``, and
+  what Redis's tables keep for it beyond that: bench/key_tables.py) times how
+  long it stays, over the retention (FAIRPOST_JOB_TTL), a mail
   (:func:`kept_for_retention`): what each mail sent adds to a steady load's
   Redis, in the memory model of docs/operations.md. Keys of an hour or less
   (grants, claims) count nothing.
@@ -30,6 +31,7 @@ from unittest import mock
 import boto3
 import redis
 
+from bench import key_tables
 from bench.budget import MAILS, budget_settings, drain, replica, use_services
 from bench.cluster import Backend, services
 from bench.figures import Figure
@@ -46,7 +48,8 @@ sending markers): the bytes it holds are no history."""
 @dataclass
 class Left:
     """What the keys of one kind hold after the workload: their count, their bytes
-    (``MEMORY USAGE``), and their byte-seconds: bytes times the seconds they stay."""
+    (``MEMORY USAGE``), and their byte-seconds: bytes, with what Redis's tables keep
+    for each key (bench/key_tables.py), times the seconds they stay."""
 
     keys: int = 0
     bytes: int = 0
@@ -82,13 +85,14 @@ def left_behind(client: redis.Redis, settings: Settings) -> dict[str, Left]:
         left = kinds.setdefault(kind, Left())
         left.keys += 1
         left.bytes += size
-        left.byte_seconds += size * stays
+        left.byte_seconds += (size + key_tables.per_key(with_ttl=ttl > 0)) * stays
     return kinds
 
 
 def kept_for_retention(kinds: dict[str, Left], settings: Settings, mails: int) -> dict[str, float]:
     """Bytes a mail, by kind, as if each stayed the retention (FAIRPOST_JOB_TTL):
-    a record kept a day of a week's retention counts a seventh. Their sum times
+    a record kept a day of a week's retention counts a seventh; each key's bytes
+    are its ``MEMORY USAGE`` and its share of Redis's tables. Their sum times
     the mails sent in a retention is what a steady load holds (docs/operations.md,
     "Redis memory per sent mail")."""
     per = {k: v.byte_seconds / settings.job_ttl / mails for k, v in kinds.items()}
@@ -155,7 +159,7 @@ async def scenario(backend: Backend, quick: bool) -> list[Figure]:
     return [
         Figure(
             "finished_mail_memory",
-            "Redis memory a sent mail keeps for its retention (bytes, MEMORY USAGE x time kept)",
+            "Redis memory a sent mail keeps for its retention (bytes, with its keys' tables, x time kept)",
             result["kept_for_retention_per_mail"],
             "B",
             "<=",
