@@ -61,12 +61,15 @@ local function drop_doomed()
   end
 end
 local unleased, undispatched = {}, {}
-local out = {}
+local out, n_out = {}, 0
 -- Per tenant, in the order first seen: the jobs whose slots to free.
 local tenants, slots = {}, {}
 local k = 13
-while a <= #ARGV do
-  local job_id, n = ARGV[a], tonumber(ARGV[a + 1])
+-- Numbers are ARGV's strings made numbers by arithmetic (as enqueue.lua's):
+-- tonumber() converts twice.
+local n_argv = #ARGV
+while a <= n_argv do
+  local job_id, n = ARGV[a], ARGV[a + 1] + 0
   local first, last = a + 2, a + 1 + 2 * n
   local entry = last + 1
   a = journal_skip(ARGV, entry)
@@ -79,8 +82,9 @@ while a <= #ARGV do
   k = k + 3 + markers
   local rec = redis.call('HMGET', job_key, unpack(read_names))
   local tenant, state = rec[1], rec[2]
+  n_out = n_out + 1
   if not tenant then
-    out[#out + 1] = -1
+    out[n_out] = -1
   else
     local held = slots[tenant]
     if not held then
@@ -98,18 +102,20 @@ while a <= #ARGV do
       unleased[#unleased + 1] = job_id
     end
     if state == 'sent' then
-      out[#out + 1] = 0
+      out[n_out] = 0
     else
-      local fields = {'state', final, 'finished_ms', now_s}
+      -- Made with room for sent_ms and a few of the caller's: a table grown
+      -- past its size is copied whole.
+      local fields = {'state', final, 'finished_ms', now_s, nil, nil, nil, nil, nil, nil}
+      local f = 4
       if sent then
-        fields[5], fields[6] = 'sent_ms', now_s
+        fields[5], fields[6], f = 'sent_ms', now_s, 6
       end
-      local f = #fields
       for i = first, last do
         f = f + 1
         fields[f] = ARGV[i]
       end
-      redis.call('HSET', job_key, unpack(fields))
+      redis.call('HSET', job_key, unpack(fields, 1, f))
       if sent and state == 'dead' then
         -- Sent after all (a dead letter replayed, or one that was racing its
         -- worker): it is no dead letter any more.
@@ -150,7 +156,7 @@ while a <= #ARGV do
       if journal then
         journal_append(journal, job_key, job_id, final, ARGV, entry, rec, 2)
       end
-      out[#out + 1] = 1
+      out[n_out] = 1
     end
   end
   if n_doomed >= 4000 then

@@ -69,9 +69,9 @@ local function history_context(days_key, argv, at, now, keep)
   local ttl = string.format('%d', keep + (day + 1) * 86400 - math.floor(now / 1000))
   local h = {prefix = prefix, detail = argv[at + 1], day = day, shards = shards, ttl = ttl}
   h.days, h.added, h.layout = days_key, 0, history_layout(argv[at + 3])
-  -- The call's lines by bucket (history_add), each bucket's as field, value
-  -- pairs, in the order first written (history_write).
-  h.buckets, h.lines = {}, {}
+  -- The call's lines by bucket (history_add: by the bucket's number), each
+  -- bucket's as field, value pairs, in the order first written (history_write).
+  h.buckets, h.lines, h.n_shards = {}, {}, shards + 0
   return h, at + 4
 end
 
@@ -104,13 +104,14 @@ local function history_line(state, tenant, layout, values, at)
   local line = layout.line
   line[1], line[2], line[3] = '1', state, tenant
   local created = layout.created and values[at + layout.created]
-  local base = created and tonumber(created)
+  -- (Arithmetic converts a string once; tonumber() twice.)
+  local base = created and created + 0
   for i = 1, #names do
     local name, v = names[i], values[at + i]
     if not v or v == default[name] then
       v = ''
     elseif after[name] then
-      v = base and string.format('%d', tonumber(v) - base) or ''
+      v = base and string.format('%d', v - base) or ''
     end
     line[3 + i] = v
   end
@@ -119,7 +120,8 @@ end
 
 -- The job's line, written with the call's others (history_write).
 local function history_add(h, job_id, state, tenant, values, at)
-  local bucket = history_bucket(h.prefix, h.day, h.shards, job_id)
+  -- history_bucket's number, its name made once a call (history_write).
+  local bucket = tonumber(string.sub(redis.sha1hex(job_id), 1, 8), 16) % h.n_shards
   local lines = h.lines[bucket]
   if not lines then
     lines = {}
@@ -138,8 +140,9 @@ local function history_write(h)
   if not h or h.added == 0 then
     return
   end
-  for _, bucket in ipairs(h.buckets) do
-    redis.call('HSET', bucket, unpack(h.lines[bucket]))
+  for _, shard in ipairs(h.buckets) do
+    local bucket = h.prefix .. h.day .. ':' .. shard
+    redis.call('HSET', bucket, unpack(h.lines[shard]))
     redis.call('EXPIRE', bucket, h.ttl)
   end
   redis.call('HINCRBY', h.days, h.day .. ':n', h.added)
