@@ -43,11 +43,10 @@ end
 -- history field (from history_at + 1) when there is a history.
 local read_names = {'tenant', 'state', unpack(copied_names)}
 local history_at = #read_names
-local line_at = {}
+local line_index = history and history.layout.index or {}
 if history then
   for i, name in ipairs(history.layout.names) do
-    read_names[#read_names + 1] = name
-    line_at[name] = history_at + i
+    read_names[history_at + i] = name
   end
 end
 -- Keys to delete, leases to end, jobs no longer dispatched: one command each a
@@ -142,9 +141,9 @@ while a <= n_argv do
         if at then
           rec[at] = fields[i + 1]
         end
-        at = line_at[name]
+        at = line_index[name]
         if at then
-          rec[at] = fields[i + 1]
+          rec[history_at + at] = fields[i + 1]
         end
       end
       if history then

@@ -17,16 +17,18 @@ local HISTORY_LINES_A_BUCKET = 256
 -- The fields a line keeps, in its order after version, state and tenant, as
 -- Keys.history_fields packs them: 'name,default,after;...' (after: '1' for a time
 -- kept as the ms after created_ms). names[i] is the line's (3 + i)th part, index
--- its inverse, default what a line leaves out.
+-- its inverse; default[i] what a line leaves out of it, after[i] whether it is
+-- such a time. Arrays, not maps by name: a table's keys set one by one were
+-- most of what reading the layout cost a call.
 local function history_layout(packed)
-  local layout = {names = {}, index = {}, default = {}, after = {}, line = {}}
-  for name, default, after in string.gmatch(packed, '([^,;]+),([^,;]*),([^,;]*)') do
-    local i = #layout.names + 1
-    layout.names[i], layout.index[name] = name, i
-    layout.default[name], layout.after[name] = default, after == '1'
+  local names, default, after, index = {}, {}, {}, {}
+  local n = 0
+  for name, d, a in string.gmatch(packed, '([^,;]+),([^,;]*),([^,;]*)') do
+    n = n + 1
+    names[n], default[n], after[n], index[name] = name, d, a == '1', n
   end
-  layout.created = layout.index['created_ms']
-  return layout
+  return {names = names, default = default, after = after, index = index, line = {},
+    created = index['created_ms']}
 end
 
 local function history_bucket(prefix, day, shards, job_id)
@@ -84,11 +86,12 @@ local function history_after(t, base)
 end
 
 -- A field's value as a line keeps it: '' for none or its default, a time after
--- created_ms as the ms after `created` (the record's created_ms).
-local function history_value(layout, name, v, created)
-  if not v or v == layout.default[name] then
+-- created_ms as the ms after `created` (the record's created_ms). `i`: the
+-- field's place in the layout.
+local function history_value(layout, i, v, created)
+  if not v or v == layout.default[i] then
     return ''
-  elseif layout.after[name] then
+  elseif layout.after[i] then
     return history_after(v, created)
   end
   return v
@@ -107,10 +110,10 @@ local function history_line(state, tenant, layout, values, at)
   -- (Arithmetic converts a string once; tonumber() twice.)
   local base = created and created + 0
   for i = 1, #names do
-    local name, v = names[i], values[at + i]
-    if not v or v == default[name] then
+    local v = values[at + i]
+    if not v or v == default[i] then
       v = ''
-    elseif after[name] then
+    elseif after[i] then
       v = base and string.format('%d', v - base) or ''
     end
     line[3 + i] = v
