@@ -51,6 +51,13 @@ local starts, codes = {}, {}
 -- First every check, so that nothing is written unless the whole batch is decided.
 local out = {}
 local ids_seen, keys_seen = {}, {}
+-- One EXISTS over every record first: a batch of new ids, the usual one, then
+-- asks for none of them one by one.
+local records = {}
+for i = 1, n do
+  records[i] = KEYS[8 + 4 * i]
+end
+local any_exists = n > 0 and redis.call('EXISTS', unpack(records)) > 0
 local a = 7
 for i = 1, n do
   local k = 7 + 4 * i
@@ -63,7 +70,7 @@ for i = 1, n do
   local code, answer
   if first then
     code, answer = 2, first
-  elseif ids_seen[id] or redis.call('EXISTS', KEYS[k + 1]) == 1 then
+  elseif ids_seen[id] or (any_exists and redis.call('EXISTS', KEYS[k + 1]) == 1) then
     code, answer = 0, id
   else
     code, answer = 1, id
