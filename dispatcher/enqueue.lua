@@ -51,13 +51,20 @@ local starts, codes = {}, {}
 -- First every check, so that nothing is written unless the whole batch is decided.
 local out = {}
 local ids_seen, keys_seen = {}, {}
--- One EXISTS over every record first: a batch of new ids, the usual one, then
--- asks for none of them one by one.
+-- One EXISTS over every record first (a thousand at a time: one command's
+-- arguments stay well inside Lua's stack): a batch of new ids, the usual one,
+-- then asks for none of them one by one.
 local records = {}
 for i = 1, n do
   records[i] = KEYS[8 + 4 * i]
 end
-local any_exists = n > 0 and redis.call('EXISTS', unpack(records)) > 0
+local any_exists = false
+for from = 1, n, 1000 do
+  if redis.call('EXISTS', unpack(records, from, math.min(n, from + 999))) > 0 then
+    any_exists = true
+    break
+  end
+end
 local a = 7
 for i = 1, n do
   local k = 7 + 4 * i
