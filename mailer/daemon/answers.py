@@ -20,10 +20,12 @@ import asyncio
 import logging
 import random
 import time
+from typing import Any
 
 from redis.asyncio.client import Pipeline
 
 from fairpost.dispatcher.backoff import until_landed
+from fairpost.dispatcher.store import JobStore
 from fairpost.mailer.daemon import ses
 from fairpost.mailer.daemon.aws import SesClient
 from fairpost.mailer.daemon.context import SenderContext
@@ -117,21 +119,30 @@ class Answers:
         # out here, for as long as the daemon rides out an outage. A retry writes again:
         # finishing a sent job changes nothing, and moving units twice counts them twice
         # at the answer (the safe side).
-        async def write() -> None:
+        feedback = ctx.feedback
+        recipients = sum(e.mail.recipients for e in accepted)
+
+        async def write() -> Any:
             async with ctx.store.pipeline() as pipe:
                 await self.counting.move_to_answers(tenant, answered, pipe)
                 # Before the record of the send: its send number goes on the record
                 # (mailer/quota/send_seq.lua), whose line in the history keeps it.
-                if ctx.feedback is not None:
-                    await self._queue_feedback(pipe, ctx.feedback, tenant, answered, rolled)
+                if feedback is not None:
+                    await self._queue_feedback(pipe, feedback, tenant, answered, rolled)
                 await ctx.mail.record_sent(sent, keep_seconds=ctx.finished_ttl, pipeline=pipe, entries=events)
-                await ctx.store.execute_durably(pipe)
+                # Last, after the records: the reputation count, whose error is not theirs.
+                counted = len(pipe)
+                if feedback is None or not await feedback.queue_count_sent(pipe, tenant, recipients):
+                    counted = -1
+                replies = await ctx.scripts.execute(pipe, lambda p: _execute(ctx.store, p, counted))
+                return replies[counted] if counted >= 0 else None
 
         what = f"recording {len(sent)} sent mails"
-        await until_landed(what, write, ctx.settings.max_outage_seconds, first=0.2, most=2.0)
-        if ctx.feedback is not None:
-            ctx.feedback.counted(tenant, rolled)
-            await ctx.feedback.count_sent(tenant, sum(e.mail.recipients for e in accepted))
+        reputation = await until_landed(what, write, ctx.settings.max_outage_seconds, first=0.2, most=2.0)
+        if feedback is not None:
+            feedback.counted(tenant, rolled)
+            if recipients > 0:
+                await feedback.counted_sent(tenant, recipients, reputation)
 
     @staticmethod
     async def _queue_feedback(
@@ -284,6 +295,18 @@ class Answers:
         # The park says why in the job's status (waiting_for), as every park does.
         hold = self.ctx.holds.until_lifted(SES_TENANT_DISABLED)
         await self.parking.park(tenant, paused, hold.recheck, hold.reason, at_ms, overrule=True)
+
+
+async def _execute(store: JobStore, pipe: Pipeline, lenient: int) -> list[Any]:
+    """:meth:`JobStore.execute_durably`, but the error of reply number ``lenient`` (-1:
+    none) returned, not raised: what the records do not depend on."""
+    durable = store.limits.durability
+    durable.queue_wait(pipe)
+    replies = await pipe.execute(raise_on_error=False)
+    for i, reply in enumerate(replies):
+        if isinstance(reply, Exception) and i != lenient:
+            raise reply
+    return durable.check(replies)
 
 
 def _sent_event(env: Envelope, message_id: str | None) -> dict[str, str]:

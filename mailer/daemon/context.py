@@ -9,6 +9,7 @@ from fairpost.config.limits import Limits
 from fairpost.dispatcher.store import JobStore
 from fairpost.mailer.daemon.feedback import Feedback
 from fairpost.mailer.daemon.holds import Holds
+from fairpost.mailer.daemon.loaded_scripts import LoadedScripts
 from fairpost.mailer.daemon.mail_jobs import MailJobs
 from fairpost.mailer.daemon.metrics import Metrics
 from fairpost.mailer.daemon.provider_holds import ProviderHolds
@@ -48,6 +49,8 @@ class SenderContext:
     the guard, SES asked about a tenant's SES tenant; None: none of it."""
     provider_holds: ProviderHolds | None = None
     """The per-provider guard's holds (fairpost.mailer.daemon.provider_holds); None: off."""
+    scripts: LoadedScripts = field(default_factory=LoadedScripts)
+    """The scripts this process has seen loaded (its pipelines skip ``SCRIPT EXISTS``)."""
 
     def windows(self, tenant: str) -> tuple[Limits, Limits]:
         """The global and the tenant's quota windows, as the quota engine takes them."""

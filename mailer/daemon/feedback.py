@@ -3,7 +3,7 @@
 - :meth:`Feedback.screen`: drop the recipients on the tenant's suppression
   list before anything is counted or sent; a mail left with none ends
   ``suppressed`` (counted, never sent, never counted against its quota).
-- :meth:`Feedback.index_sent` / :meth:`Feedback.count_sent`: SES accepted
+- :meth:`Feedback.index_sent` / :meth:`Feedback.queue_count_sent`: SES accepted
   mail: remember its SES message id (events find their job by it) and count
   its recipients in the tenant's reputation windows.
 - :meth:`Feedback.sent_counts` / :meth:`Feedback.queue_sent`: the sends in the
@@ -193,14 +193,25 @@ class Feedback:
         if len(keys) > 1:
             await self._send_seq(keys=keys, args=args, client=pipe)
 
-    async def count_sent(self, tenant: str, recipients: int) -> None:
-        """Count accepted recipients in the tenant's reputation windows. A Redis error
-        here is logged, not raised: the mail is recorded sent already, and a missed
-        count errs on the strict side (rates a little high)."""
+    async def queue_count_sent(
+        self, pipe: redis.asyncio.client.Pipeline, tenant: str, recipients: int
+    ) -> bool:
+        """Queue on the sender's pipeline, after the sent mails' records, the count of
+        their recipients in the tenant's reputation windows (one script call a group,
+        not a round trip of its own); True if queued (one reply, for :meth:`counted_sent`)."""
         if recipients <= 0:
-            return
+            return False
+        await self.book.queue_sends(pipe, tenant, recipients)
+        return True
+
+    async def counted_sent(self, tenant: str, recipients: int, reply: Any) -> None:
+        """The guard judges the tenant on :meth:`queue_count_sent`'s ``reply``. A Redis
+        error here is logged, not raised: the mail is recorded sent already, and a
+        missed count errs on the strict side (rates a little high)."""
         try:
-            await self.book.record(tenant, sends=recipients)
+            if isinstance(reply, Exception):
+                raise reply
+            await self.book.judged(self.book.reputation(tenant, reply), sends=recipients)
         except RedisError as exc:
             log.warning("sends not counted for reputation: %s", exc, extra={"tenant": tenant})
 

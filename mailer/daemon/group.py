@@ -27,7 +27,7 @@ from fairpost.mailer.daemon.provider_holds import TAKEN_BACK_MIN_SECONDS, Provid
 from fairpost.mailer.daemon.send import Sending
 from fairpost.mailer.daemon.settlement import HAND_BACK, Backoff, Delete
 from fairpost.mailer.daemon.unsubscribed import Unsubscribed
-from fairpost.mailer.quota.engine import never_fits_reason
+from fairpost.mailer.quota.engine import Grant, never_fits_reason
 from fairpost.mailer.quota.provider_guard import ProviderHold
 from fairpost.mailer.sdk.envelope import Envelope
 from fairpost.mailer.sdk.streams import TRANSACTIONAL
@@ -56,19 +56,28 @@ class GroupDecision:
     async def handle(self, tenant: str, group: list[Received]) -> None:
         ctx = self.ctx
         envelopes = [m.envelope for m in group if m.envelope is not None]
-        states, suppressed, unsubscribed = await self._look_up(tenant, envelopes)
-        todo = _not_finished(group, states)
+        hold = ctx.holds.of(tenant)
+        held_for = await ctx.provider_holds.tenant_holds(tenant) if ctx.provider_holds is not None else {}
+        # The jobs' states are read only where a mail may end here other than by its
+        # send: held, or suppressed. Mail sent or finished already is otherwise
+        # deleted by its claim (send_claim.lua), its units given back (send.py).
+        states, suppressed, unsubscribed = await self._look_up(
+            tenant, envelopes, states=hold is not None or bool(held_for)
+        )
+        if states is None and (suppressed or any(v is not None for v in unsubscribed.values())):
+            states = await ctx.store.job_states([e.job_id for e in envelopes])
+        todo = _not_finished(group, states or {})
         todo = _suppressed(todo, await self.unsubscribed.screen(tenant, todo, unsubscribed))
         if not todo:
             return
-        hold = ctx.holds.of(tenant)
         if hold is not None:
             # Held (paused, its SES tenant disabled, its own SES fault): its mail waits,
             # alone, uncounted, until the hold's recheck.
             await self.park(tenant, todo, hold.recheck, hold.reason, await ctx.store.now_ms())
             return
-        if ctx.provider_holds is not None:
-            todo = await self._provider_held(tenant, todo, ctx.provider_holds, states)
+        if held_for:
+            assert ctx.provider_holds is not None and states is not None
+            todo = await self._provider_held(tenant, todo, ctx.provider_holds, held_for, states)
             if not todo:
                 return
         if ctx.feedback is not None:
@@ -83,9 +92,17 @@ class GroupDecision:
             todo = todo[:1]
         grant = await self.counting.acquire(tenant, todo)
         granted, refused = todo[: grant.granted], todo[grant.granted :]
+        if refused and states is None and not await self._refused_to_park(refused):
+            refused = []
         if not refused:
             await self.sending.send_granted(tenant, granted, grant.at_ms, grant.asked_mono)
             return
+        await self._send_and_park(tenant, granted, refused, grant)
+
+    async def _send_and_park(
+        self, tenant: str, granted: list[Received], refused: list[Received], grant: Grant
+    ) -> None:
+        ctx = self.ctx
         first = refused[0].envelope
         never = never_fits_reason(grant, first.mail.recipients) if first and grant.retry_after < 0 else None
         label = ctx.refusal_reason(tenant, grant)
@@ -104,15 +121,31 @@ class GroupDecision:
             if isinstance(outcome, BaseException):
                 raise outcome
 
+    async def _refused_to_park(self, refused: list[Received]) -> bool:
+        """Whether the refused mails, whose states were not read, are parked: none is
+        finished (a redelivery of mail sent already, which parking would mark waiting,
+        or end dead if it can never fit). Else the finished are deleted and the rest
+        handed back, for the next receive to weigh them again: the quota refused them
+        as the group it asked for, and only a new ask says how they fare without."""
+        states = await self.ctx.store.job_states([m.envelope.job_id for m in refused if m.envelope])
+        if not any(state in FINAL_STATES for state in states.values()):
+            return True
+        for msg in _not_finished(refused, states):
+            msg.decide(HAND_BACK)
+        return False
+
     async def _provider_held(
-        self, tenant: str, todo: list[Received], holds: ProviderHolds, states: dict[str, str]
+        self,
+        tenant: str,
+        todo: list[Received],
+        holds: ProviderHolds,
+        held: dict[str, ProviderHold],
+        states: dict[str, str],
     ) -> list[Received]:
-        """The mails not held for their recipients' provider. Those held are taken back
-        out of SQS (scheduled again in Redis, then their messages deleted): waiting in
-        SQS they would block the tenant's group, its mail to every other provider too."""
-        held = await holds.tenant_holds(tenant)
-        if not held:
-            return todo
+        """The mails not held for their recipients' provider (``held``: the tenant's
+        holds). Those held are taken back out of SQS (scheduled again in Redis, then
+        their messages deleted): waiting in SQS they would block the tenant's group,
+        its mail to every other provider too."""
         kept: list[Received] = []
         taken: dict[str, tuple[ProviderHold, list[Received]]] = {}
         for msg in todo:
@@ -151,23 +184,24 @@ class GroupDecision:
         return kept
 
     async def _look_up(
-        self, tenant: str, envelopes: list[Envelope]
-    ) -> tuple[dict[str, str], set[str] | None, dict[str, Any]]:
-        """Each job's state (a job without a record left out); with reputation on,
-        which of the mails' recipients are on the tenant's suppression list (else None);
-        and the notifications' unsubscribes (fairpost.mailer.daemon.unsubscribed): one
-        round trip for them all, not one each."""
+        self, tenant: str, envelopes: list[Envelope], *, states: bool
+    ) -> tuple[dict[str, str] | None, set[str] | None, dict[str, Any]]:
+        """With ``states``, each job's state (a job without a record left out), else
+        None; with reputation on, which of the mails' recipients are on the tenant's
+        suppression list (else None); and the notifications' unsubscribes
+        (fairpost.mailer.daemon.unsubscribed): one round trip for them all, not one
+        each, and none when there is nothing to read."""
         ctx = self.ctx
+        feedback = ctx.feedback
         ids = [e.job_id for e in envelopes]
-        if ctx.feedback is None and all(e.mail.stream == TRANSACTIONAL for e in envelopes):
-            return await ctx.store.job_states(ids), None, {}
+        if feedback is None and all(e.mail.stream == TRANSACTIONAL for e in envelopes):
+            return (await ctx.store.job_states(ids) if states else None), None, {}
         async with ctx.store.pipeline() as pipe:
-            states = ctx.store.ask_job_states(pipe, ids)
-            feedback = ctx.feedback
+            asked = ctx.store.ask_job_states(pipe, ids) if states else None
             suppressed = None if feedback is None else feedback.ask_suppressed(pipe, tenant, envelopes)
             unsubscribed = self.unsubscribed.ask(pipe, tenant, envelopes)
             replies = iter(await pipe.execute())
-        state = states.take(replies)
+        state = None if asked is None else asked.take(replies)
         listed = None if suppressed is None else suppressed.take(replies)
         return state, listed, unsubscribed.take(replies)
 

@@ -220,6 +220,30 @@ class ReputationBook:
         id and send number (its record's ``send_seq``; 0 unknown) of the mail whose
         ``bounces`` recipients bounced for good, for the last-sends measure."""
         rep = await self.read(tenant, sends=sends, bounces=bounces, complaints=complaints)
+        return await self.judged(rep, sends=sends, bounces=bounces, bounced=bounced)
+
+    async def queue_sends(self, pipe: redis.asyncio.client.Pipeline, tenant: str, sends: int) -> None:
+        """Queue on ``pipe`` what :meth:`record` counts of ``sends``, beside the caller's
+        other writes (one round trip for them all): its one reply, read by
+        :meth:`reputation`, is for :meth:`judged`."""
+        await self._script(keys=self._read_keys(tenant), args=[sends, 0, 0, tenant, *WINDOWS], client=pipe)
+
+    @staticmethod
+    def reputation(tenant: str, reply: Sequence[Any]) -> Reputation:
+        """The reply of a call :meth:`queue_sends` queued."""
+        return _reputation(tenant, reply)
+
+    async def judged(
+        self,
+        rep: Reputation,
+        *,
+        sends: int = 0,
+        bounces: int = 0,
+        bounced: tuple[str, int] | None = None,
+    ) -> Reputation:
+        """What the guard does of ``rep``, the tenant's reputation just counted
+        (:meth:`record`'s second half)."""
+        tenant = rep.tenant
         throttled_now = rep.guard is not None and rep.guard.level == "throttled"
         if (bounced is not None and bounces > 0) or throttled_now:
             # On a bounce, place it among the last sends; while throttled, read where the

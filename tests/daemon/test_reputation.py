@@ -258,3 +258,23 @@ async def _state(client: AsyncMailClient, job_id: str, state: str) -> bool:
 
 async def _delivery(client: AsyncMailClient, job_id: str, delivery: str) -> bool:
     return (await client.status(job_id)).delivery == delivery
+
+
+async def test_a_reputation_count_that_fails_leaves_the_mail_recorded_and_sent_once(
+    redis_url: str, ses_env: SesServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The count rides last in the record's pipeline (fairpost.mailer.daemon.answers): its
+    # error is logged, not raised, and the record does not wait on it.
+    settings = quick_settings(redis_url)
+    async with pipeline(settings, reputation=True) as run, AsyncMailClient(settings) as client:
+        assert run.reputation is not None
+        failing = run.store.redis.register_script("return redis.error_reply('ERR not counted (a test)')")
+        run.reputation.book._script = failing
+        job_id = await client.send("acme", **mail_to("a@example.org"))  # type: ignore[arg-type]
+
+        async def sent() -> bool:
+            return await state_of(client, job_id) == "sent"
+
+        await wait_for(sent, within=10, what="the mail recorded sent")
+    assert any("sends not counted for reputation" in r.getMessage() for r in caplog.records)
+    assert [m.job_id for m in ses_env.sent] == [job_id]

@@ -198,7 +198,8 @@ async def test_transient_errors_dead_letter_after_max_attempts(redis_url: str, s
 
 
 async def test_a_job_already_sent_is_not_sent_again(redis_url: str, ses: SesServer) -> None:
-    settings = quick_settings(redis_url)
+    # A day's window: what the tenant's quota counts at the end is the run's whole.
+    settings = quick_settings(redis_url, tenant_limits="1000/day")
     async with pipeline(settings) as run, AsyncMailClient(settings) as client:
         job_id = await client.send(
             "acme", sender="app@example.com", to=["ada@example.org"], subject="s", text="t"
@@ -216,6 +217,8 @@ async def test_a_job_already_sent_is_not_sent_again(redis_url: str, ses: SesServ
         await wait_for_async(
             lambda: queue_is_empty(run.queue_url), within=10, what="the redelivery to be consumed"
         )
+        # The redelivery's claim found it sent (send_claim.lua): its units went back.
+        assert [n for _, n in await run.quota.usage("acme", settings.limits_for("acme"))] == [1]
     assert [m.job_id for m in ses.sent] == [job_id]
 
 

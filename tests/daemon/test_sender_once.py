@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import redis
 import redis.asyncio.client
 from redis.exceptions import ConnectionError as RedisConnectionError
 
@@ -88,3 +89,30 @@ async def test_a_send_slower_than_its_visibility_was_sent_twice(redis_url: str, 
         receptions = sum(1 for _, body in run.receives.bodies if job_id in body)
     assert [m.job_id for m in ses.sent] == [job_id]
     assert receptions == 1, "its message came back while it was being sent"
+
+
+async def test_a_redis_that_lost_its_scripts_while_a_mail_was_sent_records_it_once(
+    redis_url: str, ses_env: SesServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The record's pipeline skips SCRIPT EXISTS once its scripts ran
+    # (fairpost.mailer.daemon.loaded_scripts); a server that lost them meanwhile (a
+    # restart, a failover) answers NOSCRIPT, and the record is written all the same.
+    ses = ses_env
+    settings = quick_settings(redis_url, sender={"wait_seconds": 1, "visibility_timeout": 5, "receivers": 1})
+    flushed: list[str] = []
+
+    def flush_then_accept(mail: Any) -> bool:
+        if flushed == ["armed"]:
+            with redis.Redis.from_url(redis_url) as client:
+                client.script_flush()
+            flushed[0] = "flushed"
+        return False
+
+    ses.fail_when(flush_then_accept, Faults.MESSAGE_REJECTED)  # never answered: the predicate says no
+    async with pipeline(settings) as run:
+        first = await send_one_until_recorded(run, within=30)
+        flushed.append("armed")
+        second = await send_one_until_recorded(run, within=30)
+    assert flushed == ["flushed"]
+    assert any("NoScriptError" in r.getMessage() for r in caplog.records), "the record never met NOSCRIPT"
+    assert [m.job_id for m in ses.sent] == [first, second]

@@ -77,9 +77,9 @@ BUDGET: dict[str, Budget] = {
     "LPOP": Budget(0.0345),
     "dispatcher/claim.lua": Budget(0.0270, 4.3610),
     "dispatcher/handoff.lua": Budget(0.1045, 2.6870),
-    # The sender, a received batch's tenant group at a time: its state and
-    # suppression read, its quota, its sending markers, its record, its rollups.
-    "HGET": Budget(1.0000),
+    # The sender, a received batch's tenant group at a time: its suppression read,
+    # its quota, its sending markers (send_claim.lua reads each job's state: no HGET
+    # a mail before the quota), its record, its rollups, its reputation count.
     "HMGET": Budget(0.1395),
     "mailer/quota/acquire.lua": Budget(0.1400, 2.1240),
     # A group answered within its grant's bucket keeps its units there, unrestamped
@@ -99,11 +99,12 @@ BUDGET: dict[str, Budget] = {
     # for a run that crosses midnight UTC (a day's first call sizes the day: three
     # commands more). A bucket a line (the old count) would be about 7.87.
     "dispatcher/finish.lua": Budget(0.1395, 7.6200),
-    "mailer/quota/reputation.lua": Budget(0.1400, 1.1360),
+    "mailer/quota/reputation.lua": Budget(0.1395, 1.1360),
     "mailer/sdk/rollups.lua": Budget(0.1395, 1.4050),
-    # redis-py's check that a pipeline's scripts are loaded, once a pipeline, and
-    # each script's load (once, after the NOSCRIPT of its first call).
-    "SCRIPT": Budget(0.1440),
+    # redis-py's check that a pipeline's scripts are loaded, once for the sender's
+    # record (fairpost.mailer.daemon.loaded_scripts), and each script's load (once,
+    # after the NOSCRIPT of its first call).
+    "SCRIPT": Budget(0.0050),
 }
 """What each script and top-level command may cost a mail of the workload, at most."""
 

@@ -68,8 +68,11 @@ class FakeStore:
     claims: list[int] = field(default_factory=list)
     """The codes claim_sending answers, in order (1 when none is left)."""
     clock_ms: int = 1_000_000
+    state_reads: list[list[str]] = field(default_factory=list)
+    """The jobs of each read of their states, in order."""
 
     async def job_states(self, job_ids: Sequence[str]) -> dict[str, str]:
+        self.state_reads.append(list(job_ids))
         return {j: self.states[j] for j in job_ids if j in self.states}
 
     async def now_ms(self) -> int:

@@ -59,16 +59,44 @@ def setup(**settings: Any) -> tuple[SenderContext, FakeStore, FakeQuota, GroupDe
     return ctx, store, quota, groups, sending, gate
 
 
-async def test_finished_jobs_and_a_second_copy_are_deleted_and_the_rest_sent() -> None:
+async def test_a_second_copy_is_deleted_and_finished_jobs_are_left_to_their_claim() -> None:
+    # No state is read on the way to a send: the claim (send_claim.lua) deletes a
+    # finished job's message and gives its units back (send.py, test_sender.py).
     _, store, quota, groups, sending, _ = setup()
     store.states["j-0"] = str(JobState.SENT)
     group = [mail("acme", 0), mail("acme", 1), mail("acme", 1)]
-    quota.grant = Grant(granted=1, retry_after=0.0, blocked_by=None, at_ms=5)
+    quota.grant = Grant(granted=2, retry_after=0.0, blocked_by=None, at_ms=5)
+    await groups.handle("acme", group)
+    assert group[2].settlement == Delete("duplicate")
+    assert sending.granted == group[:2]
+    assert quota.asked == [("acme", [1, 1])]
+    assert store.state_reads == []
+
+
+async def test_a_held_tenants_finished_jobs_are_deleted_not_parked() -> None:
+    ctx, store, quota, groups, _, _ = setup()
+    ctx.limits = _Paused(ctx.settings)
+    store.states["j-0"] = str(JobState.SENT)
+    group = [mail("acme", 0), mail("acme", 1)]
     await groups.handle("acme", group)
     assert group[0].settlement == Delete(str(JobState.SENT))
-    assert group[2].settlement == Delete("duplicate")
-    assert sending.granted == [group[1]]
-    assert quota.asked == [("acme", [1])]  # only what is still to send asks the quota
+    assert isinstance(group[1].settlement, Park)
+    assert [ids for ids, _, _ in store.throttled] == [["j-1"]]
+    assert quota.asked == []
+
+
+async def test_refused_mails_are_parked_only_when_none_is_finished() -> None:
+    # Parking marks a job waiting (or ends it dead when it can never fit): not one
+    # sent already. The refused are weighed again, without it, at the next receive.
+    _, store, quota, groups, sending, _ = setup()
+    store.states["j-1"] = str(JobState.SENT)
+    group = [mail("acme", n) for n in range(3)]
+    quota.grant = Grant(granted=1, retry_after=30.0, blocked_by="tenant", at_ms=store.clock_ms)
+    await groups.handle("acme", group)
+    assert sending.granted == [group[0]]
+    assert store.state_reads == [["j-1", "j-2"]]
+    assert [m.settlement for m in group[1:]] == [Delete(str(JobState.SENT)), HAND_BACK]
+    assert store.throttled == []
 
 
 async def test_a_paused_tenants_head_is_parked_and_its_backlog_handed_back() -> None:
