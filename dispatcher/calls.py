@@ -23,6 +23,7 @@ from fairpost.dispatcher.errors import NotReplayable, RedisNearlyFull, TooLateTo
 from fairpost.dispatcher.jobs import Job, NewJob
 from fairpost.dispatcher.journal import Entry, Journal, entry_args, journal_args, journal_keys
 from fairpost.dispatcher.keys import Keys, pack_history
+from fairpost.dispatcher.lua_shake import used_helpers
 from fairpost.dispatcher.record import ENTRY_SEP
 from fairpost.dispatcher.replies import text
 from fairpost.dispatcher.scripts import lua_source
@@ -84,14 +85,14 @@ def script(name: str) -> str:
     every script that changes the ring shares) first, or at :data:`RING_GOES_HERE`,
     when it needs it."""
     source = lua_source("fairpost.dispatcher", name)
+    journal = lua_source("fairpost.dispatcher", "journal") + "\n" if name in _JOURNAL_SCRIPTS else ""
+    history = lua_source("fairpost.dispatcher", "history") + "\n" if name in _HISTORY_SCRIPTS else ""
     if name in _RING_SCRIPTS:
+        # Only the helpers the rest calls (dispatcher/lua_shake.py).
+        ring = used_helpers(lua_source("fairpost.dispatcher", "ring"), history + journal + source) + "\n"
         head, marker, body = source.partition(RING_GOES_HERE)
-        ring = lua_source("fairpost.dispatcher", "ring") + "\n"
         source = head + ring + body if marker else ring + source
-    if name in _JOURNAL_SCRIPTS:
-        source = lua_source("fairpost.dispatcher", "journal") + "\n" + source
-    if name in _HISTORY_SCRIPTS:
-        source = lua_source("fairpost.dispatcher", "history") + "\n" + source
+    source = history + journal + source
     if name == "enqueue":
         # The shebang makes Redis (7.0+) check for out-of-memory before the script
         # starts, not at each write inside it: a batch is refused whole, never cut.

@@ -1,7 +1,8 @@
 -- Jobs ended (sent, dead, or a final state of the caller's own): record each
 -- and free its in-flight slot. One call for a worker's whole batch
 -- (store.finish_all): the slots are freed and each tenant re-activated once a
--- call, not once a job.
+-- call, not once a job; and so are the keys a job no longer needs deleted, the
+-- leases ended and the history's lines written (a bucket at a time).
 -- KEYS[1..9] ring context (ring.lua), KEYS[10] leases (zset), KEYS[11] dead
 -- letters (zset), KEYS[12] dispatched jobs (zset, dispatcher/reconcile.lua),
 -- KEYS[13] the history's days map (history.lua), then per job: its hash, its content (string, may not exist), its payload
@@ -19,13 +20,14 @@
 local ctx = ring_context(KEYS, ARGV)
 local leases, dead, dispatched = KEYS[10], KEYS[11], KEYS[12]
 local final, keep = ARGV[4], tonumber(ARGV[5])
+local sent, is_dead = final == 'sent', final == 'dead'
 local now = now_ms()
 local now_s = as_text(now)
 -- Formatted once a call: a number passed to redis.call is formatted for each job.
 local keep_s = as_text(keep)
 local markers = tonumber(ARGV[6])
 local history, at_journal = nil, 11
-if final == 'sent' then
+if sent then
   history, at_journal = history_context(KEYS[13], ARGV, 7, now, keep)
 end
 local journal, a = journal_context(KEYS[#KEYS], ARGV, at_journal)
@@ -37,82 +39,89 @@ local copied_at = {}
 for i, name in ipairs(copied_names) do
   copied_at[name] = 2 + i
 end
-local function copied_now(rec, fields)
-  for i = 1, #fields, 2 do
-    local at = copied_at[fields[i]]
-    if at then
-      rec[at] = fields[i + 1]
-    end
-  end
-  return rec
-end
-local function unmark(busy)
-  if #busy > 0 then
-    redis.call('DEL', unpack(busy))
-  end
-end
-local out = {}
--- Per tenant, in the order first seen: the jobs whose slots to free.
-local tenants, slots = {}, {}
-local undispatched = {}
--- What the record is read for: tenant and state, the journal's copies, then the
--- history's fields (from history_at + 1) when there is a history.
+-- Where a field just set goes in the record as read: its journal copy, its
+-- history field (from history_at + 1) when there is a history.
 local read_names = {'tenant', 'state', unpack(copied_names)}
 local history_at = #read_names
+local line_index = history and history.layout.index or {}
 if history then
-  for _, name in ipairs(history.layout.names) do
-    read_names[#read_names + 1] = name
+  for i, name in ipairs(history.layout.names) do
+    read_names[history_at + i] = name
   end
 end
+-- Keys to delete, leases to end, jobs no longer dispatched: one command each a
+-- call (a few thousand at a time: one command's arguments stay well inside
+-- Lua's stack).
+local doomed, n_doomed = {}, 0
+local function drop_doomed()
+  if n_doomed > 0 then
+    redis.call('DEL', unpack(doomed, 1, n_doomed))
+    doomed, n_doomed = {}, 0
+  end
+end
+local unleased, undispatched = {}, {}
+local out, n_out = {}, 0
+-- Per tenant, in the order first seen: the jobs whose slots to free.
+local tenants, slots = {}, {}
 local k = 13
-while a <= #ARGV do
-  local job_id, n = ARGV[a], tonumber(ARGV[a + 1])
+-- Numbers are ARGV's strings made numbers by arithmetic (as enqueue.lua's):
+-- tonumber() converts twice.
+local n_argv = #ARGV
+while a <= n_argv do
+  local job_id, n = ARGV[a], ARGV[a + 1] + 0
   local first, last = a + 2, a + 1 + 2 * n
   local entry = last + 1
   a = journal_skip(ARGV, entry)
   local job_key, content_key, payload_key = KEYS[k + 1], KEYS[k + 2], KEYS[k + 3]
-  local busy = {unpack(KEYS, k + 4, k + 3 + markers)}
+  -- The busy markers go whatever the job's state.
+  for i = k + 4, k + 3 + markers do
+    n_doomed = n_doomed + 1
+    doomed[n_doomed] = KEYS[i]
+  end
   k = k + 3 + markers
   local rec = redis.call('HMGET', job_key, unpack(read_names))
   local tenant, state = rec[1], rec[2]
+  n_out = n_out + 1
   if not tenant then
-    unmark(busy)
-    out[#out + 1] = -1
+    out[n_out] = -1
   else
-    if not slots[tenant] then
-      slots[tenant] = {}
+    local held = slots[tenant]
+    if not held then
+      held = {}
+      slots[tenant] = held
       tenants[#tenants + 1] = tenant
     end
-    slots[tenant][#slots[tenant] + 1] = job_id
+    held[#held + 1] = job_id
     -- Only a claimed job holds a lease (a hand-off ends it, in the same script
     -- that marks the job dispatched) and only a dispatched job sits in the
     -- dispatched index (the reconciler forgets any other it finds there).
     if state == 'dispatched' then
       undispatched[#undispatched + 1] = job_id
     else
-      redis.call('ZREM', leases, job_id)
+      unleased[#unleased + 1] = job_id
     end
     if state == 'sent' then
-      unmark(busy)
-      out[#out + 1] = 0
+      out[n_out] = 0
     else
-      local fields = {'state', final, 'finished_ms', now_s}
-      if final == 'sent' then
-        fields[#fields + 1] = 'sent_ms'
-        fields[#fields + 1] = now_s
+      -- Made with room for sent_ms and a few of the caller's: a table grown
+      -- past its size is copied whole.
+      local fields = {'state', final, 'finished_ms', now_s, nil, nil, nil, nil, nil, nil}
+      local f = 4
+      if sent then
+        fields[5], fields[6], f = 'sent_ms', now_s, 6
       end
       for i = first, last do
-        fields[#fields + 1] = ARGV[i]
+        f = f + 1
+        fields[f] = ARGV[i]
       end
-      redis.call('HSET', job_key, unpack(fields))
-      if final == 'sent' and state == 'dead' then
+      redis.call('HSET', job_key, unpack(fields, 1, f))
+      if sent and state == 'dead' then
         -- Sent after all (a dead letter replayed, or one that was racing its
         -- worker): it is no dead letter any more.
         redis.call('ZREM', dead, job_id)
       end
-      if final == 'dead' then
+      if is_dead then
         redis.call('ZADD', dead, now_s, job_id)
-        unmark(busy)
         if keep > 0 then
           -- Dead letters older than their records' TTL are gone: drop their ids too.
           redis.call('ZREMRANGEBYSCORE', dead, '-inf', now - keep * 1000)
@@ -121,35 +130,49 @@ while a <= #ARGV do
         end
       else
         -- A sent job keeps its metadata only.
-        redis.call('DEL', content_key, payload_key, unpack(busy))
+        doomed[n_doomed + 1], doomed[n_doomed + 2] = content_key, payload_key
+        n_doomed = n_doomed + 2
+      end
+      -- The fields just set, as the line and the journal are to keep them
+      -- (finished_ms, sent_ms, ...): what a read after the change would give.
+      for i = 1, f, 2 do
+        local name = fields[i]
+        local at = copied_at[name]
+        if at then
+          rec[at] = fields[i + 1]
+        end
+        at = line_index[name]
+        if at then
+          rec[history_at + at] = fields[i + 1]
+        end
       end
       if history then
-        -- The fields just set, as the line is to keep them (finished_ms, sent_ms, ...).
-        for i = 1, #fields, 2 do
-          local at = history.layout.index[fields[i]]
-          if at then
-            rec[history_at + at] = fields[i + 1]
-          end
-        end
         history_add(history, job_id, final, tenant, rec, history_at)
         redis.call('EXPIRE', job_key, history.detail)
       elseif keep > 0 then
         redis.call('EXPIRE', job_key, keep_s)
       end
       if journal then
-        journal_append(journal, job_key, job_id, final, ARGV, entry, copied_now(rec, fields), 2)
+        journal_append(journal, job_key, job_id, final, ARGV, entry, rec, 2)
       end
-      out[#out + 1] = 1
+      out[n_out] = 1
     end
   end
+  if n_doomed >= 4000 then
+    drop_doomed()
+  end
+end
+drop_doomed()
+if #unleased > 0 then
+  redis.call('ZREM', leases, unpack(unleased))
 end
 if #undispatched > 0 then
   redis.call('ZREM', dispatched, unpack(undispatched))
 end
 for _, tenant in ipairs(tenants) do
-  release_slots(ctx, tenant, slots[tenant])
-  activate(ctx, tenant, now)
+  local _, held = release_slots(ctx, tenant, slots[tenant])
+  activate(ctx, tenant, now, held)
 end
 journal_trim(journal, now)
-history_count(history)
+history_write(history)
 return out

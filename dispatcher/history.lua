@@ -17,16 +17,18 @@ local HISTORY_LINES_A_BUCKET = 256
 -- The fields a line keeps, in its order after version, state and tenant, as
 -- Keys.history_fields packs them: 'name,default,after;...' (after: '1' for a time
 -- kept as the ms after created_ms). names[i] is the line's (3 + i)th part, index
--- its inverse, default what a line leaves out.
+-- its inverse; default[i] what a line leaves out of it, after[i] whether it is
+-- such a time. Arrays, not maps by name: a table's keys set one by one were
+-- most of what reading the layout cost a call.
 local function history_layout(packed)
-  local layout = {names = {}, index = {}, default = {}, after = {}}
-  for name, default, after in string.gmatch(packed, '([^,;]+),([^,;]*),([^,;]*)') do
-    local i = #layout.names + 1
-    layout.names[i], layout.index[name] = name, i
-    layout.default[name], layout.after[name] = default, after == '1'
+  local names, default, after, index = {}, {}, {}, {}
+  local n = 0
+  for name, d, a in string.gmatch(packed, '([^,;]+),([^,;]*),([^,;]*)') do
+    n = n + 1
+    names[n], default[n], after[n], index[name] = name, d, a == '1', n
   end
-  layout.created = layout.index['created_ms']
-  return layout
+  return {names = names, default = default, after = after, index = index, line = {},
+    created = index['created_ms']}
 end
 
 local function history_bucket(prefix, day, shards, job_id)
@@ -69,14 +71,10 @@ local function history_context(days_key, argv, at, now, keep)
   local ttl = string.format('%d', keep + (day + 1) * 86400 - math.floor(now / 1000))
   local h = {prefix = prefix, detail = argv[at + 1], day = day, shards = shards, ttl = ttl}
   h.days, h.added, h.layout = days_key, 0, history_layout(argv[at + 3])
+  -- The call's lines by bucket (history_add: by the bucket's number), each
+  -- bucket's as field, value pairs, in the order first written (history_write).
+  h.buckets, h.lines, h.n_shards = {}, {}, shards + 0
   return h, at + 4
-end
-
--- The lines a call wrote, counted for the day (what sizes the next day's buckets).
-local function history_count(h)
-  if h and h.added > 0 then
-    redis.call('HINCRBY', h.days, h.day .. ':n', h.added)
-  end
 end
 
 -- Times after created_ms are kept as ms after it: shorter.
@@ -88,34 +86,69 @@ local function history_after(t, base)
 end
 
 -- A field's value as a line keeps it: '' for none or its default, a time after
--- created_ms as the ms after `created` (the record's created_ms).
-local function history_value(layout, name, v, created)
-  if not v or v == layout.default[name] then
+-- created_ms as the ms after `created` (the record's created_ms). `i`: the
+-- field's place in the layout.
+local function history_value(layout, i, v, created)
+  if not v or v == layout.default[i] then
     return ''
-  elseif layout.after[name] then
+  elseif layout.after[i] then
     return history_after(v, created)
   end
   return v
 end
 
 -- The job's line: '1' (the layout), state, tenant, then the layout's fields, from
--- `values` (values[at + i] is layout.names[i], as the record has it).
+-- `values` (values[at + i] is layout.names[i], as the record has it), each as
+-- history_value gives it. Written out here, into one table a call refilled (as
+-- journal_entry is): a line a job, its table grown part by part and a function
+-- call a field, was most of the Lua a finish spent on the history.
 local function history_line(state, tenant, layout, values, at)
-  local line = {'1', state, tenant}
+  local names, default, after = layout.names, layout.default, layout.after
+  local line = layout.line
+  line[1], line[2], line[3] = '1', state, tenant
   local created = layout.created and values[at + layout.created]
-  for i, name in ipairs(layout.names) do
-    line[#line + 1] = history_value(layout, name, values[at + i], created)
+  -- (Arithmetic converts a string once; tonumber() twice.)
+  local base = created and created + 0
+  for i = 1, #names do
+    local v = values[at + i]
+    if not v or v == default[i] then
+      v = ''
+    elseif after[i] then
+      v = base and string.format('%d', v - base) or ''
+    end
+    line[3 + i] = v
   end
-  return table.concat(line, '|')
+  return table.concat(line, '|', 1, 3 + #names)
 end
 
+-- The job's line, written with the call's others (history_write).
 local function history_add(h, job_id, state, tenant, values, at)
-  local bucket = history_bucket(h.prefix, h.day, h.shards, job_id)
-  redis.call('HSET', bucket, job_id, history_line(state, tenant, h.layout, values, at))
+  -- history_bucket's number, its name made once a call (history_write).
+  local bucket = tonumber(string.sub(redis.sha1hex(job_id), 1, 8), 16) % h.n_shards
+  local lines = h.lines[bucket]
+  if not lines then
+    lines = {}
+    h.lines[bucket], h.buckets[#h.buckets + 1] = lines, bucket
+  end
+  local n = #lines
+  lines[n + 1], lines[n + 2] = job_id, history_line(state, tenant, h.layout, values, at)
   h.added = h.added + 1
-  -- A line at a time, not a bucket a call: the same commands for every call of as
-  -- many jobs, whichever buckets their random ids pick (the budget counts them).
-  redis.call('EXPIRE', bucket, h.ttl)
+end
+
+-- The call's lines: one HSET and one EXPIRE a bucket, not a line (a call's
+-- jobs share the day, so its buckets' TTL); then the day's count of lines
+-- (what sizes the next day's buckets). How many buckets a call's lines fall
+-- in follows their random ids: at most one a line.
+local function history_write(h)
+  if not h or h.added == 0 then
+    return
+  end
+  for _, shard in ipairs(h.buckets) do
+    local bucket = h.prefix .. h.day .. ':' .. shard
+    redis.call('HSET', bucket, unpack(h.lines[shard]))
+    redis.call('EXPIRE', bucket, h.ttl)
+  end
+  redis.call('HINCRBY', h.days, h.day .. ':n', h.added)
 end
 
 -- The job's bucket and line, newest day first; nil if no bucket has it.

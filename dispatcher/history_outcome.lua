@@ -32,8 +32,8 @@ if created == '' then
   created = nil
 end
 for i = first, #ARGV, 2 do
-  local name = ARGV[i]
-  parts[3 + layout.index[name]] = history_value(layout, name, ARGV[i + 1], created)
+  local at = layout.index[ARGV[i]]
+  parts[3 + at] = history_value(layout, at, ARGV[i + 1], created)
 end
 redis.call('HSET', bucket, ARGV[2], table.concat(parts, '|'))
 return 1

@@ -31,7 +31,7 @@ end
 
 -- The ARGV index just after the entry given at `at` (its count and pairs).
 local function journal_skip(argv, at)
-  return at + 1 + 2 * tonumber(argv[at])
+  return at + 1 + 2 * argv[at]
 end
 
 -- The record fields the journal copies, to read with the script's own HMGET of

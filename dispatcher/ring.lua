@@ -166,9 +166,10 @@ end
 -- The tenant's slots, expired ones dropped only if they are what holds it at
 -- its cap: below the cap they change nothing, and the reaper drops them when
 -- it visits (the expiring zset has the tenant due at or before the earliest).
--- So a turn below the cap costs one ZCARD.
-local function held_slots(ctx, tenant, cap, now)
-  local held = redis.call('ZCARD', ctx.inflight_prefix .. tenant)
+-- So a turn below the cap costs one ZCARD (none when the caller counted them:
+-- `held`).
+local function held_slots(ctx, tenant, cap, now, held)
+  held = held or redis.call('ZCARD', ctx.inflight_prefix .. tenant)
   if held >= cap then
     held = held - drop_expired(ctx, tenant, now)
   end
@@ -177,17 +178,20 @@ end
 
 -- Slots are given back (finish, cancel, requeue): one ZREM for the tenant's
 -- jobs. The tenant's score in the expiring zset stays (early, at worst)
--- unless it holds no slot any more. Returns how many it held.
+-- unless it holds no slot any more. Returns how many it held, and how many it
+-- holds now when it held any (for activate: nil, not counted, when it held none).
 local function release_slots(ctx, tenant, job_ids)
   local key = ctx.inflight_prefix .. tenant
   local freed = redis.call('ZREM', key, unpack(job_ids))
+  local left = nil
   if freed > 0 then
     count_inflight(ctx, -freed)
-    if redis.call('ZCARD', key) == 0 then
+    left = redis.call('ZCARD', key)
+    if left == 0 then
       redis.call('ZREM', ctx.expiring, tenant)
     end
   end
-  return freed
+  return freed, left
 end
 
 local function release_slot(ctx, tenant, job_id)
@@ -205,7 +209,8 @@ local function wake_dispatchers(ctx, token)
 end
 
 -- Put the tenant in the ring if it may be served now, else note why not.
-local function activate(ctx, tenant, now)
+-- `held`: the slots it holds, when the caller has just counted them.
+local function activate(ctx, tenant, now, held)
   if redis.call('SISMEMBER', ctx.members, tenant) == 1 then
     return
   end
@@ -214,7 +219,7 @@ local function activate(ctx, tenant, now)
     return
   end
   local cap = cap_of(ctx, tenant)
-  local held = held_slots(ctx, tenant, cap, now)
+  held = held_slots(ctx, tenant, cap, now, held)
   if held >= cap or (held >= bulk_cap(cap) and not has_urgent_waiting(ctx, tenant)) then
     -- No need to note when: the tenant holds slots, so it is in the expiring
     -- zset, and a finish re-activates it sooner.

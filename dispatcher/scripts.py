@@ -19,9 +19,10 @@ adding a few small keys while the finish it records frees the job's payload
 the same: its ``#!lua`` shebang makes Redis check memory before it starts."""
 
 
-LIBRARIES = frozenset({"ring", "journal", "deliveries", "windows"})
+LIBRARIES = frozenset({"ring", "journal", "history", "deliveries", "windows"})
 """Helpers prepended to other scripts (dispatcher/calls.py, journal.py, and a job
-kind's own, by the module that loads them): the script they join writes first, once."""
+kind's own, by the module that loads them): the script they join writes first, once
+(history.lua, not named here, had finish.lua write it twice a call)."""
 
 
 @cache
