@@ -158,13 +158,19 @@ async def test_the_async_reader_waits_for_new_events_and_resumes(
 CONSUMER = textwrap.dedent(
     """
     import sys
+    import threading
     from fairpost import MailClient
     from fairpost.config import load_settings
 
     out = open(sys.argv[2], "a", buffering=1)
+    # Stopped (to be killed) with its Nth event read and not acknowledged, when asked.
+    stop_at = int(sys.argv[4]) if len(sys.argv) > 4 else 0
     with MailClient(load_settings(redis_url=sys.argv[1])) as client:
-        for event in client.events(group="billing", consumer="w1", block=sys.argv[3] == "block"):
+        events = client.events(group="billing", consumer="w1", block=sys.argv[3] == "block")
+        for n, event in enumerate(events, 1):
             out.write("got " + event.job_id + "\\n")
+            if n == stop_at:
+                threading.Event().wait()
             event.ack()
             out.write("acked " + event.job_id + "\\n")
     """
@@ -183,17 +189,22 @@ def test_every_event_is_read_at_least_once_across_a_sigkill_and_a_restart(
         return [tuple(line.split(" ", 1)) for line in log.read_text().splitlines() if " " in line]  # type: ignore[misc]
 
     run = [sys.executable, "-c", CONSUMER, settings.redis_url, str(log)]
-    proc = subprocess.Popen([*run, "block"], env=env)
+    # Killed mid-stream whatever the machine's speed: it stops itself at its 100th
+    # event, read and not acknowledged (a kill after a count of lines raced a
+    # consumer quick enough to read all 400 first).
+    proc = subprocess.Popen([*run, "block", "100"], env=env)
     try:
-        wait_for(lambda: len(lines()) >= 100, within=30, what="the consumer to be well under way")
+        wait_for(lambda: len(lines()) >= 199, within=30, what="the consumer at its 100th event")
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)
     before = lines()
     acked_before = {job for what, job in before if what == "acked"}
-    assert len(acked_before) < len(jobs), "the consumer was killed before it could finish"
+    unacked = {job for what, job in before if what == "got"} - acked_before
+    assert len(acked_before) == 99 and len(unacked) == 1, before[-3:]
     subprocess.run([*run, "once"], env=env, check=True, timeout=60)
     after = lines()[len(before) :]
     read_after = [job for what, job in after if what == "got"]
     assert {job for what, job in lines() if what == "got"} == set(jobs)
     assert not acked_before & set(read_after), "an acknowledged event was read again"
+    assert unacked <= set(read_after), "the event read and not acknowledged was not read again"
