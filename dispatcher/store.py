@@ -230,13 +230,21 @@ class JobStore:
         """A pipeline on the store's client, for calls queued with ``pipeline=``."""
         return self.redis.pipeline(transaction=False)
 
-    async def execute_durably(self, pipe: redis.asyncio.client.Pipeline) -> list[Any]:
+    async def execute_durably(self, pipe: redis.asyncio.client.Pipeline, *, lenient: int = -1) -> list[Any]:
         """Execute writes the product relies on (an enqueue, a "sent" record): their
         results, once FAIRPOST_REDIS_MIN_REPLICAS replicas hold them (fairpost.dispatcher.durable);
-        :class:`NotReplicated` if they do not in time."""
+        :class:`NotReplicated` if they do not in time. ``lenient``: the number of a
+        reply whose error is returned, not raised (what the writes do not depend on);
+        -1: none."""
         durable = self.limits.durability
         durable.queue_wait(pipe)
-        return durable.check(await pipe.execute())
+        if lenient < 0:
+            return durable.check(await pipe.execute())
+        replies = await pipe.execute(raise_on_error=False)
+        for i, reply in enumerate(replies):
+            if isinstance(reply, Exception) and i != lenient:
+                raise reply
+        return durable.check(replies)
 
     async def job_states(self, job_ids: Sequence[str]) -> dict[str, str]:
         """Each job's state, in one round trip; a job without a record is left out."""

@@ -17,6 +17,7 @@ an attempt, retried with back-off. Last, what the answers mean together.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import random
 import time
@@ -25,7 +26,6 @@ from typing import Any
 from redis.asyncio.client import Pipeline
 
 from fairpost.dispatcher.backoff import until_landed
-from fairpost.dispatcher.store import JobStore
 from fairpost.mailer.daemon import ses
 from fairpost.mailer.daemon.aws import SesClient
 from fairpost.mailer.daemon.context import SenderContext
@@ -134,7 +134,8 @@ class Answers:
                 counted = len(pipe)
                 if feedback is None or not await feedback.queue_count_sent(pipe, tenant, recipients):
                     counted = -1
-                replies = await ctx.scripts.execute(pipe, lambda p: _execute(ctx.store, p, counted))
+                execute = functools.partial(ctx.store.execute_durably, lenient=counted)
+                replies = await ctx.scripts.execute(pipe, execute)
                 return replies[counted] if counted >= 0 else None
 
         what = f"recording {len(sent)} sent mails"
@@ -295,18 +296,6 @@ class Answers:
         # The park says why in the job's status (waiting_for), as every park does.
         hold = self.ctx.holds.until_lifted(SES_TENANT_DISABLED)
         await self.parking.park(tenant, paused, hold.recheck, hold.reason, at_ms, overrule=True)
-
-
-async def _execute(store: JobStore, pipe: Pipeline, lenient: int) -> list[Any]:
-    """:meth:`JobStore.execute_durably`, but the error of reply number ``lenient`` (-1:
-    none) returned, not raised: what the records do not depend on."""
-    durable = store.limits.durability
-    durable.queue_wait(pipe)
-    replies = await pipe.execute(raise_on_error=False)
-    for i, reply in enumerate(replies):
-        if isinstance(reply, Exception) and i != lenient:
-            raise reply
-    return durable.check(replies)
 
 
 def _sent_event(env: Envelope, message_id: str | None) -> dict[str, str]:
