@@ -91,7 +91,7 @@ if fair_op and global_count > 0 then
 
     -- Forget a few of the tenants that stopped asking (amortized: each once).
     local FORGET, FORGET_TEXT = 8, "8"
-    local gone = redis.call("ZRANGE", fair.untils, "-inf", "(" .. now, "BYSCORE", "LIMIT", "0", FORGET_TEXT)
+    local gone = redis.call("ZRANGE", fair.untils, "-inf", string.format("(%d", now), "BYSCORE", "LIMIT", "0", FORGET_TEXT)
     for _, name in ipairs(gone) do forget(name) end
 
     local own = num(redis.call("ZSCORE", fair.tags, fair.tenant))
@@ -105,7 +105,9 @@ if fair_op and global_count > 0 then
     -- Whether each share key exists (then it has its TTL: each is given one by
     -- the call that creates it), for the TTLs written at the end; nil: unknown.
     -- Tags and untils hold the same tenants: they exist together.
-    fair.had = {}
+    -- Sized for its four keys from the start (nil here, set below): each added
+    -- past its room would rehash it.
+    fair.had = { [fair.tags] = nil, [fair.untils] = nil, [fair.weights] = nil, [fair.refused] = nil }
     -- The soonest another tenant refused for global room is due back, if any
     -- (its due time plus the slack): shares are enforced only until then.
     local function read_refused()
@@ -184,25 +186,26 @@ for _, win in ipairs(windows) do
         elseif #win.stale > 0 then
             hdel(key, win.stale)
         end
-        local args = { "n", win.total }
+        -- Room for the common write (the total and the current bucket) from the start.
+        local args, nargs = { "n", win.total, false, false }, 2
         if win.added > 0 then
-            args[#args + 1], args[#args + 2] = win.current_field, win.held + win.added
+            args[3], args[4], nargs = win.current_field, win.held + win.added, 4
         end
         -- No bucket field is below lo: those below the window are gone, and
         -- the current bucket is in it (below a kept lo only if the clock went back).
         local lo = win.lo_kept or win.lo
         if win.added > 0 and win.current < lo then lo = win.current end
         if lo ~= win.lo_kept then
-            args[#args + 1], args[#args + 2] = "lo", field(lo)
+            args[nargs + 1], args[nargs + 2], nargs = "lo", field(lo), nargs + 2
         end
         local newest = win.hi
         if win.added > 0 and (newest == nil or win.current > newest) then newest = win.current end
         local grows = newest ~= win.hi or win.fresh or win.wipe
         if grows then
             newest = newest + AHEAD
-            args[#args + 1], args[#args + 2] = "hi", field(newest)
+            args[nargs + 1], args[nargs + 2], nargs = "hi", field(newest), nargs + 2
         end
-        redis.call("HSET", key, unpack(args))
+        redis.call("HSET", key, unpack(args, 1, nargs))
         if grows then
             -- Idle keys vanish once their newest bucket has left the window
             -- (AHEAD buckets later): bucket k stops counting at t = (k+1)*w + W - 1.
@@ -273,12 +276,15 @@ if fair then
         end
     else
         if #weights > 0 then redis.call("HSET", fair.weights, unpack(weights)) end
-        for _, key in ipairs({ fair.tags, fair.untils }) do
-            -- Recreated by this call (its last tenant was forgotten): no TTL yet.
-            local had = fair.had[key]
-            if had == false or (had == nil and redis.call("PTTL", key) == -1) then
-                redis.call("PEXPIRE", key, fair.exp - now)
-            end
+        -- Recreated by this call (its last tenant was forgotten): no TTL yet. (Tags
+        -- and untils exist together: had says the same of both.)
+        local had = fair.had[fair.tags]
+        if had == false or (had == nil and redis.call("PTTL", fair.tags) == -1) then
+            redis.call("PEXPIRE", fair.tags, fair.exp - now)
+        end
+        had = fair.had[fair.untils]
+        if had == false or (had == nil and redis.call("PTTL", fair.untils) == -1) then
+            redis.call("PEXPIRE", fair.untils, fair.exp - now)
         end
     end
 end
