@@ -6,8 +6,10 @@
 --            lifted the guard; may not exist), KEYS[#KEYS] the guard hash
 -- ARGV[1] sends (recipients), ARGV[2] bounced recipients, ARGV[3] complaints,
 -- ARGV[4] tenant, ARGV[5..] each window's length in seconds, in KEYS order
--- Returns {now_ms, guard state or false, then per window: s, b, c, and the same
---          counted only since the base (what the guard judges)}
+-- Returns {now_ms, guard state or false, 1 if a base exists (else 0), then per
+--          window: s, b, c, and, only if a base exists, the same counted only since
+--          the base (what the guard judges; without a base, s, b and c)}: each reply
+--          field costs Redis more than a command's own work, and bases are rare
 -- A window costs one read (HMGET) and one write (HSET) a call; more only when
 -- buckets leave it, a bucket starts (its TTL) or a base exists.
 --
@@ -19,7 +21,7 @@ local BUCKETS = 48
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local add_s, add_b, add_c = ARGV[1] + 0, ARGV[2] + 0, ARGV[3] + 0
-local out = {now, redis.call('HGET', KEYS[#KEYS], ARGV[4])}
+local guard = redis.call('HGET', KEYS[#KEYS], ARGV[4])
 local nwin = (#KEYS - 1) / 2
 -- Bases exist only after an operator lifted the guard: one look for them all.
 local any_base
@@ -32,6 +34,14 @@ else
   end
   any_base = redis.call('EXISTS', unpack(bases)) > 0
 end
+-- Sized for the usual reply (two windows, no base) from the start.
+local out
+if nwin == 2 and not any_base then
+  out = {now, guard, 0, 0, 0, 0, 0, 0, 0}
+else
+  out = {now, guard, any_base and 1 or 0}
+end
+local o = 3
 local adding = add_s + add_b + add_c > 0
 
 -- The fields of buckets from..to, in order, each with its three counts.
@@ -114,8 +124,9 @@ for i = 1, nwin do
     -- the same bucket need not push it further.
     redis.call('PEXPIRE', key, math.ceil(width * (BUCKETS + 1)))
   end
-  local ss, sb, sc = s, b, c
-  if any_base and redis.call('EXISTS', KEYS[2 * i]) == 1 then
+  if not any_base then
+    out[o + 1], out[o + 2], out[o + 3], o = s, b, c, o + 3
+  elseif redis.call('EXISTS', KEYS[2 * i]) == 1 then
     -- Only what came after the lift counts for the guard: bucket by bucket, what
     -- the window holds beyond what it held then.
     local since = {0, 0, 0}
@@ -128,9 +139,11 @@ for i = 1, nwin do
         since[k] = since[k] + x - y
       end
     end
-    ss, sb, sc = since[1], since[2], since[3]
+    out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6] = s, b, c, since[1], since[2], since[3]
+    o = o + 6
+  else
+    out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6] = s, b, c, s, b, c
+    o = o + 6
   end
-  local o = #out
-  out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6] = s, b, c, ss, sb, sc
 end
 return out
