@@ -171,45 +171,79 @@ if fair_op and global_count > 0 then
     end
 end
 
-local granted, retry_ms, blocked, never_index, binding, stop_for_share = decide(windows, rest, fair, false)
+-- The usual call: no share is enforced, and every window's hash has its running
+-- total, its oldest bucket still in the window and the current bucket under its
+-- TTL, with room for the whole batch. Then the batch is granted with one read and
+-- one write a window, and none of the bookkeeping below (decide, and the write
+-- that follows it) does anything else: a third of the call's cost, without it.
+-- Anything else (a window without room, buckets that left it, a new one) is
+-- decided below, from its own reads (the reads here wrote nothing).
+local granted, retry_ms, blocked, never_index, binding, stop_for_share = 0, 0, 0, 0, 0, false
+local fast = not (fair and fair.lead) and #ARGV >= rest
+if fast then
+    local asked, tagged = asked_of(rest, fair)
+    for i = 1, window_count do
+        local win = windows[i]
+        local current = win.current
+        local current_field = field(current)
+        local got = redis.call("HMGET", win.key, "n", "lo", "hi", current_field)
+        local n, lo, hi = num(got[1]), num(got[2]), num(got[3])
+        if not (n and lo and hi and lo >= win.lo and current >= lo and current <= hi and n + asked <= win.limit) then
+            fast = false
+            break
+        end
+        win.total, win.held, win.current_field = n, num(got[4]) or 0, current_field
+    end
+    if fast then
+        for i = 1, window_count do
+            local win = windows[i]
+            redis.call("HSET", win.key, "n", win.total + asked, win.current_field, win.held + asked)
+        end
+        granted = #ARGV - rest + 1
+        if fair then fair.tag = tagged end
+    end
+end
+if not fast then
+    granted, retry_ms, blocked, never_index, binding, stop_for_share = decide(windows, rest, fair, false)
 
--- Write what changed: this call's grants in the current bucket, the buckets
--- that left the window gone, and the running total with them.
-for _, win in ipairs(windows) do
-    local key = win.key
-    if win.total == 0 then
-        -- Nothing counts any more (and nothing was granted): the hash goes.
-        if win.wipe or win.moved or (win.list and #win.list > 0) then redis.call("DEL", key) end
-    elseif win.added > 0 or win.fresh or win.moved or win.wipe then
-        if win.wipe then
-            redis.call("DEL", key)
-        elseif #win.stale > 0 then
-            hdel(key, win.stale)
-        end
-        -- Room for the common write (the total and the current bucket) from the start.
-        local args, nargs = { "n", win.total, false, false }, 2
-        if win.added > 0 then
-            args[3], args[4], nargs = win.current_field, win.held + win.added, 4
-        end
-        -- No bucket field is below lo: those below the window are gone, and
-        -- the current bucket is in it (below a kept lo only if the clock went back).
-        local lo = win.lo_kept or win.lo
-        if win.added > 0 and win.current < lo then lo = win.current end
-        if lo ~= win.lo_kept then
-            args[nargs + 1], args[nargs + 2], nargs = "lo", field(lo), nargs + 2
-        end
-        local newest = win.hi
-        if win.added > 0 and (newest == nil or win.current > newest) then newest = win.current end
-        local grows = newest ~= win.hi or win.fresh or win.wipe
-        if grows then
-            newest = newest + AHEAD
-            args[nargs + 1], args[nargs + 2], nargs = "hi", field(newest), nargs + 2
-        end
-        redis.call("HSET", key, unpack(args, 1, nargs))
-        if grows then
-            -- Idle keys vanish once their newest bucket has left the window
-            -- (AHEAD buckets later): bucket k stops counting at t = (k+1)*w + W - 1.
-            redis.call("PEXPIRE", key, (newest + 1) * win.width + win.window_ms - 1 - now)
+    -- Write what changed: this call's grants in the current bucket, the buckets
+    -- that left the window gone, and the running total with them.
+    for _, win in ipairs(windows) do
+        local key = win.key
+        if win.total == 0 then
+            -- Nothing counts any more (and nothing was granted): the hash goes.
+            if win.wipe or win.moved or (win.list and #win.list > 0) then redis.call("DEL", key) end
+        elseif win.added > 0 or win.fresh or win.moved or win.wipe then
+            if win.wipe then
+                redis.call("DEL", key)
+            elseif #win.stale > 0 then
+                hdel(key, win.stale)
+            end
+            -- Room for the common write (the total and the current bucket) from the start.
+            local args, nargs = { "n", win.total, false, false }, 2
+            if win.added > 0 then
+                args[3], args[4], nargs = win.current_field, win.held + win.added, 4
+            end
+            -- No bucket field is below lo: those below the window are gone, and
+            -- the current bucket is in it (below a kept lo only if the clock went back).
+            local lo = win.lo_kept or win.lo
+            if win.added > 0 and win.current < lo then lo = win.current end
+            if lo ~= win.lo_kept then
+                args[nargs + 1], args[nargs + 2], nargs = "lo", field(lo), nargs + 2
+            end
+            local newest = win.hi
+            if win.added > 0 and (newest == nil or win.current > newest) then newest = win.current end
+            local grows = newest ~= win.hi or win.fresh or win.wipe
+            if grows then
+                newest = newest + AHEAD
+                args[nargs + 1], args[nargs + 2], nargs = "hi", field(newest), nargs + 2
+            end
+            redis.call("HSET", key, unpack(args, 1, nargs))
+            if grows then
+                -- Idle keys vanish once their newest bucket has left the window
+                -- (AHEAD buckets later): bucket k stops counting at t = (k+1)*w + W - 1.
+                redis.call("PEXPIRE", key, (newest + 1) * win.width + win.window_ms - 1 - now)
+            end
         end
     end
 end

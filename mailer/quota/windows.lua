@@ -271,6 +271,18 @@ local function move(win, index, cost, to, now_ms)
     end
 end
 
+-- The costs' sum (ARGV[rest..]), and a fair acquire's tag should every mail be
+-- granted: each cost read once (a conversion each), the tag summed as grants sum it.
+local function asked_of(rest, fair)
+    local asked, tagged = 0, fair and fair.tag
+    for c = rest, #ARGV do
+        local cost = num(ARGV[c])
+        asked = asked + cost
+        if tagged then tagged = tagged + cost / fair.weight end
+    end
+    return asked, tagged
+end
+
 -- Which of the mails ARGV[rest..] fit, from the first: acquire and peek decide
 -- alike (the acquire then writes what it granted). fair: an acquire's share state
 -- (acquire.lua), or nil; peek: count without writing. Returns granted, retry_ms,
@@ -324,14 +336,7 @@ local function decide(windows, rest, fair, peek)
         return now
     end
 
-    -- The costs' sum, and a fair acquire's tag should every mail be granted: each
-    -- cost read once (a conversion each), the tag summed as the grants below sum it.
-    local asked, tagged = 0, fair and fair.tag
-    for c = rest, #ARGV do
-        local cost = num(ARGV[c])
-        asked = asked + cost
-        if tagged then tagged = tagged + cost / fair.weight end
-    end
+    local asked, tagged = asked_of(rest, fair)
     for _, win in ipairs(windows) do
         count(win, peek and asked or nil)
         win.added = 0
