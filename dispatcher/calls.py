@@ -22,7 +22,7 @@ from fairpost.dispatcher.durable import Durability
 from fairpost.dispatcher.errors import NotReplayable, RedisNearlyFull, TooLateToCancel, UnknownJob
 from fairpost.dispatcher.jobs import Job, NewJob
 from fairpost.dispatcher.journal import Entry, Journal, entry_args, journal_args, journal_keys
-from fairpost.dispatcher.keys import Keys, pack_history
+from fairpost.dispatcher.keys import ANCHOR, Keys, pack_history
 from fairpost.dispatcher.lua_shake import used_helpers
 from fairpost.dispatcher.record import ENTRY_SEP
 from fairpost.dispatcher.replies import text
@@ -221,7 +221,7 @@ class ScriptCalls:
 
     def handoff(self, job_ids: Sequence[str]) -> Call:
         k, limits = self.keys, self.limits
-        args: Args = [k.job_prefix(), limits.inflight_ttl_ms, limits.stranded_after_ms, *job_ids]
+        args: Args = [k.job_prefix(), limits.inflight_ttl_ms, limits.stranded_after_ms, ANCHOR, *job_ids]
         return [*self._ring_keys(), k.leases(), k.dispatched()], [*self._ring_args(), *args]
 
     def renew(self, job_ids: Sequence[str]) -> Call:

@@ -5,7 +5,7 @@
 -- KEYS[1..9] ring context (ring.lua: the counters and the expiring zset),
 -- KEYS[10] leases (zset), KEYS[11] dispatched jobs (zset: job id -> stranded at ms)
 -- ARGV[1..3] ring context, ARGV[4] job key prefix, ARGV[5] in-flight TTL ms,
--- ARGV[6] stranded after ms, ARGV[7..] job ids
+-- ARGV[6] stranded after ms, ARGV[7] the index's anchor (Keys.ANCHOR), ARGV[8..] job ids
 local ctx = ring_context(KEYS, ARGV)
 local leases, dispatched = KEYS[10], KEYS[11]
 local job_prefix = ARGV[4]
@@ -15,11 +15,14 @@ local now_s = as_text(now)
 local expiry = as_text(now + tonumber(ARGV[5]))
 local stranded_at = as_text(now + tonumber(ARGV[6]))
 -- Every lease ends, whatever the record says: one ZREM for the batch.
-redis.call('ZREM', leases, unpack(ARGV, 7))
-local stranded = {}
+redis.call('ZREM', leases, unpack(ARGV, 8))
+-- The anchor first, with every hand-off: it makes a new index a skiplist at once
+-- (Redis picks the encoding by the first member), and turns one an earlier
+-- version made a listpack; in a skiplist, writing it again is one lookup.
+local stranded = {'+inf', ARGV[7]}
 -- Per tenant, in the order first seen: its jobs' new slot expiries (one ZADD each).
 local tenants, slots = {}, {}
-for i = 7, #ARGV do
+for i = 8, #ARGV do
   local job_id = ARGV[i]
   local job_key = job_prefix .. job_id
   local rec = redis.call('HMGET', job_key, 'tenant', 'state')
@@ -58,7 +61,7 @@ for _, tenant in ipairs(tenants) do
     redis.call('ZADD', ctx.expiring, 'LT', expiry, tenant)
   end
 end
-if #stranded > 0 then
+if #stranded > 2 then
   redis.call('ZADD', dispatched, unpack(stranded))
 end
 return now
