@@ -2,9 +2,12 @@
 -- KEYS[1..9] ring context (ring.lua), KEYS[10] deficits (hash), KEYS[11] weights (hash),
 -- KEYS[12] leases (zset), KEYS[13] this claim's record (Keys.claim: a string, its token in the name)
 -- ARGV[1..3] ring context, ARGV[4] N, ARGV[5] default weight, ARGV[6] lease ms,
--- ARGV[7] job key prefix, ARGV[8] in-flight TTL ms (what a hand-off gives a slot),
+-- ARGV[7] job key prefix, ARGV[8] in-flight TTL ms (what a hand-off gives a slot: a claim
+-- gives it that from its lease's end),
 -- ARGV[9] payload key prefix, ARGV[10] what separates a queue entry's id from its payload
--- Returns a flat list: id, tenant, kind, payload, attempts, created_ms, replays for each job.
+-- Returns a flat list: id, tenant, kind, payload, attempts, created_ms, replays for each job,
+-- then, when it answers any, the claim's time (ms: a hand-off within the lease need not
+-- write the jobs' slots again, handoff.lua).
 --
 -- Idempotent per token: a claim asked again under the token of one that leased
 -- jobs (its answer was lost on the way back) answers those jobs, the ones still
@@ -54,6 +57,9 @@ if written then
       again[#again + 1] = rec[7] or '0'
     end
   end
+  if #again > 0 then
+    again[#again + 1] = earlier[1]
+  end
   return again
 end
 -- Tenants in the ring: only this call moves them while it runs. An empty ring
@@ -100,17 +106,22 @@ local function keep_payload(job_key, payload_key, payload)
   end
   redis.call('HSET', job_key, 'inline', '0')
 end
--- When the reaper must look at the tenant: when the slot would expire after
--- a hand-off now (a hand-off later only makes it later). A lease that runs out
--- before any hand-off needs no visit: the reaper returns the job from the
--- leases, and that frees the slot.
+-- A claimed job's slot expires when a hand-off at the end of its lease would
+-- have it expire: the lease's end plus the in-flight TTL. So a hand-off within
+-- the lease (the claimer's own: nobody else hands off its jobs) need not write
+-- the slot again (handoff.lua: an update of a sorted set held as a listpack is
+-- a scan of it, two for a new score). A lease that runs out first frees the
+-- slot with it: the reaper returns the job and releases its slot; a claimer
+-- that renews its leases past that hands off with the slot written again. The
+-- reaper is due for the tenant when the slot expires.
 local slot_ms = tonumber(ARGV[8])
 -- Jobs a turn pops at most (one LMPOP, one ZADD of their slots).
 local MOST_PER_TURN = 500
 local now = now_ms()
 local now_s = as_text(now)
--- When the reaper is due for a tenant of this call (the same for every one).
-local due_s = as_text(now + slot_ms)
+-- When the slots of this call expire, and the reaper is due for their tenants
+-- (the same for every one).
+local due_s = as_text(now + lease_ms + slot_ms)
 local out = {}
 local claimed = 0
 local slots_taken = 0
@@ -160,8 +171,8 @@ end
 -- taken).
 --
 -- The per-job work is what a claim costs under load, so it builds no table
--- of its own: its lease pairs go straight into all_leases (the turn's slots
--- are a slice of it), its payload into payloads.
+-- of its own: its lease pairs go straight into all_leases, its payload into
+-- payloads, its slot into the turn's (one ZADD).
 local function take(tenant, room, bulk_room)
   -- Its queues, as queue_keys names them (ring.lua's lanes), with no table built:
   -- the urgent lanes first; the bulk lanes only when those are empty, and only
@@ -182,7 +193,7 @@ local function take(tenant, room, bulk_room)
     end
   end
   local ids = popped[2]
-  local first = n_leases + 1
+  local turn_slots, n_slots = {}, 0
   for i = 1, #ids do
     local job_id, payload = split_entry(ids[i])
     local job_key = job_prefix .. job_id
@@ -200,6 +211,9 @@ local function take(tenant, room, bulk_room)
       all_leases[n_leases + 1] = deadline(claimed)
       all_leases[n_leases + 2] = job_id
       n_leases = n_leases + 2
+      turn_slots[n_slots + 1] = due_s
+      turn_slots[n_slots + 2] = job_id
+      n_slots = n_slots + 2
       out[n_out + 1] = job_id
       out[n_out + 2] = tenant
       out[n_out + 3] = rec[2] or ''
@@ -213,13 +227,12 @@ local function take(tenant, room, bulk_room)
       keep_payload(job_key, payload_prefix .. job_id, payload)
     end
   end
-  local n = (n_leases - first + 1) / 2
+  local n = n_slots / 2
   if n == 0 then
     return 0, #ids, 0
   end
-  -- The lease and the slot share the deadline: a claim's slot lasts its lease.
   -- The leases and the reaper's schedule are written once, after the last turn.
-  local added = redis.call('ZADD', ctx.inflight_prefix .. tenant, unpack(all_leases, first, n_leases))
+  local added = redis.call('ZADD', ctx.inflight_prefix .. tenant, unpack(turn_slots, 1, n_slots))
   due_tenants[#due_tenants + 1] = due_s
   due_tenants[#due_tenants + 1] = tenant
   if n_leases >= 2 * MOST_PER_TURN then
@@ -424,5 +437,6 @@ if claimed > 0 then
     leased[#leased + 1] = out[i]
   end
   redis.call('SET', record, table.concat(leased, ARGV[10]), 'PX', ARGV[6])
+  out[n_out + 1] = now_s
 end
 return out

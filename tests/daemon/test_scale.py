@@ -216,12 +216,12 @@ async def test_a_hand_off_recorded_after_its_lease_was_reaped_keeps_the_counters
 async def test_a_hand_off_after_a_claim_dropped_its_expired_slot_counts_the_slot_again(
     aredis: redis.asyncio.Redis,
 ) -> None:
-    # The lease (and with it the claimed slot) ran out; before the reaper came,
-    # a claim of the same tenant dropped the expired slot (one in flight less:
-    # its cap came down to one, so the slot held it there); the hand-off then
-    # gives the job a slot again. Before: not counted.
+    # The claimed slot ran out (a lease and an in-flight TTL after it: both short
+    # here); before the reaper came, a claim of the same tenant dropped the expired
+    # slot (one in flight less: its cap came down to one, so the slot held it
+    # there); the hand-off then gives the job a slot again. Before: not counted.
     keys = MailKeys("dropped")
-    store = make_store(aredis, keys, default_cap=2, lease_ms=100)
+    store = make_store(aredis, keys, default_cap=2, lease_ms=100, inflight_ttl_ms=100)
     await store.enqueue(jobs("acme", 2))
     [first] = await store.claim(1)
 
@@ -304,12 +304,18 @@ async def test_a_hand_off_batch_writes_its_indexes_once(aredis: redis.asyncio.Re
     keys = MailKeys("handoff-batch")
     store = make_store(aredis, keys, default_cap=10, default_weight=10)
     await store.enqueue(jobs("acme", 10))
-    ids = [job.id for job in await store.claim(10)]
+    claimed = await store.claim(10)
+    ids = [job.id for job in claimed]
     before = await commands_run(aredis)
-    await store.handed_off(ids)
+    now_ms = await store.handed_off(ids, claimed_ms=min(job.claimed_ms for job in claimed))
     ran = await commands_run(aredis) - before
     commands = script_commands(ran)
     assert commands <= 3 * len(ids), ran
+    # Handed off within their claim's lease, the slots keep what the claim gave them
+    # (the lease's end plus the in-flight TTL): only the dispatched index is written.
+    assert ran["cmdstat_zadd"] == 1, ran
+    slots: list[Any] = await aredis.zrange(keys.inflight("acme"), 0, -1, withscores=True)
+    assert len(slots) == 10 and all(score >= now_ms + store.limits.inflight_ttl_ms for _, score in slots)
     assert await aredis.zcount(keys.dispatched(), "-inf", "(inf") == 10  # the anchor left out
     assert await aredis.zcard(keys.leases()) == 0
     assert {await aredis.hget(keys.job(i), "state") for i in ids} == {"dispatched"}
