@@ -177,7 +177,7 @@ end
 -- one write a window, and none of the bookkeeping below (decide, and the write
 -- that follows it) does anything else: a third of the call's cost, without it.
 -- Anything else (a window without room, buckets that left it, a new one) is
--- decided below, from its own reads (the reads here wrote nothing).
+-- decided below, from the reads made here (which wrote nothing) and the rest.
 local granted, retry_ms, blocked, never_index, binding, stop_for_share = 0, 0, 0, 0, 0, false
 local fast = not (fair and fair.lead) and #ARGV >= rest
 if fast then
@@ -187,12 +187,14 @@ if fast then
         local current = win.current
         local current_field = field(current)
         local got = redis.call("HMGET", win.key, "n", "lo", "hi", current_field)
+        -- Kept for decide, should this window not allow it here: not read twice.
+        win.got, win.current_field = got, current_field
         local n, lo, hi = num(got[1]), num(got[2]), num(got[3])
         if not (n and lo and hi and lo >= win.lo and current >= lo and current <= hi and n + asked <= win.limit) then
             fast = false
             break
         end
-        win.total, win.held, win.current_field = n, num(got[4]) or 0, current_field
+        win.total, win.held = n, num(got[4]) or 0
     end
     if fast then
         for i = 1, window_count do

@@ -128,6 +128,8 @@ local function read_windows(window_count)
             current = math.floor(now / width),
             rate = window_ms < RATE_MS,
             held = 0, total = 0, added = 0, stale = NO_STALE, current_field = false,
+            -- The reply of the read below, when the caller made it already.
+            got = false,
         }
     end
     return windows, 5 + 2 * window_count
@@ -170,8 +172,8 @@ end
 local GUESS = 8
 local AHEAD = math.floor(buckets / 10)
 local function count(win, room_for)
-    win.current_field = field(win.current)
-    local got = redis.call("HMGET", win.key, "n", "lo", "hi", win.current_field)
+    win.current_field = win.current_field or field(win.current)
+    local got = win.got or redis.call("HMGET", win.key, "n", "lo", "hi", win.current_field)
     local n, lo, hi = num(got[1]), num(got[2]), num(got[3])
     win.held, win.stale = num(got[4]) or 0, NO_STALE
     if room_for and n and lo and hi and n + room_for <= win.limit then
