@@ -177,7 +177,7 @@ while a <= n_argv do
         redis.call('EXPIRE', job_key, keep_s)
       end
       if journal then
-        journal_append(journal, job_key, job_id, final, ARGV, entry, rec, 1)
+        journal_append(journal, job_key, job_id, final, ARGV, entry, rec, 1, a <= n_argv)
       end
       out[n_out] = 1
     end
