@@ -32,16 +32,16 @@ if sent then
 end
 local journal, a = journal_context(KEYS[#KEYS], ARGV, at_journal)
 -- The record's fields a job's journal entry copies and its line in the history
--- keeps, with its state and tenant, read with one HMGET into `rec`, each field
--- once: [1] state, [1 + i] the journal's i-th copied field, then the tenant
--- unless the journal copies it, then from history_at + 1 the history's fields.
--- Then made what they are after the job's change before its entry and line
--- copy them (as a read after the change would): what its HSET wrote, in place.
+-- keeps, with its tenant and state, read with one HMGET into `rec`, each field
+-- once: from 1 the journal's copied fields, then the tenant unless the journal
+-- copies it, then from history_at + 1 the history's fields, and the state. Then
+-- made what they are after the job's change before its entry and line copy
+-- them (as a read after the change would): what its HSET wrote, in place.
 local copied_names = journal_copied_names(journal)
-local read_names = {'state', unpack(copied_names)}
+local read_names = {unpack(copied_names)}
 local place = {}
-for i = #read_names, 1, -1 do
-  place[read_names[i]] = i
+for i, name in ipairs(read_names) do
+  place[name] = place[name] or i
 end
 if not place['tenant'] then
   read_names[#read_names + 1] = 'tenant'
@@ -52,13 +52,11 @@ if history then
     read_names[history_at + i] = name
   end
 end
-local n_read = #read_names
 -- A field's first place in rec; `also`: each other place of a field read twice
 -- (the history's line and the journal's entry both keep it, say), then its first.
 local also = {}
 place = {}
-for i = 1, n_read do
-  local name = read_names[i]
+for i, name in ipairs(read_names) do
   local first = place[name]
   if first then
     also[#also + 1], also[#also + 2] = i, first
@@ -66,9 +64,19 @@ for i = 1, n_read do
     place[name] = i
   end
 end
-local at_tenant = place['tenant']
 local n_also = #also
 local at_finished, at_sent = place['finished_ms'], sent and place['sent_ms']
+-- The finished_ms a line keeps is the call's time, whatever the record held:
+-- the state, read for this script alone, takes its place in the read (a field
+-- fewer: a field's lookup scans the record, and the 17th of a reply grows its
+-- table once more), and the time its place once the state is used.
+local at_state = at_finished
+if not at_finished or place['state'] or n_also > 0 then
+  at_state = #read_names + 1
+end
+read_names[at_state] = 'state'
+place['state'] = place['state'] or at_state
+local at_tenant = place['tenant']
 -- One table for every job's HSET, refilled from `fixed` + 1 with the caller's pairs.
 local fields, fixed = {'state', final, 'finished_ms', now_s}, 4
 if sent then
@@ -105,7 +113,7 @@ while a <= n_argv do
   end
   k = k + 3 + markers
   local rec = redis.call('HMGET', job_key, unpack(read_names))
-  local state, tenant = rec[1], rec[at_tenant]
+  local state, tenant = rec[at_state], rec[at_tenant]
   n_out = n_out + 1
   if not tenant then
     out[n_out] = -1
@@ -154,7 +162,7 @@ while a <= n_argv do
       end
       -- The fields just set, as the line and the journal are to keep them
       -- (finished_ms, sent_ms, ...): what a read after the change would give.
-      rec[1] = final
+      rec[at_state] = final
       if at_finished then
         rec[at_finished] = now_s
       end
@@ -177,7 +185,7 @@ while a <= n_argv do
         redis.call('EXPIRE', job_key, keep_s)
       end
       if journal then
-        journal_append(journal, job_key, job_id, final, ARGV, entry, rec, 1, a <= n_argv)
+        journal_append(journal, job_key, job_id, final, ARGV, entry, rec, 0, a <= n_argv)
       end
       out[n_out] = 1
     end
