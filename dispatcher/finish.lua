@@ -85,15 +85,18 @@ end
 -- Keys to delete, leases to end, jobs no longer dispatched: one command each a
 -- call (a few thousand at a time: one command's arguments stay well inside
 -- Lua's stack).
-local doomed, n_doomed = {}, 0
+-- Their tables are made with room for the call's jobs (the KEYS after the
+-- first 13 are 3 + B a job, then the journal's).
+local n_jobs = math.min(math.floor((#KEYS - 13) / (3 + markers)), 1000)
+local doomed, n_doomed = sized_table(n_jobs * (2 + markers)), 0
 local function drop_doomed()
   if n_doomed > 0 then
     redis.call('DEL', unpack(doomed, 1, n_doomed))
     doomed, n_doomed = {}, 0
   end
 end
-local unleased, undispatched = {}, {}
-local out, n_out = {}, 0
+local unleased, undispatched = sized_table(n_jobs), sized_table(n_jobs)
+local out, n_out = sized_table(n_jobs), 0
 -- Per tenant, in the order first seen: the jobs whose slots to free.
 local tenants, slots = {}, {}
 local k = 13

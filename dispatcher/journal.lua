@@ -16,10 +16,7 @@
 
 local function journal_context(key, argv, at)
   local max_length, max_age, count = tonumber(argv[at]), tonumber(argv[at + 1]), tonumber(argv[at + 2])
-  local copy = {}
-  for i = 1, count do
-    copy[i] = argv[at + 2 + i]
-  end
+  local copy = {unpack(argv, at + 3, at + 2 + count)}
   local journal = nil
   if max_length > 0 then
     -- max_length as text, formatted once: each append passes it to redis.call,
@@ -42,7 +39,10 @@ end
 
 -- One table for every entry of a call, refilled: a table built afresh for each
 -- entry, and grown field by field, was most of the Lua a finish spent on it.
-local journal_entry = {}
+-- Made with room for an entry of 16 parts: a table grown a part at a time is
+-- made anew at each power of two.
+local journal_entry = {false, false, false, false, false, false, false, false,
+  false, false, false, false, false, false, false, false}
 
 -- Appends the job's entry. `values`, when given, holds the copied fields as the
 -- record has them now, in journal.copy's order from values[offset + 1] (read by
