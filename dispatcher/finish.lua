@@ -67,15 +67,19 @@ end
 local n_also = #also
 local at_finished, at_sent = place['finished_ms'], sent and place['sent_ms']
 -- The finished_ms a line keeps is the call's time, whatever the record held:
--- the state, read for this script alone, takes its place in the read (a field
--- fewer: a field's lookup scans the record, and the 17th of a reply grows its
--- table once more), and the time its place once the state is used.
-local at_state = at_finished
-if not at_finished or place['state'] or n_also > 0 then
-  at_state = #read_names + 1
+-- the state, when read for this script alone, takes its place in the read (a
+-- field fewer: a field's lookup scans the record, and the 17th of a reply grows
+-- its table once more), and the time its place once the state is used.
+local at_state = place['state']
+if not at_state then
+  if at_finished and n_also == 0 then
+    at_state = at_finished
+  else
+    at_state = #read_names + 1
+    place['state'] = at_state
+  end
+  read_names[at_state] = 'state'
 end
-read_names[at_state] = 'state'
-place['state'] = place['state'] or at_state
 local at_tenant = place['tenant']
 -- One table for every job's HSET, refilled from `fixed` + 1 with the caller's pairs.
 local fields, fixed = {'state', final, 'finished_ms', now_s}, 4
@@ -96,6 +100,7 @@ local function drop_doomed()
   end
 end
 local unleased, undispatched = sized_table(n_jobs), sized_table(n_jobs)
+local n_unleased, n_undispatched = 0, 0
 local out, n_out = sized_table(n_jobs), 0
 -- Per tenant, in the order first seen: the jobs whose slots to free.
 local tenants, slots = {}, {}
@@ -107,7 +112,7 @@ while a <= n_argv do
   local job_id, n = ARGV[a], ARGV[a + 1] + 0
   local first, last = a + 2, a + 1 + 2 * n
   local entry = last + 1
-  a = journal_skip(ARGV, entry)
+  a = entry + 1 + 2 * ARGV[entry]  -- journal_skip
   local job_key, content_key, payload_key = KEYS[k + 1], KEYS[k + 2], KEYS[k + 3]
   -- The busy markers go whatever the job's state.
   for i = k + 4, k + 3 + markers do
@@ -132,9 +137,11 @@ while a <= n_argv do
     -- that marks the job dispatched) and only a dispatched job sits in the
     -- dispatched index (the reconciler forgets any other it finds there).
     if state == 'dispatched' then
-      undispatched[#undispatched + 1] = job_id
+      n_undispatched = n_undispatched + 1
+      undispatched[n_undispatched] = job_id
     else
-      unleased[#unleased + 1] = job_id
+      n_unleased = n_unleased + 1
+      unleased[n_unleased] = job_id
     end
     if state == 'sent' then
       out[n_out] = 0
@@ -198,11 +205,11 @@ while a <= n_argv do
   end
 end
 drop_doomed()
-if #unleased > 0 then
-  redis.call('ZREM', leases, unpack(unleased))
+if n_unleased > 0 then
+  redis.call('ZREM', leases, unpack(unleased, 1, n_unleased))
 end
-if #undispatched > 0 then
-  redis.call('ZREM', dispatched, unpack(undispatched))
+if n_undispatched > 0 then
+  redis.call('ZREM', dispatched, unpack(undispatched, 1, n_undispatched))
 end
 for _, tenant in ipairs(tenants) do
   local _, held = release_slots(ctx, tenant, slots[tenant])

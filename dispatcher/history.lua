@@ -15,10 +15,11 @@
 local HISTORY_LINES_A_BUCKET = 256
 
 -- A table with room for n values, made at once: one grown a value at a time is
--- made anew at each power of two. (At most a few thousand: unpack's stack.)
+-- made anew at each power of two. (Room for a few thousand at most: unpack's
+-- stack; past them it grows.)
 local NO_VALUES = {}
 local function sized_table(n)
-  return {unpack(NO_VALUES, 1, n)}
+  return {unpack(NO_VALUES, 1, math.min(n, 4000))}
 end
 
 -- The fields a line keeps, in its order after version, state and tenant, as
