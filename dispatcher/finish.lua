@@ -209,7 +209,7 @@ if n_unleased > 0 then
   redis.call('ZREM', leases, unpack(unleased, 1, n_unleased))
 end
 if n_undispatched > 0 then
-  redis.call('ZREM', dispatched, unpack(undispatched, 1, n_undispatched))
+  undispatch(dispatched, undispatched, n_undispatched)
 end
 for _, tenant in ipairs(tenants) do
   local _, held = release_slots(ctx, tenant, slots[tenant])
