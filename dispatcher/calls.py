@@ -273,9 +273,13 @@ class ScriptCalls:
         shorter than the ``keep_seconds`` the history keeps its line."""
         detail = self.limits.detail_seconds
         if not 0 < detail < keep_seconds:
-            return ["", 0, 0, ""]
-        layout = pack_history(self.keys.history_fields())
-        return [self.keys.history_prefix(), detail, self.limits.history_shards, layout]
+            return ["", 0, 0, 0]
+        fields = self.keys.history_fields()
+        pack_history(fields)  # checked as the history's readers take them
+        args: Args = [self.keys.history_prefix(), detail, self.limits.history_shards, len(fields)]
+        args += [f.name for f in fields]
+        args += [f.default for f in fields]
+        return args + ["1" if f.after_created else "" for f in fields]
 
     def defer(
         self, job_ids: Sequence[str], wait_ms: int, reason: str, entries: Mapping[str, Entry] | None = None

@@ -48,7 +48,7 @@ while a <= #ARGV do
   elseif state == 'claimed' then
     took = redis.call('ZREM', leases, job_id) == 1
   elseif state == 'dispatched' then
-    redis.call('ZREM', dispatched, job_id)
+    undispatch(dispatched, {job_id}, 1)
     took = true
   end
   if took then

@@ -255,4 +255,15 @@ local function return_to_queue(ctx, job_key, job_id, now)
   activate(ctx, tenant, now)
 end
 
+-- Jobs leave the dispatched index (dispatcher/stranded.py): `n` ids of `ids`.
+-- The anchor that keeps it a skiplist (handoff.lua: scored +inf, which no job
+-- is: their scores are times) goes with the last of them, so that a store with
+-- nothing downstream keeps no index, as it did before the anchor.
+local function undispatch(index, ids, n)
+  redis.call('ZREM', index, unpack(ids, 1, n))
+  if redis.call('ZCARD', index) == 1 then
+    redis.call('ZREMRANGEBYSCORE', index, '+inf', '+inf')
+  end
+end
+
 -- Script body follows.
