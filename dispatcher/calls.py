@@ -22,7 +22,7 @@ from fairpost.dispatcher.durable import Durability
 from fairpost.dispatcher.errors import NotReplayable, RedisNearlyFull, TooLateToCancel, UnknownJob
 from fairpost.dispatcher.jobs import Job, NewJob
 from fairpost.dispatcher.journal import Entry, Journal, entry_args, journal_args, journal_keys
-from fairpost.dispatcher.keys import Keys, pack_history
+from fairpost.dispatcher.keys import ANCHOR, Keys, pack_history
 from fairpost.dispatcher.lua_shake import used_helpers
 from fairpost.dispatcher.record import ENTRY_SEP
 from fairpost.dispatcher.replies import text
@@ -219,10 +219,12 @@ class ScriptCalls:
         args += [k.payload_prefix(), ENTRY_SEP]
         return keys, [*self._ring_args(), *args]
 
-    def handoff(self, job_ids: Sequence[str]) -> Call:
+    def handoff(self, job_ids: Sequence[str], claimed_ms: int = 0) -> Call:
+        """``claimed_ms``: when the jobs' claims were made, the earliest (0: not known)."""
         k, limits = self.keys, self.limits
-        args: Args = [k.job_prefix(), limits.inflight_ttl_ms, limits.stranded_after_ms, *job_ids]
-        return [*self._ring_keys(), k.leases(), k.dispatched()], [*self._ring_args(), *args]
+        leased_until = claimed_ms + limits.lease_ms if claimed_ms > 0 else 0
+        args: Args = [k.job_prefix(), limits.inflight_ttl_ms, limits.stranded_after_ms, ANCHOR, leased_until]
+        return [*self._ring_keys(), k.leases(), k.dispatched()], [*self._ring_args(), *args, *job_ids]
 
     def renew(self, job_ids: Sequence[str]) -> Call:
         k = self.keys
@@ -271,9 +273,13 @@ class ScriptCalls:
         shorter than the ``keep_seconds`` the history keeps its line."""
         detail = self.limits.detail_seconds
         if not 0 < detail < keep_seconds:
-            return ["", 0, 0, ""]
-        layout = pack_history(self.keys.history_fields())
-        return [self.keys.history_prefix(), detail, self.limits.history_shards, layout]
+            return ["", 0, 0, 0]
+        fields = self.keys.history_fields()
+        pack_history(fields)  # checked as the history's readers take them
+        args: Args = [self.keys.history_prefix(), detail, self.limits.history_shards, len(fields)]
+        args += [f.name for f in fields]
+        args += [f.default for f in fields]
+        return args + ["1" if f.after_created else "" for f in fields]
 
     def defer(
         self, job_ids: Sequence[str], wait_ms: int, reason: str, entries: Mapping[str, Entry] | None = None
@@ -376,7 +382,8 @@ def submitted(result: Any) -> tuple[bool, str]:
 
 
 def claimed(flat: Sequence[Any]) -> list[Job]:
-    """claim.lua's answer: seven values per claimed job."""
+    """claim.lua's answer: seven values per claimed job, then the claim's time."""
+    at = int(flat[-1]) if len(flat) % 7 else 0
     return [
         Job(
             id=text(flat[i]),
@@ -386,8 +393,9 @@ def claimed(flat: Sequence[Any]) -> list[Job]:
             attempts=int(flat[i + 4]),
             created_ms=int(flat[i + 5]),
             replays=int(flat[i + 6]),
+            claimed_ms=at,
         )
-        for i in range(0, len(flat), 7)
+        for i in range(0, len(flat) - 6, 7)
     ]
 
 

@@ -2,9 +2,12 @@
 -- KEYS[1..9] ring context (ring.lua), KEYS[10] deficits (hash), KEYS[11] weights (hash),
 -- KEYS[12] leases (zset), KEYS[13] this claim's record (Keys.claim: a string, its token in the name)
 -- ARGV[1..3] ring context, ARGV[4] N, ARGV[5] default weight, ARGV[6] lease ms,
--- ARGV[7] job key prefix, ARGV[8] in-flight TTL ms (what a hand-off gives a slot),
+-- ARGV[7] job key prefix, ARGV[8] in-flight TTL ms (what a hand-off gives a slot: a claim
+-- gives it that from its lease's end),
 -- ARGV[9] payload key prefix, ARGV[10] what separates a queue entry's id from its payload
--- Returns a flat list: id, tenant, kind, payload, attempts, created_ms, replays for each job.
+-- Returns a flat list: id, tenant, kind, payload, attempts, created_ms, replays for each job,
+-- then, when it answers any, the claim's time (ms: a hand-off within the lease need not
+-- write the jobs' slots again, handoff.lua).
 --
 -- Idempotent per token: a claim asked again under the token of one that leased
 -- jobs (its answer was lost on the way back) answers those jobs, the ones still
@@ -15,9 +18,10 @@
 -- deficit are read once, its jobs popped in one LMPOP (the first non-empty
 -- priority first), their leases and slots written in one ZADD each, and its
 -- count of waiting jobs moved once. A turn of one job (the default weight)
--- costs seven commands: four for the turn (ZCARD, LMPOP, ZADD, HINCRBY),
--- three for the job (its record read and marked claimed, its payload); a turn
--- of bulk jobs one more, the LMPOP of the urgent lanes that found them empty.
+-- costs six commands: four for the turn (ZCARD, LMPOP, ZADD, HINCRBY),
+-- two for the job (its record read and marked claimed; the payloads its
+-- queue entries carried are written in one MSET a call); a turn of bulk jobs
+-- one more, the LMPOP of the urgent lanes that found them empty.
 -- The ring itself is read once and written once a call (while it holds no
 -- more tenants than the call wants jobs, and fewer than 64; a longer one
 -- costs an LMOVE a turn), and the tenants that leave it are taken out of its
@@ -52,6 +56,9 @@ if written then
       again[#again + 1] = rec[6] or '0'
       again[#again + 1] = rec[7] or '0'
     end
+  end
+  if #again > 0 then
+    again[#again + 1] = earlier[1]
   end
   return again
 end
@@ -99,17 +106,22 @@ local function keep_payload(job_key, payload_key, payload)
   end
   redis.call('HSET', job_key, 'inline', '0')
 end
--- When the reaper must look at the tenant: when the slot would expire after
--- a hand-off now (a hand-off later only makes it later). A lease that runs out
--- before any hand-off needs no visit: the reaper returns the job from the
--- leases, and that frees the slot.
+-- A claimed job's slot expires when a hand-off at the end of its lease would
+-- have it expire: the lease's end plus the in-flight TTL. So a hand-off within
+-- the lease (the claimer's own: nobody else hands off its jobs) need not write
+-- the slot again (handoff.lua: an update of a sorted set held as a listpack is
+-- a scan of it, two for a new score). A lease that runs out first frees the
+-- slot with it: the reaper returns the job and releases its slot; a claimer
+-- that renews its leases past that hands off with the slot written again. The
+-- reaper is due for the tenant when the slot expires.
 local slot_ms = tonumber(ARGV[8])
 -- Jobs a turn pops at most (one LMPOP, one ZADD of their slots).
 local MOST_PER_TURN = 500
 local now = now_ms()
 local now_s = as_text(now)
--- When the reaper is due for a tenant of this call (the same for every one).
-local due_s = as_text(now + slot_ms)
+-- When the slots of this call expire, and the reaper is due for their tenants
+-- (the same for every one).
+local due_s = as_text(now + lease_ms + slot_ms)
 local out = {}
 local claimed = 0
 local slots_taken = 0
@@ -118,11 +130,18 @@ local total_delta = 0
 -- Score, member pairs for the leases zset and the expiring zset, written a
 -- few hundred at a time (one ZADD's arguments stay well inside Lua's stack).
 local all_leases, due_tenants, n_leases = {}, {}, 0
+-- Key, value pairs of the payloads the claimed entries carried, for one MSET:
+-- a command a job less (a call from Lua costs some 4,000 instructions of its own).
+local payloads, n_payloads = {}, 0
 local function write_leases()
   if n_leases > 0 then
     redis.call('ZADD', leases, unpack(all_leases, 1, n_leases))
     redis.call('ZADD', ctx.expiring, 'LT', unpack(due_tenants))
     all_leases, due_tenants, n_leases = {}, {}, 0
+  end
+  if n_payloads > 0 then
+    redis.call('MSET', unpack(payloads, 1, n_payloads))
+    payloads, n_payloads = {}, 0
   end
 end
 -- The claimed jobs' answer, seven values a job, and how many values so far.
@@ -152,8 +171,8 @@ end
 -- taken).
 --
 -- The per-job work is what a claim costs under load, so it builds no table
--- of its own: its lease pairs go straight into all_leases (the turn's slots
--- are a slice of it).
+-- of its own: its lease pairs go straight into all_leases, its payload into
+-- payloads, its slot into the turn's (one ZADD).
 local function take(tenant, room, bulk_room)
   -- Its queues, as queue_keys names them (ring.lua's lanes), with no table built:
   -- the urgent lanes first; the bulk lanes only when those are empty, and only
@@ -174,7 +193,7 @@ local function take(tenant, room, bulk_room)
     end
   end
   local ids = popped[2]
-  local first = n_leases + 1
+  local turn_slots, n_slots = {}, 0
   for i = 1, #ids do
     local job_id, payload = split_entry(ids[i])
     local job_key = job_prefix .. job_id
@@ -182,7 +201,9 @@ local function take(tenant, room, bulk_room)
     if rec[1] == 'queued' and (not payload or rec[6] == '1') then
       if payload then
         redis.call('HSET', job_key, 'state', 'claimed', 'claimed_ms', now_s, 'inline', '0')
-        redis.call('SET', payload_prefix .. job_id, payload)
+        payloads[n_payloads + 1] = payload_prefix .. job_id
+        payloads[n_payloads + 2] = payload
+        n_payloads = n_payloads + 2
       else
         payload = redis.call('GET', payload_prefix .. job_id) or ''
         redis.call('HSET', job_key, 'state', 'claimed', 'claimed_ms', now_s)
@@ -190,6 +211,9 @@ local function take(tenant, room, bulk_room)
       all_leases[n_leases + 1] = deadline(claimed)
       all_leases[n_leases + 2] = job_id
       n_leases = n_leases + 2
+      turn_slots[n_slots + 1] = due_s
+      turn_slots[n_slots + 2] = job_id
+      n_slots = n_slots + 2
       out[n_out + 1] = job_id
       out[n_out + 2] = tenant
       out[n_out + 3] = rec[2] or ''
@@ -203,13 +227,12 @@ local function take(tenant, room, bulk_room)
       keep_payload(job_key, payload_prefix .. job_id, payload)
     end
   end
-  local n = (n_leases - first + 1) / 2
+  local n = n_slots / 2
   if n == 0 then
     return 0, #ids, 0
   end
-  -- The lease and the slot share the deadline: a claim's slot lasts its lease.
   -- The leases and the reaper's schedule are written once, after the last turn.
-  local added = redis.call('ZADD', ctx.inflight_prefix .. tenant, unpack(all_leases, first, n_leases))
+  local added = redis.call('ZADD', ctx.inflight_prefix .. tenant, unpack(turn_slots, 1, n_slots))
   due_tenants[#due_tenants + 1] = due_s
   due_tenants[#due_tenants + 1] = tenant
   if n_leases >= 2 * MOST_PER_TURN then
@@ -414,5 +437,6 @@ if claimed > 0 then
     leased[#leased + 1] = out[i]
   end
   redis.call('SET', record, table.concat(leased, ARGV[10]), 'PX', ARGV[6])
+  out[n_out + 1] = now_s
 end
 return out

@@ -9,10 +9,10 @@
 -- (string) and its B busy markers (Keys.busy_markers: a final job needs none,
 -- so they go), and, last, the journal (stream) when there is one (journal.lua)
 -- ARGV[1..3] ring context, ARGV[4] final state ('sent', 'dead' or the caller's own),
--- ARGV[5] seconds to keep the records (0: forever), ARGV[6] B, ARGV[7..10] the
--- history (history.lua: a sent job's record then stays whole for its detail
--- seconds, and its line in the history for ARGV[5]), ARGV[11..] the
--- journal (journal.lua), then per job: its id, the number N of fields to set, then N
+-- ARGV[5] seconds to keep the records (0: forever), ARGV[6] B, ARGV[7..10 + 3L] the
+-- history (history.lua's history_context, ARGV[10] its L fields: a sent job's
+-- record then stays whole for its detail seconds, and its line in the history
+-- for ARGV[5]), ARGV[11 + 3L..] the journal (journal.lua), then per job: its id, the number N of fields to set, then N
 -- field, value pairs, then its journal entry (a count M and M pairs)
 -- A sent job gets sent_ms (Redis time, as every stored time). Each job changed
 -- gets its journal entry; a job left as it was gets none.
@@ -26,41 +26,82 @@ local now_s = as_text(now)
 -- Formatted once a call: a number passed to redis.call is formatted for each job.
 local keep_s = as_text(keep)
 local markers = tonumber(ARGV[6])
-local history, at_journal = nil, 11
+local history, at_journal = nil, 11 + 3 * ARGV[10]
 if sent then
   history, at_journal = history_context(KEYS[13], ARGV, 7, now, keep)
 end
 local journal, a = journal_context(KEYS[#KEYS], ARGV, at_journal)
--- The record's fields the journal copies are read with its own (rec[4..]), and
--- made what they are after its change before its entry copies them (as a read
--- after the change would): what its HSET and HDEL wrote, in place.
+-- The record's fields a job's journal entry copies and its line in the history
+-- keeps, with its tenant and state, read with one HMGET into `rec`, each field
+-- once: from 1 the journal's copied fields, then the tenant unless the journal
+-- copies it, then from history_at + 1 the history's fields, and the state. Then
+-- made what they are after the job's change before its entry and line copy
+-- them (as a read after the change would): what its HSET wrote, in place.
 local copied_names = journal_copied_names(journal)
-local copied_at = {}
-for i, name in ipairs(copied_names) do
-  copied_at[name] = 2 + i
+local read_names = {unpack(copied_names)}
+local place = {}
+for i, name in ipairs(read_names) do
+  place[name] = place[name] or i
 end
--- Where a field just set goes in the record as read: its journal copy, its
--- history field (from history_at + 1) when there is a history.
-local read_names = {'tenant', 'state', unpack(copied_names)}
+if not place['tenant'] then
+  read_names[#read_names + 1] = 'tenant'
+end
 local history_at = #read_names
-local line_index = history and history.layout.index or {}
 if history then
   for i, name in ipairs(history.layout.names) do
     read_names[history_at + i] = name
   end
 end
+-- A field's first place in rec; `also`: each other place of a field read twice
+-- (the history's line and the journal's entry both keep it, say), then its first.
+local also = {}
+place = {}
+for i, name in ipairs(read_names) do
+  local first = place[name]
+  if first then
+    also[#also + 1], also[#also + 2] = i, first
+  else
+    place[name] = i
+  end
+end
+local n_also = #also
+local at_finished, at_sent = place['finished_ms'], sent and place['sent_ms']
+-- The finished_ms a line keeps is the call's time, whatever the record held:
+-- the state, when read for this script alone, takes its place in the read (a
+-- field fewer: a field's lookup scans the record, and the 17th of a reply grows
+-- its table once more), and the time its place once the state is used.
+local at_state = place['state']
+if not at_state then
+  if at_finished and n_also == 0 then
+    at_state = at_finished
+  else
+    at_state = #read_names + 1
+    place['state'] = at_state
+  end
+  read_names[at_state] = 'state'
+end
+local at_tenant = place['tenant']
+-- One table for every job's HSET, refilled from `fixed` + 1 with the caller's pairs.
+local fields, fixed = {'state', final, 'finished_ms', now_s}, 4
+if sent then
+  fields[5], fields[6], fixed = 'sent_ms', now_s, 6
+end
 -- Keys to delete, leases to end, jobs no longer dispatched: one command each a
 -- call (a few thousand at a time: one command's arguments stay well inside
 -- Lua's stack).
-local doomed, n_doomed = {}, 0
+-- Their tables are made with room for the call's jobs (the KEYS after the
+-- first 13 are 3 + B a job, then the journal's).
+local n_jobs = math.min(math.floor((#KEYS - 13) / (3 + markers)), 1000)
+local doomed, n_doomed = sized_table(n_jobs * (2 + markers)), 0
 local function drop_doomed()
   if n_doomed > 0 then
     redis.call('DEL', unpack(doomed, 1, n_doomed))
     doomed, n_doomed = {}, 0
   end
 end
-local unleased, undispatched = {}, {}
-local out, n_out = {}, 0
+local unleased, undispatched = sized_table(n_jobs), sized_table(n_jobs)
+local n_unleased, n_undispatched = 0, 0
+local out, n_out = sized_table(n_jobs), 0
 -- Per tenant, in the order first seen: the jobs whose slots to free.
 local tenants, slots = {}, {}
 local k = 13
@@ -71,7 +112,7 @@ while a <= n_argv do
   local job_id, n = ARGV[a], ARGV[a + 1] + 0
   local first, last = a + 2, a + 1 + 2 * n
   local entry = last + 1
-  a = journal_skip(ARGV, entry)
+  a = entry + 1 + 2 * ARGV[entry]  -- journal_skip
   local job_key, content_key, payload_key = KEYS[k + 1], KEYS[k + 2], KEYS[k + 3]
   -- The busy markers go whatever the job's state.
   for i = k + 4, k + 3 + markers do
@@ -80,7 +121,7 @@ while a <= n_argv do
   end
   k = k + 3 + markers
   local rec = redis.call('HMGET', job_key, unpack(read_names))
-  local tenant, state = rec[1], rec[2]
+  local state, tenant = rec[at_state], rec[at_tenant]
   n_out = n_out + 1
   if not tenant then
     out[n_out] = -1
@@ -96,20 +137,16 @@ while a <= n_argv do
     -- that marks the job dispatched) and only a dispatched job sits in the
     -- dispatched index (the reconciler forgets any other it finds there).
     if state == 'dispatched' then
-      undispatched[#undispatched + 1] = job_id
+      n_undispatched = n_undispatched + 1
+      undispatched[n_undispatched] = job_id
     else
-      unleased[#unleased + 1] = job_id
+      n_unleased = n_unleased + 1
+      unleased[n_unleased] = job_id
     end
     if state == 'sent' then
       out[n_out] = 0
     else
-      -- Made with room for sent_ms and a few of the caller's: a table grown
-      -- past its size is copied whole.
-      local fields = {'state', final, 'finished_ms', now_s, nil, nil, nil, nil, nil, nil}
-      local f = 4
-      if sent then
-        fields[5], fields[6], f = 'sent_ms', now_s, 6
-      end
+      local f = fixed
       for i = first, last do
         f = f + 1
         fields[f] = ARGV[i]
@@ -135,16 +172,21 @@ while a <= n_argv do
       end
       -- The fields just set, as the line and the journal are to keep them
       -- (finished_ms, sent_ms, ...): what a read after the change would give.
-      for i = 1, f, 2 do
-        local name = fields[i]
-        local at = copied_at[name]
+      rec[at_state] = final
+      if at_finished then
+        rec[at_finished] = now_s
+      end
+      if at_sent then
+        rec[at_sent] = now_s
+      end
+      for i = first, last, 2 do
+        local at = place[ARGV[i]]
         if at then
-          rec[at] = fields[i + 1]
+          rec[at] = ARGV[i + 1]
         end
-        at = line_index[name]
-        if at then
-          rec[history_at + at] = fields[i + 1]
-        end
+      end
+      for i = 1, n_also, 2 do
+        rec[also[i]] = rec[also[i + 1]]
       end
       if history then
         history_add(history, job_id, final, tenant, rec, history_at)
@@ -153,7 +195,7 @@ while a <= n_argv do
         redis.call('EXPIRE', job_key, keep_s)
       end
       if journal then
-        journal_append(journal, job_key, job_id, final, ARGV, entry, rec, 2)
+        journal_append(journal, job_key, job_id, final, ARGV, entry, rec, 0, a <= n_argv)
       end
       out[n_out] = 1
     end
@@ -163,11 +205,11 @@ while a <= n_argv do
   end
 end
 drop_doomed()
-if #unleased > 0 then
-  redis.call('ZREM', leases, unpack(unleased))
+if n_unleased > 0 then
+  redis.call('ZREM', leases, unpack(unleased, 1, n_unleased))
 end
-if #undispatched > 0 then
-  redis.call('ZREM', dispatched, unpack(undispatched))
+if n_undispatched > 0 then
+  redis.call('ZREM', dispatched, unpack(undispatched, 1, n_undispatched))
 end
 for _, tenant in ipairs(tenants) do
   local _, held = release_slots(ctx, tenant, slots[tenant])

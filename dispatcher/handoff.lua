@@ -5,7 +5,9 @@
 -- KEYS[1..9] ring context (ring.lua: the counters and the expiring zset),
 -- KEYS[10] leases (zset), KEYS[11] dispatched jobs (zset: job id -> stranded at ms)
 -- ARGV[1..3] ring context, ARGV[4] job key prefix, ARGV[5] in-flight TTL ms,
--- ARGV[6] stranded after ms, ARGV[7..] job ids
+-- ARGV[6] stranded after ms, ARGV[7] the index's anchor (Keys.ANCHOR), ARGV[8] until
+-- when the jobs' claims hold their leases for sure (ms: the earliest claim's time plus
+-- a lease; 0: not known), ARGV[9..] job ids
 local ctx = ring_context(KEYS, ARGV)
 local leases, dispatched = KEYS[10], KEYS[11]
 local job_prefix = ARGV[4]
@@ -14,12 +16,26 @@ local now_s = as_text(now)
 -- Formatted once: every job of the call shares them.
 local expiry = as_text(now + tonumber(ARGV[5]))
 local stranded_at = as_text(now + tonumber(ARGV[6]))
+-- Handed off before ARGV[8], a job still claimed is still this claimer's
+-- (only the claimer hands off its jobs, with the claim of the same version):
+-- its lease has not run out (a renewal only moves it later), so no reaper
+-- returned it and no other claimer took it since. Its claim gave its slot
+-- the lease's end plus the TTL (claim.lua), no earlier than the expiry here,
+-- and the slot is not written again: a ZADD of a slot costs a scan of the
+-- tenant's slots (a listpack), two more for a new score, some 7,000
+-- instructions of Redis's a job. The claimer says when it claimed them:
+-- reading claimed_ms, near the end of each record, would cost half that.
+local leased_until = tonumber(ARGV[8])
 -- Every lease ends, whatever the record says: one ZREM for the batch.
-redis.call('ZREM', leases, unpack(ARGV, 7))
-local stranded = {}
--- Per tenant, in the order first seen: its jobs' new slot expiries (one ZADD each).
+redis.call('ZREM', leases, unpack(ARGV, 9))
+-- The anchor first, with every hand-off: it makes a new index a skiplist at once
+-- (Redis picks the encoding by the first member), and turns one an earlier
+-- version made a listpack; in a skiplist, writing it again is one lookup.
+local stranded = {'+inf', ARGV[7]}
+-- Per tenant, in the order first seen: its jobs' new slot expiries (one ZADD each),
+-- of the jobs whose slots the claim did not give that expiry already.
 local tenants, slots = {}, {}
-for i = 7, #ARGV do
+for i = 9, #ARGV do
   local job_id = ARGV[i]
   local job_key = job_prefix .. job_id
   local rec = redis.call('HMGET', job_key, 'tenant', 'state')
@@ -36,12 +52,14 @@ for i = 7, #ARGV do
     end
     if state == 'queued' or state == 'claimed' then
       redis.call('HSET', job_key, 'state', 'dispatched', 'dispatched_ms', now_s)
-      if not slots[tenant] then
-        slots[tenant] = {}
-        tenants[#tenants + 1] = tenant
+      if state == 'queued' or now >= leased_until then
+        if not slots[tenant] then
+          slots[tenant] = {}
+          tenants[#tenants + 1] = tenant
+        end
+        slots[tenant][#slots[tenant] + 1] = expiry
+        slots[tenant][#slots[tenant] + 1] = job_id
       end
-      slots[tenant][#slots[tenant] + 1] = expiry
-      slots[tenant][#slots[tenant] + 1] = job_id
       stranded[#stranded + 1] = stranded_at
       stranded[#stranded + 1] = job_id
     end
@@ -51,14 +69,15 @@ for _, tenant in ipairs(tenants) do
   -- GT: the worker may have parked a job (touch.lua) before this
   -- hand-off was recorded; its longer expiry stands. A slot added here (its
   -- claimed slot was freed: reaped with the lease, or dropped as expired by a
-  -- claim) is counted, and its tenant is due for the reaper.
+  -- claim once the lease and the TTL after it had passed) is counted, and its
+  -- tenant is due for the reaper.
   local added = redis.call('ZADD', ctx.inflight_prefix .. tenant, 'GT', unpack(slots[tenant]))
   if added > 0 then
     count_inflight(ctx, added)
     redis.call('ZADD', ctx.expiring, 'LT', expiry, tenant)
   end
 end
-if #stranded > 0 then
+if #stranded > 2 then
   redis.call('ZADD', dispatched, unpack(stranded))
 end
 return now

@@ -14,6 +14,14 @@
 
 local HISTORY_LINES_A_BUCKET = 256
 
+-- A table with room for n values, made at once: one grown a value at a time is
+-- made anew at each power of two. (Room for a few thousand at most: unpack's
+-- stack; past them it grows.)
+local NO_VALUES = {}
+local function sized_table(n)
+  return {unpack(NO_VALUES, 1, math.min(n, 4000))}
+end
+
 -- The fields a line keeps, in its order after version, state and tenant, as
 -- Keys.history_fields packs them: 'name,default,after;...' (after: '1' for a time
 -- kept as the ms after created_ms). names[i] is the line's (3 + i)th part, index
@@ -31,6 +39,24 @@ local function history_layout(packed)
     created = index['created_ms']}
 end
 
+-- The same layout, given in ARGV from `at` as its fields' N names, then their N
+-- defaults, then N afters ('1' or ''): taken as they are, not parsed (gmatch
+-- over the packed layout cost a finish some 23,000 instructions more a call).
+-- Its tables are made their size at once (a table grown a key at a time is
+-- made anew at each power of two), the line's too (history_line: 3 + N parts).
+local function history_layout_args(argv, at, n)
+  local names = {unpack(argv, at, at + n - 1)}
+  local after, created = {unpack(argv, at + 2 * n, at + 3 * n - 1)}, nil
+  for i = 1, n do
+    after[i] = after[i] == '1'
+    if names[i] == 'created_ms' then
+      created = i
+    end
+  end
+  return {names = names, default = {unpack(argv, at + n, at + 2 * n - 1)}, after = after,
+    line = {'1', '', '', unpack(names)}, created = created}
+end
+
 local function history_bucket(prefix, day, shards, job_id)
   local shard = tonumber(string.sub(redis.sha1hex(job_id), 1, 8), 16) % tonumber(shards)
   return prefix .. day .. ':' .. shard
@@ -38,8 +64,8 @@ end
 
 -- The context of a call that writes lines: nil when the call keeps no history
 -- (its bucket prefix is ''). ARGV from `at`: the buckets' prefix, the seconds a
--- sent job's record stays whole, the buckets a day, the line's fields
--- (history_layout). `keep`: the history's TTL.
+-- sent job's record stays whole, the buckets a day, the number L of the line's
+-- fields, then the fields (history_layout_args: 3L). `keep`: the history's TTL.
 -- The day's first line: its number of buckets, from the day before's lines; and
 -- the days whose buckets have all expired leave the map.
 local function history_new_day(days_key, day, least, keep)
@@ -58,9 +84,10 @@ local function history_new_day(days_key, day, least, keep)
 end
 
 local function history_context(days_key, argv, at, now, keep)
-  local prefix = argv[at]
+  local prefix, n = argv[at], argv[at + 3] + 0
+  local next_at = at + 4 + 3 * n
   if prefix == '' then
-    return nil, at + 4
+    return nil, next_at
   end
   local day = math.floor(now / 86400000)
   local shards = redis.call('HGET', days_key, day)
@@ -69,12 +96,12 @@ local function history_context(days_key, argv, at, now, keep)
   end
   -- A bucket lives `keep` past its day's end: its last line's retention.
   local ttl = string.format('%d', keep + (day + 1) * 86400 - math.floor(now / 1000))
-  local h = {prefix = prefix, detail = argv[at + 1], day = day, shards = shards, ttl = ttl}
-  h.days, h.added, h.layout = days_key, 0, history_layout(argv[at + 3])
-  -- The call's lines by bucket (history_add: by the bucket's number), each
+  -- The call's lines by bucket (history_add: by the bucket's number + 1), each
   -- bucket's as field, value pairs, in the order first written (history_write).
-  h.buckets, h.lines, h.n_shards = {}, {}, shards + 0
-  return h, at + 4
+  local h = {prefix = prefix, detail = argv[at + 1], day = day, shards = shards, ttl = ttl,
+    days = days_key, added = 0, layout = history_layout_args(argv, at + 4, n),
+    buckets = {}, lines = sized_table(shards + 0), n_shards = shards + 0}
+  return h, next_at
 end
 
 -- Times after created_ms are kept as ms after it: shorter.
@@ -125,13 +152,14 @@ end
 local function history_add(h, job_id, state, tenant, values, at)
   -- history_bucket's number, its name made once a call (history_write).
   local bucket = tonumber(string.sub(redis.sha1hex(job_id), 1, 8), 16) % h.n_shards
-  local lines = h.lines[bucket]
-  if not lines then
-    lines = {}
-    h.lines[bucket], h.buckets[#h.buckets + 1] = lines, bucket
+  local lines = h.lines[bucket + 1]
+  local line = history_line(state, tenant, h.layout, values, at)
+  if lines then
+    local n = #lines
+    lines[n + 1], lines[n + 2] = job_id, line
+  else
+    h.lines[bucket + 1], h.buckets[#h.buckets + 1] = {job_id, line}, bucket
   end
-  local n = #lines
-  lines[n + 1], lines[n + 2] = job_id, history_line(state, tenant, h.layout, values, at)
   h.added = h.added + 1
 end
 
@@ -145,7 +173,7 @@ local function history_write(h)
   end
   for _, shard in ipairs(h.buckets) do
     local bucket = h.prefix .. h.day .. ':' .. shard
-    redis.call('HSET', bucket, unpack(h.lines[shard]))
+    redis.call('HSET', bucket, unpack(h.lines[shard + 1]))
     redis.call('EXPIRE', bucket, h.ttl)
   end
   redis.call('HINCRBY', h.days, h.day .. ':n', h.added)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from fairpost.dispatcher.keys import LANES, PRIORITIES
 from fairpost.dispatcher.record import ENTRY_SEP
@@ -61,6 +61,9 @@ class Job:
     created_ms: int
     replays: int = 0
     """Times an operator replayed it from the dead letters (0: never)."""
+    claimed_ms: int = field(default=0, compare=False)
+    """When its claim was made (Redis time, ms; 0: not known). Handed off within its
+    lease, its in-flight slot keeps the expiry its claim gave it (handoff.lua)."""
 
 
 @dataclass(frozen=True)

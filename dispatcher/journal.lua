@@ -16,10 +16,7 @@
 
 local function journal_context(key, argv, at)
   local max_length, max_age, count = tonumber(argv[at]), tonumber(argv[at + 1]), tonumber(argv[at + 2])
-  local copy = {}
-  for i = 1, count do
-    copy[i] = argv[at + 2 + i]
-  end
+  local copy = {unpack(argv, at + 3, at + 2 + count)}
   local journal = nil
   if max_length > 0 then
     -- max_length as text, formatted once: each append passes it to redis.call,
@@ -42,13 +39,20 @@ end
 
 -- One table for every entry of a call, refilled: a table built afresh for each
 -- entry, and grown field by field, was most of the Lua a finish spent on it.
-local journal_entry = {}
+-- Made with room for an entry of 16 parts: a table grown a part at a time is
+-- made anew at each power of two.
+local journal_entry = {false, false, false, false, false, false, false, false,
+  false, false, false, false, false, false, false, false}
 
 -- Appends the job's entry. `values`, when given, holds the copied fields as the
 -- record has them now, in journal.copy's order from values[offset + 1] (read by
 -- the caller with a read of its own); otherwise they are read here. Trimming
--- is journal_trim's, once a call: every entry of a call has the same time.
-local function journal_append(journal, job_key, job_id, state, argv, at, values, offset)
+-- by age is journal_trim's, once a call: every entry of a call has the same
+-- time. By length, the append trims, unless `more` appends follow in the call:
+-- then the last of them, or journal_trim, trims for all (what one trim after
+-- the call's appends leaves is what a trim after each would: the stream only
+-- grows meanwhile, and each trim drops whole nodes from its head).
+local function journal_append(journal, job_key, job_id, state, argv, at, values, offset, more)
   if not journal then
     return
   end
@@ -73,13 +77,20 @@ local function journal_append(journal, job_key, job_id, state, argv, at, values,
     n = n + 1
     entry[n] = argv[i]
   end
-  journal.appended = true
+  journal.appended, journal.untrimmed = true, more
+  if more then
+    return redis.call('XADD', journal.key, '*', unpack(entry, 1, n))
+  end
   return redis.call('XADD', journal.key, 'MAXLEN', '~', journal.max_length, '*', unpack(entry, 1, n))
 end
 
 -- Entries older than the journal's most age go (MINID ~): once a call, after its
--- last append (entries are never older than the call's time `now`).
+-- last append (entries are never older than the call's time `now`); and, when
+-- its last append left it to this, those past its most entries (MAXLEN ~).
 local function journal_trim(journal, now)
+  if journal and journal.untrimmed then
+    redis.call('XTRIM', journal.key, 'MAXLEN', '~', journal.max_length)
+  end
   if journal and journal.appended and journal.max_age > 0 then
     redis.call('XTRIM', journal.key, 'MINID', '~', now - journal.max_age)
   end

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from functools import cache
 
 __all__ = [
+    "ANCHOR",
     "BULK",
     "BULK_LANES",
     "LANES",
@@ -68,6 +69,17 @@ WAKE_TOKENS_MOST = 64
 """Wake tokens the list keeps (ring.lua trims it to as many): a dispatcher takes them all at once."""
 TOTAL_INFLIGHT = "~inflight"
 """The field of :meth:`Keys.counts` with the in-flight slots over every tenant."""
+ANCHOR = "\n~ not a job: its score, +inf, keeps this sorted set in Redis's skiplist encoding ~\n"
+"""A member of :meth:`Keys.dispatched`, scored ``+inf``, that no job id can be (none
+holds a newline, :data:`~fairpost.dispatcher.record.ENTRY_SEP`). Redis keeps a sorted
+set of up to 128 members (``zset-max-listpack-entries``) as a listpack, and each
+member added or removed there is a scan of the whole set: the index of jobs in SQS,
+tens of them under load, cost some 20,000 instructions of Redis's a job (#41). A
+member longer than ``zset-max-listpack-value`` (64 bytes) makes it a skiplist, which
+Redis never turns back. handoff.lua writes it with every hand-off (first: a new
+index is made a skiplist at once); no reader sees it (the reconciler reads only
+the due, by score, none of the rest reads all of it); reconcile.lua takes it out
+of an index that holds nothing else, so that an idle store keeps no index."""
 
 
 @dataclass(frozen=True)
@@ -239,7 +251,7 @@ class Keys:
 
     def dispatched(self) -> str:
         """Sorted set: dispatched jobs, scored by when they count as stranded unless
-        they show progress first (ms; dispatcher/reconcile.lua)."""
+        they show progress first (ms; dispatcher/reconcile.lua), and :data:`ANCHOR`."""
         return f"{self.root}:dispatched"
 
     def reconciled(self) -> str:

@@ -7,8 +7,8 @@
 -- reconciler did (hash: 'handed_again' | 'dead' -> count)
 -- ARGV[1] job key prefix, ARGV[2] in-flight key prefix, ARGV[3] stranded after ms,
 -- ARGV[4] in-flight TTL ms, ARGV[5] hand-offs allowed before a dead letter,
--- ARGV[6] most jobs per call, ARGV[7] payload key prefix, ARGV[8..] the key
--- prefix of each busy marker (Keys.busy_markers)
+-- ARGV[6] most jobs per call, ARGV[7] payload key prefix, ARGV[8] the index's
+-- anchor (Keys.ANCHOR), ARGV[9..] the key prefix of each busy marker (Keys.busy_markers)
 -- Returns a flat list, per stranded job: outcome ('again': hand it downstream
 -- again; 'dead': it was handed again often enough), id, tenant, kind, payload,
 -- created_ms, replays, hand-offs made by the reconciler so far (with this one).
@@ -17,7 +17,7 @@ local job_prefix, inflight_prefix = ARGV[1], ARGV[2]
 local stranded_after, inflight_ttl = tonumber(ARGV[3]), tonumber(ARGV[4])
 local allowed = tonumber(ARGV[5])
 local function busy(job_id)
-  for i = 8, #ARGV do
+  for i = 9, #ARGV do
     if redis.call('EXISTS', ARGV[i] .. job_id) == 1 then
       return true
     end
@@ -26,6 +26,12 @@ local function busy(job_id)
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- The anchor (scored +inf: never due) is all an index holds once its jobs are
+-- done: it goes, so that an idle store keeps no index (the next hand-off writes
+-- it again). If the one member left is a job, the ZREM finds nothing.
+if redis.call('ZCARD', index) == 1 then
+  redis.call('ZREM', index, ARGV[8])
+end
 local due = redis.call('ZRANGEBYSCORE', index, '-inf', now, 'LIMIT', 0, tonumber(ARGV[6]))
 local out = {}
 for _, job_id in ipairs(due) do

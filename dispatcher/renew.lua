@@ -1,5 +1,7 @@
 -- Jobs this replica still holds (a worker is busy with them): push their
--- leases, and the in-flight slots that mirror them, a lease further. A live
+-- leases a lease further, and their in-flight slots as far, where a slot ends
+-- sooner (a claim gives it the lease's end plus the in-flight TTL, claim.lua;
+-- an earlier version gave it the lease's end). A live
 -- replica's claim must never be reaped and handed out twice; a dead replica
 -- stops renewing, so its claims still come back after one lease.
 -- KEYS[1] leases (zset)

@@ -140,8 +140,9 @@ end
 -- none when it holds no slot. Between two of these, slots only get later
 -- (hand-off, touch, renew) or go: the score stays at or before the truth,
 -- so the reaper may visit a tenant early, never late. (A claim scores its
--- tenant by when the slot would expire once handed off: a claimed slot needs
--- no visit, the lease reaper frees it with its lease.)
+-- slots, and its tenant, by when a slot handed off at the end of its lease
+-- would expire: the lease's end plus the in-flight TTL. A claimed slot whose
+-- lease runs out first needs no visit: the lease reaper frees it with its lease.)
 local function schedule_expiry(ctx, tenant)
   local head = redis.call('ZRANGE', ctx.inflight_prefix .. tenant, 0, 0, 'WITHSCORES')
   if head[2] then

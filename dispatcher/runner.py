@@ -347,7 +347,10 @@ class Dispatcher:
             self._retry_delay = _RETRY_DELAY_MIN
 
     async def _record(self, settled: list[tuple[Job, Outcome]], handed: list[str]) -> None:
-        await self.store.handed_off(handed)
+        # When the earliest of them was claimed: handed off within that claim's lease,
+        # their slots keep what their claims gave them (handoff.lua).
+        claimed_ms = min((job.claimed_ms for job, o in settled if isinstance(o, HandedOff)), default=0)
+        await self.store.handed_off(handed, claimed_ms=claimed_ms)
         later: dict[tuple[float, str], list[tuple[Job, Later]]] = defaultdict(list)
         for job, outcome in settled:
             if isinstance(outcome, Later):

@@ -7,6 +7,7 @@ what it claimed comes back when its lease expires.
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -89,9 +90,15 @@ class JobStore:
         keys, args = self._calls.claim(count, token or uuid.uuid4().hex)
         return claimed(await self._claim(keys=keys, args=args))
 
-    async def handed_off(self, job_ids: Sequence[str]) -> int:
-        """Record that jobs reached their downstream; returns the server time (ms)."""
-        return await self._on_jobs(self._handoff, self._calls.handoff, job_ids)
+    async def handed_off(self, job_ids: Sequence[str], *, claimed_ms: int = 0) -> int:
+        """Record that jobs reached their downstream; returns the server time (ms).
+
+        ``claimed_ms``: when the claims of these jobs were made, the earliest
+        (:attr:`Job.claimed_ms`); handed off within that claim's lease, their
+        in-flight slots keep what the claim gave them (0: not known, each is written)."""
+        return await self._on_jobs(
+            self._handoff, functools.partial(self._calls.handoff, claimed_ms=claimed_ms), job_ids
+        )
 
     async def renew(self, job_ids: Sequence[str]) -> int:
         """Extend the leases of claims still being worked on by one lease from now."""

@@ -3,8 +3,9 @@
 Every dispatched job sits in a sorted set scored by the moment it counts as
 stranded unless it shows progress first (``handoff.lua`` puts it there,
 ``touch.lua`` moves it on while its tenant is parked, ``finish.lua`` takes it
-out). A scan reads only the jobs that are due, a bounded batch at a time, so
-it costs the same however many jobs are waiting. The decision and the move of
+out), beside an anchor that is no job (:data:`~fairpost.dispatcher.keys.ANCHOR`).
+A scan reads only the jobs that are due, a bounded batch at a time, so it
+costs the same however many jobs are waiting. The decision and the move of
 the deadline are one script (``reconcile.lua``), so any number of replicas
 may scan at once and each stranded job is picked once per round.
 """
@@ -17,7 +18,7 @@ from typing import Any, Literal
 import redis.asyncio
 
 from fairpost.dispatcher.jobs import Job
-from fairpost.dispatcher.keys import Keys
+from fairpost.dispatcher.keys import ANCHOR, Keys
 from fairpost.dispatcher.replies import record, text, time_ms
 from fairpost.dispatcher.scripts import lua_source
 from fairpost.dispatcher.store import StoreLimits
@@ -57,6 +58,7 @@ class StrandedJobs:
                 handoffs_allowed,
                 batch,
                 k.payload_prefix(),
+                ANCHOR,
                 *(marker.prefix for marker in k.busy_markers()),
             ],
         )

@@ -70,6 +70,59 @@ async def claimable(store: JobStore) -> int:
     return len(await store.claim(10))
 
 
+async def test_a_claimed_slot_lasts_its_lease_and_a_ttl_and_a_hand_off_within_the_lease_leaves_it(
+    aredis: redis.asyncio.Redis,
+) -> None:
+    # Before: the claim gave the slot its lease's end, and every hand-off wrote it
+    # again (a scan of the tenant's slots, two for a new score), #41.
+    store = make_store(aredis)
+    await store.enqueue([NewJob(id=f"j{i}", tenant="acme", kind="mail", payload="{}") for i in range(2)])
+    claimed = await store.claim(10)
+    at = claimed[0].claimed_ms
+    assert at > 0 and {job.claimed_ms for job in claimed} == {at}
+    slot_ms = at + store.limits.lease_ms + TTL_MS
+    slots = [("j0", slot_ms), ("j1", slot_ms)]
+    assert await aredis.zrange(KEYS.inflight("acme"), 0, -1, withscores=True) == slots
+    due = await aredis.zscore(KEYS.expiring(), "acme")
+    assert due is not None and due <= slot_ms
+    now = await store.handed_off([job.id for job in claimed], claimed_ms=at)
+    assert now < at + store.limits.lease_ms
+    assert await aredis.zrange(KEYS.inflight("acme"), 0, -1, withscores=True) == slots
+    assert slot_ms >= now + TTL_MS
+
+
+async def test_a_hand_off_past_the_claims_lease_gives_the_slot_a_ttl_from_then(
+    aredis: redis.asyncio.Redis,
+) -> None:
+    store = make_store(aredis)
+    await store.enqueue([NewJob(id="j1", tenant="acme", kind="mail", payload="{}")])
+    [job] = await store.claim(1)
+
+    async def lease_over() -> bool:
+        return await server_ms(aredis) >= job.claimed_ms + store.limits.lease_ms
+
+    await wait_for_async(lease_over, within=10, what="the claim's lease to end")
+    # Renewed all along (its worker was busy): still claimed, its slot a TTL from
+    # the hand-off now, later than its claim gave it.
+    assert await store.renew([job.id]) == 1
+    now = await store.handed_off([job.id], claimed_ms=job.claimed_ms)
+    assert await aredis.zscore(KEYS.inflight("acme"), job.id) == now + TTL_MS
+
+
+async def test_a_reaped_lease_frees_its_slot_that_would_have_outlived_it(aredis: redis.asyncio.Redis) -> None:
+    store = make_store(aredis)
+    await store.enqueue([NewJob(id=f"j{i}", tenant="acme", kind="mail", payload="{}") for i in range(3)])
+    claimed = await store.claim(10)
+    assert len(claimed) == 2  # the cap
+    assert await store.claim(10) == []
+    # The claimer dies; its leases end long before its slots would.
+    expiry = claimed[0].claimed_ms + store.limits.lease_ms + TTL_MS
+    await wait_for_async(lambda: claimable(store), within=10, what="the reaped leases to free their slots")
+    assert await server_ms(aredis) < expiry, "claimable only once the slots expired: the reaper freed none"
+    assert await aredis.zcard(KEYS.inflight("acme")) == 2
+    assert await aredis.zcard(KEYS.leases()) == 2
+
+
 async def test_handoff_does_not_shorten_a_slot_the_sender_already_kept_longer(
     aredis: redis.asyncio.Redis,
 ) -> None:

@@ -17,6 +17,7 @@ import redis.asyncio
 from fairpost import AsyncMailClient
 from fairpost.config import Settings, load_settings
 from fairpost.dispatcher.jobs import JobState
+from fairpost.dispatcher.keys import ANCHOR
 from fairpost.dispatcher.replies import time_ms
 from fairpost.dispatcher.store import JobStore, NewJob, StoreLimits
 from fairpost.dispatcher.stranded import StrandedJobs
@@ -228,7 +229,47 @@ async def test_a_parked_job_is_not_taken_for_stranded_while_its_tenant_waits(
     assert await stranded.scan(3) == [], "taken for stranded while its tenant waits for its quota"
     await store.finish("j0", JobState.SENT)
     await wait_for_async(lambda: stranded.scan(3), within=10, what="the other job to be stranded")
-    assert await aredis.zrange(keys.dispatched(), 0, -1) == ["j1"]
+    # Its jobs, the anchor (scored +inf, dispatcher/keys.py ANCHOR) left out.
+    assert await aredis.zrange(keys.dispatched(), "-inf", "(inf", byscore=True) == ["j1"]
+
+
+async def test_the_dispatched_index_is_a_skiplist_its_anchor_never_due_and_gone_once_alone(
+    aredis: redis.asyncio.Redis,
+) -> None:
+    # Kept as a listpack (up to 128 members), every hand-off and finish scanned
+    # the whole index; the anchor (scored +inf) keeps it a skiplist (#41).
+    keys = MailKeys("anchor")
+    limits = StoreLimits(stranded_after_ms=1)
+    store = JobStore(aredis, keys, limits)
+    stranded = StrandedJobs(aredis, keys, limits)
+    # An index an earlier version wrote (a listpack, no anchor): the hand-off turns it.
+    await aredis.zadd(keys.dispatched(), {"earlier": 1})
+    assert await aredis.object("encoding", keys.dispatched()) == "listpack"
+    await store.enqueue([NewJob(id=f"j{i}", tenant="acme", kind="mail", payload="{}") for i in range(2)])
+    await store.handed_off([job.id for job in await store.claim(2)])
+    assert await aredis.object("encoding", keys.dispatched()) == "skiplist"
+    assert await aredis.zscore(keys.dispatched(), ANCHOR) == float("inf")
+
+    deadlines = [await aredis.zscore(keys.dispatched(), f"j{i}") for i in range(2)]
+    due_ms = max(d for d in deadlines if d is not None)
+
+    async def both_due() -> bool:
+        return time_ms(await aredis.time()) > due_ms
+
+    await wait_for_async(both_due, within=10, what="the jobs to be due")
+    # Due, the jobs are picked; the anchor never is (nor is a job with no record: forgotten).
+    assert sorted(s.job.id for s in await stranded.scan(10)) == ["j0", "j1"]
+    assert await aredis.zrange(keys.dispatched(), 0, -1) == ["j0", "j1", ANCHOR]
+    for job_id in ("j0", "j1"):
+        await store.finish(job_id, JobState.SENT)
+    # Alone, the anchor goes at the next scan: an idle store keeps no index.
+    assert await aredis.zrange(keys.dispatched(), 0, -1) == [ANCHOR]
+    assert await stranded.scan(10) == []
+    assert not await aredis.exists(keys.dispatched())
+    # A job alone in an index (written by an earlier version) stays.
+    await aredis.zadd(keys.dispatched(), {"j9": 2**50})  # not due
+    assert await stranded.scan(10) == []
+    assert await aredis.zrange(keys.dispatched(), 0, -1) == ["j9"]
 
 
 def test_stranded_after_is_derived_from_the_settings_not_the_longest_window() -> None:

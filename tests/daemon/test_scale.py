@@ -216,12 +216,12 @@ async def test_a_hand_off_recorded_after_its_lease_was_reaped_keeps_the_counters
 async def test_a_hand_off_after_a_claim_dropped_its_expired_slot_counts_the_slot_again(
     aredis: redis.asyncio.Redis,
 ) -> None:
-    # The lease (and with it the claimed slot) ran out; before the reaper came,
-    # a claim of the same tenant dropped the expired slot (one in flight less:
-    # its cap came down to one, so the slot held it there); the hand-off then
-    # gives the job a slot again. Before: not counted.
+    # The claimed slot ran out (a lease and an in-flight TTL after it: both short
+    # here); before the reaper came, a claim of the same tenant dropped the expired
+    # slot (one in flight less: its cap came down to one, so the slot held it
+    # there); the hand-off then gives the job a slot again. Before: not counted.
     keys = MailKeys("dropped")
-    store = make_store(aredis, keys, default_cap=2, lease_ms=100)
+    store = make_store(aredis, keys, default_cap=2, lease_ms=100, inflight_ttl_ms=100)
     await store.enqueue(jobs("acme", 2))
     [first] = await store.claim(1)
 
@@ -290,7 +290,7 @@ async def test_a_groups_sent_records_are_one_call_that_keeps_every_counter(
         assert record["state"] == "sent" and record["ses_message_id"] == f"ses-{job_id}"
         assert 0 < await aredis.ttl(keys.job(job_id)) <= 600
     assert not await aredis.exists(*(keys.sending(i) for i in ids))
-    assert await aredis.zcard(keys.dispatched()) == 0
+    assert await aredis.zcount(keys.dispatched(), "-inf", "(inf") == 0  # the anchor left out
     assert await aredis.zcard(keys.inflight("acme")) == 0
     await counters_agree(aredis, keys, "acme")
     # Its slots came back: the tenant is in the ring again for its last four jobs.
@@ -304,22 +304,29 @@ async def test_a_hand_off_batch_writes_its_indexes_once(aredis: redis.asyncio.Re
     keys = MailKeys("handoff-batch")
     store = make_store(aredis, keys, default_cap=10, default_weight=10)
     await store.enqueue(jobs("acme", 10))
-    ids = [job.id for job in await store.claim(10)]
+    claimed = await store.claim(10)
+    ids = [job.id for job in claimed]
     before = await commands_run(aredis)
-    await store.handed_off(ids)
+    now_ms = await store.handed_off(ids, claimed_ms=min(job.claimed_ms for job in claimed))
     ran = await commands_run(aredis) - before
     commands = script_commands(ran)
     assert commands <= 3 * len(ids), ran
-    assert await aredis.zcard(keys.dispatched()) == 10
+    # Handed off within their claim's lease, the slots keep what the claim gave them
+    # (the lease's end plus the in-flight TTL): only the dispatched index is written.
+    assert ran["cmdstat_zadd"] == 1, ran
+    slots: list[Any] = await aredis.zrange(keys.inflight("acme"), 0, -1, withscores=True)
+    assert len(slots) == 10 and all(score >= now_ms + store.limits.inflight_ttl_ms for _, score in slots)
+    assert await aredis.zcount(keys.dispatched(), "-inf", "(inf") == 10  # the anchor left out
     assert await aredis.zcard(keys.leases()) == 0
     assert {await aredis.hget(keys.job(i), "state") for i in ids} == {"dispatched"}
     await counters_agree(aredis, keys, "acme")
 
 
-async def test_a_claim_turn_of_one_job_costs_eight_commands(aredis: redis.asyncio.Redis) -> None:
+async def test_a_claim_turn_of_one_job_costs_seven_commands(aredis: redis.asyncio.Redis) -> None:
     # Before: about 23 commands a job (the ring head read then moved, a LPOP
     # and a LLEN per priority, the cap twice, three ZADDs and counters per job);
-    # then ten (expired slots dropped, and the queues' EXISTS, on every turn).
+    # then ten (expired slots dropped, and the queues' EXISTS, on every turn);
+    # then eight (a SET of its payload's key each).
     keys = MailKeys("turns")
     store = make_store(aredis, keys, default_cap=20)
     await store.enqueue([job for t in range(20) for job in jobs(f"t{t}", 2)])
@@ -329,12 +336,13 @@ async def test_a_claim_turn_of_one_job_costs_eight_commands(aredis: redis.asynci
     assert sorted(job.tenant for job in claimed) == sorted(f"t{t}" for t in range(20))
     commands = script_commands(ran)
     # A turn: the ring's LMOVE, the slots' ZCARD, the LMPOP, the slot's ZADD and the
-    # tenant's count; the job: its record read and marked, its payload's key. Then
-    # a few a call: the time, the leases, the reaper's schedule, the totals, and
-    # the claim's record (read, written, given its lease: the answer of a claim
-    # asked again under its token), and the write that adds nothing every script
-    # starts with (dispatcher/scripts.py, WRITES_FIRST).
-    assert commands <= 8 * len(claimed) + 12, ran
+    # tenant's count; the job: its record read and marked. Then a few a call: the
+    # time, the leases, the reaper's schedule, the payloads' keys (one MSET), the
+    # totals, and the claim's record (read, written, given its lease: the answer
+    # of a claim asked again under its token), and the write that adds nothing
+    # every script starts with (dispatcher/scripts.py, WRITES_FIRST).
+    assert commands <= 7 * len(claimed) + 13, ran
+    assert ran["cmdstat_set"] <= 1 and ran["cmdstat_mset"] == 1, ran
     # Slots below the cap need no expired ones dropped; a count above zero says
     # the queues are not empty.
     assert ran["cmdstat_zremrangebyscore"] == 0, ran

@@ -7,14 +7,17 @@ here imports ``fairpost.mailer``.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 import redis.asyncio
 
 from fairpost.dispatcher import JobState, JobStore, NewJob
 from fairpost.dispatcher.history import record_of_line
+from fairpost.dispatcher.journal import Journal
 from fairpost.dispatcher.keys import HistoryField, Keys, pack_history
 from fairpost.dispatcher.replies import text
 from fairpost.dispatcher.store import StoreLimits
@@ -99,3 +102,36 @@ def test_a_kinds_fields_are_checked() -> None:
         pack_history((HistoryField("a"), HistoryField("a")))
     with pytest.raises(ValueError, match="created_ms"):
         pack_history((HistoryField("done_ms", after_created=True),))
+
+
+@pytest.mark.parametrize(
+    "copy",
+    [("tenant", "state", "finished_ms", "priority"), ("tenant",), ()],
+)
+async def test_a_finish_copies_and_keeps_what_a_read_after_it_would_give(
+    aredis: redis.asyncio.Redis, copy: tuple[str, ...]
+) -> None:
+    # The journal's entry copies, and the line keeps, the record's fields as they
+    # are once the finish has written (its state, its finished_ms), however the
+    # journal's copied fields and the history's fields overlap.
+    keys = Keys(f"copy{len(copy)}")
+    store = JobStore(aredis, keys, dataclasses.replace(LIMITS, journal_max_length=100))
+    store._calls.journal = Journal(keys.outcomes(), 100, 0, copy)
+    new = NewJob(id="a", tenant="t1", kind="task", payload="{}", priority="high", fields={"attempts": "2"})
+    await store.enqueue([new])
+    assert [job.id for job in await store.claim(1)] == ["a"]
+    await store.handed_off(["a"])
+    assert await store.finish("a", JobState.SENT, keep_seconds=KEEP, fields={"attempts": "3"}) == 1
+    whole = await store.job("a")
+    entries: Any = await aredis.xrange(keys.outcomes())
+    [(_, entry)] = entries
+    got = {text(k): text(v) for k, v in entry.items()}
+    assert got == {"job": "a", "state": "sent"} | {name: whole[name] for name in copy}
+    assert await aredis.delete(keys.job("a")) == 1
+    kept = await store.job("a")
+    assert {name: kept.get(name) for name in ("state", "priority", "attempts", "finished_ms")} == {
+        "state": "sent",
+        "priority": "high",
+        "attempts": "3",
+        "finished_ms": whole["finished_ms"],
+    }

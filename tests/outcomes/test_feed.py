@@ -172,6 +172,29 @@ async def test_the_feed_is_trimmed_to_its_length(redis_url: str, aredis: redis.a
     assert (await feed_of(aredis, KEYS))[-1].job_id == "j2499"
 
 
+async def test_the_feed_is_trimmed_to_its_length_by_calls_of_many_jobs(
+    redis_url: str, aredis: redis.asyncio.Redis
+) -> None:
+    # A finish of many jobs trims once, with its last append or (its last job
+    # unknown, no entry for it) after them: to the same length as a trim after each.
+    settings = load_settings(redis_url=redis_url, outcomes={"max_length": 1000})
+    store = JobStore(aredis, KEYS, store_limits(settings))
+    jobs = [job(f"j{i}") for i in range(2500)]
+    for start in range(0, len(jobs), 500):
+        await store.enqueue(jobs[start : start + 500])
+    for start in range(0, len(jobs), 250):
+        batch = [(j.id, {"dead_reason": "x"}) for j in jobs[start : start + 250]]
+        if start % 500:
+            batch.append(("no-such-job", {}))
+        async with store.pipeline() as pipe:
+            await store.finish_all(batch, JobState.DEAD, keep_seconds=0, pipeline=pipe)
+            await pipe.execute()
+        length = await aredis.xlen(KEYS.outcomes())
+        # MAXLEN ~ trims whole nodes of 100 entries: never below the length, at most a node above.
+        assert min(start + 250, 1000) <= length <= 1100
+    assert (await feed_of(aredis, KEYS))[-1].job_id == "j2499"
+
+
 async def test_events_older_than_the_age_are_trimmed(redis_url: str, aredis: redis.asyncio.Redis) -> None:
     settings = load_settings(redis_url=redis_url, outcomes={"max_age": "1h"})
     store = JobStore(aredis, KEYS, store_limits(settings))
