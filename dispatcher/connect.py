@@ -38,6 +38,7 @@ from redis.exceptions import AskError, ClusterDownError, ConnectionError, TryAga
 
 from fairpost.config import Settings
 from fairpost.dispatcher.keys import Keys
+from fairpost.dispatcher.packing import hiredis_packing
 
 __all__ = ["async_redis_client", "node_options", "redis_client", "slot_of"]
 
@@ -85,7 +86,12 @@ def redis_client(settings: Settings, **options: Any) -> redis.Redis:
 
 
 def async_redis_client(settings: Settings, **options: Any) -> redis.asyncio.Redis:
-    """An asyncio client for the topology the settings name."""
+    """An asyncio client for the topology the settings name, packing its commands
+    with hiredis where it is installed (fairpost.dispatcher.packing)."""
+    return hiredis_packing(_async_client(settings, **options))
+
+
+def _async_client(settings: Settings, **options: Any) -> redis.asyncio.Redis:
     options = {**SOCKET_DEFAULTS, **options}
     if settings.redis_cluster:
         return redis.asyncio.Redis.from_pool(_AsyncSlotPool(settings, **options))

@@ -20,6 +20,7 @@ import math
 import time
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from redis.asyncio.client import Pipeline
 
@@ -127,15 +128,16 @@ class Counting:
         stamps: list[Stamp],
         sends: Sequence[asyncio.Future[ses.SendResult]],
         every: float,
+        answers: asyncio.Future[Any],
     ) -> None:
-        """Wait for a group's SES calls. A mail SES answered early waits for the slowest
-        of its group before :meth:`move_to_answers`; until then it is kept counted like
-        a mail in a call, or its units could leave the window (counted from the grant)
-        before SES's count of it (from its arrival) does. ``every``: :meth:`every`."""
-        pending: set[asyncio.Future[ses.SendResult]] = set(sends)
-        while pending:
-            _, pending = await asyncio.wait(pending, timeout=every)
-            if not pending:
+        """Wait for a group's SES calls (``answers``: done once every one of ``sends`` is).
+        A mail SES answered early waits for the slowest of its group before
+        :meth:`move_to_answers`; until then it is kept counted like a mail in a call, or
+        its units could leave the window (counted from the grant) before SES's count of
+        it (from its arrival) does. ``every``: :meth:`every`."""
+        while not answers.done():
+            done, _ = await asyncio.wait({answers}, timeout=every)
+            if done:
                 return
             for msg, stamp, send in zip(granted, stamps, sends, strict=True):
                 if not send.done() or send.cancelled() or send.exception() is not None:

@@ -299,23 +299,26 @@ class _Deletes:
         self._sqs = sqs
         self._queue_url = queue_url
         self._linger = linger
-        self._pending: list[tuple[Received, asyncio.Future[None]]] = []
+        self._pending: list[tuple[Received, _Waiting]] = []
         self._timer: asyncio.TimerHandle | None = None
         self._calls: set[asyncio.Task[None]] = set()
 
     async def delete(self, messages: Sequence[Received], *, promptly: bool = False) -> None:
         loop = asyncio.get_running_loop()
-        done: list[asyncio.Future[None]] = []
+        # One future for the caller's messages, not one each and a gather of them
+        # (#41: a future and a done callback a mail less): done once every one of
+        # them is deleted, failed with the first error of a call that deleted some.
+        waiting = _Waiting(loop.create_future(), len(messages))
+        if not messages:
+            waiting.future.set_result(None)
         for msg in messages:
-            future: asyncio.Future[None] = loop.create_future()
-            self._pending.append((msg, future))
-            done.append(future)
+            self._pending.append((msg, waiting))
         if promptly or len(self._pending) >= 10:
             self._flush()
         elif self._timer is None:
             self._timer = loop.call_later(self._linger, self._flush)
         # Shielded: a caller cancelled (shutdown) does not cancel others' deletes.
-        await asyncio.shield(asyncio.gather(*done))
+        await asyncio.shield(waiting.future)
 
     def _flush(self) -> None:
         if self._timer is not None:
@@ -327,21 +330,33 @@ class _Deletes:
             self._calls.add(call)
             call.add_done_callback(self._calls.discard)
 
-    async def _send(self, chunk: list[tuple[Received, asyncio.Future[None]]]) -> None:
+    async def _send(self, chunk: list[tuple[Received, _Waiting]]) -> None:
         entries = [{"Id": str(i), "ReceiptHandle": m.receipt} for i, (m, _) in enumerate(chunk)]
         try:
             response = await self._sqs.delete_message_batch(QueueUrl=self._queue_url, Entries=entries)
         except Exception as exc:
-            for _, future in chunk:
-                if not future.done():
-                    future.set_exception(exc)
+            for _, waiting in chunk:
+                if not waiting.future.done():
+                    waiting.future.set_exception(exc)
             return
         for fail in response.get("Failed", []):
             # The message will come back; its job record says sent, so it is not sent twice.
             log.warning("SQS delete failed: %s", fail.get("Message", fail.get("Code")))
-        for _, future in chunk:
-            if not future.done():
-                future.set_result(None)
+        for _, waiting in chunk:
+            waiting.left -= 1
+            if not waiting.left and not waiting.future.done():
+                waiting.future.set_result(None)
+
+
+class _Waiting:
+    """One caller of :meth:`_Deletes.delete`: its future, and how many of its messages
+    are still to be deleted."""
+
+    __slots__ = ("future", "left")
+
+    def __init__(self, future: asyncio.Future[None], left: int) -> None:
+        self.future = future
+        self.left = left
 
 
 def _chunks(items: Sequence[_T], size: int) -> list[Sequence[_T]]:

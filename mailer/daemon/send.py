@@ -125,14 +125,17 @@ class Sending:
             asyncio.ensure_future(self._send_one(tenant, m, stamp, every))
             for m, stamp in zip(granted, stamps, strict=True)
         ]
+        # Every answer, or the error its send ended with: one future for the group, not
+        # a wait on each send and then a gather of them all (#41: a callback a mail less).
+        answers = asyncio.gather(*sends, return_exceptions=True)
         try:
-            await self.counting.wait_for_answers(tenant, granted, stamps, sends, every)
+            await self.counting.wait_for_answers(tenant, granted, stamps, sends, every, answers)
         except asyncio.CancelledError:
             for send in sends:
                 send.cancel()
             await asyncio.gather(*sends, return_exceptions=True)
             raise
-        outcomes = await asyncio.gather(*sends, return_exceptions=True)
+        outcomes = answers.result()
         # Record every answer SES gave before raising any error: a sent mail left
         # unrecorded would be sent again when its message comes back.
         answered = [

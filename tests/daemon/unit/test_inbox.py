@@ -115,3 +115,64 @@ async def test_a_receive_not_looked_at_goes_straight_back() -> None:
     box, sqs = inbox()
     await box.hand_back({"Messages": [{"MessageId": "m-0", "ReceiptHandle": "r-0"}]})
     assert sqs.visibility == {"r-0": 0}
+
+
+class _SlowSqs(FakeSqs):
+    """Each DeleteMessageBatch waits for its release; one named receipt's call fails."""
+
+    def __init__(self, failing: str | None = None) -> None:
+        super().__init__()
+        self.failing = failing
+        self.calls: list[asyncio.Event] = []
+        self.both_called = asyncio.Event()
+
+    async def delete_message_batch(self, **kwargs: Any) -> dict[str, Any]:
+        released = asyncio.Event()
+        self.calls.append(released)
+        if len(self.calls) == 2:
+            self.both_called.set()
+        await released.wait()
+        if any(entry["ReceiptHandle"] == self.failing for entry in kwargs["Entries"]):
+            raise ConnectionError("SQS away")
+        return await super().delete_message_batch(**kwargs)
+
+
+async def _fifteen_deleted(sqs: _SlowSqs) -> tuple[asyncio.Future[None], list[Received]]:
+    """Fifteen deletes of one caller: two calls (SQS's batches of ten), both made."""
+    box = Inbox(cast(Any, sqs), "queue", Metrics())
+    messages = [message(n) for n in range(15)]
+    for msg in messages:
+        msg.decide(Delete("sent"))
+    settling = asyncio.ensure_future(box.settle(messages, promptly=True))
+    await asyncio.wait_for(sqs.both_called.wait(), 5)
+    return settling, messages
+
+
+async def test_a_delete_of_many_calls_returns_once_every_call_deleted_its_part() -> None:
+    """The caller learns its deletes are done only once both calls have answered,
+    whichever answers first."""
+    sqs = _SlowSqs()
+    settling, messages = await _fifteen_deleted(sqs)
+    sqs.calls[1].set()
+    await asyncio.sleep(0.01)
+    assert not settling.done()
+    sqs.calls[0].set()
+    await asyncio.wait_for(settling, 5)
+    assert sorted(sqs.deleted) == sorted(m.receipt for m in messages)
+
+
+async def test_a_failed_delete_call_fails_the_caller_whose_messages_it_held() -> None:
+    sqs = _SlowSqs(failing="r-12")
+    settling, _ = await _fifteen_deleted(sqs)
+    sqs.calls[1].set()  # the call of r-10..r-14 fails first: the caller learns it at once
+    with pytest.raises(ConnectionError):
+        await asyncio.wait_for(settling, 5)
+    sqs.calls[0].set()
+    await asyncio.sleep(0.01)
+    assert sorted(sqs.deleted) == sorted(f"r-{n}" for n in range(10))
+
+
+async def test_a_delete_of_nothing_returns_at_once() -> None:
+    box, sqs = inbox()
+    await box.settle([], promptly=False)
+    assert sqs.deleted == []
