@@ -54,7 +54,7 @@ COMMANDS: dict[str, tuple[str, ...]] = {
     "cluster|shards": (),
     "command": (),
     # The data: strings, hashes, lists, sets, sorted sets, the outcome stream.
-    "get": (_K,), "set": (_K, "v"), "mget": (_K, _K), "incrby": (_K, "1"), "del": (_K,),
+    "get": (_K,), "set": (_K, "v"), "mget": (_K, _K), "mset": (_K, "v"), "incrby": (_K, "1"), "del": (_K,),
     "exists": (_K,), "copy": (_K, _K), "scan": ("0",),
     "expire": (_K, "1"), "pexpire": (_K, "1"), "persist": (_K,), "pttl": (_K,), "ttl": (_K,),
     "hget": (_K, "f"), "hmget": (_K, "f"), "hgetall": (_K,), "hkeys": (_K,), "hexists": (_K, "f"),

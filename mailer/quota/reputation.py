@@ -443,12 +443,8 @@ def _reputation(tenant: str, flat: Sequence[Any]) -> Reputation:
     at_ms = int(flat[0])
     guard = GuardState.from_json(flat[1]) if flat[1] else None
     windows = []
-    # Six counts a window when a base exists (those since the base after the window's
-    # own); else three, which are what the guard judges too (reputation.lua).
-    stride = 6 if int(flat[2]) else 3
+    stride = 6 if int(flat[2]) else 3  # with no base, the judged counts are the window's own
     for i, seconds in enumerate(WINDOWS):
         counts = [int(v) for v in flat[3 + stride * i : 3 + stride * (i + 1)]]
-        s, b, c = counts[:3]
-        js, jb, jc = counts[3:] if stride == 6 else counts
-        windows.append(WindowCounts(seconds, s, b, c, js, jb, jc))
+        windows.append(WindowCounts(seconds, *counts[:3], *counts[-3:]))
     return Reputation(tenant, at_ms, tuple(windows), guard)
