@@ -157,12 +157,20 @@ async def test_no_event_is_written_with_the_feed_off(redis_url: str, aredis: red
     assert not await aredis.exists(KEYS.outcomes())
 
 
-async def test_the_feed_is_trimmed_to_its_length(redis_url: str, aredis: redis.asyncio.Redis) -> None:
+async def feed_of_1000_and_2500_jobs(
+    redis_url: str, aredis: redis.asyncio.Redis
+) -> tuple[JobStore, list[NewJob]]:
+    """A store whose feed keeps 1,000 entries, and 2,500 jobs enqueued in it."""
     settings = load_settings(redis_url=redis_url, outcomes={"max_length": 1000})
     store = JobStore(aredis, KEYS, store_limits(settings))
     jobs = [job(f"j{i}") for i in range(2500)]
     for start in range(0, len(jobs), 500):
         await store.enqueue(jobs[start : start + 500])
+    return store, jobs
+
+
+async def test_the_feed_is_trimmed_to_its_length(redis_url: str, aredis: redis.asyncio.Redis) -> None:
+    store, jobs = await feed_of_1000_and_2500_jobs(redis_url, aredis)
     for start in range(0, len(jobs), 100):
         for j in jobs[start : start + 100]:
             await store.finish(j.id, JobState.DEAD, fields={"dead_reason": "x"})
@@ -177,11 +185,7 @@ async def test_the_feed_is_trimmed_to_its_length_by_calls_of_many_jobs(
 ) -> None:
     # A finish of many jobs trims once, with its last append or (its last job
     # unknown, no entry for it) after them: to the same length as a trim after each.
-    settings = load_settings(redis_url=redis_url, outcomes={"max_length": 1000})
-    store = JobStore(aredis, KEYS, store_limits(settings))
-    jobs = [job(f"j{i}") for i in range(2500)]
-    for start in range(0, len(jobs), 500):
-        await store.enqueue(jobs[start : start + 500])
+    store, jobs = await feed_of_1000_and_2500_jobs(redis_url, aredis)
     for start in range(0, len(jobs), 250):
         batch = [(j.id, {"dead_reason": "x"}) for j in jobs[start : start + 250]]
         if start % 500:
