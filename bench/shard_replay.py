@@ -43,7 +43,7 @@ import socket
 import subprocess
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -285,12 +285,28 @@ def instructions(commands: list[list[bytes]], mails: int, depth: int = JUDGED_DE
     comparing two versions of the scripts (start-up, script loading and the
     check that the mails were sent included, a few percent of a 2,000-mail
     replay)."""
+    with callgrind_replay(commands, mails, depth) as out:
+        found = re.search(r"^summary: (\d+)", out.read_text(), re.MULTILINE)
+        if found is None:
+            raise BenchError(f"callgrind wrote no summary to {out}")
+    return int(found.group(1)) / mails
+
+
+@contextlib.contextmanager
+def callgrind_replay(
+    commands: list[list[bytes]], mails: int, depth: int = JUDGED_DEPTH, options: Sequence[str] = ()
+) -> Iterator[Path]:
+    """Replays the commands on a fresh redis-server under callgrind (valgrind's
+    ``options`` added) and yields its output file, once the server has ended;
+    files callgrind dumps on the way (``--dump-after``) are beside it, named
+    after it with ``.1``, ``.2``, ... Raises as :func:`_check`."""
     valgrind, server = shutil.which("valgrind"), shutil.which("redis-server")
     if valgrind is None or server is None:
         raise BenchError("--callgrind needs valgrind and redis-server (Debian: apt-get install valgrind)")
     with tempfile.TemporaryDirectory(prefix="fairpost-callgrind-") as tmp:
         out, port = Path(tmp) / "callgrind.out", free_port()
-        argv = [valgrind, "--tool=callgrind", f"--callgrind-out-file={out}", server, "--port", str(port)]
+        argv = [valgrind, "--tool=callgrind", f"--callgrind-out-file={out}", *options]
+        argv += [server, "--port", str(port)]
         # hz 1: the server's timer work grows with how long the replay takes (slower
         # under load); at one round a second it is a fraction of a percent of the count.
         argv += ["--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", tmp, "--hz", "1"]
@@ -306,10 +322,7 @@ def instructions(commands: list[list[bytes]], mails: int, depth: int = JUDGED_DE
         finally:
             client.close()
             proc.stop()
-        found = re.search(r"^summary: (\d+)", out.read_text(), re.MULTILINE)
-        if found is None:
-            raise BenchError(f"callgrind wrote no summary to {out}")
-    return int(found.group(1)) / mails
+        yield out
 
 
 def _pings(client: redis.Redis) -> bool:

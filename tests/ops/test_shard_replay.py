@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import shutil
+import subprocess
 from collections.abc import Iterator
 
 import pytest
 import redis
 import redis.asyncio
 
-from bench.redis_profile import script_sources
-from bench.shard_replay import Recorder, instructions, parse_monitor_line, replay
+from bench.cluster import BenchError
+from bench.redis_profile import script_names, script_sources
+from bench.script_costs import START, by_kind, by_script, dump_total
+from bench.shard_replay import Recorder, callgrind_replay, instructions, parse_monitor_line, replay
 from fairpost.dispatcher.store import JobStore, NewJob, StoreLimits
 from fairpost.mailer.daemon.mail_jobs import MailJobs
 from fairpost.mailer.sdk.keys import MailKeys
@@ -114,3 +118,33 @@ def test_a_mail_is_weighed_against_redis_benchmarks_sets_on_the_same_server(serv
     assert run.set_cpu is not None and run.set_cpu > 0
     # A mail is a score of commands and a few scripts: many SETs' worth, never one.
     assert run.cpu / 3 > 5 * run.set_cpu, (run.cpu, run.set_cpu)
+
+
+@pytest.mark.skipif(shutil.which("callgrind_annotate") is None, reason="valgrind is not installed")
+def test_a_replays_instructions_split_by_script_and_by_kind_add_up(server: RedisServer) -> None:
+    commands = recorded_drain(server)
+    names = script_names()
+    dumped = ["--dump-after=scriptCommand", "--dump-after=evalShaCommand"]
+    with callgrind_replay(commands, mails=3, options=dumped) as out:
+        numbered = sorted(out.parent.glob(f"{out.name}.*"), key=lambda p: int(p.suffix[1:]))
+        dumps = [dump_total(p) for p in numbered]
+    with callgrind_replay(commands, mails=3) as out:
+        annotated = subprocess.run(
+            ["callgrind_annotate", "--inclusive=yes", "--threshold=100", str(out)],
+            check=True, capture_output=True, text=True,
+        ).stdout  # fmt: skip
+    scripts = by_script(commands, dumps, names, len(script_sources()))
+    calls = {names[c[1].decode()] for c in commands if c[0] == b"EVALSHA"}
+    assert set(scripts) == {START, *calls} and "dispatcher/finish.lua" in calls
+    assert all(count > 0 for count in scripts.values()), scripts
+    kinds = by_kind(annotated)
+    assert all(count > 0 for count in kinds.values()), kinds
+    # The kinds part the whole program's count: their sum is the annotation's total.
+    program = re.search(r"([\d,]+) \(100.0%\)\s+PROGRAM TOTALS", annotated)
+    assert program is not None
+    total = int(program.group(1).replace(",", ""))
+    assert sum(kinds.values()) == total
+    # ... and so do the scripts' dumps, within the cost of dumping (another replay).
+    assert abs(sum(scripts.values()) - total) / total < 0.05, (sum(scripts.values()), total)
+    with pytest.raises(BenchError, match="1 dumps for"):
+        by_script(commands, dumps[:1], names, len(script_sources()))
