@@ -179,9 +179,9 @@ end
 -- Anything else (a window without room, buckets that left it, a new one) is
 -- decided below, from the reads made here (which wrote nothing) and the rest.
 local granted, retry_ms, blocked, never_index, binding, stop_for_share = 0, 0, 0, 0, 0, false
-local fast = not (fair and fair.lead) and #ARGV >= rest
+local fast = not (fair and fair.lead) and #ARGV > rest
 if fast then
-    local asked, tagged = asked_of(rest, fair)
+    local mails, asked, tagged = asked_of(rest, fair)
     for i = 1, window_count do
         local win = windows[i]
         local current = win.current
@@ -201,7 +201,7 @@ if fast then
             local win = windows[i]
             redis.call("HSET", win.key, "n", win.total + asked, win.current_field, win.held + asked)
         end
-        granted = #ARGV - rest + 1
+        granted = mails
         if fair then fair.tag = tagged end
     end
 end
