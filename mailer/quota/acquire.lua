@@ -182,10 +182,18 @@ local granted, retry_ms, blocked, never_index, binding, stop_for_share = 0, 0, 0
 local fast = not (fair and fair.lead) and #ARGV > rest
 if fast then
     local mails, asked, tagged = asked_of(rest, fair)
+    local previous = nil
     for i = 1, window_count do
         local win = windows[i]
         local current = win.current
-        local current_field = field(current)
+        -- Windows of one length (the global's and the tenant's) share the current
+        -- bucket: its field made text once (a format each).
+        local current_field
+        if previous and previous.current == current then
+            current_field = previous.current_field
+        else
+            current_field = field(current)
+        end
         local got = redis.call("HMGET", win.key, "n", "lo", "hi", current_field)
         -- Kept for decide, should this window not allow it here: not read twice.
         win.got, win.current_field = got, current_field
@@ -195,6 +203,7 @@ if fast then
             break
         end
         win.total, win.held = n, num(got[4]) or 0
+        previous = win
     end
     if fast then
         for i = 1, window_count do
