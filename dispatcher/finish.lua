@@ -12,7 +12,8 @@
 -- ARGV[5] seconds to keep the records (0: forever), ARGV[6] B, ARGV[7..10 + 3L] the
 -- history (history.lua's history_context, ARGV[10] its L fields: a sent job's
 -- record then stays whole for its detail seconds, and its line in the history
--- for ARGV[5]), ARGV[11 + 3L..] the journal (journal.lua), then per job: its id, the number N of fields to set, then N
+-- for ARGV[5]; given for a 'sent' call alone), ARGV[11 + 3L..] the journal (journal.lua), then per job: its id,
+-- its hash when the call keeps history (history_add), the number N of fields to set, then N
 -- field, value pairs, then its journal entry (a count M and M pairs)
 -- A sent job gets sent_ms (Redis time, as every stored time). Each job changed
 -- gets its journal entry; a job left as it was gets none.
@@ -109,7 +110,11 @@ local k = 13
 -- tonumber() converts twice.
 local n_argv = #ARGV
 while a <= n_argv do
-  local job_id, n = ARGV[a], ARGV[a + 1] + 0
+  local job_id, hash = ARGV[a], nil
+  if history then
+    a, hash = a + 1, ARGV[a + 1]
+  end
+  local n = ARGV[a + 1] + 0
   local first, last = a + 2, a + 1 + 2 * n
   local entry = last + 1
   a = entry + 1 + 2 * ARGV[entry]  -- journal_skip
@@ -189,7 +194,7 @@ while a <= n_argv do
         rec[also[i]] = rec[also[i + 1]]
       end
       if history then
-        history_add(history, job_id, final, tenant, rec, history_at)
+        history_add(history, job_id, hash, final, tenant, rec, history_at)
         redis.call('EXPIRE', job_key, history.detail)
       elseif keep > 0 then
         redis.call('EXPIRE', job_key, keep_s)

@@ -148,10 +148,12 @@ local function history_line(state, tenant, layout, values, at)
   return table.concat(line, '|', 1, 3 + #names)
 end
 
--- The job's line, written with the call's others (history_write).
-local function history_add(h, job_id, state, tenant, values, at)
+-- The job's line, written with the call's others (history_write). `hash`: the
+-- number history_bucket takes of the job id's SHA-1 (its first 8 hex digits),
+-- made by the caller (calls.history_hash).
+local function history_add(h, job_id, hash, state, tenant, values, at)
   -- history_bucket's number, its name made once a call (history_write).
-  local bucket = tonumber(string.sub(redis.sha1hex(job_id), 1, 8), 16) % h.n_shards
+  local bucket = hash % h.n_shards
   local lines = h.lines[bucket + 1]
   local line = history_line(state, tenant, h.layout, values, at)
   if lines then
