@@ -32,31 +32,22 @@ if sent then
   history, at_journal = history_context(KEYS[13], ARGV, 7, now, keep)
 end
 local journal, a = journal_context(KEYS[#KEYS], ARGV, at_journal)
--- The record's fields a job's journal entry copies and its line in the history
--- keeps, with its tenant and state, read with one HMGET into `rec`, each field
--- once: from 1 the journal's copied fields, then the tenant unless the journal
--- copies it, then from history_at + 1 the history's fields, and the state. Then
--- made what they are after the job's change before its entry and line copy
--- them (as a read after the change would): what its HSET wrote, in place.
-local copied_names = journal_copied_names(journal)
-local read_names = {unpack(copied_names)}
-local place = {}
-for i, name in ipairs(read_names) do
-  place[name] = place[name] or i
-end
-if not place['tenant'] then
-  read_names[#read_names + 1] = 'tenant'
-end
-local history_at = #read_names
-if history then
-  for i, name in ipairs(history.layout.names) do
-    read_names[history_at + i] = name
-  end
+-- The record's fields a job's line in the history keeps and its journal entry
+-- copies, with its tenant and state, read with one HMGET into `rec`: from 1 the
+-- history's fields (history_line's values), from journal_at + 1 the journal's,
+-- then the tenant and the state unless read already. Then made what they are
+-- after the job's change before its line and entry copy them (as a read after
+-- the change would): what its HSET wrote, in place.
+local read_names = history and {unpack(history.layout.names)} or {}
+local journal_at = #read_names
+for i, name in ipairs(journal_copied_names(journal)) do
+  read_names[journal_at + i] = name
 end
 -- A field's first place in rec; `also`: each other place of a field read twice
--- (the history's line and the journal's entry both keep it, say), then its first.
-local also = {}
-place = {}
+-- (the history's line and the journal's entry both keep it, say), then its
+-- first: each is read once (a field's lookup scans the record), and each place
+-- has its own copy (history_line changes its values in place).
+local also, place = {}, {}
 for i, name in ipairs(read_names) do
   local first = place[name]
   if first then
@@ -82,6 +73,10 @@ if not at_state then
   read_names[at_state] = 'state'
 end
 local at_tenant = place['tenant']
+if not at_tenant then
+  at_tenant = #read_names + 1
+  read_names[at_tenant] = 'tenant'
+end
 -- One table for every job's HSET, refilled from `fixed` + 1 with the caller's pairs.
 local fields, fixed = {'state', final, 'finished_ms', now_s}, 4
 if sent then
@@ -194,13 +189,13 @@ while a <= n_argv do
         rec[also[i]] = rec[also[i + 1]]
       end
       if history then
-        history_add(history, job_id, hash, final, tenant, rec, history_at)
+        history_add(history, job_id, hash, final, tenant, rec)
         redis.call('EXPIRE', job_key, history.detail)
       elseif keep > 0 then
         redis.call('EXPIRE', job_key, keep_s)
       end
       if journal then
-        journal_append(journal, job_key, job_id, final, ARGV, entry, rec, 0, a <= n_argv)
+        journal_append(journal, job_key, job_id, final, ARGV, entry, rec, journal_at, a <= n_argv)
       end
       out[n_out] = 1
     end

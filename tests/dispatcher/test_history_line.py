@@ -1,7 +1,9 @@
-"""A finished job's bucket in the history is picked from a hash its caller makes
-(calls.history_hash) where history.lua's readers make it themselves
-(history_bucket, from Redis's SHA-1): the two must agree, or a line is written
-where no reader looks. Real redis-server and the real scripts.
+"""What finish.lua writes of a sent job in the history, and where: its line, byte
+for byte as history.lua's layout says (another version reads it), in the bucket
+picked from a hash its caller makes (calls.history_hash) where history.lua's
+readers make it themselves (history_bucket, from Redis's SHA-1): the two must
+agree, or a line is written where no reader looks. Real redis-server and the
+real scripts.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import redis.asyncio
 from fairpost.dispatcher import JobState, JobStore, NewJob
 from fairpost.dispatcher.calls import history_hash
 from fairpost.dispatcher.keys import Keys
+from fairpost.dispatcher.replies import text
 from fairpost.dispatcher.store import StoreLimits
 
 KEEP = 7 * 86400
@@ -55,3 +58,18 @@ async def test_a_line_is_found_where_the_readers_look(aredis: redis.asyncio.Redi
     for job_id in ids:
         kept = await store.job(job_id)
         assert (kept["state"], kept["tenant"]) == ("sent", "t1"), job_id
+
+
+async def test_a_line_is_its_layout_byte_for_byte(aredis: redis.asyncio.Redis) -> None:
+    keys = Keys("exact")
+    store = JobStore(aredis, keys, StoreLimits(default_cap=100, detail_seconds=3600))
+    await store.enqueue([NewJob(id="a", tenant="t1", kind="task", payload="{}", priority="high")])
+    assert [job.id for job in await store.claim(1)] == ["a"]
+    await store.handed_off(["a"])
+    assert await store.finish("a", JobState.SENT, keep_seconds=KEEP, fields={"attempts": "3"}) == 1
+    whole = await store.job("a")
+    [bucket] = await aredis.keys(keys.history_prefix() + "*")
+    created = int(whole["created_ms"])
+    after = [int(whole[name]) - created for name in ("dispatched_ms", "finished_ms")]
+    # priority, created_ms, dispatched_ms and finished_ms (as ms after created_ms), attempts
+    assert text(await aredis.hget(bucket, "a")) == f"1|sent|t1|high|{created}|{after[0]}|{after[1]}|3"
