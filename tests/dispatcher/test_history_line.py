@@ -34,7 +34,7 @@ return out
 
 async def test_the_callers_hash_is_the_one_the_readers_make(aredis: redis.asyncio.Redis) -> None:
     ids = [uuid.uuid4().hex for _ in range(500)] + ["a", "", "job-é", "x" * 200, "0" * 32]
-    lua = await aredis.eval(LUA_HASH, 0, *ids)  # type: ignore[misc]
+    lua = await aredis.eval(LUA_HASH, 0, *ids)
     assert [int(n) for n in lua] == [history_hash(i) for i in ids]
     # Some of them at or past 2^31: the hash is unsigned.
     assert any(history_hash(i) >= 2**31 for i in ids)
