@@ -338,6 +338,13 @@ local reply = { granted, retry_ms, blocked, now, never_index, binding }
 if granted > 0 then
     -- Units counted: a second run must not count them again. (Nothing counted:
     -- a second run answers afresh.)
-    redis.call("SET", record, string.format("%d %d %d %d %d %d", unpack(reply)), "PX", RECORD_MS)
+    -- Granted in full (most calls): two numbers to format, not six.
+    local text
+    if retry_ms == 0 and blocked == 0 and never_index == 0 and binding == 0 then
+        text = string.format("%d 0 0 %d 0 0", granted, now)
+    else
+        text = string.format("%d %d %d %d %d %d", granted, retry_ms, blocked, now, never_index, binding)
+    end
+    redis.call("SET", record, text, "PX", RECORD_MS)
 end
 return reply
