@@ -197,6 +197,7 @@ class ScriptCalls:
         k = self.keys
         keys = [*self._ring_keys(), k.tenants(), k.scheduled()]
         args: Args = [*self._ring_args(), len(jobs), ENTRY_SEP, repr(self.limits.high_water)]
+        args += [k.content_prefix(), k.payload_prefix()]
         for job in jobs:
             fields: Args = ["kind", job.kind]
             if job.idempotency_key:
@@ -204,11 +205,12 @@ class ScriptCalls:
                 fields += ["idempotency_key", job.idempotency_key]
             for name, value in (job.fields or {}).items():
                 fields += [name, value]
-            has_key = job.idempotency_key is not None
-            idem = k.idempotency(job.tenant, job.idempotency_key) if job.idempotency_key else k.job(job.id)
-            keys += [k.job(job.id), k.content(job.id), k.payload(job.id), idem]
-            args += [job.id, job.tenant, job.priority, job.send_at_ms, job.idempotency_ttl if has_key else 0]
-            args += [job.content or b"", job.payload, len(fields) // 2, *fields]
+            idem = k.idempotency(job.tenant, job.idempotency_key) if job.idempotency_key else ""
+            keys.append(k.job(job.id))
+            ttl = job.idempotency_ttl if idem else 0
+            args += [job.id, job.tenant, job.priority, job.send_at_ms, ttl, idem]
+            # Its queue entry whole (dispatcher/record.py): Lua would copy the payload to make it.
+            args += [job.content or b"", f"{job.id}{ENTRY_SEP}{job.payload}", len(fields) // 2, *fields]
         return keys, args
 
     def claim(self, count: int, token: str) -> Call:
