@@ -199,18 +199,23 @@ class ScriptCalls:
         args: Args = [*self._ring_args(), len(jobs), ENTRY_SEP, repr(self.limits.high_water)]
         args += [k.content_prefix(), k.payload_prefix()]
         for job in jobs:
-            fields: Args = ["kind", job.kind]
+            # Only what the job has: each string passed costs Lua's work (enqueue.lua).
+            options: Args = ["send_at", job.send_at_ms] if job.send_at_ms > 0 else []
+            fields: Args = []
             if job.idempotency_key:
+                if job.idempotency_ttl > 0:
+                    options += ["idem", k.idempotency(job.tenant, job.idempotency_key)]
+                    options += ["idem_ttl", job.idempotency_ttl]
                 # Kept on the record for the journal's entries (dispatcher/journal.py).
                 fields += ["idempotency_key", job.idempotency_key]
+            if job.content:
+                options += ["content", job.content]
             for name, value in (job.fields or {}).items():
                 fields += [name, value]
-            idem = k.idempotency(job.tenant, job.idempotency_key) if job.idempotency_key else ""
             keys.append(k.job(job.id))
-            ttl = job.idempotency_ttl if idem else 0
-            args += [job.id, job.tenant, job.priority, job.send_at_ms, ttl, idem]
             # Its queue entry whole (dispatcher/record.py): Lua would copy the payload to make it.
-            args += [job.content or b"", f"{job.id}{ENTRY_SEP}{job.payload}", len(fields) // 2, *fields]
+            args += [job.id, job.tenant, job.priority, f"{job.id}{ENTRY_SEP}{job.payload}", job.kind]
+            args += [len(options) // 2, *options, len(fields) // 2, *fields]
         return keys, args
 
     def claim(self, count: int, token: str) -> Call:
