@@ -123,23 +123,6 @@ local claimed = 0
 local slots_taken = 0
 -- What the total of waiting jobs takes, once a call.
 local total_delta = 0
--- Score, member pairs for the leases zset and the expiring zset, written a
--- few hundred at a time (one ZADD's arguments stay well inside Lua's stack).
-local all_leases, due_tenants, n_leases = {}, {}, 0
--- Key, value pairs of the payloads the claimed entries carried, for one MSET:
--- a command a job less (a call from Lua costs some 4,000 instructions of its own).
-local payloads, n_payloads = {}, 0
-local function write_leases()
-  if n_leases > 0 then
-    redis.call('ZADD', leases, unpack(all_leases, 1, n_leases))
-    redis.call('ZADD', ctx.expiring, 'LT', unpack(due_tenants))
-    all_leases, due_tenants, n_leases = {}, {}, 0
-  end
-  if n_payloads > 0 then
-    redis.call('MSET', unpack(payloads, 1, n_payloads))
-    payloads, n_payloads = {}, 0
-  end
-end
 -- The claimed jobs' answer, seven values a job, and how many values so far.
 local n_out = 0
 -- The deadline of the claim's job number `claimed` (from 0; written where the
@@ -153,6 +136,38 @@ local n_out = 0
 local lease_end = now + lease_ms
 local lease_s = as_text(lease_end)
 local whole_until = (lease_end >= 1e12 and lease_end < 1e13) and 50 or 0
+-- Score, member pairs for the leases zset and the expiring zset, written a
+-- few hundred at a time (one ZADD's arguments stay well inside Lua's stack).
+local all_leases, due_tenants, n_leases = {}, {}, 0
+-- Key, value pairs of the payloads the claimed entries carried, for one MSET:
+-- a command a job less (a call from Lua costs some 4,000 instructions of its own).
+local payloads, n_payloads = {}, 0
+local function write_leases()
+  if n_leases > 0 then
+    if claimed <= whole_until then
+      -- Every lease has the same deadline, and Redis keeps a few dozen leases
+      -- as a listpack: each one added is placed by a walk from its head,
+      -- past every one of an equal deadline and a smaller id. Added from the
+      -- largest id down, each goes first: a sort of the ids costs less than
+      -- the walks (about 1,100 instructions a job).
+      local ids, m = {}, n_leases / 2
+      for j = 1, m do
+        ids[j] = all_leases[2 * j]
+      end
+      table.sort(ids)
+      for j = 1, m do
+        all_leases[2 * j] = ids[m + 1 - j]
+      end
+    end
+    redis.call('ZADD', leases, unpack(all_leases, 1, n_leases))
+    redis.call('ZADD', ctx.expiring, 'LT', unpack(due_tenants))
+    all_leases, due_tenants, n_leases = {}, {}, 0
+  end
+  if n_payloads > 0 then
+    redis.call('MSET', unpack(payloads, 1, n_payloads))
+    payloads, n_payloads = {}, 0
+  end
+end
 
 -- Pop up to `room` of the tenant's jobs and claim those still queued (an
 -- entry whose record is gone or no longer queued, cancelled while waiting, is
