@@ -212,15 +212,13 @@ class ScriptCalls:
             options: Args = ["send_at", job.send_at_ms] if job.send_at_ms > 0 else []
             fields: Args = []
             if job.idempotency_key:
-                if job.idempotency_ttl > 0:
-                    options += ["idem", k.idempotency(job.tenant, job.idempotency_key)]
-                    options += ["idem_ttl", job.idempotency_ttl]
+                idem = k.idempotency(job.tenant, job.idempotency_key)
+                options += ["idem", idem, "idem_ttl", job.idempotency_ttl] if job.idempotency_ttl > 0 else []
                 # Kept on the record for the journal's entries (dispatcher/journal.py).
                 fields += ["idempotency_key", job.idempotency_key]
             if job.content:
                 options += ["content", job.content]
-            for name, value in (job.fields or {}).items():
-                fields += [name, value]
+            fields += [part for pair in (job.fields or {}).items() for part in pair]
             keys.append(k.job(job.id))
             # Its queue entry whole (dispatcher/record.py): Lua would copy the payload to make it.
             args += [job.id, job.tenant, job.priority, f"{job.id}{ENTRY_SEP}{job.payload}", job.kind]
