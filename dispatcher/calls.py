@@ -206,18 +206,23 @@ class ScriptCalls:
         k = self.keys
         keys = [*self._ring_keys(), k.tenants(), k.scheduled()]
         args: Args = [*self._ring_args(), len(jobs), ENTRY_SEP, repr(self.limits.high_water)]
+        args += [k.content_prefix(), k.payload_prefix()]
         for job in jobs:
-            fields: Args = ["kind", job.kind]
+            # Only what the job has: each string passed costs Lua's work (enqueue.lua).
+            options: Args = ["send_at", job.send_at_ms] if job.send_at_ms > 0 else []
+            fields: Args = []
             if job.idempotency_key:
+                idem = k.idempotency(job.tenant, job.idempotency_key)
+                options += ["idem", idem, "idem_ttl", job.idempotency_ttl] if job.idempotency_ttl > 0 else []
                 # Kept on the record for the journal's entries (dispatcher/journal.py).
                 fields += ["idempotency_key", job.idempotency_key]
-            for name, value in (job.fields or {}).items():
-                fields += [name, value]
-            has_key = job.idempotency_key is not None
-            idem = k.idempotency(job.tenant, job.idempotency_key) if job.idempotency_key else k.job(job.id)
-            keys += [k.job(job.id), k.content(job.id), k.payload(job.id), idem]
-            args += [job.id, job.tenant, job.priority, job.send_at_ms, job.idempotency_ttl if has_key else 0]
-            args += [job.content or b"", job.payload, len(fields) // 2, *fields]
+            if job.content:
+                options += ["content", job.content]
+            fields += [part for pair in (job.fields or {}).items() for part in pair]
+            keys.append(k.job(job.id))
+            # Its queue entry whole (dispatcher/record.py): Lua would copy the payload to make it.
+            args += [job.id, job.tenant, job.priority, f"{job.id}{ENTRY_SEP}{job.payload}", job.kind]
+            args += [len(options) // 2, *options, len(fields) // 2, *fields]
         return keys, args
 
     def claim(self, count: int, token: str) -> Call:
