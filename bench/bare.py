@@ -112,7 +112,7 @@ async def run(redis_url: str, queue_url: str, mails: int, tenants: int) -> dict[
                     args: list[Any] = ["acquire", "", 20, len(WINDOWS)]
                     for w in WINDOWS * 2:
                         args += [w.seconds, w.limit]
-                    args += [e.mail.recipients for e in envs]
+                    args += [len(envs), *(e.mail.recipients for e in envs)]
                     qkeys = [keys.quota("global", w.seconds) for w in WINDOWS]
                     qkeys += [keys.quota(f"t:{tenant}", w.seconds) for w in WINDOWS]
                     # An acquire's record goes last, as the daemon's (acquire.lua).

@@ -37,12 +37,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import re
 import shutil
 import socket
 import subprocess
 import tempfile
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,7 +56,7 @@ from bench.cluster import Backend, BenchError, services, world
 from bench.figures import Figure
 from bench.load import Load, wait_sent
 from bench.redis_profile import script_sources
-from fairpost.dispatcher.keys import TOTAL_INFLIGHT
+from fairpost.dispatcher.keys import ANCHOR, TOTAL_INFLIGHT
 from fairpost.mailer.sdk.keys import MailKeys
 from fairpost.mailer.testing.services import ManagedProcess, free_port, redis_server
 from fairpost.mailer.testing.wait import wait_for
@@ -96,11 +98,42 @@ def _unescape(arg: bytes) -> bytes:
 def parse_monitor_line(line: bytes) -> tuple[str, list[bytes]] | None:
     """``+1700000000.123456 [0 127.0.0.1:5000] "SET" "k" "v"`` -> (client, args);
     None for anything else (the ``+OK`` that starts the stream)."""
+    parsed = _parse_timed(line)
+    return None if parsed is None else parsed[1:]
+
+
+def _parse_timed(line: bytes) -> tuple[float, str, list[bytes]] | None:
+    """A MONITOR line as (its time, in seconds, client, args); None for anything else."""
     head, sep, rest = line.partition(b"] ")
     if not sep or b" [" not in head:
         return None
-    client = head.split(b" ")[-1].decode(errors="replace")
-    return client, [_unescape(m.group(1)) for m in _ARG.finditer(rest)]
+    words = head.split(b" ")
+    client = words[-1].decode(errors="replace")
+    return float(words[0].lstrip(b"+")), client, [_unescape(m.group(1)) for m in _ARG.finditer(rest)]
+
+
+_HANDOFF_LEASE = 7
+"""handoff.lua's ARGV: the anchor (:data:`ANCHOR`), then the claims' lease end
+(ms; 0: not known), from this place (calls.ScriptCalls.handoff)."""
+
+
+@functools.cache
+def _handoff_shas() -> frozenset[bytes]:
+    return frozenset(
+        sha.encode() for sha, (name, _) in script_sources().items() if name == "dispatcher/handoff.lua"
+    )
+
+
+def lease_at(args: list[bytes]) -> int | None:
+    """Where a hand-off's lease end is in its command (None: another command, or no
+    lease end given). A hand-off within its claims' lease writes less: a replay
+    long after the capture would take the other path for every one."""
+    if len(args) < 3 or args[0].upper() != b"EVALSHA" or args[1] not in _handoff_shas():
+        return None
+    at = 3 + int(args[2]) + _HANDOFF_LEASE
+    if args[at - 1] != ANCHOR.encode():
+        raise BenchError("handoff.lua's arguments moved: bench.shard_replay's _HANDOFF_LEASE is out of date")
+    return at if args[at] != b"0" else None
 
 
 class Recorder:
@@ -127,10 +160,10 @@ class Recorder:
             self._buffer += chunk
             *lines, self._buffer = self._buffer.split(b"\r\n")
             for line in lines:
-                parsed = parse_monitor_line(line)
+                parsed = _parse_timed(line)
                 # Commands a script runs are shown as from "lua": the replayed script runs them.
-                if parsed and parsed[0] != "lua" and parsed[1]:
-                    self.commands.append(parsed[1])
+                if parsed and parsed[1] != "lua" and parsed[2]:
+                    self.commands.append(relative_lease(parsed[0], parsed[2]))
 
     def mark(self, client: redis.Redis, text: str) -> None:
         """Send an ECHO until MONITOR shows it: every command Redis ran before it is
@@ -144,6 +177,8 @@ class Recorder:
         wait_for(seen, within=30, what=f"MONITOR to show the ECHO {text!r}")
 
     def stop(self) -> list[list[bytes]]:
+        """The commands recorded, each hand-off's lease end kept as the ms from its
+        command (``@<ms>``): :func:`_run` makes it a time again when it replays it."""
         self._stop.set()
         self._thread.join(timeout=5)
         self._sock.close()
@@ -176,6 +211,22 @@ async def capture(backend: Backend, mails: int) -> list[list[bytes]]:
                 client.close()
                 commands = recorder.stop()
     return [c for c in commands if c[0].upper().decode(errors="replace") not in SKIPPED]
+
+
+def relative_lease(at_s: float, args: list[bytes]) -> list[bytes]:
+    lease = lease_at(args)
+    if lease is not None:
+        args[lease] = b"@%d" % (int(args[lease]) - round(at_s * 1000))
+    return args
+
+
+def absolute_lease(args: list[bytes]) -> list[bytes]:
+    """A recorded hand-off's lease end as far from now as it was from the hand-off
+    when recorded: the claims before it, replayed just before it, are as young."""
+    lease = lease_at(args)
+    if lease is None or args[lease][:1] != b"@":
+        return args
+    return [*args[:lease], b"%d" % (time.time() * 1000 + int(args[lease][1:])), *args[lease + 1 :]]
 
 
 def _chunks(commands: list[list[bytes]], size: int) -> Iterator[list[list[bytes]]]:
@@ -211,7 +262,7 @@ def _run(client: redis.Redis, commands: list[list[bytes]], depth: int) -> list[E
     for chunk in _chunks(commands, depth):
         with client.pipeline(transaction=False) as pipe:
             for args in chunk:
-                cast(Any, pipe).execute_command(*args)
+                cast(Any, pipe).execute_command(*absolute_lease(args))
             replies = pipe.execute(raise_on_error=False)
         errors += [r for r in replies if isinstance(r, Exception)]
     return errors

@@ -9,6 +9,7 @@ as httpx's ``Client`` and ``AsyncClient`` share ``BaseClient``.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -20,7 +21,7 @@ import redis.exceptions
 from fairpost.config import Settings
 from fairpost.dispatcher.durable import Durability
 from fairpost.dispatcher.errors import NotReplayable, RedisNearlyFull, TooLateToCancel, UnknownJob
-from fairpost.dispatcher.jobs import Job, NewJob
+from fairpost.dispatcher.jobs import Job, JobState, NewJob
 from fairpost.dispatcher.journal import Entry, Journal, entry_args, journal_args, journal_keys
 from fairpost.dispatcher.keys import ANCHOR, Keys, pack_history
 from fairpost.dispatcher.lua_shake import used_helpers
@@ -36,6 +37,7 @@ __all__ = [
     "StoreLimits",
     "cancelled",
     "claimed",
+    "history_hash",
     "promoted",
     "replayed",
     "script",
@@ -162,6 +164,13 @@ def outcome_journal(settings: Settings) -> Journal | None:
     return journal_of(Keys(settings.key_prefix), store_limits(settings))
 
 
+def history_hash(job_id: str) -> int:
+    """What picks the job's bucket among a day's N in the history: its number is this
+    modulo N. history.lua's history_bucket, made here for finish.lua (a SHA-1 in
+    its Lua cost each line some thousands of instructions)."""
+    return int(hashlib.sha1(job_id.encode()).hexdigest()[:8], 16)
+
+
 class ScriptCalls:
     """Builds the KEYS and ARGV of each script (see each ``.lua`` file's header)."""
 
@@ -197,18 +206,23 @@ class ScriptCalls:
         k = self.keys
         keys = [*self._ring_keys(), k.tenants(), k.scheduled()]
         args: Args = [*self._ring_args(), len(jobs), ENTRY_SEP, repr(self.limits.high_water)]
+        args += [k.content_prefix(), k.payload_prefix()]
         for job in jobs:
-            fields: Args = ["kind", job.kind]
+            # Only what the job has: each string passed costs Lua's work (enqueue.lua).
+            options: Args = ["send_at", job.send_at_ms] if job.send_at_ms > 0 else []
+            fields: Args = []
             if job.idempotency_key:
+                idem = k.idempotency(job.tenant, job.idempotency_key)
+                options += ["idem", idem, "idem_ttl", job.idempotency_ttl] if job.idempotency_ttl > 0 else []
                 # Kept on the record for the journal's entries (dispatcher/journal.py).
                 fields += ["idempotency_key", job.idempotency_key]
-            for name, value in (job.fields or {}).items():
-                fields += [name, value]
-            has_key = job.idempotency_key is not None
-            idem = k.idempotency(job.tenant, job.idempotency_key) if job.idempotency_key else k.job(job.id)
-            keys += [k.job(job.id), k.content(job.id), k.payload(job.id), idem]
-            args += [job.id, job.tenant, job.priority, job.send_at_ms, job.idempotency_ttl if has_key else 0]
-            args += [job.content or b"", job.payload, len(fields) // 2, *fields]
+            if job.content:
+                options += ["content", job.content]
+            fields += [part for pair in (job.fields or {}).items() for part in pair]
+            keys.append(k.job(job.id))
+            # Its queue entry whole (dispatcher/record.py): Lua would copy the payload to make it.
+            args += [job.id, job.tenant, job.priority, f"{job.id}{ENTRY_SEP}{job.payload}", job.kind]
+            args += [len(options) // 2, *options, len(fields) // 2, *fields]
         return keys, args
 
     def claim(self, count: int, token: str) -> Call:
@@ -258,21 +272,26 @@ class ScriptCalls:
         markers = k.busy_markers()
         keys = [*self._ring_keys(), k.leases(), k.dead(), k.dispatched(), k.history_days()]
         args: Args = [*self._ring_args(), str(state), keep_seconds, len(markers)]
-        args += [*self._history_args(keep_seconds), *journal_args(journal)]
+        history = self._history_args(str(state), keep_seconds)
+        args += [*history, *journal_args(journal)]
         for job_id, fields in jobs:
             keys += [k.job(job_id), k.content(job_id), k.payload(job_id)]
             keys += [marker.key(job_id) for marker in markers]
             pairs: Args = []
             for name, value in (fields or {}).items():
                 pairs += [name, value]
-            args += [job_id, len(pairs) // 2, *pairs, *entry_args((entries or {}).get(job_id))]
+            args.append(job_id)
+            if history[0]:
+                args.append(history_hash(job_id))
+            args += [len(pairs) // 2, *pairs, *entry_args((entries or {}).get(job_id))]
         return keys + journal_keys(journal), args
 
-    def _history_args(self, keep_seconds: int) -> Args:
-        """finish.lua's history (history.lua): none unless a record's detail TTL is
-        shorter than the ``keep_seconds`` the history keeps its line."""
+    def _history_args(self, state: str, keep_seconds: int) -> Args:
+        """finish.lua's history (history.lua): none unless the jobs end sent and a
+        record's detail TTL is shorter than the ``keep_seconds`` the history keeps
+        its line."""
         detail = self.limits.detail_seconds
-        if not 0 < detail < keep_seconds:
+        if state != JobState.SENT or not 0 < detail < keep_seconds:
             return ["", 0, 0, 0]
         fields = self.keys.history_fields()
         pack_history(fields)  # checked as the history's readers take them

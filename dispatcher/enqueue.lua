@@ -6,15 +6,18 @@
 -- line (store.py) makes Redis refuse the call whole when it is out of memory,
 -- instead of failing half-way.
 -- KEYS[1..9] ring context (ring.lua), KEYS[10] all-tenants set, KEYS[11]
--- scheduled jobs (zset), then per job: its hash, its content (string), its
--- payload (string: a scheduled job's only) and its idempotency key (string;
--- its hash again when it has none)
+-- scheduled jobs (zset), then per job its hash
 -- ARGV[1..3] ring context, ARGV[4] number of jobs, ARGV[5] what separates a queue
 -- entry's id from its payload (no job id holds it), ARGV[6] the high-water mark
--- (a share of maxmemory; 0: none), then per job: id, tenant,
--- priority, send time in ms (0: now), idempotency key TTL in seconds (0: no
--- key), the content ('': none), the payload, the number N of other record
--- fields, then N field, value pairs
+-- (a share of maxmemory; 0: none), ARGV[7] content key prefix, ARGV[8] payload key
+-- prefix, then per job: id, tenant, priority, its queue entry (its id, ARGV[5],
+-- its payload), kind, the number K of its options, K option, value pairs (each
+-- only when the job has it: 'send_at', a send time in ms; 'idem', its
+-- idempotency key, with 'idem_ttl', its TTL in seconds; 'content'), the number
+-- N of its other record fields, then N field, value pairs
+-- A job's other keys are built here, and only when it has them, and what most
+-- jobs lack is not passed: every string a call passes is hashed and interned,
+-- used or not (some 500 instructions each).
 -- Returns, per job, {code, id}: {1, job id} written; {0, job id} a job with
 -- this id exists already; {2, first job id} the idempotency key was used
 -- already (by an earlier job, or by one earlier in this batch). Only 1 writes.
@@ -40,13 +43,25 @@ if high_water > 0 then
 end
 local ctx = ring_context(KEYS, ARGV)
 local tenants_key, scheduled, sep = KEYS[10], KEYS[11], ARGV[5]
+local content_prefix, payload_prefix = ARGV[7], ARGV[8]
 local n = tonumber(ARGV[4])
--- Per job, where its values start in ARGV (its KEYS: 11 + (i - 1) * 4, then
--- one to four), and its code; starts[n + 1] is one past the last job's. No
--- table a job: a batch of a hundred built a hundred, a tenth of the call's
--- Lua work with the garbage they left. Numbers are ARGV's strings made
--- numbers by arithmetic: once, where tonumber() converts twice.
-local starts, codes = {}, {}
+-- Per job, where its values start in ARGV (its hash: KEYS[11 + i]), where its
+-- count of fields is, its options (a table only for a job that has any) and its
+-- code; starts[n + 1] is one past the last job's. No table a job: a batch of a
+-- hundred built a hundred, a tenth of the call's Lua work with the garbage
+-- they left. Numbers are ARGV's strings made numbers by arithmetic: once,
+-- where tonumber() converts twice; a '0' is told by comparing strings
+-- (interned: one pointer), which converts none.
+local starts, fields_at, options, codes = {}, {}, {}, {}
+-- The options of a job that has none.
+local NONE = {}
+local function options_at(at, k)
+  local o = {}
+  for j = at, at + 2 * k - 1, 2 do
+    o[ARGV[j]] = ARGV[j + 1]
+  end
+  return o
+end
 
 -- First every check, so that nothing is written unless the whole batch is decided.
 local out = {}
@@ -54,41 +69,41 @@ local ids_seen, keys_seen = {}, {}
 -- One EXISTS over every record first (a thousand at a time: one command's
 -- arguments stay well inside Lua's stack): a batch of new ids, the usual one,
 -- then asks for none of them one by one.
-local records = {}
-for i = 1, n do
-  records[i] = KEYS[8 + 4 * i]
-end
 local any_exists = false
 for from = 1, n, 1000 do
-  if redis.call('EXISTS', unpack(records, from, math.min(n, from + 999))) > 0 then
+  if redis.call('EXISTS', unpack(KEYS, 11 + from, 11 + math.min(n, from + 999))) > 0 then
     any_exists = true
     break
   end
 end
-local a = 7
+local a = 9
 for i = 1, n do
-  local k = 7 + 4 * i
-  local id, idem_key = ARGV[a], KEYS[k + 4]
-  local idem = ARGV[a + 4] + 0 > 0
+  local id, at, idem_key = ARGV[a], a + 6, nil
+  if ARGV[a + 5] ~= '0' then
+    local k = ARGV[a + 5] + 0
+    options[i] = options_at(at, k)
+    idem_key = options[i].idem
+    at = at + 2 * k
+  end
   local first = nil
-  if idem then
+  if idem_key then
     first = keys_seen[idem_key] or redis.call('GET', idem_key)
   end
   local code, answer
   if first then
     code, answer = 2, first
-  elseif ids_seen[id] or (any_exists and redis.call('EXISTS', KEYS[k + 1]) == 1) then
+  elseif ids_seen[id] or (any_exists and redis.call('EXISTS', KEYS[11 + i]) == 1) then
     code, answer = 0, id
   else
     code, answer = 1, id
     ids_seen[id] = true
-    if idem then
+    if idem_key then
       keys_seen[idem_key] = id
     end
   end
   out[i] = {code, answer}
-  starts[i], codes[i] = a, code
-  a = a + 8 + 2 * ARGV[a + 7]
+  starts[i], fields_at[i], codes[i] = a, at, code
+  a = at + 1 + 2 * ARGV[at]
 end
 starts[n + 1] = a
 
@@ -98,27 +113,27 @@ local now_s = as_text(now)
 local tenants, waiting = {}, {}
 for i = 1, n do
   if codes[i] == 1 then
-    local at, k = starts[i], 7 + 4 * i
-    local id, tenant, priority, send_at = ARGV[at], ARGV[at + 1], ARGV[at + 2], ARGV[at + 3] + 0
-    local content, payload = ARGV[at + 5], ARGV[at + 6]
+    local at, opts = starts[i], options[i] or NONE
+    local id, tenant, priority, entry = ARGV[at], ARGV[at + 1], ARGV[at + 2], ARGV[at + 3]
+    local send_at = opts.send_at
     -- A waiting job's payload rides in its queue entry, several to an 8 KB
     -- listpack node, rather than in a key of its own: 'inline' says so until
     -- the claim takes the entry (a cancelled job's entry may still hold its
     -- only copy: replay.lua). A scheduled job is in no queue: its payload has
     -- its key now, and its queue entry will be its id alone (promote.lua).
     local state, mark, value = 'queued', 'inline', '1'
-    if send_at > now then
+    if send_at and send_at + 0 > now then
       state, mark, value = 'scheduled', 'send_at_ms', send_at
-      redis.call('SET', KEYS[k + 3], payload)
+      redis.call('SET', payload_prefix .. id, string.sub(entry, #id + #sep + 1))
     end
-    redis.call('HSET', KEYS[k + 1], 'tenant', tenant, 'priority', priority, 'state', state,
-      'created_ms', now_s, 'attempts', '0', mark, value, unpack(ARGV, at + 8, starts[i + 1] - 1))
-    if content ~= '' then
-      redis.call('SET', KEYS[k + 2], content)
+    redis.call('HSET', KEYS[11 + i], 'tenant', tenant, 'priority', priority, 'state', state,
+      'created_ms', now_s, 'attempts', '0', mark, value, 'kind', ARGV[at + 4],
+      unpack(ARGV, fields_at[i] + 1, starts[i + 1] - 1))
+    if opts.content then
+      redis.call('SET', content_prefix .. id, opts.content)
     end
-    local idem_ttl = ARGV[at + 4] + 0
-    if idem_ttl > 0 then
-      redis.call('SET', KEYS[k + 4], id, 'EX', idem_ttl)
+    if opts.idem then
+      redis.call('SET', opts.idem, id, 'EX', opts.idem_ttl)
     end
     if state == 'scheduled' then
       redis.call('SADD', tenants_key, tenant)
@@ -140,7 +155,7 @@ for i = 1, n do
         queues.entries[priority] = entries
         queues.order[#queues.order + 1] = priority
       end
-      entries[#entries + 1] = id .. sep .. payload
+      entries[#entries + 1] = entry
       queues.count = queues.count + 1
     end
   end

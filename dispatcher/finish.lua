@@ -12,7 +12,8 @@
 -- ARGV[5] seconds to keep the records (0: forever), ARGV[6] B, ARGV[7..10 + 3L] the
 -- history (history.lua's history_context, ARGV[10] its L fields: a sent job's
 -- record then stays whole for its detail seconds, and its line in the history
--- for ARGV[5]), ARGV[11 + 3L..] the journal (journal.lua), then per job: its id, the number N of fields to set, then N
+-- for ARGV[5]; given for a 'sent' call alone), ARGV[11 + 3L..] the journal (journal.lua), then per job: its id,
+-- its hash when the call keeps history (history_add), the number N of fields to set, then N
 -- field, value pairs, then its journal entry (a count M and M pairs)
 -- A sent job gets sent_ms (Redis time, as every stored time). Each job changed
 -- gets its journal entry; a job left as it was gets none.
@@ -31,31 +32,22 @@ if sent then
   history, at_journal = history_context(KEYS[13], ARGV, 7, now, keep)
 end
 local journal, a = journal_context(KEYS[#KEYS], ARGV, at_journal)
--- The record's fields a job's journal entry copies and its line in the history
--- keeps, with its tenant and state, read with one HMGET into `rec`, each field
--- once: from 1 the journal's copied fields, then the tenant unless the journal
--- copies it, then from history_at + 1 the history's fields, and the state. Then
--- made what they are after the job's change before its entry and line copy
--- them (as a read after the change would): what its HSET wrote, in place.
-local copied_names = journal_copied_names(journal)
-local read_names = {unpack(copied_names)}
-local place = {}
-for i, name in ipairs(read_names) do
-  place[name] = place[name] or i
-end
-if not place['tenant'] then
-  read_names[#read_names + 1] = 'tenant'
-end
-local history_at = #read_names
-if history then
-  for i, name in ipairs(history.layout.names) do
-    read_names[history_at + i] = name
-  end
+-- The record's fields a job's line in the history keeps and its journal entry
+-- copies, with its tenant and state, read with one HMGET into `rec`: from 1 the
+-- history's fields (history_line's values), from journal_at + 1 the journal's,
+-- then the tenant and the state unless read already. Then made what they are
+-- after the job's change before its line and entry copy them (as a read after
+-- the change would): what its HSET wrote, in place.
+local read_names = history and {unpack(history.layout.names)} or {}
+local journal_at = #read_names
+for i, name in ipairs(journal_copied_names(journal)) do
+  read_names[journal_at + i] = name
 end
 -- A field's first place in rec; `also`: each other place of a field read twice
--- (the history's line and the journal's entry both keep it, say), then its first.
-local also = {}
-place = {}
+-- (the history's line and the journal's entry both keep it, say), then its
+-- first: each is read once (a field's lookup scans the record), and each place
+-- has its own copy (history_line changes its values in place).
+local also, place = {}, {}
 for i, name in ipairs(read_names) do
   local first = place[name]
   if first then
@@ -81,6 +73,10 @@ if not at_state then
   read_names[at_state] = 'state'
 end
 local at_tenant = place['tenant']
+if not at_tenant then
+  at_tenant = #read_names + 1
+  read_names[at_tenant] = 'tenant'
+end
 -- One table for every job's HSET, refilled from `fixed` + 1 with the caller's pairs.
 local fields, fixed = {'state', final, 'finished_ms', now_s}, 4
 if sent then
@@ -109,7 +105,11 @@ local k = 13
 -- tonumber() converts twice.
 local n_argv = #ARGV
 while a <= n_argv do
-  local job_id, n = ARGV[a], ARGV[a + 1] + 0
+  local job_id, hash = ARGV[a], nil
+  if history then
+    a, hash = a + 1, ARGV[a + 1]
+  end
+  local n = ARGV[a + 1] + 0
   local first, last = a + 2, a + 1 + 2 * n
   local entry = last + 1
   a = entry + 1 + 2 * ARGV[entry]  -- journal_skip
@@ -189,13 +189,13 @@ while a <= n_argv do
         rec[also[i]] = rec[also[i + 1]]
       end
       if history then
-        history_add(history, job_id, final, tenant, rec, history_at)
+        history_add(history, job_id, hash, final, tenant, rec)
         redis.call('EXPIRE', job_key, history.detail)
       elseif keep > 0 then
         redis.call('EXPIRE', job_key, keep_s)
       end
       if journal then
-        journal_append(journal, job_key, job_id, final, ARGV, entry, rec, 0, a <= n_argv)
+        journal_append(journal, job_key, job_id, final, ARGV, entry, rec, journal_at, a <= n_argv)
       end
       out[n_out] = 1
     end

@@ -25,44 +25,51 @@ local stranded_at = as_text(now + tonumber(ARGV[6]))
 -- tenant's slots (a listpack), two more for a new score, some 7,000
 -- instructions of Redis's a job. The claimer says when it claimed them:
 -- reading claimed_ms, near the end of each record, would cost half that.
-local leased_until = tonumber(ARGV[8])
+local rewrite_slots = now >= tonumber(ARGV[8])
 -- Every lease ends, whatever the record says: one ZREM for the batch.
 redis.call('ZREM', leases, unpack(ARGV, 9))
 -- The anchor first, with every hand-off: it makes a new index a skiplist at once
 -- (Redis picks the encoding by the first member), and turns one an earlier
 -- version made a listpack; in a skiplist, writing it again is one lookup.
-local stranded = {'+inf', ARGV[7]}
+local stranded, n_stranded = {'+inf', ARGV[7]}, 2
 -- Per tenant, in the order first seen: its jobs' new slot expiries (one ZADD each),
 -- of the jobs whose slots the claim did not give that expiry already.
 local tenants, slots = {}, {}
 for i = 9, #ARGV do
   local job_id = ARGV[i]
   local job_key = job_prefix .. job_id
-  local rec = redis.call('HMGET', job_key, 'tenant', 'state')
-  local tenant, state = rec[1], rec[2]
-  if tenant then
+  -- Within the leases, its state alone (no record: none), not an HMGET's table a job:
+  -- its tenant is read only for a slot written again.
+  local state, tenant
+  if rewrite_slots then
+    local rec = redis.call('HMGET', job_key, 'state', 'tenant')
+    state, tenant = rec[1], rec[2]
+  else
+    state = redis.call('HGET', job_key, 'state')
+  end
+  if state == 'queued' or state == 'claimed' then
     if state == 'queued' then
       -- The lease ran out before the hand-off was recorded and the job went
       -- back to its queue: it is in SQS now, so take it out again (the reaper
       -- put it at the head: this reads no further). Rare: its lane is read only then.
-      local priority = redis.call('HGET', job_key, 'priority')
-      if redis.call('LREM', queue_key(ctx, tenant, priority), 1, job_id) == 1 then
+      local rec = redis.call('HMGET', job_key, 'tenant', 'priority')
+      tenant = rec[1]
+      if redis.call('LREM', queue_key(ctx, tenant, rec[2]), 1, job_id) == 1 then
         count_waiting(ctx, tenant, -1)
       end
     end
-    if state == 'queued' or state == 'claimed' then
-      redis.call('HSET', job_key, 'state', 'dispatched', 'dispatched_ms', now_s)
-      if state == 'queued' or now >= leased_until then
-        if not slots[tenant] then
-          slots[tenant] = {}
-          tenants[#tenants + 1] = tenant
-        end
-        slots[tenant][#slots[tenant] + 1] = expiry
-        slots[tenant][#slots[tenant] + 1] = job_id
+    redis.call('HSET', job_key, 'state', 'dispatched', 'dispatched_ms', now_s)
+    if state == 'queued' or rewrite_slots then
+      if not slots[tenant] then
+        slots[tenant] = {}
+        tenants[#tenants + 1] = tenant
       end
-      stranded[#stranded + 1] = stranded_at
-      stranded[#stranded + 1] = job_id
+      slots[tenant][#slots[tenant] + 1] = expiry
+      slots[tenant][#slots[tenant] + 1] = job_id
     end
+    stranded[n_stranded + 1] = stranded_at
+    stranded[n_stranded + 2] = job_id
+    n_stranded = n_stranded + 2
   end
 end
 for _, tenant in ipairs(tenants) do
@@ -77,7 +84,7 @@ for _, tenant in ipairs(tenants) do
     redis.call('ZADD', ctx.expiring, 'LT', expiry, tenant)
   end
 end
-if #stranded > 2 then
+if n_stranded > 2 then
   redis.call('ZADD', dispatched, unpack(stranded))
 end
 return now

@@ -43,7 +43,7 @@ end
 -- defaults, then N afters ('1' or ''): taken as they are, not parsed (gmatch
 -- over the packed layout cost a finish some 23,000 instructions more a call).
 -- Its tables are made their size at once (a table grown a key at a time is
--- made anew at each power of two), the line's too (history_line: 3 + N parts).
+-- made anew at each power of two).
 local function history_layout_args(argv, at, n)
   local names = {unpack(argv, at, at + n - 1)}
   local after, created = {unpack(argv, at + 2 * n, at + 3 * n - 1)}, nil
@@ -54,7 +54,7 @@ local function history_layout_args(argv, at, n)
     end
   end
   return {names = names, default = {unpack(argv, at + n, at + 2 * n - 1)}, after = after,
-    line = {'1', '', '', unpack(names)}, created = created}
+    n = n, created = created}
 end
 
 local function history_bucket(prefix, day, shards, job_id)
@@ -125,35 +125,35 @@ local function history_value(layout, i, v, created)
 end
 
 -- The job's line: '1' (the layout), state, tenant, then the layout's fields, from
--- `values` (values[at + i] is layout.names[i], as the record has it), each as
--- history_value gives it. Written out here, into one table a call refilled (as
--- journal_entry is): a line a job, its table grown part by part and a function
--- call a field, was most of the Lua a finish spent on the history.
-local function history_line(state, tenant, layout, values, at)
-  local names, default, after = layout.names, layout.default, layout.after
-  local line = layout.line
-  line[1], line[2], line[3] = '1', state, tenant
-  local created = layout.created and values[at + layout.created]
+-- `values` (values[i] is layout.names[i], as the record has it, and is made
+-- what the line keeps of it, in place), each as history_value gives it. Written
+-- out here, the fewest Lua steps a field (a field's steps, in a line a job, are
+-- most of the Lua a finish spends on the history): a time after created_ms left
+-- a number, which table.concat writes as an integer (below 10^14).
+local function history_line(state, tenant, layout, values)
+  local default, after, n = layout.default, layout.after, layout.n
+  local created = layout.created and values[layout.created]
   -- (Arithmetic converts a string once; tonumber() twice.)
   local base = created and created + 0
-  for i = 1, #names do
-    local v = values[at + i]
+  for i = 1, n do
+    local v = values[i]
     if not v or v == default[i] then
-      v = ''
+      values[i] = ''
     elseif after[i] then
-      v = base and string.format('%d', v - base) or ''
+      values[i] = base and v - base or ''
     end
-    line[3 + i] = v
   end
-  return table.concat(line, '|', 1, 3 + #names)
+  return '1|' .. state .. '|' .. tenant .. '|' .. table.concat(values, '|', 1, n)
 end
 
--- The job's line, written with the call's others (history_write).
-local function history_add(h, job_id, state, tenant, values, at)
+-- The job's line, written with the call's others (history_write). `hash`: the
+-- number history_bucket takes of the job id's SHA-1 (its first 8 hex digits),
+-- made by the caller (calls.history_hash).
+local function history_add(h, job_id, hash, state, tenant, values)
   -- history_bucket's number, its name made once a call (history_write).
-  local bucket = tonumber(string.sub(redis.sha1hex(job_id), 1, 8), 16) % h.n_shards
+  local bucket = hash % h.n_shards
   local lines = h.lines[bucket + 1]
-  local line = history_line(state, tenant, h.layout, values, at)
+  local line = history_line(state, tenant, h.layout, values)
   if lines then
     local n = #lines
     lines[n + 1], lines[n + 2] = job_id, line
@@ -171,8 +171,9 @@ local function history_write(h)
   if not h or h.added == 0 then
     return
   end
+  local day = h.prefix .. h.day .. ':'
   for _, shard in ipairs(h.buckets) do
-    local bucket = h.prefix .. h.day .. ':' .. shard
+    local bucket = day .. shard
     redis.call('HSET', bucket, unpack(h.lines[shard + 1]))
     redis.call('EXPIRE', bucket, h.ttl)
   end

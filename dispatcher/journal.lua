@@ -62,18 +62,20 @@ local function journal_append(journal, job_key, job_id, state, argv, at, values,
     entry[3], entry[4], n = 'state', state, 4
   end
   local names = journal.copy
-  if #names > 0 then
+  local n_names = #names
+  if n_names > 0 then
     if not values then
       values, offset = redis.call('HMGET', job_key, unpack(names)), 0
     end
-    for i = 1, #names do
+    for i = 1, n_names do
       local value = values[offset + i]
       if value then
         entry[n + 1], entry[n + 2], n = names[i], value, n + 2
       end
     end
   end
-  for i = at + 1, journal_skip(argv, at) - 1 do
+  -- To journal_skip(argv, at) - 1, without a function's call an entry.
+  for i = at + 1, at + 2 * argv[at] do
     n = n + 1
     entry[n] = argv[i]
   end

@@ -179,13 +179,21 @@ end
 -- Anything else (a window without room, buckets that left it, a new one) is
 -- decided below, from the reads made here (which wrote nothing) and the rest.
 local granted, retry_ms, blocked, never_index, binding, stop_for_share = 0, 0, 0, 0, 0, false
-local fast = not (fair and fair.lead) and #ARGV >= rest
+local fast = not (fair and fair.lead) and #ARGV > rest
 if fast then
-    local asked, tagged = asked_of(rest, fair)
+    local mails, asked, tagged = asked_of(rest, fair)
+    local previous = nil
     for i = 1, window_count do
         local win = windows[i]
         local current = win.current
-        local current_field = field(current)
+        -- Windows of one length (the global's and the tenant's) share the current
+        -- bucket: its field made text once (a format each).
+        local current_field
+        if previous and previous.current == current then
+            current_field = previous.current_field
+        else
+            current_field = field(current)
+        end
         local got = redis.call("HMGET", win.key, "n", "lo", "hi", current_field)
         -- Kept for decide, should this window not allow it here: not read twice.
         win.got, win.current_field = got, current_field
@@ -195,13 +203,14 @@ if fast then
             break
         end
         win.total, win.held = n, num(got[4]) or 0
+        previous = win
     end
     if fast then
         for i = 1, window_count do
             local win = windows[i]
             redis.call("HSET", win.key, "n", win.total + asked, win.current_field, win.held + asked)
         end
-        granted = #ARGV - rest + 1
+        granted = mails
         if fair then fair.tag = tagged end
     end
 end
@@ -329,6 +338,13 @@ local reply = { granted, retry_ms, blocked, now, never_index, binding }
 if granted > 0 then
     -- Units counted: a second run must not count them again. (Nothing counted:
     -- a second run answers afresh.)
-    redis.call("SET", record, string.format("%d %d %d %d %d %d", unpack(reply)), "PX", RECORD_MS)
+    -- Granted in full (most calls): two numbers to format, not six.
+    local text
+    if retry_ms == 0 and blocked == 0 and never_index == 0 and binding == 0 then
+        text = string.format("%d 0 0 %d 0 0", granted, now)
+    else
+        text = string.format("%d %d %d %d %d %d", granted, retry_ms, blocked, now, never_index, binding)
+    end
+    redis.call("SET", record, text, "PX", RECORD_MS)
 end
 return reply

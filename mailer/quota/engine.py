@@ -322,7 +322,7 @@ class QuotaEngine:
 
         Takes nothing: the sender uses it to know how long to stop receiving.
         """
-        reply = await self._run("peek", "", global_windows, (), now_ms, [1])
+        reply = await self._run("peek", "", global_windows, (), now_ms, [1, 1])
         return max(0, reply[1]) / 1000
 
     async def retry_after(
@@ -330,7 +330,7 @@ class QuotaEngine:
     ) -> float:
         """Seconds until ``cost`` units fit in every window of ``tenant``; 0.0 if they fit now;
         :data:`NEVER` if they never can. Takes nothing (for stats)."""
-        reply = await self._run("peek", tenant, (), tenant_windows, now_ms, [cost])
+        reply = await self._run("peek", tenant, (), tenant_windows, now_ms, [1, cost])
         return NEVER if reply[1] < 0 else reply[1] / 1000
 
     async def _run(
@@ -388,10 +388,19 @@ def _acquire_op(
         if cost < 1:
             raise ValueError(f"a mail costs at least 1 recipient, not {cost}")
     if weight is None or not global_windows:
-        return "acquire", list[int | str](costs)
+        return "acquire", list[int | str](_mails(costs))
     if weight < 1:
         raise ValueError(f"a weight is at least 1, not {weight}")
-    return "acquire_fair", [tenant, weight, *costs]
+    return "acquire_fair", [tenant, weight, *_mails(costs)]
+
+
+def _mails(costs: Sequence[int]) -> list[int]:
+    """The mails as windows.lua takes them: their number, then their costs, a run
+    of equal costs at the end given once (each argument is a string Lua makes)."""
+    given = len(costs)
+    while given > 1 and costs[given - 1] == costs[given - 2]:
+        given -= 1
+    return [len(costs), *costs[:given]]
 
 
 def _grant(reply: list[int], windows: Sequence[Window], asked: float) -> Grant:

@@ -66,14 +66,17 @@ for i = 1, nwin do
   local lo = got[1]
   if lo then lo = lo + 0 end
   local s, b, c = (got[2] or 0) + 0, (got[3] or 0) + 0, (got[4] or 0) + 0
-  local hs, hb, hc = (got[5] or 0) + 0, (got[6] or 0) + 0, (got[7] or 0) + 0
+  -- The current bucket's counts stay text until one is added to (most calls add
+  -- sends only): whether the bucket is new needs none of them as numbers.
+  local hs, hb, hc = got[5], got[6], got[7]
+  local new_bucket = not (hs or hb or hc)
   -- Room for the common write (a bucket's count and its total) from the start.
   local set, n = {false, false, false, false}, 0
   local cs, cb, cc = false, false, false
   if lo and lo < first then
     if first - lo > BUCKETS then
       redis.call('DEL', key)
-      lo, s, b, c, hs, hb, hc = nil, 0, 0, 0, 0, 0, 0
+      lo, s, b, c, hs, hb, hc, new_bucket = nil, 0, 0, 0, false, false, false, true
     else
       local stale = bucket_fields(lo, first - 1)
       local values = redis.call('HMGET', key, unpack(stale))
@@ -101,15 +104,15 @@ for i = 1, nwin do
     end
     if add_s > 0 then
       s, cs = s + add_s, true
-      set[n + 1], set[n + 2], n = fs, hs + add_s, n + 2
+      set[n + 1], set[n + 2], n = fs, (hs or 0) + add_s, n + 2
     end
     if add_b > 0 then
       b, cb = b + add_b, true
-      set[n + 1], set[n + 2], n = fb, hb + add_b, n + 2
+      set[n + 1], set[n + 2], n = fb, (hb or 0) + add_b, n + 2
     end
     if add_c > 0 then
       c, cc = c + add_c, true
-      set[n + 1], set[n + 2], n = fc, hc + add_c, n + 2
+      set[n + 1], set[n + 2], n = fc, (hc or 0) + add_c, n + 2
     end
   end
   if cs then set[n + 1], set[n + 2], n = 's', s, n + 2 end
@@ -118,7 +121,7 @@ for i = 1, nwin do
   if n > 0 then
     redis.call('HSET', key, unpack(set, 1, n))
   end
-  if adding and hs + hb + hc == 0 then
+  if adding and new_bucket then
     -- A new bucket: the key lives until that bucket has left the window (set
     -- in bucket k, the TTL ends after bucket k+BUCKETS began); later writes to
     -- the same bucket need not push it further.

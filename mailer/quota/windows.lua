@@ -14,8 +14,11 @@
 -- ARGV[3]      buckets per window (every caller must use the same value)
 -- ARGV[4]      how many of the KEYS are global windows
 -- ARGV[5..4+2n] for each key in order: window seconds, window limit
--- ARGV[5+2n..] acquire / peek: the costs of the mails, in order; a "fair"
---              acquire (below) puts the tenant id and its weight first
+-- ARGV[5+2n..] acquire / peek: the number of mails, then their costs in
+--              order, the last cost given standing for every mail after it (a
+--              batch of equal costs is two arguments, not one a mail: each
+--              argument is a string Lua makes); a "fair" acquire (below) puts
+--              the tenant id and its weight first
 --              refund / restamp: the one cost to give back / to move
 --
 -- An acquire (plain or fair) takes one more KEY, last: its record
@@ -273,19 +276,21 @@ local function move(win, index, cost, to, now_ms)
     end
 end
 
--- The costs' sum (ARGV[rest..]), and a fair acquire's tag should every mail be
--- granted: each cost read once (a conversion each), the tag summed as grants sum it.
+-- The mails (ARGV[rest], their number, then their costs): how many, the costs'
+-- sum, and a fair acquire's tag should every mail be granted: each cost given
+-- read once (a conversion each), the tag summed as grants sum it.
 local function asked_of(rest, fair)
-    local asked, tagged = 0, fair and fair.tag
-    for c = rest, #ARGV do
-        local cost = num(ARGV[c])
+    local mails, last = num(ARGV[rest]), #ARGV
+    local asked, tagged, cost = 0, fair and fair.tag, 0
+    for j = 1, mails do
+        if rest + j <= last then cost = num(ARGV[rest + j]) end
         asked = asked + cost
         if tagged then tagged = tagged + cost / fair.weight end
     end
-    return asked, tagged
+    return mails, asked, tagged
 end
 
--- Which of the mails ARGV[rest..] fit, from the first: acquire and peek decide
+-- Which of the mails (ARGV[rest..], as asked_of reads them) fit, from the first: acquire and peek decide
 -- alike (the acquire then writes what it granted). fair: an acquire's share state
 -- (acquire.lua), or nil; peek: count without writing. Returns granted, retry_ms,
 -- blocked, never_index, binding, and whether the share stopped it.
@@ -338,7 +343,7 @@ local function decide(windows, rest, fair, peek)
         return now
     end
 
-    local asked, tagged = asked_of(rest, fair)
+    local mails, asked, tagged = asked_of(rest, fair)
     for _, win in ipairs(windows) do
         count(win, peek and asked or nil)
         win.added = 0
@@ -357,19 +362,20 @@ local function decide(windows, rest, fair, peek)
     -- window and no share is enforced, each mail would fit in turn: the batch is
     -- granted in one step (mail by mail, the checks were a fifth of a fair
     -- acquire's cost). The share tags still add up mail by mail, as below.
-    local first = rest
+    local first = 1
     local whole = not (fair and fair.lead)
     for _, win in ipairs(windows) do
         if win.total + asked > win.limit then whole = false end
     end
     if whole then
         grant(asked)
-        granted = #ARGV - rest + 1
+        granted = mails
         if fair then fair.tag = tagged end
-        first = #ARGV + 1
+        first = mails + 1
     end
-    for c = first, #ARGV do
-        local cost = num(ARGV[c])
+    local last, cost = #ARGV, 0
+    for j = first, mails do
+        if rest + j <= last then cost = num(ARGV[rest + j]) end
         if fair and fair.lead and fair.tag - fair.floor > fair.lead then
             stop_for_share = true
             break

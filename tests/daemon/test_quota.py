@@ -78,6 +78,16 @@ async def test_stops_at_the_first_refused_mail_even_if_later_ones_fit(engine: Qu
     assert await engine.usage("a", [SECOND], now_ms=T0) == [(SECOND, 1)]
 
 
+async def test_a_run_of_equal_costs_counts_each_mail(engine: QuotaEngine) -> None:
+    # The script gets the run of 1s once (engine._mails): each mail of it still counts.
+    grant = await engine.acquire("a", [3, 1, 1, 1, 1], [], [SECOND], now_ms=T0)
+
+    assert grant.granted == 3
+    assert await engine.usage("a", [SECOND], now_ms=T0) == [(SECOND, 5)]
+    assert (await engine.acquire("b", [1, 1, 1, 1], [], [SECOND], now_ms=T0)).granted == 4
+    assert await engine.usage("b", [SECOND], now_ms=T0) == [(SECOND, 4)]
+
+
 async def test_every_window_must_fit(engine: QuotaEngine) -> None:
     ten = Window(10, 8)
     first = await engine.acquire("a", [1] * 6, [], [SECOND, ten], now_ms=T0)

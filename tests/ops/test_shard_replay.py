@@ -6,6 +6,7 @@ import asyncio
 import re
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -15,7 +16,15 @@ import redis.asyncio
 from bench.cluster import BenchError
 from bench.redis_profile import script_names, script_sources
 from bench.script_costs import START, by_kind, by_script, dump_total
-from bench.shard_replay import Recorder, callgrind_replay, instructions, parse_monitor_line, replay
+from bench.shard_replay import (
+    Recorder,
+    absolute_lease,
+    callgrind_replay,
+    instructions,
+    lease_at,
+    parse_monitor_line,
+    replay,
+)
 from fairpost.dispatcher.store import JobStore, NewJob, StoreLimits
 from fairpost.mailer.daemon.mail_jobs import MailJobs
 from fairpost.mailer.sdk.keys import MailKeys
@@ -75,7 +84,8 @@ def recorded_drain(server: RedisServer) -> list[list[bytes]]:
             jobs = [NewJob(id=f"j{i}", tenant="acme", kind="mail", payload="{}") for i in range(3)]
             await store.enqueue(jobs)
             claimed = await store.claim(10)
-            await store.handed_off([job.id for job in claimed])
+            # As the dispatcher hands off: with when the claims were made.
+            await store.handed_off([job.id for job in claimed], claimed_ms=min(j.claimed_ms for j in claimed))
             async with store.pipeline() as pipe:
                 await MailJobs(store).record_sent(
                     [(job.id, "m") for job in claimed], keep_seconds=60, pipeline=pipe
@@ -93,6 +103,22 @@ def recorded_drain(server: RedisServer) -> list[list[bytes]]:
     finally:
         check.close()
     return [c for c in recorder.stop() if c[0] != b"ECHO"]
+
+
+def test_a_hand_off_is_replayed_as_young_as_it_was_recorded(server: RedisServer) -> None:
+    # Within its claims' lease a hand-off writes less (handoff.lua): replayed minutes
+    # after the capture with the lease end recorded, every one would take the other path.
+    commands = recorded_drain(server)
+    [handoff] = [c for c in commands if lease_at(c) is not None]
+    at = lease_at(handoff)
+    assert at is not None and handoff[at].startswith(b"@")
+    lease_ms = StoreLimits().lease_ms
+    assert 0 < int(handoff[at][1:]) <= lease_ms
+    before = time.time() * 1000
+    replayed = int(absolute_lease(handoff)[at])
+    assert before < replayed <= time.time() * 1000 + lease_ms
+    # Other commands go as they came.
+    assert all(absolute_lease(c) is c for c in commands if c is not handoff)
 
 
 def test_a_recorded_drain_replays_to_its_mails_sent_and_nothing_less(server: RedisServer) -> None:
