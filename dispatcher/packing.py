@@ -12,7 +12,7 @@ They also write a command without a task of its own: redis-py sends each command
 under ``asyncio.wait_for`` when the client has a ``socket_timeout`` (fairpost's
 always do), and in Python 3.11 that wraps the write in a new task, with its timer,
 its callbacks and a turn of the event loop before the write even starts: the
-commands of a mail cost more in that than in their packing (#41). Here the write
+commands of a job cost more in that than in their packing (#41). Here the write
 is made at once and only the drain (which waits only while the socket's buffer is
 full) runs under the timeout: the same bytes, the same errors
 (redis-py's ``TimeoutError`` and ``ConnectionError``, the connection closed).
