@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -179,6 +180,9 @@ class Receiver:
         self.ctx.metrics.received(len(raw))
         if not raw:
             stats.empty_receives += 1
+        # Each message's claimant (Received.claimant), drawn for the whole receive at
+        # once: one read of the system's random source, not one a mail (#41).
+        claimants = os.urandom(16 * len(raw)).hex()
         return [
             Received(
                 message_id=m["MessageId"],
@@ -186,8 +190,9 @@ class Receiver:
                 group=m.get("Attributes", {}).get("MessageGroupId", ""),
                 body=m.get("Body", ""),
                 hidden_until=asked_at + s.visibility_timeout,
+                claimant=claimants[32 * i : 32 * i + 32],
             )
-            for m in raw
+            for i, m in enumerate(raw)
         ]
 
 

@@ -19,6 +19,7 @@ import time
 from botocore.exceptions import BotoCoreError, ClientError
 from redis.exceptions import RedisError
 
+from fairpost.config.sections import TenantSettings
 from fairpost.dispatcher.backoff import wait_or_stop
 from fairpost.mailer.daemon import ses
 from fairpost.mailer.daemon.answers import Answers
@@ -119,10 +120,12 @@ class Sending:
         granted = await self._load_content(tenant, granted, at_ms)
         stream = self.counting.stream(tenant, granted[0]) if granted else None
         stamps = [Stamp(at_ms, time.monotonic(), stream, since=asked) for _ in granted]
-        # How often a mail not yet answered is kept counted: the same for the whole group.
+        # How often a mail not yet answered is kept counted, and the tenant's settings
+        # for its SES requests: the same for the whole group, looked up once.
         every = self.counting.every(tenant)
+        own = self.ctx.settings.tenant(tenant)
         sends = [
-            asyncio.ensure_future(self._send_one(tenant, m, stamp, every))
+            asyncio.ensure_future(self._send_one(tenant, own, m, stamp, every))
             for m, stamp in zip(granted, stamps, strict=True)
         ]
         # Every answer, or the error its send ended with: one future for the group, not
@@ -211,11 +214,13 @@ class Sending:
                 msg.envelope = dataclasses.replace(env, mail=mail)
         return [m for m in granted if m.receipt not in lost]
 
-    async def _send_one(self, tenant: str, msg: Received, stamp: Stamp, every: float) -> ses.SendResult:
+    async def _send_one(
+        self, tenant: str, own: TenantSettings, msg: Received, stamp: Stamp, every: float
+    ) -> ses.SendResult:
         assert msg.envelope is not None
         job_id = msg.envelope.job_id
         try:
-            result = await self._call(tenant, msg, stamp, every)
+            result = await self._call(tenant, own, msg, stamp, every)
         except asyncio.CancelledError:
             # Shutdown mid-call: SES may have the mail. Keep the marker (it ends
             # with the message's visibility), so no other replica sends it meanwhile.
@@ -230,9 +235,11 @@ class Sending:
             await self.ctx.mail.release_sending(job_id)
         return result
 
-    async def _call(self, tenant: str, msg: Received, stamp: Stamp, every: float) -> ses.SendResult:
-        """Wait for an SES slot and call SES, keeping the mail counted meanwhile (once
-        ``every`` seconds)."""
+    async def _call(
+        self, tenant: str, own: TenantSettings, msg: Received, stamp: Stamp, every: float
+    ) -> ses.SendResult:
+        """Wait for an SES slot and call SES (``own``: the tenant's settings), keeping the
+        mail counted meanwhile (once ``every`` seconds)."""
         env = msg.envelope
         assert env is not None
         cost = env.mail.recipients
@@ -241,7 +248,7 @@ class Sending:
             started = time.monotonic()
             msg.in_call = True
             result = await self.counting.keep_during(
-                ses.send(self.ses, env, self.ctx.settings.tenant(tenant), self.account),
+                ses.send(self.ses, env, own, self.account),
                 tenant,
                 cost,
                 stamp,

@@ -4,12 +4,14 @@ own packing, or its own error, for what hiredis would take otherwise."""
 
 from __future__ import annotations
 
+import asyncio
 import enum
 from typing import Any
 
 import pytest
 import redis.asyncio.connection
 from redis.exceptions import DataError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from fairpost.config import load_settings
 from fairpost.dispatcher.connect import async_redis_client
@@ -128,3 +130,61 @@ async def test_round_trips_through_a_server(redis_url: str) -> None:
         assert await client.eval("return KEYS[1]", 1, "{t}:ké") == "{t}:ké".encode()
     finally:
         await client.aclose()
+
+
+async def test_a_command_is_sent_without_a_task_of_its_own(redis_url: str) -> None:
+    """redis-py writes each command under ``asyncio.wait_for`` when the client has a
+    socket timeout (fairpost's always have), a new task a command in Python 3.11: these
+    connections write at once, the timeout kept on the drain alone (#41)."""
+    settings = load_settings(redis_url=redis_url)
+    client = async_redis_client(settings)
+    loop = asyncio.get_running_loop()
+    created: list[Any] = []
+    factory = loop.get_task_factory()
+
+    def counting(loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> asyncio.Task[Any]:
+        created.append(coro)
+        return asyncio.Task(coro, loop=loop, **kwargs)
+
+    try:
+        await client.set("{t}:k", "v")  # the connection opened
+        loop.set_task_factory(counting)
+        try:
+            for _ in range(5):
+                assert await client.get("{t}:k") == b"v"
+        finally:
+            loop.set_task_factory(factory)
+        assert client.connection_pool.connection_kwargs["socket_timeout"]
+        assert created == []
+    finally:
+        await client.aclose()
+
+
+class _StuckWriter:
+    """A socket whose buffer never drains."""
+
+    def __init__(self) -> None:
+        self.written: list[bytes] = []
+        self.closed = False
+
+    def writelines(self, data: Any) -> None:
+        self.written += [bytes(d) for d in data]
+
+    async def drain(self) -> None:
+        await asyncio.Event().wait()
+
+    def close(self) -> None:
+        self.closed = True
+
+    async def wait_closed(self) -> None:
+        return None
+
+
+async def test_a_write_that_does_not_drain_times_out_as_redis_py_says() -> None:
+    connection = packed(socket_timeout=0.05)
+    writer = _StuckWriter()
+    connection._reader, connection._writer = object(), writer  # type: ignore[assignment]
+    with pytest.raises(RedisTimeoutError, match="Timeout writing to socket"):
+        await connection.send_packed_command(connection.pack_command("GET", "k"), check_health=False)
+    assert writer.written == [b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n"]
+    assert writer.closed and not connection.is_connected
