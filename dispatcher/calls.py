@@ -230,7 +230,7 @@ class ScriptCalls:
         keys = [*self._ring_keys(), k.deficit(), k.weights(), k.leases(), k.claim(token)]
         limits = self.limits
         args: Args = [count, limits.default_weight, limits.lease_ms, k.job_prefix(), limits.inflight_ttl_ms]
-        args += [k.payload_prefix(), ENTRY_SEP]
+        args += [k.payload_prefix(), ENTRY_SEP, ANCHOR]
         return keys, [*self._ring_args(), *args]
 
     def handoff(self, job_ids: Sequence[str], claimed_ms: int = 0) -> Call:

@@ -37,7 +37,7 @@ elseif state == 'queued' then
   -- (claim.lua, replay.lua); its payload key may not exist until then.
   count_waiting(ctx, tenant, -1)
 elseif state == 'claimed' then
-  redis.call('ZREM', KEYS[12], job_id)
+  zrem_jobs(KEYS[12], {job_id}, 1, 1)
   release_slot(ctx, tenant, job_id)
 else
   return {0, state, rec[3] or ''}

@@ -4,7 +4,8 @@
 -- ARGV[1..3] ring context, ARGV[4] N, ARGV[5] default weight, ARGV[6] lease ms,
 -- ARGV[7] job key prefix, ARGV[8] in-flight TTL ms (what a hand-off gives a slot: a claim
 -- gives it that from its lease's end),
--- ARGV[9] payload key prefix, ARGV[10] what separates a queue entry's id from its payload
+-- ARGV[9] payload key prefix, ARGV[10] what separates a queue entry's id from its payload,
+-- ARGV[11] the leases' anchor (Keys.ANCHOR)
 -- Returns a flat list: id, tenant, kind, payload, attempts, created_ms, replays for each job,
 -- then, when it answers any, the claim's time (ms: a hand-off within the lease need not
 -- write the jobs' slots again, handoff.lua).
@@ -138,30 +139,23 @@ local lease_s = as_text(lease_end)
 local whole_until = (lease_end >= 1e12 and lease_end < 1e13) and 50 or 0
 -- Score, member pairs for the leases zset and the expiring zset, written a
 -- few hundred at a time (one ZADD's arguments stay well inside Lua's stack).
-local all_leases, due_tenants, n_leases = {}, {}, 0
+-- The leases' anchor first in each ZADD of them (Keys.ANCHOR, scored +inf, no
+-- job: ring.lua's drop_lone_anchor takes it out with the last lease): it keeps
+-- the set in Redis's skiplist encoding, where a lease added or removed is a
+-- lookup, not a scan of the set (a listpack's few dozen leases cost a claim
+-- some 4,300 instructions a job more, its ids sorted so that each went first),
+-- and first it turns a set an earlier version left a listpack before its
+-- leases go in.
+local anchor = ARGV[11]
+local all_leases, due_tenants, n_leases = {'+inf', anchor}, {}, 2
 -- Key, value pairs of the payloads the claimed entries carried, for one MSET:
 -- a command a job less (a call from Lua costs some 4,000 instructions of its own).
 local payloads, n_payloads = {}, 0
 local function write_leases()
-  if n_leases > 0 then
-    if claimed <= whole_until then
-      -- Every lease has the same deadline, and Redis keeps a few dozen leases
-      -- as a listpack: each one added is placed by a walk from its head,
-      -- past every one of an equal deadline and a smaller id. Added from the
-      -- largest id down, each goes first: a sort of the ids costs less than
-      -- the walks (about 1,100 instructions a job).
-      local ids, m = {}, n_leases / 2
-      for j = 1, m do
-        ids[j] = all_leases[2 * j]
-      end
-      table.sort(ids)
-      for j = 1, m do
-        all_leases[2 * j] = ids[m + 1 - j]
-      end
-    end
+  if n_leases > 2 then
     redis.call('ZADD', leases, unpack(all_leases, 1, n_leases))
     redis.call('ZADD', ctx.expiring, 'LT', unpack(due_tenants))
-    all_leases, due_tenants, n_leases = {}, {}, 0
+    all_leases, due_tenants, n_leases = {'+inf', anchor}, {}, 2
   end
   if n_payloads > 0 then
     redis.call('MSET', unpack(payloads, 1, n_payloads))
@@ -246,7 +240,7 @@ local function take(tenant, room, bulk_room)
   local added = redis.call('ZADD', ctx.inflight_prefix .. tenant, unpack(turn_slots, 1, n_slots))
   due_tenants[#due_tenants + 1] = due_s
   due_tenants[#due_tenants + 1] = tenant
-  if n_leases >= 2 * MOST_PER_TURN then
+  if n_leases >= 2 * MOST_PER_TURN + 2 then
     write_leases()
   end
   return n, #ids, added

@@ -46,9 +46,9 @@ while a <= #ARGV do
   elseif busy(first_marker) then
     took = false
   elseif state == 'claimed' then
-    took = redis.call('ZREM', leases, job_id) == 1
+    took = zrem_jobs(leases, {job_id}, 1, 1) == 1
   elseif state == 'dispatched' then
-    undispatch(dispatched, {job_id}, 1)
+    zrem_jobs(dispatched, {job_id}, 1, 1)
     took = true
   end
   if took then

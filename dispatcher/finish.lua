@@ -206,10 +206,10 @@ while a <= n_argv do
 end
 drop_doomed()
 if n_unleased > 0 then
-  redis.call('ZREM', leases, unpack(unleased, 1, n_unleased))
+  zrem_jobs(leases, unleased, 1, n_unleased)
 end
 if n_undispatched > 0 then
-  undispatch(dispatched, undispatched, n_undispatched)
+  zrem_jobs(dispatched, undispatched, 1, n_undispatched)
 end
 for _, tenant in ipairs(tenants) do
   local _, held = release_slots(ctx, tenant, slots[tenant])

@@ -26,8 +26,9 @@ local stranded_at = as_text(now + tonumber(ARGV[6]))
 -- instructions of Redis's a job. The claimer says when it claimed them:
 -- reading claimed_ms, near the end of each record, would cost half that.
 local rewrite_slots = now >= tonumber(ARGV[8])
--- Every lease ends, whatever the record says: one ZREM for the batch.
-redis.call('ZREM', leases, unpack(ARGV, 9))
+-- Every lease ends, whatever the record says: one ZREM for the batch (and the
+-- leases' anchor with the last of them, ring.lua).
+zrem_jobs(leases, ARGV, 9, #ARGV)
 -- The anchor first, with every hand-off: it makes a new index a skiplist at once
 -- (Redis picks the encoding by the first member), and turns one an earlier
 -- version made a listpack; in a skiplist, writing it again is one lookup.

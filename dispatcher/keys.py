@@ -70,16 +70,19 @@ WAKE_TOKENS_MOST = 64
 TOTAL_INFLIGHT = "~inflight"
 """The field of :meth:`Keys.counts` with the in-flight slots over every tenant."""
 ANCHOR = "\n~ not a job: its score, +inf, keeps this sorted set in Redis's skiplist encoding ~\n"
-"""A member of :meth:`Keys.dispatched`, scored ``+inf``, that no job id can be (none
-holds a newline, :data:`~fairpost.dispatcher.record.ENTRY_SEP`). Redis keeps a sorted
-set of up to 128 members (``zset-max-listpack-entries``) as a listpack, and each
-member added or removed there is a scan of the whole set: the index of jobs in SQS,
-tens of them under load, cost some 20,000 instructions of Redis's a job (#41). A
-member longer than ``zset-max-listpack-value`` (64 bytes) makes it a skiplist, which
-Redis never turns back. handoff.lua writes it with every hand-off (first: a new
-index is made a skiplist at once); no reader sees it (the reconciler reads only
-the due, by score, none of the rest reads all of it); reconcile.lua takes it out
-of an index that holds nothing else, so that an idle store keeps no index."""
+"""A member of :meth:`Keys.dispatched` and of :meth:`Keys.leases`, scored ``+inf``, that
+no job id can be (none holds a newline, :data:`~fairpost.dispatcher.record.ENTRY_SEP`).
+Redis keeps a sorted set of up to 128 members (``zset-max-listpack-entries``) as a
+listpack, and each member added or removed there is a scan of the whole set: the
+index of jobs in SQS, tens of them under load, cost some 20,000 instructions of
+Redis's a job, and a claim's few dozen leases some 4,300 (#41). A member longer than
+``zset-max-listpack-value`` (64 bytes) makes it a skiplist, which Redis never turns
+back. handoff.lua writes it with every hand-off, claim.lua with every claim's leases
+(first in the ZADD: a set an earlier version made a listpack is turned before the
+jobs go in); no reader sees it (the reconciler and the reaper read only the due,
+by score, none of the rest reads all of either set); the script that takes a set's
+last job out takes it too (ring.lua's drop_lone_anchor; reconcile.lua, of an index
+an earlier version left holding it alone), so that an idle store keeps neither."""
 
 
 @dataclass(frozen=True)
@@ -235,7 +238,8 @@ class Keys:
         return f"{self.root}:inflight:"
 
     def leases(self) -> str:
-        """Sorted set: claimed jobs not yet handed off, scored by lease deadline (ms)."""
+        """Sorted set: claimed jobs not yet handed off, scored by lease deadline (ms), and
+        :data:`ANCHOR`."""
         return f"{self.root}:leases"
 
     def claim(self, token: str) -> str:

@@ -18,6 +18,9 @@ for i = #expired, 1, -1 do
   redis.call('ZREM', KEYS[10], job_id)
   return_to_queue(ctx, ARGV[4] .. job_id, job_id, now)
 end
+if #expired > 0 then
+  drop_lone_anchor(KEYS[10])
+end
 for _, tenant in ipairs(redis.call('ZRANGEBYSCORE', ctx.expiring, '-inf', now, 'LIMIT', 0, most)) do
   -- Due by its score, which may be early (its slots were pushed later since):
   -- then this only moves it to its true earliest expiry.

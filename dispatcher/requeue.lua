@@ -14,4 +14,7 @@ for i = #ARGV, 5, -1 do
     count = count + 1
   end
 end
+if count > 0 then
+  drop_lone_anchor(KEYS[10])
+end
 return count

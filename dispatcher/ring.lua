@@ -255,15 +255,25 @@ local function return_to_queue(ctx, job_key, job_id, now)
   activate(ctx, tenant, now)
 end
 
--- Jobs leave the dispatched index (dispatcher/stranded.py): `n` ids of `ids`.
--- The anchor that keeps it a skiplist (handoff.lua: scored +inf, which no job
--- is: their scores are times) goes with the last of them, so that a store with
--- nothing downstream keeps no index, as it did before the anchor.
-local function undispatch(index, ids, n)
-  redis.call('ZREM', index, unpack(ids, 1, n))
-  if redis.call('ZCARD', index) == 1 then
-    redis.call('ZREMRANGEBYSCORE', index, '+inf', '+inf')
+-- The anchor that keeps a set of jobs a skiplist (Keys.ANCHOR: the dispatched
+-- index's, dispatcher/stranded.py, written by handoff.lua; the leases', by
+-- claim.lua) goes with the last of its jobs, so that a store with none keeps
+-- no such key, as it did before the anchor. It alone is scored +inf (job
+-- scores are times): a job left alone in the set (no anchor: an earlier
+-- version's) stays.
+local function drop_lone_anchor(set)
+  if redis.call('ZCARD', set) == 1 then
+    redis.call('ZREMRANGEBYSCORE', set, '+inf', '+inf')
   end
+end
+
+-- Jobs leave such a set: ids[first..last]. Returns how many of them it held.
+local function zrem_jobs(set, ids, first, last)
+  local gone = redis.call('ZREM', set, unpack(ids, first, last))
+  if gone > 0 then
+    drop_lone_anchor(set)
+  end
+  return gone
 end
 
 -- Script body follows.

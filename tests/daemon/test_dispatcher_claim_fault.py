@@ -21,7 +21,7 @@ from fairpost.dispatcher.store import JobStore, NewJob, StoreLimits
 from fairpost.mailer.testing.wait import wait_for_async
 from tests.daemon.test_dispatcher_settle_faults import AlwaysHandsOff
 from tests.faults.recorder import MODES, Mode, Step, recording
-from tests.support import KEYS
+from tests.support import JOB_SCORES, KEYS
 
 LEASE_MS = 20_000
 
@@ -52,7 +52,7 @@ async def test_a_claim_asked_again_under_its_token_answers_its_jobs_and_claims_n
     assert [job.payload for job in first] == [f'"{i}"' for i in ids[:2]]
     # A new token is a new claim: the next jobs.
     assert [job.id for job in await store.claim(2, token="t2")] == ids[2:4]
-    assert await aredis.zcard(KEYS.leases()) == 4
+    assert await aredis.zcount(KEYS.leases(), *JOB_SCORES) == 4
 
 
 async def test_a_claim_asked_again_leaves_out_the_jobs_settled_since(aredis: redis.asyncio.Redis) -> None:
@@ -78,7 +78,7 @@ async def test_a_claim_asked_again_after_its_lease_ran_out_answers_nothing(
     # Claimed again under another token: the first claim's no longer.
     assert [job.id for job in await store.claim(2, token="t2")] == ids
     assert await store.claim(2, token="t1") == []
-    assert await aredis.zcard(KEYS.leases()) == 2
+    assert await aredis.zcount(KEYS.leases(), *JOB_SCORES) == 2
 
 
 async def assert_handed_off_within_a_lease(
@@ -156,7 +156,7 @@ async def test_a_dispatcher_stopping_after_a_lost_claim_answer_gives_its_jobs_ba
         await asyncio.wait_for(failed.wait(), 10)
         stop.set()
         await asyncio.wait_for(task, 5)
-        assert await aredis.zcard(KEYS.leases()) == len(ids), "the lost claim leased the jobs"
+        assert await aredis.zcount(KEYS.leases(), *JOB_SCORES) == len(ids), "the lost claim leased the jobs"
         await dispatcher.drain(1)
     assert recorder.fired == CLAIM
     assert [(await store.job(i))["state"] for i in ids] == [JobState.QUEUED] * len(ids)

@@ -19,7 +19,7 @@ from fairpost.dispatcher.store import JobStore, NewJob, StoreLimits
 from fairpost.dispatcher.worker import Done, Outcome
 from fairpost.mailer.testing.services import die_with_parent
 from fairpost.mailer.testing.wait import wait_for_async
-from tests.support import KEYS
+from tests.support import JOB_SCORES, KEYS
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -56,13 +56,13 @@ async def test_sigkilled_dispatcher_loses_no_job(
     try:
 
         async def victim_claimed() -> bool:
-            return await aredis.zcard(KEYS.leases()) >= 20
+            return await aredis.zcount(KEYS.leases(), *JOB_SCORES) >= 20
 
         await wait_for_async(victim_claimed, within=15, what="the victim to claim jobs", interval=0.02)
     finally:
         os.kill(victim.pid, signal.SIGKILL)
         await asyncio.wait_for(victim.wait(), 5)
-    held = redis_client.zcard(KEYS.leases())
+    held = redis_client.zcount(KEYS.leases(), *JOB_SCORES)
     assert held >= 20
 
     worker = CountingWorker()

@@ -33,6 +33,7 @@ from fairpost.mailer.sdk.keys import MailKeys
 from fairpost.mailer.testing.services import redis_server
 from fairpost.mailer.testing.ses_server import SesServer
 from fairpost.mailer.testing.wait import wait_for
+from tests.support import JOB_SCORES
 from tests.support.daemon_process import daemon_process
 
 pytestmark = pytest.mark.slow
@@ -208,7 +209,7 @@ def test_sigterm_returns_the_dispatchers_claims_to_their_queues(
         with daemon_process(env, tmp_path, replica="disp", role="dispatcher") as daemon:
             job_ids = send(client, ["acme", "acme", "beta"])
             assert sqs.held.acquire(timeout=15), "the dispatcher never tried to hand off"
-            wait_for(lambda: redis_client.zcard(KEYS.leases()) == 3, within=5, what="3 claims")
+            wait_for(lambda: redis_client.zcount(KEYS.leases(), *JOB_SCORES) == 3, within=5, what="3 claims")
             started = time.monotonic()
             daemon.send_signal(signal.SIGTERM)
             assert daemon.wait(timeout=GRACE + MARGIN) == 0, daemon.logs()

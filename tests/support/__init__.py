@@ -23,6 +23,11 @@ KEYS = MailKeys()
 SQS_BATCH = 10
 """The most messages one SQS receive hands a sender."""
 
+JOB_SCORES = ("-inf", "(inf")
+"""The score range of a set of jobs' jobs (their times), the set's anchor (scored
+``+inf``, :data:`~fairpost.dispatcher.keys.ANCHOR`) left out: ``ZCOUNT key *JOB_SCORES``
+counts the leases, or the dispatched index's jobs."""
+
 
 def overtaken_by(sent: Sequence[SentMail], tenant: str, since: int, job: str) -> int:
     """How many of ``tenant``'s mails SES got after the first ``since`` and before ``job``'s:
