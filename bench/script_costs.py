@@ -102,25 +102,38 @@ def by_kind(annotated: str) -> dict[str, int]:
     return {name: inclusive[of or ""] - (inclusive[less] if less else 0) for name, of, less in KINDS}
 
 
+DUMPED = ("--dump-after=scriptCommand", "--dump-after=evalShaCommand")
+"""valgrind's options for :func:`by_script`: a dump after each ``SCRIPT`` and
+``EVALSHA`` command."""
+
+
+def dump_totals(out: Path) -> tuple[list[int], int]:
+    """The counts of the dumps callgrind wrote beside its output file ``out``, in
+    order, and that of ``out`` itself (what ran after the last dump)."""
+    numbered = sorted(out.parent.glob(f"{out.name}.*"), key=lambda p: int(p.suffix[1:]))
+    return [dump_total(p) for p in numbered], dump_total(out)
+
+
+def annotate(out: Path) -> str:
+    """``callgrind_annotate --inclusive=yes`` of a callgrind output file, every function."""
+    return subprocess.run(
+        ["callgrind_annotate", "--inclusive=yes", "--threshold=100", str(out)],
+        check=True, capture_output=True, text=True,
+    ).stdout  # fmt: skip
+
+
 def main() -> None:
     description = __doc__.split("\n\n")[0]
     argparse.ArgumentParser(prog="python -m bench.script_costs", description=description).parse_args()
-    annotate = shutil.which("callgrind_annotate")
-    if annotate is None:
+    if shutil.which("callgrind_annotate") is None:
         raise BenchError("bench.script_costs needs callgrind_annotate (Debian: apt-get install valgrind)")
     with services("fairpost-costs-") as backend, SesServer() as ses:
         use_services(backend, ses)
         commands = asyncio.run(capture(budget_settings(backend.redis_url()), backend.redis_port))
     with callgrind_replay(commands, MAILS) as out:
-        annotated = subprocess.run(
-            [annotate, "--inclusive=yes", "--threshold=100", str(out)],
-            check=True, capture_output=True, text=True,
-        ).stdout  # fmt: skip
-    dumped = ["--dump-after=scriptCommand", "--dump-after=evalShaCommand"]
-    with callgrind_replay(commands, MAILS, options=dumped) as out:
-        numbered = sorted(out.parent.glob(f"{out.name}.*"), key=lambda p: int(p.suffix[1:]))
-        dumps = [dump_total(p) for p in numbered]
-        rest = dump_total(out)
+        annotated = annotate(out)
+    with callgrind_replay(commands, MAILS, options=DUMPED) as out:
+        dumps, rest = dump_totals(out)
 
     kinds = by_kind(annotated)
     in_all = sum(kinds.values()) / MAILS

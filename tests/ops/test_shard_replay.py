@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import re
 import shutil
-import subprocess
 import time
 from collections.abc import Iterator
 
@@ -15,7 +14,7 @@ import redis.asyncio
 
 from bench.cluster import BenchError
 from bench.redis_profile import script_names, script_sources
-from bench.script_costs import START, by_kind, by_script, dump_total
+from bench.script_costs import DUMPED, START, annotate, by_kind, by_script, dump_totals
 from bench.shard_replay import (
     Recorder,
     absolute_lease,
@@ -150,15 +149,10 @@ def test_a_mail_is_weighed_against_redis_benchmarks_sets_on_the_same_server(serv
 def test_a_replays_instructions_split_by_script_and_by_kind_add_up(server: RedisServer) -> None:
     commands = recorded_drain(server)
     names = script_names()
-    dumped = ["--dump-after=scriptCommand", "--dump-after=evalShaCommand"]
-    with callgrind_replay(commands, mails=3, options=dumped) as out:
-        numbered = sorted(out.parent.glob(f"{out.name}.*"), key=lambda p: int(p.suffix[1:]))
-        dumps = [dump_total(p) for p in numbered]
+    with callgrind_replay(commands, mails=3, options=DUMPED) as out:
+        dumps, _ = dump_totals(out)
     with callgrind_replay(commands, mails=3) as out:
-        annotated = subprocess.run(
-            ["callgrind_annotate", "--inclusive=yes", "--threshold=100", str(out)],
-            check=True, capture_output=True, text=True,
-        ).stdout  # fmt: skip
+        annotated = annotate(out)
     scripts = by_script(commands, dumps, names, len(script_sources()))
     calls = {names[c[1].decode()] for c in commands if c[0] == b"EVALSHA"}
     assert set(scripts) == {START, *calls} and "dispatcher/finish.lua" in calls
